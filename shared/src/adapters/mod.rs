@@ -1,0 +1,4 @@
+//! Adapters: one module per technology, each implementing one or more ports.
+
+#[cfg(feature = "sqlite")]
+pub mod sqlite;

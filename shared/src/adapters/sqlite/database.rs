@@ -1,0 +1,161 @@
+//! One SQLite file, opened once per process and used from async code.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+/// How long a writer waits for another process's write lock before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    #[error("cannot open SQLite database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("SQLite database {path} is corrupt or not a database: {source}")]
+    Corrupt {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("SQLite error on {path}: {source}")]
+    Sql {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("SQLite worker for {path} stopped: {reason}")]
+    Worker { path: PathBuf, reason: String },
+}
+
+/// A handle to one database file. Cheap to clone; calls run on Tokio's blocking pool so they
+/// never stall the async runtime.
+#[derive(Clone)]
+pub struct Database {
+    path: Arc<PathBuf>,
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl Database {
+    /// Open (creating if needed) the database at `path` and run `schema`, idempotent DDL.
+    /// A file that is not a SQLite database gives `DatabaseError::Corrupt` naming the path.
+    pub fn open(path: impl AsRef<Path>, schema: &str) -> Result<Self, DatabaseError> {
+        let path = path.as_ref().to_path_buf();
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let conn =
+            Connection::open_with_flags(&path, flags).map_err(|source| DatabaseError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        let classify = |source: rusqlite::Error| classify(&path, source);
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(classify)?;
+        // journal_mode is the first statement that reads the file, so a corrupt file fails here.
+        conn.pragma_update_and_check(None, "journal_mode", "wal", |_| Ok(()))
+            .map_err(classify)?;
+        conn.pragma_update(None, "synchronous", "normal")
+            .map_err(classify)?;
+        conn.pragma_update(None, "foreign_keys", "on")
+            .map_err(classify)?;
+        conn.execute_batch(schema).map_err(classify)?;
+        Ok(Self {
+            path: Arc::new(path),
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Run `f` with the connection on the blocking pool.
+    pub async fn call<T, F>(&self, f: F) -> Result<T, DatabaseError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, rusqlite::Error> + Send + 'static,
+    {
+        let conn = self.conn.clone();
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut guard).map_err(|source| classify(&path, source))
+        })
+        .await
+        .map_err(|join| DatabaseError::Worker {
+            path: self.path.to_path_buf(),
+            reason: join.to_string(),
+        })?
+    }
+}
+
+fn classify(path: &Path, source: rusqlite::Error) -> DatabaseError {
+    use rusqlite::ErrorCode;
+    let corrupt = matches!(
+        source.sqlite_error_code(),
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)
+    );
+    if corrupt {
+        DatabaseError::Corrupt {
+            path: path.to_path_buf(),
+            source,
+        }
+    } else {
+        DatabaseError::Sql {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_file_that_is_not_a_database_names_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("garbage.db");
+        std::fs::write(&path, vec![0x42u8; 8192]).unwrap();
+        let err = Database::open(&path, "CREATE TABLE IF NOT EXISTS t (x)").unwrap_err();
+        assert!(matches!(err, DatabaseError::Corrupt { .. }), "{err:?}");
+        assert!(err.to_string().contains("garbage.db"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_directory_names_its_path() {
+        let err = Database::open("/nonexistent-dir/threadbox.db", "").unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent-dir/threadbox.db"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn calls_run_and_errors_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let db =
+            Database::open(dir.path().join("a.db"), "CREATE TABLE IF NOT EXISTS t (x)").unwrap();
+        let n: i64 = db
+            .call(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(n, 0);
+        let err = db
+            .call(|c| c.execute("SELECT * FROM missing", []))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("a.db"), "{err}");
+    }
+}

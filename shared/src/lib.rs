@@ -1,0 +1,17 @@
+//! threadbox's shared crate: the pure domain, the ports, their adapters and the use cases that
+//! every Lambda function and the `threadbox` CLI are thin wrappers around.
+//!
+//! - [`domain`]: thread ids, the session record, states, the transition table, events, holds.
+//! - [`ports`]: the session store, durable queue, sandbox provider and clock traits.
+//! - [`adapters`]: implementations of the ports (SQLite, runc, ...), each behind a feature.
+//! - [`usecases`]: resolve, pause, resume, holds, keep-alive and the janitor sweep.
+//! - `testing` (feature `testing`): an in-memory provider, a manual clock and the conformance
+//!   suites every adapter must pass.
+
+pub mod adapters;
+pub mod domain;
+pub mod ports;
+pub mod usecases;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

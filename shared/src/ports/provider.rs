@@ -1,0 +1,269 @@
+//! The sandbox provider port: E2B in production, runc locally.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{Millis, ThreadId};
+
+/// Metadata keys every provider stores with a sandbox, so reconciliation can find its owner.
+pub const META_THREAD_ID: &str = "threadbox.thread_id";
+pub const META_GENERATION: &str = "threadbox.generation";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The provider does not have this sandbox (any more).
+    #[error("sandbox {0} is gone")]
+    Gone(String),
+    /// The sandbox is in a state that forbids this now (being killed, running a command).
+    #[error("sandbox conflict: {0}")]
+    Conflict(String),
+    #[error("provider rate limit hit{}", retry_after.map(|d| format!("; retry after {} ms", d.as_millis())).unwrap_or_default())]
+    RateLimited { retry_after: Option<Duration> },
+    #[error("provider refused our credentials: {0}")]
+    Unauthorized(String),
+    /// A transient failure (5xx, timeout, connection refused): retrying may help.
+    #[error("provider unavailable: {0}")]
+    Unavailable(String),
+    /// The request itself is wrong (bad path, file too large, unknown profile); retrying will not help.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The provider cannot do this at all here (for example a network profile it does not offer).
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    #[error("provider failure: {0}")]
+    Internal(String),
+}
+
+impl ProviderError {
+    pub fn is_gone(&self) -> bool {
+        matches!(self, ProviderError::Gone(_))
+    }
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::RateLimited { .. } | ProviderError::Unavailable(_)
+        )
+    }
+}
+
+/// Who a sandbox belongs to; stored as provider metadata under `META_*` keys.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxOwner {
+    pub thread_id: ThreadId,
+    pub generation: u64,
+}
+
+impl SandboxOwner {
+    pub fn to_metadata(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (META_THREAD_ID.to_owned(), self.thread_id.to_string()),
+            (META_GENERATION.to_owned(), self.generation.to_string()),
+        ])
+    }
+
+    /// Read an owner back from provider metadata; `None` for sandboxes threadbox did not tag.
+    pub fn from_metadata(meta: &BTreeMap<String, String>) -> Option<Self> {
+        Some(Self {
+            thread_id: ThreadId::parse(meta.get(META_THREAD_ID)?).ok()?,
+            generation: meta.get(META_GENERATION)?.parse().ok()?,
+        })
+    }
+}
+
+/// The isolation profile a sandbox runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkProfile {
+    /// No network at all (the default).
+    #[default]
+    Restricted,
+    /// Outbound network allowed.
+    Networked,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateSandbox {
+    pub owner: SandboxOwner,
+    pub network: NetworkProfile,
+    /// How long the sandbox may live without a keep-alive before the provider stops it.
+    pub timeout: Duration,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatedSandbox {
+    pub sandbox_id: String,
+    /// A provider-side session reference (E2B's access token id, for example), if any.
+    pub provider_session_id: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    Running,
+    Paused,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxInfo {
+    pub sandbox_id: String,
+    pub state: SandboxState,
+    pub metadata: BTreeMap<String, String>,
+    pub started_at: Option<Millis>,
+    /// When the provider will stop the sandbox unless its timeout is extended.
+    pub deadline: Option<Millis>,
+}
+
+impl SandboxInfo {
+    pub fn owner(&self) -> Option<SandboxOwner> {
+        SandboxOwner::from_metadata(&self.metadata)
+    }
+}
+
+/// What connect-or-resume did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Connected {
+    /// True when the sandbox was paused and has been resumed.
+    pub resumed: bool,
+    /// A new provider session reference when resuming issues one.
+    pub provider_session_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecCommand {
+    /// Run through `/bin/sh -c`.
+    Shell(String),
+    /// Run directly, no shell.
+    Argv(Vec<String>),
+}
+
+pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
+pub const DEFAULT_FILE_CAP: u64 = 100 * 1024 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecRequest {
+    pub command: ExecCommand,
+    pub cwd: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub stdin: Option<Vec<u8>>,
+    /// The whole process tree is killed when this runs out.
+    pub timeout: Duration,
+    /// Bytes kept per stream; the rest is dropped and the result says so.
+    pub output_cap: usize,
+}
+
+impl ExecRequest {
+    pub fn shell(cmd: impl Into<String>) -> Self {
+        Self {
+            command: ExecCommand::Shell(cmd.into()),
+            cwd: None,
+            env: BTreeMap::new(),
+            stdin: None,
+            timeout: DEFAULT_EXEC_TIMEOUT,
+            output_cap: DEFAULT_OUTPUT_CAP,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecResult {
+    /// `None` when the process was killed by a signal (timeout, out of memory).
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    /// True when either stream went over the output cap.
+    pub truncated: bool,
+    /// True when the kernel's OOM killer ended the command.
+    pub out_of_memory: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    /// The absolute path inside the sandbox.
+    pub path: String,
+    pub kind: FileKind,
+    pub size: u64,
+    pub modified: Option<Millis>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepMatch {
+    pub path: String,
+    pub line_number: u64,
+    pub line: String,
+}
+
+/// A sandbox engine. Every call names the sandbox by id; a sandbox the provider no longer has
+/// answers `ProviderError::Gone`, except `kill`, for which gone is success.
+#[async_trait]
+pub trait SandboxProvider: Send + Sync {
+    /// A short name stored on session records ("runc", "e2b").
+    fn name(&self) -> &str;
+
+    async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError>;
+    /// Make sure the sandbox is running, resuming it if it is paused.
+    async fn connect(&self, sandbox_id: &str) -> Result<Connected, ProviderError>;
+    /// Pausing a paused sandbox succeeds.
+    async fn pause(&self, sandbox_id: &str) -> Result<(), ProviderError>;
+    /// Killing a sandbox that is already gone succeeds.
+    async fn kill(&self, sandbox_id: &str) -> Result<(), ProviderError>;
+    /// Move the sandbox's deadline to `timeout` from now (the keep-alive).
+    async fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), ProviderError>;
+    async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError>;
+    /// Sandboxes whose metadata contains every pair in `metadata`; an empty map lists them all.
+    async fn list(
+        &self,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Vec<SandboxInfo>, ProviderError>;
+
+    async fn exec(
+        &self,
+        sandbox_id: &str,
+        request: ExecRequest,
+    ) -> Result<ExecResult, ProviderError>;
+
+    async fn read_file(&self, sandbox_id: &str, path: &str) -> Result<Vec<u8>, ProviderError>;
+    /// Creates missing parent directories.
+    async fn write_file(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        contents: &[u8],
+    ) -> Result<(), ProviderError>;
+    async fn list_dir(&self, sandbox_id: &str, path: &str)
+        -> Result<Vec<FileEntry>, ProviderError>;
+    async fn stat(&self, sandbox_id: &str, path: &str) -> Result<FileEntry, ProviderError>;
+    async fn make_dir(&self, sandbox_id: &str, path: &str) -> Result<(), ProviderError>;
+    async fn remove(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), ProviderError>;
+    /// Paths matching a shell glob pattern (`**` for any depth).
+    async fn glob(&self, sandbox_id: &str, pattern: &str) -> Result<Vec<String>, ProviderError>;
+    /// Lines matching a regular expression under `path`.
+    async fn grep(
+        &self,
+        sandbox_id: &str,
+        pattern: &str,
+        path: &str,
+    ) -> Result<Vec<GrepMatch>, ProviderError>;
+}

@@ -1,0 +1,1 @@
+//! Test support, compiled only for tests and the `testing` feature.

@@ -1,0 +1,1 @@
+//! Use cases: what threadbox does, written against the ports only.
