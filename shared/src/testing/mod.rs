@@ -1,1 +1,14 @@
 //! Test support, compiled only for tests and the `testing` feature.
+
+mod clock;
+mod flaky_queue;
+mod memory_provider;
+
+pub mod lifecycle_conformance;
+pub mod store_conformance;
+
+pub use clock::ManualClock;
+pub use flaky_queue::FlakyQueue;
+pub use memory_provider::{InMemoryProvider, Op};
+
+pub mod queue_conformance;

@@ -1,1 +1,23 @@
 //! Use cases: what threadbox does, written against the ports only.
+//!
+//! [`Threadbox`] bundles the ports and the configuration; each file adds one family of verbs:
+//! - `resolve`: get-or-create a thread's sandbox (under a lease, fenced by generation), resume it
+//!   when paused, and apply the gone policy when the provider lost it;
+//! - `pause`: pause, destroy and reset;
+//! - `holds`: holds, keep-alive, and running commands and file operations under a hold;
+//! - `janitor`: the scheduled sweep;
+//! - `outbox`: handing written events to the lifecycle queue, and re-driving the ones that were not.
+
+mod error;
+mod holds;
+mod janitor;
+mod outbox;
+mod pause;
+mod resolve;
+mod threadbox;
+
+pub use error::UseCaseError;
+pub use holds::HoldRequest;
+pub use janitor::{SweepOptions, SweepReport};
+pub use resolve::{ResolveOptions, SandboxHandle};
+pub use threadbox::{Config, Threadbox};

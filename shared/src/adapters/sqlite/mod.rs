@@ -2,5 +2,9 @@
 //! shared safely by several processes (WAL journal, busy timeout, `BEGIN IMMEDIATE` for writes).
 
 mod database;
+mod queue;
+mod session_store;
 
 pub use database::{Database, DatabaseError};
+pub use queue::{QueueConfig, SqliteQueue};
+pub use session_store::{SqliteSessionStore, DEFAULT_SHARDS};

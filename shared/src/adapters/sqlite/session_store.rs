@@ -1,0 +1,458 @@
+//! `SqliteSessionStore`: the session store port on one SQLite file.
+//!
+//! Each session is one row: key columns the queries need (version, shard, next action) plus the
+//! whole record as JSON. Events are rows of their own, written in the same transaction as the
+//! session that made them (the outbox); `sent` marks those already handed to the lifecycle queue.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+
+use super::database::{Database, DatabaseError};
+use crate::domain::{LifecycleEvent, Millis, Session, ThreadId};
+use crate::ports::{Page, SessionStore, StoreError, StoreStats};
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS sessions (
+    thread_id      TEXT PRIMARY KEY,
+    version        INTEGER NOT NULL,
+    status         TEXT NOT NULL,
+    shard          INTEGER NOT NULL,
+    next_action_at INTEGER,
+    record         TEXT NOT NULL
+);
+-- The janitor's index of due work: only rows with something to do are in it.
+CREATE INDEX IF NOT EXISTS sessions_due ON sessions (shard, next_action_at, thread_id)
+    WHERE next_action_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS events (
+    thread_id  TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    event_id   TEXT NOT NULL UNIQUE,
+    written_at INTEGER NOT NULL,
+    sent       INTEGER NOT NULL DEFAULT 0,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (thread_id, seq)
+);
+CREATE INDEX IF NOT EXISTS events_unsent ON events (written_at) WHERE sent = 0;
+"#;
+
+/// Default number of janitor shards; enough to spread work, few enough to query cheaply.
+pub const DEFAULT_SHARDS: u32 = 8;
+
+#[derive(Default)]
+struct Counters {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    rows_read: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct SqliteSessionStore {
+    db: Database,
+    shards: u32,
+    counters: Arc<Counters>,
+}
+
+impl SqliteSessionStore {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with_shards(path, DEFAULT_SHARDS)
+    }
+
+    pub fn open_with_shards(path: impl AsRef<Path>, shards: u32) -> Result<Self, StoreError> {
+        let db = Database::open(path, SCHEMA).map_err(store_error)?;
+        Ok(Self {
+            db,
+            shards: shards.max(1),
+            counters: Arc::default(),
+        })
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    fn count_read(&self, rows: usize) {
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .rows_read
+            .fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    fn count_write(&self) {
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Insert many sessions in one transaction, bypassing the version checks; for benchmarks
+    /// and tests that need a large table quickly.
+    pub async fn bulk_insert(&self, sessions: Vec<Session>) -> Result<(), StoreError> {
+        let shards = self.shards;
+        let rows = sessions
+            .into_iter()
+            .map(|s| Ok((s.thread_id.shard(shards), encode(&s)?, s)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.db
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                {
+                    let mut stmt = tx.prepare(
+                        "INSERT INTO sessions (thread_id, version, status, shard, next_action_at, record)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    )?;
+                    for (shard, json, s) in &rows {
+                        stmt.execute(params![
+                            s.thread_id.as_str(),
+                            s.version as i64,
+                            s.status.as_str(),
+                            shard,
+                            s.next_action_at.map(|m| m.0),
+                            json
+                        ])?;
+                    }
+                }
+                tx.commit()
+            })
+            .await
+            .map_err(store_error)
+    }
+}
+
+fn store_error(err: DatabaseError) -> StoreError {
+    match err {
+        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode record: {e}")))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> Result<T, StoreError> {
+    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+/// Insert events inside an open transaction. A repeated event id is a conflict, not a duplicate row.
+fn insert_events(
+    tx: &rusqlite::Transaction<'_>,
+    rows: &[(LifecycleEvent, String)],
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO events (thread_id, seq, event_id, written_at, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (event, body) in rows {
+        stmt.execute(params![
+            event.thread_id.as_str(),
+            event.seq as i64,
+            event.event_id,
+            event.at.0,
+            body
+        ])?;
+    }
+    Ok(())
+}
+
+/// What a conditional write found.
+enum WriteOutcome {
+    Written,
+    Conflict,
+}
+
+fn is_constraint(err: &rusqlite::Error) -> bool {
+    err.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation)
+}
+
+/// Keyset cursor for the due index: "next_action_at:thread_id".
+fn parse_due_cursor(cursor: Option<String>) -> Result<(i64, String), StoreError> {
+    match cursor {
+        None => Ok((i64::MIN, String::new())),
+        Some(c) => {
+            let (at, id) = c
+                .split_once(':')
+                .ok_or_else(|| StoreError::Unavailable(format!("malformed due cursor {c:?}")))?;
+            let at = at
+                .parse()
+                .map_err(|_| StoreError::Unavailable(format!("malformed due cursor {c:?}")))?;
+            Ok((at, id.to_owned()))
+        }
+    }
+}
+
+#[async_trait]
+impl SessionStore for SqliteSessionStore {
+    async fn load(&self, thread_id: &ThreadId) -> Result<Option<Session>, StoreError> {
+        let id = thread_id.to_string();
+        let json: Option<String> = self
+            .db
+            .call(move |conn| {
+                conn.prepare_cached("SELECT record FROM sessions WHERE thread_id = ?1")?
+                    .query_row([id], |r| r.get(0))
+                    .optional()
+            })
+            .await
+            .map_err(store_error)?;
+        self.count_read(usize::from(json.is_some()));
+        json.map(|j| decode(&format!("session {thread_id}"), &j))
+            .transpose()
+    }
+
+    async fn insert_new(
+        &self,
+        session: &Session,
+        events: &[LifecycleEvent],
+    ) -> Result<(), StoreError> {
+        let json = encode(session)?;
+        let rows = events
+            .iter()
+            .map(|e| Ok((e.clone(), encode(e)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let s = session.clone();
+        let shard = session.thread_id.shard(self.shards);
+        self.count_write();
+        let outcome = self
+            .db
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let inserted = tx.execute(
+                    "INSERT INTO sessions (thread_id, version, status, shard, next_action_at, record)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (thread_id) DO NOTHING",
+                    params![
+                        s.thread_id.as_str(),
+                        s.version as i64,
+                        s.status.as_str(),
+                        shard,
+                        s.next_action_at.map(|m| m.0),
+                        json
+                    ],
+                )?;
+                if inserted == 0 {
+                    return Ok(WriteOutcome::Conflict);
+                }
+                match insert_events(&tx, &rows) {
+                    Err(e) if is_constraint(&e) => return Ok(WriteOutcome::Conflict),
+                    other => other?,
+                }
+                tx.commit()?;
+                Ok(WriteOutcome::Written)
+            })
+            .await
+            .map_err(store_error)?;
+        match outcome {
+            WriteOutcome::Written => Ok(()),
+            WriteOutcome::Conflict => Err(StoreError::AlreadyExists(session.thread_id.clone())),
+        }
+    }
+
+    async fn save(
+        &self,
+        session: &Session,
+        expected_version: u64,
+        events: &[LifecycleEvent],
+    ) -> Result<(), StoreError> {
+        debug_assert_eq!(
+            session.version,
+            expected_version + 1,
+            "save must bump the version by one"
+        );
+        let json = encode(session)?;
+        let rows = events
+            .iter()
+            .map(|e| Ok((e.clone(), encode(e)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let s = session.clone();
+        let shard = session.thread_id.shard(self.shards);
+        self.count_write();
+        let outcome = self
+            .db
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let updated = tx.execute(
+                    "UPDATE sessions SET version = ?2, status = ?3, shard = ?4, next_action_at = ?5, record = ?6
+                     WHERE thread_id = ?1 AND version = ?7",
+                    params![
+                        s.thread_id.as_str(),
+                        s.version as i64,
+                        s.status.as_str(),
+                        shard,
+                        s.next_action_at.map(|m| m.0),
+                        json,
+                        expected_version as i64
+                    ],
+                )?;
+                if updated == 0 {
+                    return Ok(WriteOutcome::Conflict);
+                }
+                match insert_events(&tx, &rows) {
+                    Err(e) if is_constraint(&e) => return Ok(WriteOutcome::Conflict),
+                    other => other?,
+                }
+                tx.commit()?;
+                Ok(WriteOutcome::Written)
+            })
+            .await
+            .map_err(store_error)?;
+        match outcome {
+            WriteOutcome::Written => Ok(()),
+            WriteOutcome::Conflict => Err(StoreError::VersionConflict {
+                thread_id: session.thread_id.clone(),
+                expected: expected_version,
+            }),
+        }
+    }
+
+    async fn due(
+        &self,
+        shard: u32,
+        due_by: Millis,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<Page<Session>, StoreError> {
+        let (after_at, after_id) = parse_due_cursor(cursor)?;
+        let limit = limit.max(1);
+        let rows: Vec<(i64, String)> = self
+            .db
+            .call(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT next_action_at, record FROM sessions
+                     WHERE shard = ?1 AND next_action_at IS NOT NULL AND next_action_at <= ?2
+                       AND (next_action_at, thread_id) > (?3, ?4)
+                     ORDER BY next_action_at, thread_id LIMIT ?5",
+                )?;
+                let rows = stmt
+                    .query_map(
+                        params![shard, due_by.0, after_at, after_id, limit as i64],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await
+            .map_err(store_error)?;
+        self.count_read(rows.len());
+        let full_page = rows.len() == limit;
+        let items = rows
+            .iter()
+            .map(|(_, json)| decode::<Session>("due session", json))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = match (full_page, rows.last(), items.last()) {
+            (true, Some((at, _)), Some(last)) => Some(format!("{at}:{}", last.thread_id)),
+            _ => None,
+        };
+        Ok(Page { items, next })
+    }
+
+    async fn events_after(
+        &self,
+        thread_id: &ThreadId,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<LifecycleEvent>, StoreError> {
+        let id = thread_id.to_string();
+        let bodies: Vec<String> = self
+            .db
+            .call(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT body FROM events WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                )?;
+                let rows = stmt
+                    .query_map(params![id, after_seq as i64, limit as i64], |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                Ok(rows)
+            })
+            .await
+            .map_err(store_error)?;
+        self.count_read(bodies.len());
+        bodies.iter().map(|b| decode("event", b)).collect()
+    }
+
+    async fn unsent_events(
+        &self,
+        written_before: Millis,
+        limit: usize,
+    ) -> Result<Vec<LifecycleEvent>, StoreError> {
+        let bodies: Vec<String> = self
+            .db
+            .call(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT body FROM events WHERE sent = 0 AND written_at <= ?1
+                     ORDER BY written_at, thread_id, seq LIMIT ?2",
+                )?;
+                let rows = stmt
+                    .query_map(params![written_before.0, limit as i64], |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                Ok(rows)
+            })
+            .await
+            .map_err(store_error)?;
+        self.count_read(bodies.len());
+        bodies.iter().map(|b| decode("event", b)).collect()
+    }
+
+    async fn mark_sent(&self, events: &[LifecycleEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<String> = events.iter().map(|e| e.event_id.clone()).collect();
+        self.count_write();
+        self.db
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                {
+                    let mut stmt =
+                        tx.prepare_cached("UPDATE events SET sent = 1 WHERE event_id = ?1")?;
+                    for id in &ids {
+                        stmt.execute([id])?;
+                    }
+                }
+                tx.commit()
+            })
+            .await
+            .map_err(store_error)
+    }
+
+    async fn list(
+        &self,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<Page<Session>, StoreError> {
+        let after = cursor.unwrap_or_default();
+        let limit = limit.max(1);
+        let rows: Vec<String> = self
+            .db
+            .call(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT record FROM sessions WHERE thread_id > ?1 ORDER BY thread_id LIMIT ?2",
+                )?;
+                let rows = stmt
+                    .query_map(params![after, limit as i64], |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                Ok(rows)
+            })
+            .await
+            .map_err(store_error)?;
+        self.count_read(rows.len());
+        let items = rows
+            .iter()
+            .map(|j| decode::<Session>("session", j))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = (items.len() == limit)
+            .then(|| items.last().map(|s| s.thread_id.to_string()))
+            .flatten();
+        Ok(Page { items, next })
+    }
+
+    fn shard_count(&self) -> u32 {
+        self.shards
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            reads: self.counters.reads.load(Ordering::Relaxed),
+            writes: self.counters.writes.load(Ordering::Relaxed),
+            rows_read: self.counters.rows_read.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,593 @@
+//! The lifecycle conformance suite: the design's invariants, proven through the use cases over a
+//! real store and queue. Every store/queue pair (SQLite now, DynamoDB/SQS too) runs these.
+//!
+//! The provider is the in-memory test provider (its failure points are what these tests need);
+//! the real providers have their own conformance suite.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::domain::{Cause, GonePolicy, LifecycleEvent, RejectKind, Status, ThreadId};
+use crate::ports::{DurableQueue, ExecRequest, ProviderError, SessionStore};
+use crate::usecases::{Config, HoldRequest, SweepOptions, Threadbox, UseCaseError};
+
+use super::{FlakyQueue, InMemoryProvider, ManualClock, Op};
+
+/// A threadbox over the given store and queue, with the test provider and a manual clock.
+pub struct Harness {
+    pub tb: Threadbox,
+    pub provider: Arc<InMemoryProvider>,
+    pub clock: Arc<ManualClock>,
+    pub queue: Arc<FlakyQueue>,
+}
+
+impl Harness {
+    pub fn new(store: Arc<dyn SessionStore>, events: Arc<dyn DurableQueue>) -> Self {
+        Self::with_config(store, events, test_config())
+    }
+
+    pub fn with_config(
+        store: Arc<dyn SessionStore>,
+        events: Arc<dyn DurableQueue>,
+        config: Config,
+    ) -> Self {
+        let provider = InMemoryProvider::new();
+        let clock = Arc::new(ManualClock::default());
+        let queue = FlakyQueue::new(events);
+        let tb = Threadbox::new(
+            store,
+            provider.clone(),
+            queue.clone(),
+            clock.clone(),
+            config,
+        );
+        Self {
+            tb,
+            provider,
+            clock,
+            queue,
+        }
+    }
+
+    /// Every event stored for the thread, in order.
+    pub async fn events(&self, thread: &ThreadId) -> Vec<LifecycleEvent> {
+        self.tb.store.events_after(thread, 0, 1_000).await.unwrap()
+    }
+
+    pub async fn status(&self, thread: &ThreadId) -> Status {
+        self.tb.store.load(thread).await.unwrap().unwrap().status
+    }
+
+    pub async fn sweep(&self) -> crate::usecases::SweepReport {
+        self.tb
+            .sweep(SweepOptions::for_duration(Duration::from_secs(30)))
+            .await
+    }
+
+    /// Drain the lifecycle queue, acking everything; returns the events in delivery order.
+    pub async fn drain_events(&self) -> Vec<LifecycleEvent> {
+        let mut out = Vec::new();
+        loop {
+            let batch = self
+                .queue
+                .receive(10, Duration::from_secs(30))
+                .await
+                .unwrap();
+            if batch.is_empty() {
+                return out;
+            }
+            for m in batch {
+                out.push(serde_json::from_str(&m.body).unwrap());
+                self.queue.ack(&m.receipt).await.unwrap();
+            }
+        }
+    }
+}
+
+pub fn test_config() -> Config {
+    Config {
+        settle_poll: Duration::from_millis(5),
+        settle_wait: Duration::from_secs(20),
+        ..Config::default()
+    }
+}
+
+fn tid(s: &str) -> ThreadId {
+    ThreadId::parse(s).unwrap()
+}
+
+/// Invariant 1: any number of concurrent resolves of one new thread create one sandbox.
+pub async fn concurrent_resolves_create_exactly_one_sandbox(h: Harness) {
+    let thread = tid("race-64");
+    h.provider.set_create_delay(Duration::from_millis(50));
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let tb = h.tb.clone();
+            let thread = thread.clone();
+            tokio::spawn(async move { tb.resolve(&thread).await })
+        })
+        .collect();
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        let handle = t.await.unwrap().expect("every caller gets a sandbox");
+        assert_eq!(handle.status, Status::Active);
+        ids.insert(handle.sandbox_id);
+    }
+    assert_eq!(h.provider.creates(), 1, "exactly one provider create");
+    assert_eq!(ids.len(), 1, "all 64 callers got the same sandbox");
+    assert_eq!(h.provider.live_ids().len(), 1);
+}
+
+/// A resolve racing the janitor's retention claim: the sandbox lives or a fresh one replaces it,
+/// and the record never points at a killed sandbox.
+pub async fn resolve_racing_retention_never_points_at_a_killed_sandbox(h: Harness) {
+    for round in 0..10 {
+        let thread = tid(&format!("retention-race-{round}"));
+        let first = h.tb.resolve(&thread).await.unwrap();
+        h.tb.pause(&thread).await.unwrap();
+        h.clock
+            .advance(h.tb.config.timers.retention + Duration::from_secs(1));
+        let tb = h.tb.clone();
+        let t = thread.clone();
+        let resolver = tokio::spawn(async move { tb.resolve(&t).await });
+        let report = h.sweep().await;
+        let handle = resolver
+            .await
+            .unwrap()
+            .expect("the resolve succeeds either way");
+        let record = h.tb.store.load(&thread).await.unwrap().unwrap();
+        let live = h.provider.live_ids();
+        match &record.sandbox_id {
+            Some(id) => assert!(
+                live.contains(id),
+                "round {round}: record points at killed sandbox {id}"
+            ),
+            None => assert_ne!(record.status, Status::Active),
+        }
+        if handle.sandbox_id == first.sandbox_id {
+            assert!(
+                live.contains(&first.sandbox_id),
+                "round {round}: the resolve won, so the sandbox lives"
+            );
+        } else {
+            assert!(
+                handle.generation > first.generation,
+                "round {round}: a fresh sandbox is a new generation"
+            );
+            assert!(
+                !live.contains(&first.sandbox_id),
+                "round {round}: the old sandbox was destroyed"
+            );
+        }
+        // Whoever won, the record now agrees with the handle the resolver got, or moved on.
+        assert!(report.failures == 0, "round {round}: {report:?}");
+        h.tb.destroy(&thread, Cause::User).await.unwrap();
+        h.clock.advance(Duration::from_secs(1));
+    }
+}
+
+/// A task that dies after the provider created a sandbox but before the record was written
+/// leaves an orphan that the next sweep (after the lease) kills.
+pub async fn an_aborted_create_leaves_an_orphan_the_next_sweep_kills(h: Harness) {
+    let thread = tid("aborted-create");
+    h.provider.hang_after_create(true);
+    let tb = h.tb.clone();
+    let t = thread.clone();
+    let task = tokio::spawn(async move { tb.resolve(&t).await });
+    while h.provider.creates() == 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    task.abort();
+    let _ = task.await;
+    h.provider.hang_after_create(false);
+    assert_eq!(
+        h.provider.live_ids().len(),
+        1,
+        "the provider made a sandbox"
+    );
+    assert_eq!(h.status(&thread).await, Status::Creating);
+
+    // Within the lease the in-flight create is respected.
+    let report = h.sweep().await;
+    assert_eq!(report.orphans_killed, 0, "{report:?}");
+    assert_eq!(h.provider.live_ids().len(), 1);
+
+    h.clock
+        .advance(h.tb.config.timers.lease + Duration::from_secs(1));
+    let first = h.sweep().await;
+    let second = h.sweep().await;
+    assert_eq!(
+        first.orphans_killed + second.orphans_killed,
+        1,
+        "{first:?} {second:?}"
+    );
+    assert!(h.provider.live_ids().is_empty(), "the orphan is gone");
+    assert_eq!(h.status(&thread).await, Status::Error);
+
+    // The thread recovers on the next resolve with a new generation.
+    let handle = h.tb.resolve(&thread).await.unwrap();
+    assert_eq!(handle.generation, 2);
+    assert_eq!(h.provider.live_ids(), vec![handle.sandbox_id]);
+}
+
+/// Invariant 2 and 3: one event per state change, gapless sequence numbers, every event reaches
+/// the queue once, and a repeated send of an event is recognised by its id.
+pub async fn every_change_yields_one_event_with_gapless_sequence(h: Harness) {
+    let thread = tid("events-1");
+    h.tb.resolve(&thread).await.unwrap();
+    h.tb.resolve(&thread).await.unwrap(); // no state change: no event
+    h.tb.pause(&thread).await.unwrap();
+    h.tb.pause(&thread).await.unwrap(); // repeated: no-op
+    h.tb.resolve(&thread).await.unwrap();
+    h.tb.destroy(&thread, Cause::User).await.unwrap();
+
+    let events = h.events(&thread).await;
+    let path: Vec<_> = events.iter().map(|e| (e.from, e.to)).collect();
+    use Status::*;
+    assert_eq!(
+        path,
+        vec![
+            (None, Creating),
+            (Some(Creating), Active),
+            (Some(Active), Pausing),
+            (Some(Pausing), Paused),
+            (Some(Paused), Resuming),
+            (Some(Resuming), Active),
+            (Some(Active), Deleting),
+            (Some(Deleting), Destroyed),
+        ]
+    );
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.seq, i as u64 + 1, "gapless");
+    }
+    let record = h.tb.store.load(&thread).await.unwrap().unwrap();
+    assert_eq!(record.last_seq, events.len() as u64);
+
+    let delivered = h.drain_events().await;
+    assert_eq!(
+        delivered, events,
+        "each event reaches the queue once, in order"
+    );
+    // A re-drive or a retried send carries the same event id and is dropped as a duplicate.
+    h.queue
+        .send(&[crate::ports::OutgoingMessage {
+            group_id: thread.to_string(),
+            dedup_id: events[0].event_id.clone(),
+            body: serde_json::to_string(&events[0]).unwrap(),
+        }])
+        .await
+        .unwrap();
+    assert!(
+        h.drain_events().await.is_empty(),
+        "a duplicate event id is recognised"
+    );
+    assert_eq!(
+        h.tb.redrive_unsent(100).await.unwrap(),
+        0,
+        "everything was marked sent"
+    );
+}
+
+/// No event is lost when the queue is down at write time: the janitor re-drives it.
+pub async fn unsent_events_are_redriven_by_the_janitor(h: Harness) {
+    let thread = tid("outbox-1");
+    h.queue.fail_sends(true);
+    h.tb.resolve(&thread).await.unwrap();
+    h.queue.fail_sends(false);
+    assert!(h.drain_events().await.is_empty());
+    h.clock
+        .advance(h.tb.config.redrive_after + Duration::from_secs(1));
+    let report = h.sweep().await;
+    assert_eq!(report.events_redriven, 2, "{report:?}");
+    let delivered = h.drain_events().await;
+    assert_eq!(delivered, h.events(&thread).await);
+}
+
+/// Invariant 5 and the idle rules: a paused thread is not paused again, a live hold protects,
+/// an expired hold does not.
+pub async fn idle_pause_respects_state_and_holds(h: Harness) {
+    let timers = h.tb.config.timers.clone();
+    let idle = tid("idle-1");
+    let held = tid("held-1");
+    h.tb.resolve(&idle).await.unwrap();
+    let hold =
+        h.tb.acquire_hold(&held, HoldRequest::new("agent", timers.idle_pause * 2))
+            .await
+            .unwrap();
+    assert!(hold.hold_id.is_some());
+
+    h.clock.advance(timers.idle_pause + Duration::from_secs(1));
+    let report = h.sweep().await;
+    assert_eq!(report.paused, 1, "{report:?}");
+    assert_eq!(h.status(&idle).await, Status::Paused);
+    assert_eq!(
+        h.status(&held).await,
+        Status::Active,
+        "a live hold protects"
+    );
+
+    let pauses = h.provider.pauses();
+    let report = h.sweep().await;
+    assert_eq!(report.paused, 0, "{report:?}");
+    assert_eq!(
+        h.provider.pauses(),
+        pauses,
+        "a paused thread is not paused again"
+    );
+
+    h.clock.advance(timers.idle_pause + Duration::from_secs(1));
+    let report = h.sweep().await;
+    assert_eq!(
+        report.paused, 1,
+        "the hold expired, so it no longer protects: {report:?}"
+    );
+    assert_eq!(h.status(&held).await, Status::Paused);
+}
+
+/// Invariant 4: the janitor's claim is conditional on what it read; activity after the read wins.
+pub async fn the_janitor_never_acts_on_a_stale_read(h: Harness) {
+    let thread = tid("stale-1");
+    h.tb.resolve(&thread).await.unwrap();
+    h.clock
+        .advance(h.tb.config.timers.idle_pause + Duration::from_secs(1));
+    let shard = thread.shard(h.tb.store.shard_count());
+    let snapshot =
+        h.tb.store
+            .due(shard, h.tb.clock.now(), 10, None)
+            .await
+            .unwrap()
+            .items;
+    assert_eq!(snapshot.len(), 1);
+    // Activity lands between the janitor's read and its claim.
+    h.tb.resolve(&thread).await.unwrap();
+    let acted = h.tb.act_on_due_for_tests(snapshot[0].clone()).await;
+    assert_eq!(acted, "skipped");
+    assert_eq!(h.status(&thread).await, Status::Active);
+    assert_eq!(h.provider.pauses(), 0);
+}
+
+/// A running command holds the sandbox: neither a user pause nor the janitor pauses it.
+pub async fn a_running_command_is_never_paused(h: Harness) {
+    let thread = tid("busy-1");
+    h.tb.resolve(&thread).await.unwrap();
+    h.provider.set_exec_delay(Duration::from_millis(300));
+    let tb = h.tb.clone();
+    let t = thread.clone();
+    let exec = tokio::spawn(async move { tb.exec(&t, ExecRequest::shell("sleep 1")).await });
+    while h.provider.commands().is_empty() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let err = h.tb.pause(&thread).await.unwrap_err();
+    assert!(matches!(err, UseCaseError::Held(_)), "{err:?}");
+    h.clock
+        .advance(h.tb.config.timers.idle_pause + Duration::from_secs(1));
+    let report = h.sweep().await;
+    assert_eq!(report.paused, 0, "{report:?}");
+    let result = exec.await.unwrap().unwrap();
+    assert_eq!(result.exit_code, Some(0));
+    assert_eq!(h.status(&thread).await, Status::Active);
+    // Released: now the user can pause.
+    h.tb.pause(&thread).await.unwrap();
+}
+
+/// Resolve resumes a paused sandbox under the same id.
+pub async fn resolve_resumes_a_paused_sandbox(h: Harness) {
+    let thread = tid("resume-1");
+    let first = h.tb.resolve(&thread).await.unwrap();
+    h.tb.pause(&thread).await.unwrap();
+    let again = h.tb.resolve(&thread).await.unwrap();
+    assert_eq!(
+        (again.sandbox_id.as_str(), again.resumed, again.created),
+        (first.sandbox_id.as_str(), true, false)
+    );
+    assert_eq!(h.provider.creates(), 1);
+    let resumed = h.tb.resume(&thread).await.unwrap();
+    assert!(!resumed.resumed, "resuming an active thread is a no-op");
+}
+
+/// Invariant 6, recreate policy: the sandbox is replaced in a new generation and the event says so.
+pub async fn a_gone_sandbox_is_recreated_and_the_event_says_so(h: Harness) {
+    let thread = tid("slack:T1:C1:1700000000.000100");
+    let first = h.tb.resolve(&thread).await.unwrap();
+    h.tb.pause(&thread).await.unwrap();
+    h.provider.forget(&first.sandbox_id);
+    let handle = h.tb.resolve(&thread).await.unwrap();
+    assert!(handle.recreated);
+    assert_eq!(handle.generation, first.generation + 1);
+    assert_ne!(handle.sandbox_id, first.sandbox_id);
+    let events = h.events(&thread).await;
+    let recreated = events
+        .iter()
+        .find(|e| e.cause == Cause::Recreated)
+        .expect("a recreated event");
+    assert_eq!(
+        recreated.sandbox_id.as_deref(),
+        Some(first.sandbox_id.as_str())
+    );
+    assert!(
+        recreated
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("files are lost"),
+        "{recreated:?}"
+    );
+}
+
+/// Invariant 6, expire policy: the thread is expired and new work is refused with a clear message
+/// until it is reset.
+pub async fn a_gone_sandbox_expires_the_thread_under_the_expire_policy(
+    store: Arc<dyn SessionStore>,
+    events: Arc<dyn DurableQueue>,
+) {
+    let config = crate::usecases::Config {
+        gone_policy_api: GonePolicy::Expire,
+        ..test_config()
+    };
+    let h = Harness::with_config(store, events, config);
+    let thread = tid("expire-1");
+    let first = h.tb.resolve(&thread).await.unwrap();
+    h.tb.pause(&thread).await.unwrap();
+    h.provider.forget(&first.sandbox_id);
+    let err = h.tb.resolve(&thread).await.unwrap_err();
+    assert_eq!(err.code(), "thread_expired", "{err}");
+    assert!(err.to_string().contains("reset the thread"), "{err}");
+    assert_eq!(h.status(&thread).await, Status::Expired);
+    let last = h.events(&thread).await.pop().unwrap();
+    assert_eq!(
+        (last.to, last.cause),
+        (Status::Expired, Cause::ProviderGone)
+    );
+
+    let seq = h.events(&thread).await.len();
+    let err = h.tb.resume(&thread).await.unwrap_err();
+    assert!(matches!(err, UseCaseError::Rejected(r) if r.kind == RejectKind::Expired));
+    assert_eq!(
+        h.events(&thread).await.len(),
+        seq,
+        "a refused command changes nothing"
+    );
+
+    let fresh = h.tb.reset(&thread).await.unwrap();
+    assert_eq!(fresh.status, Status::Active);
+    assert_eq!(fresh.generation, first.generation + 1);
+}
+
+/// Bad input: illegal transitions and unknown threads are typed errors that change nothing.
+pub async fn illegal_commands_are_refused_and_change_nothing(h: Harness) {
+    let unknown = tid("never-seen");
+    assert!(matches!(
+        h.tb.pause(&unknown).await,
+        Err(UseCaseError::UnknownThread(_))
+    ));
+    assert!(matches!(
+        h.tb.resume(&unknown).await,
+        Err(UseCaseError::UnknownThread(_))
+    ));
+    assert!(
+        h.tb.store.load(&unknown).await.unwrap().is_none(),
+        "nothing was created"
+    );
+
+    let thread = tid("illegal-1");
+    h.tb.resolve(&thread).await.unwrap();
+    h.tb.destroy(&thread, Cause::User).await.unwrap();
+    let before = h.tb.store.load(&thread).await.unwrap().unwrap();
+    let err = h.tb.pause(&thread).await.unwrap_err();
+    assert_eq!(err.code(), "illegal_transition");
+    assert!(err.to_string().contains("destroyed"), "{err}");
+    let err = h.tb.resume(&thread).await.unwrap_err();
+    assert_eq!(err.code(), "illegal_transition");
+    assert_eq!(h.tb.store.load(&thread).await.unwrap().unwrap(), before);
+}
+
+/// Retention destroys an idle thread; the next resolve starts a new generation.
+pub async fn retention_destroys_and_the_next_resolve_starts_fresh(h: Harness) {
+    let thread = tid("retain-1");
+    let first = h.tb.resolve(&thread).await.unwrap();
+    h.clock
+        .advance(h.tb.config.timers.idle_pause + Duration::from_secs(1));
+    assert_eq!(h.sweep().await.paused, 1);
+    h.clock.advance(h.tb.config.timers.retention);
+    let report = h.sweep().await;
+    assert_eq!(report.destroyed, 1, "{report:?}");
+    let record = h.tb.store.load(&thread).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            record.status,
+            record.sandbox_id.as_deref(),
+            record.next_action_at
+        ),
+        (Status::Destroyed, None, None)
+    );
+    assert!(h.provider.live_ids().is_empty());
+    assert_eq!(
+        h.events(&thread).await.last().unwrap().cause,
+        Cause::Retention
+    );
+    let next = h.tb.resolve(&thread).await.unwrap();
+    assert_eq!(next.generation, first.generation + 1);
+    assert!(next.created);
+}
+
+/// Stuck transitions are recovered once their lease runs out; reconciliation follows the provider.
+pub async fn stuck_transitions_and_drift_are_reconciled(h: Harness) {
+    // A pause whose worker died after the provider paused but before the record said so.
+    let thread = tid("stuck-1");
+    let handle = h.tb.resolve(&thread).await.unwrap();
+    h.provider
+        .fail_next(Op::Pause, ProviderError::Unavailable("injected".into()));
+    assert!(h.tb.pause(&thread).await.is_err());
+    assert_eq!(
+        h.status(&thread).await,
+        Status::Error,
+        "a failed pause is an error, with its cause"
+    );
+    // The resolve finds the sandbox alive and folds that back in.
+    h.tb.resolve(&thread).await.unwrap();
+    assert_eq!(h.status(&thread).await, Status::Active);
+
+    // The provider paused it on its own (E2B autoPause): the sweep corrects the record.
+    h.provider.auto_pause(&handle.sandbox_id);
+    let report = h.sweep().await;
+    assert_eq!(report.corrected, 1, "{report:?}");
+    assert_eq!(h.status(&thread).await, Status::Paused);
+    let last = h.events(&thread).await.pop().unwrap();
+    assert_eq!((last.to, last.cause), (Status::Paused, Cause::Reconcile));
+
+    // A record whose sandbox vanished is corrected when it comes due (recreate by default).
+    let lost = tid("lost-1");
+    let lost_handle = h.tb.resolve(&lost).await.unwrap();
+    h.provider.forget(&lost_handle.sandbox_id);
+    h.clock
+        .advance(h.tb.config.timers.idle_pause + Duration::from_secs(1));
+    let report = h.sweep().await;
+    assert!(report.corrected >= 1, "{report:?}");
+    let events = h.events(&lost).await;
+    assert!(
+        events.iter().any(|e| e.cause == Cause::Recreated),
+        "{events:?}"
+    );
+    let record = h.tb.store.load(&lost).await.unwrap().unwrap();
+    assert!(h
+        .provider
+        .live_ids()
+        .contains(record.sandbox_id.as_ref().unwrap()));
+}
+
+/// The sweep stops at its deadline and leaves the rest for the next run.
+pub async fn the_sweep_stops_at_its_deadline(h: Harness) {
+    for i in 0..5 {
+        h.tb.resolve(&tid(&format!("deadline-{i}"))).await.unwrap();
+    }
+    h.clock
+        .advance(h.tb.config.timers.idle_pause + Duration::from_secs(1));
+    let report =
+        h.tb.sweep(SweepOptions::until(tokio::time::Instant::now()))
+            .await;
+    assert!(!report.completed);
+    assert_eq!(report.paused, 0, "{report:?}");
+    let report = h.sweep().await;
+    assert!(report.completed);
+    assert_eq!(report.paused, 5, "{report:?}");
+}
+
+/// A provider create failure leaves a clear error event and nothing stuck.
+pub async fn a_failed_create_is_an_error_event_not_a_stuck_record(h: Harness) {
+    let thread = tid("create-fails");
+    h.provider.fail_next(
+        Op::Create,
+        ProviderError::Unavailable("503 from provider".into()),
+    );
+    let err = h.tb.resolve(&thread).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    let record = h.tb.store.load(&thread).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Error);
+    assert!(
+        record.last_error.as_deref().unwrap().contains("503"),
+        "{record:?}"
+    );
+    let handle = h.tb.resolve(&thread).await.unwrap();
+    assert_eq!(handle.status, Status::Active);
+    assert_eq!(handle.generation, 2);
+}

@@ -1,0 +1,264 @@
+//! The session store conformance suite: every `SessionStore` adapter runs these, so SQLite and
+//! DynamoDB cannot drift apart. Each function takes a fresh, empty store.
+
+use std::sync::Arc;
+
+use crate::domain::{
+    Cause, Change, Command, LifecycleEvent, Millis, Session, Status, ThreadId, Timers,
+};
+use crate::ports::{SessionStore, StoreError};
+
+fn tid(s: &str) -> ThreadId {
+    ThreadId::parse(s).unwrap()
+}
+
+fn change(now: i64) -> Change {
+    Change {
+        event_id: uuid::Uuid::new_v4().to_string(),
+        now: Millis(now),
+        detail: None,
+    }
+}
+
+/// A new session and its first event, at `now`.
+pub fn new_session(id: &str, now: i64) -> (Session, LifecycleEvent) {
+    Session::new_creating(tid(id), "test", change(now), &Timers::default())
+}
+
+/// Apply `command` and bump the version as a use case would; returns the event.
+fn advance(s: &mut Session, command: Command, now: i64) -> LifecycleEvent {
+    let event = s
+        .apply(command, Cause::User, change(now), &Timers::default())
+        .unwrap()
+        .unwrap();
+    s.version += 1;
+    event
+}
+
+pub async fn insert_then_load_round_trips(store: Arc<dyn SessionStore>) {
+    let (s, e) = new_session("conf-a", 1_000);
+    assert_eq!(store.load(&s.thread_id).await.unwrap(), None);
+    store
+        .insert_new(&s, std::slice::from_ref(&e))
+        .await
+        .unwrap();
+    assert_eq!(store.load(&s.thread_id).await.unwrap(), Some(s.clone()));
+    assert_eq!(
+        store.events_after(&s.thread_id, 0, 10).await.unwrap(),
+        vec![e]
+    );
+}
+
+pub async fn second_insert_conflicts_and_changes_nothing(store: Arc<dyn SessionStore>) {
+    let (s, e) = new_session("conf-b", 1_000);
+    store
+        .insert_new(&s, std::slice::from_ref(&e))
+        .await
+        .unwrap();
+    let (other, other_event) = new_session("conf-b", 2_000);
+    let err = store.insert_new(&other, &[other_event]).await.unwrap_err();
+    assert!(matches!(err, StoreError::AlreadyExists(_)), "{err:?}");
+    assert_eq!(store.load(&s.thread_id).await.unwrap(), Some(s.clone()));
+    assert_eq!(
+        store.events_after(&s.thread_id, 0, 10).await.unwrap().len(),
+        1
+    );
+}
+
+pub async fn save_writes_session_and_events_together(store: Arc<dyn SessionStore>) {
+    let (mut s, e1) = new_session("conf-c", 1_000);
+    store.insert_new(&s, &[e1]).await.unwrap();
+    s.bind_sandbox("sb-1".into(), None);
+    let e2 = advance(&mut s, Command::CreateSucceeded, 2_000);
+    store
+        .save(&s, s.version - 1, std::slice::from_ref(&e2))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.load(&s.thread_id).await.unwrap().unwrap().status,
+        Status::Active
+    );
+    assert_eq!(
+        store.events_after(&s.thread_id, 1, 10).await.unwrap(),
+        vec![e2]
+    );
+}
+
+pub async fn stale_save_conflicts_and_writes_nothing(store: Arc<dyn SessionStore>) {
+    let (mut s, e1) = new_session("conf-d", 1_000);
+    store.insert_new(&s, &[e1]).await.unwrap();
+    let stale = s.clone();
+    let e2 = advance(&mut s, Command::CreateSucceeded, 2_000);
+    store.save(&s, 0, &[e2]).await.unwrap();
+
+    let mut late = stale;
+    let e_late = advance(&mut late, Command::Fail, 3_000);
+    let err = store.save(&late, 0, &[e_late]).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::VersionConflict { expected: 0, .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        store.load(&s.thread_id).await.unwrap().unwrap(),
+        s,
+        "the session is untouched"
+    );
+    assert_eq!(
+        store.events_after(&s.thread_id, 0, 10).await.unwrap().len(),
+        2,
+        "no event from the loser"
+    );
+}
+
+pub async fn a_duplicate_event_id_fails_the_whole_write(store: Arc<dyn SessionStore>) {
+    let (mut s, e1) = new_session("conf-e", 1_000);
+    store
+        .insert_new(&s, std::slice::from_ref(&e1))
+        .await
+        .unwrap();
+    let before = s.clone();
+    let mut e2 = advance(&mut s, Command::CreateSucceeded, 2_000);
+    e2.event_id = e1.event_id.clone();
+    let err = store.save(&s, 0, &[e2]).await.unwrap_err();
+    assert!(err.is_conflict(), "{err:?}");
+    assert_eq!(
+        store.load(&s.thread_id).await.unwrap().unwrap(),
+        before,
+        "nothing half-written"
+    );
+}
+
+pub async fn exactly_one_of_many_concurrent_saves_wins(store: Arc<dyn SessionStore>) {
+    let (s, e1) = new_session("conf-f", 1_000);
+    store.insert_new(&s, &[e1]).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let store = store.clone();
+        let mut mine = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let e = advance(&mut mine, Command::Fail, 2_000 + i);
+            store.save(&mine, 0, &[e]).await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => wins += 1,
+            Err(e) => assert!(e.is_conflict(), "{e:?}"),
+        }
+    }
+    assert_eq!(wins, 1);
+    assert_eq!(
+        store
+            .events_after(&s.thread_id, 0, 100)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+/// Due work comes from an index: only due rows of the asked shard, oldest first, in pages.
+pub async fn due_reads_only_due_rows_of_a_shard_in_pages(store: Arc<dyn SessionStore>) {
+    let shards = store.shard_count();
+    let mut expected_due = Vec::new();
+    for i in 0..40 {
+        let (mut s, e) = new_session(&format!("due-{i}"), 1_000);
+        // Half are due at 5_000 + i, half far in the future.
+        s.next_action_at = Some(Millis(if i % 2 == 0 { 5_000 + i } else { 1_000_000 }));
+        store.insert_new(&s, &[e]).await.unwrap();
+        if i % 2 == 0 {
+            expected_due.push((s.thread_id.shard(shards), s.thread_id.clone()));
+        }
+    }
+    let before = store.stats();
+    let mut seen = Vec::new();
+    for shard in 0..shards {
+        let mut cursor = None;
+        let mut last_at = Millis(i64::MIN);
+        loop {
+            let page = store.due(shard, Millis(10_000), 3, cursor).await.unwrap();
+            assert!(page.items.len() <= 3);
+            for s in &page.items {
+                assert_eq!(
+                    s.thread_id.shard(shards),
+                    shard,
+                    "rows come from the asked shard"
+                );
+                let at = s.next_action_at.unwrap();
+                assert!(at <= Millis(10_000) && at >= last_at, "due and ordered");
+                last_at = at;
+                seen.push((shard, s.thread_id.clone()));
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+    }
+    seen.sort();
+    expected_due.sort();
+    assert_eq!(seen, expected_due);
+    let rows = store.stats().rows_read - before.rows_read;
+    if rows > 0 {
+        assert!(
+            rows <= 20 + u64::from(shards),
+            "read {rows} rows for 20 due; an index reads only due rows"
+        );
+    }
+}
+
+pub async fn events_after_and_outbox(store: Arc<dyn SessionStore>) {
+    let (mut s, e1) = new_session("conf-g", 1_000);
+    store
+        .insert_new(&s, std::slice::from_ref(&e1))
+        .await
+        .unwrap();
+    let e2 = advance(&mut s, Command::CreateSucceeded, 2_000);
+    store.save(&s, 0, std::slice::from_ref(&e2)).await.unwrap();
+    assert_eq!(
+        store.events_after(&s.thread_id, 1, 10).await.unwrap(),
+        vec![e2.clone()]
+    );
+    assert_eq!(
+        store.events_after(&s.thread_id, 2, 10).await.unwrap(),
+        vec![]
+    );
+
+    let unsent = store.unsent_events(Millis(1_500), 10).await.unwrap();
+    assert_eq!(
+        unsent,
+        vec![e1.clone()],
+        "only events written before the cutoff"
+    );
+    store.mark_sent(&[e1]).await.unwrap();
+    assert_eq!(
+        store.unsent_events(Millis(5_000), 10).await.unwrap(),
+        vec![e2.clone()]
+    );
+    store.mark_sent(&[e2]).await.unwrap();
+    assert!(store
+        .unsent_events(Millis(5_000), 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+pub async fn list_pages_through_every_session(store: Arc<dyn SessionStore>) {
+    for i in 0..7 {
+        let (s, e) = new_session(&format!("list-{i}"), 1_000);
+        store.insert_new(&s, &[e]).await.unwrap();
+    }
+    let mut cursor = None;
+    let mut seen = Vec::new();
+    loop {
+        let page = store.list(3, cursor).await.unwrap();
+        seen.extend(page.items.into_iter().map(|s| s.thread_id.to_string()));
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..7).map(|i| format!("list-{i}")).collect();
+    assert_eq!(seen, expected);
+}

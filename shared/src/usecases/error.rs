@@ -1,0 +1,55 @@
+//! The one error type use cases return; adapters at the edge map it to HTTP codes or replies.
+
+use crate::domain::{RejectKind, Rejected, Status, ThreadId};
+use crate::ports::{ProviderError, QueueError, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum UseCaseError {
+    #[error("no session for thread {0}")]
+    UnknownThread(ThreadId),
+    #[error(transparent)]
+    Rejected(#[from] Rejected),
+    #[error("thread {thread_id} is {status} and did not settle in time; retry shortly")]
+    Busy { thread_id: ThreadId, status: Status },
+    #[error("thread {0} is running a command or has a live hold, so it cannot be paused now")]
+    Held(ThreadId),
+    #[error("sandbox provider: {0}")]
+    Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl UseCaseError {
+    /// A stable, machine-readable code for API bodies and Lambda error types.
+    pub fn code(&self) -> &'static str {
+        match self {
+            UseCaseError::UnknownThread(_) => "unknown_thread",
+            UseCaseError::Rejected(r) => match r.kind {
+                RejectKind::Busy => "busy",
+                RejectKind::Expired => "thread_expired",
+                RejectKind::Illegal => "illegal_transition",
+            },
+            UseCaseError::Busy { .. } => "busy",
+            UseCaseError::Held(_) => "held",
+            UseCaseError::Provider(ProviderError::InvalidRequest(_)) => "invalid_request",
+            UseCaseError::Provider(ProviderError::Unsupported(_)) => "unsupported",
+            UseCaseError::Provider(_) => "provider_error",
+            UseCaseError::Store(_) => "store_unavailable",
+            UseCaseError::Queue(_) => "queue_unavailable",
+        }
+    }
+
+    /// Whether the same call may succeed if retried later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            UseCaseError::Busy { .. } | UseCaseError::Held(_) => true,
+            UseCaseError::Rejected(r) => r.kind == RejectKind::Busy,
+            UseCaseError::Provider(p) => p.is_retryable(),
+            UseCaseError::Store(s) => !matches!(s, StoreError::Corrupt(_)),
+            UseCaseError::Queue(_) => true,
+            UseCaseError::UnknownThread(_) => false,
+        }
+    }
+}

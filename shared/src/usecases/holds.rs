@@ -1,0 +1,286 @@
+//! Holds and keep-alive, and the work that runs under a hold: commands and file operations.
+//!
+//! A hold is written into the session record, so the janitor's conditional pause claim fails
+//! while one is live, whichever process holds it. Holds expire, so a crashed holder cannot pin a
+//! sandbox forever; a long-running holder renews with `keep_alive`, which also pushes the
+//! provider's own timeout out.
+
+use std::time::Duration;
+
+use crate::domain::{Hold, Millis, Session, ThreadId};
+use crate::ports::{ExecRequest, ExecResult, FileEntry, GrepMatch, ProviderError};
+
+use super::error::UseCaseError;
+use super::resolve::{ResolveOptions, SandboxHandle};
+use super::threadbox::{Step, Threadbox};
+
+/// Extra hold time beyond a command's own timeout, covering the round trips around it.
+const HOLD_GRACE: Duration = Duration::from_secs(30);
+
+/// A request to keep a thread's sandbox awake for `ttl`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldRequest {
+    pub owner: String,
+    pub ttl: Duration,
+}
+
+impl HoldRequest {
+    pub fn new(owner: impl Into<String>, ttl: Duration) -> Self {
+        Self {
+            owner: owner.into(),
+            ttl,
+        }
+    }
+
+    pub(crate) fn pending(&self) -> PendingHold {
+        PendingHold {
+            hold_id: uuid::Uuid::new_v4().to_string(),
+            request: self.clone(),
+        }
+    }
+}
+
+/// A hold with its id chosen, whose expiry is fixed when it is written.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingHold {
+    pub(crate) hold_id: String,
+    request: HoldRequest,
+}
+
+impl PendingHold {
+    pub(crate) fn at(&self, now: Millis) -> Hold {
+        Hold {
+            hold_id: self.hold_id.clone(),
+            owner: self.request.owner.clone(),
+            expires_at: now.plus(self.request.ttl),
+        }
+    }
+}
+
+impl Threadbox {
+    /// Resolve the thread and take a hold in the same write. Release it with `release_hold`.
+    pub async fn acquire_hold(
+        &self,
+        thread_id: &ThreadId,
+        request: HoldRequest,
+    ) -> Result<SandboxHandle, UseCaseError> {
+        self.resolve_with(
+            thread_id,
+            ResolveOptions {
+                create: true,
+                hold: Some(request),
+            },
+        )
+        .await
+    }
+
+    /// Drop a hold. Returns whether it was still there (an expired hold is already gone).
+    pub async fn release_hold(
+        &self,
+        thread_id: &ThreadId,
+        hold_id: &str,
+    ) -> Result<bool, UseCaseError> {
+        self.update_holds(thread_id, |s, now, timers| {
+            s.release_hold(hold_id, now, timers)
+        })
+        .await
+    }
+
+    /// Extend a live hold by `ttl` from now and push the provider's timeout out. Returns false
+    /// when the hold had already expired or been released (the caller should re-acquire).
+    pub async fn keep_alive(
+        &self,
+        thread_id: &ThreadId,
+        hold_id: &str,
+        ttl: Duration,
+    ) -> Result<bool, UseCaseError> {
+        let renewed = self
+            .update_holds(thread_id, |s, now, timers| {
+                let Some(hold) = s.live_holds(now).find(|h| h.hold_id == hold_id).cloned() else {
+                    return false;
+                };
+                s.acquire_hold(
+                    Hold {
+                        expires_at: now.plus(ttl),
+                        ..hold
+                    },
+                    now,
+                    timers,
+                );
+                true
+            })
+            .await?;
+        if renewed {
+            let session = self.load(thread_id).await?;
+            if let Some(id) = session.sandbox_id.as_deref() {
+                self.provider
+                    .set_timeout(id, self.config.sandbox_timeout.max(ttl))
+                    .await?;
+            }
+        }
+        Ok(renewed)
+    }
+
+    async fn update_holds(
+        &self,
+        thread_id: &ThreadId,
+        edit: impl Fn(&mut Session, Millis, &crate::domain::Timers) -> bool,
+    ) -> Result<bool, UseCaseError> {
+        loop {
+            let current = self.load(thread_id).await?;
+            let mut next = current.clone();
+            let now = self.clock.now();
+            let result = edit(&mut next, now, &self.config.timers);
+            if let Step::Moved(_) = self.write(next, current.version, vec![]).await? {
+                return Ok(result);
+            }
+        }
+    }
+
+    /// Run a command in the thread's sandbox (creating or resuming it first) under a hold, so
+    /// nothing pauses it mid-command. A sandbox found gone is handled by the thread's policy and,
+    /// when recreated, the command runs once more in the new sandbox.
+    #[tracing::instrument(skip(self, request), fields(thread_id = %thread_id))]
+    pub async fn exec(
+        &self,
+        thread_id: &ThreadId,
+        request: ExecRequest,
+    ) -> Result<ExecResult, UseCaseError> {
+        let hold = HoldRequest::new("exec", request.timeout + HOLD_GRACE);
+        let mut retried = false;
+        loop {
+            let handle = self.acquire_hold(thread_id, hold.clone()).await?;
+            let hold_id = handle.hold_id.clone().unwrap_or_default();
+            let keep_alive = request.timeout + HOLD_GRACE;
+            if keep_alive > self.config.sandbox_timeout {
+                self.provider
+                    .set_timeout(&handle.sandbox_id, keep_alive)
+                    .await
+                    .ok();
+            }
+            let result = self
+                .provider
+                .exec(&handle.sandbox_id, request.clone())
+                .await;
+            if let Err(error) = self.release_hold(thread_id, &hold_id).await {
+                tracing::warn!(%error, "releasing the exec hold failed; it expires on its own");
+            }
+            match result {
+                Err(ProviderError::Gone(_)) if !retried => {
+                    retried = true;
+                    self.sandbox_gone(thread_id).await?;
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
+    /// The provider said the thread's sandbox is gone while using it: fold that into the record
+    /// (recreate or expire by policy) so the next resolve sees the truth.
+    async fn sandbox_gone(&self, thread_id: &ThreadId) -> Result<(), UseCaseError> {
+        let current = self.load(thread_id).await?;
+        self.observe(&current).await?;
+        Ok(())
+    }
+
+    /// Run a file operation against the thread's resolved sandbox under a short hold.
+    async fn with_sandbox<T, F, Fut>(&self, thread_id: &ThreadId, op: F) -> Result<T, UseCaseError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ProviderError>>,
+    {
+        let mut retried = false;
+        loop {
+            let handle = self
+                .acquire_hold(thread_id, HoldRequest::new("files", HOLD_GRACE))
+                .await?;
+            let result = op(handle.sandbox_id.clone()).await;
+            if let Some(hold_id) = handle.hold_id.as_deref() {
+                self.release_hold(thread_id, hold_id).await.ok();
+            }
+            match result {
+                Err(ProviderError::Gone(_)) if !retried => {
+                    retried = true;
+                    self.sandbox_gone(thread_id).await?;
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
+    pub async fn read_file(
+        &self,
+        thread_id: &ThreadId,
+        path: &str,
+    ) -> Result<Vec<u8>, UseCaseError> {
+        self.with_sandbox(thread_id, |id| async move {
+            self.provider.read_file(&id, path).await
+        })
+        .await
+    }
+
+    pub async fn write_file(
+        &self,
+        thread_id: &ThreadId,
+        path: &str,
+        contents: &[u8],
+    ) -> Result<(), UseCaseError> {
+        self.with_sandbox(thread_id, |id| async move {
+            self.provider.write_file(&id, path, contents).await
+        })
+        .await
+    }
+
+    pub async fn list_dir(
+        &self,
+        thread_id: &ThreadId,
+        path: &str,
+    ) -> Result<Vec<FileEntry>, UseCaseError> {
+        self.with_sandbox(thread_id, |id| async move {
+            self.provider.list_dir(&id, path).await
+        })
+        .await
+    }
+
+    pub async fn stat(&self, thread_id: &ThreadId, path: &str) -> Result<FileEntry, UseCaseError> {
+        self.with_sandbox(thread_id, |id| async move {
+            self.provider.stat(&id, path).await
+        })
+        .await
+    }
+
+    pub async fn remove(
+        &self,
+        thread_id: &ThreadId,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), UseCaseError> {
+        self.with_sandbox(thread_id, |id| async move {
+            self.provider.remove(&id, path, recursive).await
+        })
+        .await
+    }
+
+    pub async fn glob(
+        &self,
+        thread_id: &ThreadId,
+        pattern: &str,
+    ) -> Result<Vec<String>, UseCaseError> {
+        self.with_sandbox(thread_id, |id| async move {
+            self.provider.glob(&id, pattern).await
+        })
+        .await
+    }
+
+    pub async fn grep(
+        &self,
+        thread_id: &ThreadId,
+        pattern: &str,
+        path: &str,
+    ) -> Result<Vec<GrepMatch>, UseCaseError> {
+        self.with_sandbox(thread_id, |id| async move {
+            self.provider.grep(&id, pattern, path).await
+        })
+        .await
+    }
+}

@@ -1,0 +1,326 @@
+//! The janitor sweep, run every minute by EventBridge (or a timer in `threadbox dev`).
+//!
+//! 1. Re-drive lifecycle events that were written but never sent.
+//! 2. Reconcile with the provider: kill orphans (sandboxes tagged with a thread whose record does
+//!    not point at them) and fold provider-side pauses into records.
+//! 3. Walk the due-work index shard by shard and act: pause idle threads, destroy expired ones,
+//!    recover transitions whose lease ran out, correct records whose sandbox is gone.
+//!
+//! Every claim is a conditional write on the version read from the index, so a thread that saw
+//! activity after the read is left alone. The sweep checks its deadline before each item and stops
+//! early rather than overrun; the next run continues where the index says.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::domain::{Cause, Command, Millis, Session, Status};
+use crate::ports::{ProviderError, SandboxInfo, SandboxState};
+
+use super::error::UseCaseError;
+use super::pause::PauseOutcome;
+use super::threadbox::{Step, Threadbox};
+
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    /// Stop starting new work after this instant (the Lambda deadline minus a margin).
+    pub deadline: Instant,
+    /// Due records read per index query.
+    pub page_size: usize,
+    /// Threads acted on at once.
+    pub concurrency: usize,
+}
+
+impl SweepOptions {
+    pub fn until(deadline: Instant) -> Self {
+        Self {
+            deadline,
+            page_size: 100,
+            concurrency: 8,
+        }
+    }
+
+    pub fn for_duration(budget: Duration) -> Self {
+        Self::until(Instant::now() + budget)
+    }
+}
+
+/// What one sweep did. Printed by `threadbox dev`, logged by the Lambda, read by tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SweepReport {
+    pub events_redriven: usize,
+    pub orphans_killed: usize,
+    /// Records corrected to match the provider (provider-side pause, sandbox gone).
+    pub corrected: usize,
+    pub due_examined: usize,
+    pub paused: usize,
+    pub destroyed: usize,
+    pub recovered: usize,
+    /// Due threads left alone: fresh activity, a live hold, or another writer first.
+    pub skipped: usize,
+    pub failures: usize,
+    /// False when the deadline stopped the sweep before it finished.
+    pub completed: bool,
+}
+
+/// What happened to one due thread.
+enum Acted {
+    Paused,
+    Destroyed,
+    Recovered,
+    Corrected,
+    Skipped,
+    Failed,
+}
+
+impl Threadbox {
+    #[tracing::instrument(skip_all)]
+    pub async fn sweep(&self, options: SweepOptions) -> SweepReport {
+        let mut report = SweepReport::default();
+        let out_of_time = || Instant::now() >= options.deadline;
+
+        match self.redrive_unsent(500).await {
+            Ok(n) => report.events_redriven = n,
+            Err(error) => {
+                tracing::warn!(%error, "re-driving events failed");
+                report.failures += 1;
+            }
+        }
+        if out_of_time() {
+            return report;
+        }
+
+        let live = match self.provider.list(&BTreeMap::new()).await {
+            Ok(list) => Some(list),
+            Err(error) => {
+                tracing::warn!(%error, "listing provider sandboxes failed; skipping reconciliation");
+                report.failures += 1;
+                None
+            }
+        };
+        if let Some(list) = &live {
+            self.reconcile(list, &options, &mut report).await;
+        }
+        let live_ids: Option<HashSet<String>> =
+            live.map(|l| l.into_iter().map(|s| s.sandbox_id).collect());
+
+        let now = self.clock.now();
+        for shard in 0..self.store.shard_count() {
+            let mut cursor = None;
+            loop {
+                if out_of_time() {
+                    return report;
+                }
+                let page = match self
+                    .store
+                    .due(shard, now, options.page_size, cursor.take())
+                    .await
+                {
+                    Ok(page) => page,
+                    Err(error) => {
+                        tracing::warn!(%error, shard, "querying due work failed");
+                        report.failures += 1;
+                        break;
+                    }
+                };
+                report.due_examined += page.items.len();
+                let results: Vec<Acted> = stream::iter(page.items)
+                    .map(|s| {
+                        let live_ids = live_ids.as_ref();
+                        async move {
+                            if Instant::now() >= options.deadline {
+                                return Acted::Skipped;
+                            }
+                            self.act_on_due(s, now, live_ids).await
+                        }
+                    })
+                    .buffer_unordered(options.concurrency.max(1))
+                    .collect()
+                    .await;
+                for acted in results {
+                    match acted {
+                        Acted::Paused => report.paused += 1,
+                        Acted::Destroyed => report.destroyed += 1,
+                        Acted::Recovered => report.recovered += 1,
+                        Acted::Corrected => report.corrected += 1,
+                        Acted::Skipped => report.skipped += 1,
+                        Acted::Failed => report.failures += 1,
+                    }
+                }
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+        report.completed = !out_of_time();
+        report
+    }
+
+    /// Kill orphans and follow provider-side state changes.
+    async fn reconcile(
+        &self,
+        sandboxes: &[SandboxInfo],
+        options: &SweepOptions,
+        report: &mut SweepReport,
+    ) {
+        let results: Vec<Result<Option<Acted>, UseCaseError>> = stream::iter(sandboxes)
+            .map(|sandbox| async move {
+                if Instant::now() >= options.deadline {
+                    return Ok(None);
+                }
+                self.reconcile_one(sandbox).await
+            })
+            .buffer_unordered(options.concurrency.max(1))
+            .collect()
+            .await;
+        for result in results {
+            match result {
+                Ok(Some(Acted::Destroyed)) => report.orphans_killed += 1,
+                Ok(Some(Acted::Corrected)) => report.corrected += 1,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "reconciling a sandbox failed");
+                    report.failures += 1;
+                }
+            }
+        }
+    }
+
+    async fn reconcile_one(&self, sandbox: &SandboxInfo) -> Result<Option<Acted>, UseCaseError> {
+        // Sandboxes without threadbox's tags are not ours to touch.
+        let Some(owner) = sandbox.owner() else {
+            return Ok(None);
+        };
+        let record = self.store.load(&owner.thread_id).await?;
+        let now = self.clock.now();
+        let orphan = match &record {
+            None => true,
+            Some(r) if r.sandbox_id.as_deref() == Some(sandbox.sandbox_id.as_str()) => {
+                let drifted = matches!(
+                    (r.status, sandbox.state),
+                    (Status::Active, SandboxState::Paused)
+                        | (Status::Paused, SandboxState::Running)
+                );
+                if drifted {
+                    if let Step::Moved(_) = self.observe(r).await? {
+                        return Ok(Some(Acted::Corrected));
+                    }
+                }
+                false
+            }
+            // A create in flight: the worker has made the sandbox and is about to bind it.
+            Some(r) => {
+                !(r.status == Status::Creating
+                    && r.generation == owner.generation
+                    && !r.lease_expired(now))
+            }
+        };
+        if !orphan {
+            return Ok(None);
+        }
+        tracing::info!(thread_id = %owner.thread_id, sandbox_id = %sandbox.sandbox_id, generation = owner.generation, "killing orphan sandbox");
+        self.provider.kill(&sandbox.sandbox_id).await?;
+        Ok(Some(Acted::Destroyed))
+    }
+
+    async fn act_on_due(
+        &self,
+        s: Session,
+        now: Millis,
+        live_ids: Option<&HashSet<String>>,
+    ) -> Acted {
+        let thread_id = s.thread_id.clone();
+        match self.try_act_on_due(s, now, live_ids).await {
+            Ok(acted) => acted,
+            Err(error) => {
+                tracing::warn!(%thread_id, %error, "janitor action failed");
+                Acted::Failed
+            }
+        }
+    }
+
+    async fn try_act_on_due(
+        &self,
+        s: Session,
+        now: Millis,
+        live_ids: Option<&HashSet<String>>,
+    ) -> Result<Acted, UseCaseError> {
+        if s.status.is_transitional() {
+            if s.lease_expired(now) {
+                self.recover_stuck(&s).await?;
+                return Ok(Acted::Recovered);
+            }
+            return Ok(Acted::Skipped);
+        }
+
+        // The listing did not show this record's sandbox: confirm with the provider, then correct.
+        if let (Some(id), Some(live)) = (s.sandbox_id.as_deref(), live_ids) {
+            if !live.contains(id)
+                && matches!(self.provider.info(id).await, Err(ProviderError::Gone(_)))
+            {
+                return Ok(match self.observe(&s).await? {
+                    Step::Moved(_) => Acted::Corrected,
+                    _ => Acted::Skipped,
+                });
+            }
+        }
+
+        let idle_for = now.since(s.last_activity_at);
+        let timers = &self.config.timers;
+        let retention_due = idle_for >= timers.retention && s.status != Status::Destroyed;
+        if retention_due {
+            let Step::Moved(claimed) = self
+                .step(&s, Command::Destroy, Cause::Retention, None, |_| {})
+                .await?
+            else {
+                return Ok(Acted::Skipped);
+            };
+            return Ok(
+                match self.finish_destroy(claimed, Cause::Retention).await? {
+                    Some(_) => Acted::Destroyed,
+                    None => Acted::Skipped,
+                },
+            );
+        }
+        if s.status == Status::Active && idle_for >= timers.idle_pause && !s.has_live_hold(now) {
+            let Step::Moved(claimed) = self
+                .step(&s, Command::Pause, Cause::Idle, None, |_| {})
+                .await?
+            else {
+                return Ok(Acted::Skipped);
+            };
+            return Ok(match self.finish_pause(claimed, Cause::Idle).await? {
+                PauseOutcome::Paused(_) => Acted::Paused,
+                PauseOutcome::Busy | PauseOutcome::Changed => Acted::Skipped,
+            });
+        }
+
+        // Due but nothing to do (a hold is live, or the index entry is stale): move the entry.
+        let mut next = s.clone();
+        next.reschedule(now, timers);
+        if next.next_action_at != s.next_action_at {
+            self.write(next, s.version, vec![]).await?;
+        }
+        Ok(Acted::Skipped)
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl Threadbox {
+    /// Act on one due record exactly as the sweep would, given a snapshot the test controls
+    /// (to prove claims are conditional on what was read).
+    pub async fn act_on_due_for_tests(&self, snapshot: Session) -> &'static str {
+        match self.act_on_due(snapshot, self.clock.now(), None).await {
+            Acted::Paused => "paused",
+            Acted::Destroyed => "destroyed",
+            Acted::Recovered => "recovered",
+            Acted::Corrected => "corrected",
+            Acted::Skipped => "skipped",
+            Acted::Failed => "failed",
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! Resolve: get-or-create a thread's sandbox, resuming it when paused.
+//!
+//! Creation happens under a lease: the caller whose conditional insert (or `Create` claim) wins
+//! creates the sandbox; everyone else re-reads until the winner settles. The sandbox is tagged with
+//! the thread and generation, so a late worker whose lease was recovered by someone else is
+//! fenced out by the version check on its final write, kills what it made, and re-reads.
+
+use serde::Serialize;
+
+use crate::domain::{Cause, Command, Observed, RejectKind, Rejected, Session, Status, ThreadId};
+use crate::ports::{CreateSandbox, ProviderError, SandboxOwner, SandboxState};
+
+use super::error::UseCaseError;
+use super::holds::{HoldRequest, PendingHold};
+use super::threadbox::{Step, Threadbox};
+
+/// What a caller gets back: enough to talk to the sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SandboxHandle {
+    pub thread_id: ThreadId,
+    pub sandbox_id: String,
+    pub generation: u64,
+    pub status: Status,
+    pub provider: String,
+    pub provider_session_id: Option<String>,
+    /// This call created the sandbox.
+    pub created: bool,
+    /// This call resumed a paused sandbox.
+    pub resumed: bool,
+    /// The previous sandbox was gone and this one replaced it: its files and processes were lost.
+    pub recreated: bool,
+    /// The hold taken with the resolve, when one was asked for.
+    pub hold_id: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ResolveOptions {
+    /// Create a sandbox for a thread that has none (resolve); `false` for a plain resume.
+    pub create: bool,
+    /// Take a hold in the same write that marks the thread active.
+    pub hold: Option<HoldRequest>,
+}
+
+impl Default for ResolveOptions {
+    fn default() -> Self {
+        Self {
+            create: true,
+            hold: None,
+        }
+    }
+}
+
+/// Flags gathered along the way for the handle.
+#[derive(Default)]
+struct Trail {
+    created: bool,
+    resumed: bool,
+    recreated: bool,
+}
+
+impl Threadbox {
+    /// Get-or-create the thread's sandbox, resuming it if paused.
+    pub async fn resolve(&self, thread_id: &ThreadId) -> Result<SandboxHandle, UseCaseError> {
+        self.resolve_with(thread_id, ResolveOptions::default())
+            .await
+    }
+
+    /// Resume the thread's sandbox; unlike resolve, never creates one.
+    pub async fn resume(&self, thread_id: &ThreadId) -> Result<SandboxHandle, UseCaseError> {
+        self.resolve_with(
+            thread_id,
+            ResolveOptions {
+                create: false,
+                hold: None,
+            },
+        )
+        .await
+    }
+
+    #[tracing::instrument(skip(self, options), fields(thread_id = %thread_id))]
+    pub async fn resolve_with(
+        &self,
+        thread_id: &ThreadId,
+        options: ResolveOptions,
+    ) -> Result<SandboxHandle, UseCaseError> {
+        let waiting_since = tokio::time::Instant::now();
+        let mut trail = Trail::default();
+        let hold = options.hold.as_ref().map(HoldRequest::pending);
+        let command = if options.create {
+            Command::Create
+        } else {
+            Command::Resume
+        };
+        loop {
+            let now = self.clock.now();
+            let Some(current) = self.store.load(thread_id).await? else {
+                if !options.create {
+                    return Err(UseCaseError::UnknownThread(thread_id.clone()));
+                }
+                let (session, event) = Session::new_creating(
+                    thread_id.clone(),
+                    self.provider.name(),
+                    self.change(None),
+                    &self.config.timers,
+                );
+                match self
+                    .store
+                    .insert_new(&session, std::slice::from_ref(&event))
+                    .await
+                {
+                    Ok(()) => {
+                        self.publish(std::slice::from_ref(&event)).await;
+                        trail.created = true;
+                        if let Some(handle) = self
+                            .create_sandbox(session, Cause::User, &hold, &mut trail)
+                            .await?
+                        {
+                            return Ok(handle);
+                        }
+                    }
+                    Err(e) if e.is_conflict() => {}
+                    Err(e) => return Err(e.into()),
+                }
+                continue;
+            };
+
+            match current.status {
+                Status::Active => {
+                    // The common case: one read, one conditional write recording the activity.
+                    let mut next = current.clone();
+                    next.touch(now, &self.config.timers);
+                    if let Some(h) = &hold {
+                        next.acquire_hold(h.at(now), now, &self.config.timers);
+                    }
+                    if let Step::Moved(s) = self.write(next, current.version, vec![]).await? {
+                        return Ok(handle(&s, &trail, &hold));
+                    }
+                }
+                Status::Paused => {
+                    if let Step::Moved(s) = self
+                        .step(&current, Command::Resume, Cause::User, None, |_| {})
+                        .await?
+                    {
+                        if let Some(handle) = self.resume_sandbox(s, &hold, &mut trail).await? {
+                            return Ok(handle);
+                        }
+                    }
+                }
+                Status::Creating | Status::Pausing | Status::Resuming | Status::Deleting => {
+                    if current.lease_expired(now) {
+                        self.recover_stuck(&current).await?;
+                    } else if waiting_since.elapsed() >= self.config.settle_wait {
+                        return Err(UseCaseError::Busy {
+                            thread_id: thread_id.clone(),
+                            status: current.status,
+                        });
+                    } else {
+                        tokio::time::sleep(self.config.settle_poll).await;
+                    }
+                }
+                Status::Error if current.sandbox_id.is_some() => {
+                    // The sandbox may be fine: ask the provider before replacing it.
+                    self.observe(&current).await?;
+                }
+                Status::Destroyed | Status::Error | Status::Expired => {
+                    match self
+                        .step(&current, command, Cause::User, None, |_| {})
+                        .await?
+                    {
+                        Step::Moved(s) => {
+                            trail.created = true;
+                            if let Some(handle) = self
+                                .create_sandbox(s, Cause::User, &hold, &mut trail)
+                                .await?
+                            {
+                                return Ok(handle);
+                            }
+                        }
+                        Step::NoOp | Step::Conflict => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ask the provider for the sandbox and fold what it says into the record.
+    pub(crate) async fn observe(&self, current: &Session) -> Result<Step, UseCaseError> {
+        let Some(sandbox_id) = current.sandbox_id.as_deref() else {
+            return Ok(Step::NoOp);
+        };
+        let observed = match self.provider.info(sandbox_id).await {
+            Ok(info) => match info.state {
+                SandboxState::Running => Observed::Running,
+                SandboxState::Paused => Observed::Paused,
+            },
+            Err(ProviderError::Gone(_)) => Observed::Gone(self.gone_policy(&current.thread_id)),
+            Err(e) => return Err(e.into()),
+        };
+        let step = self
+            .step(
+                current,
+                Command::Observe(observed),
+                Cause::Reconcile,
+                None,
+                |_| {},
+            )
+            .await?;
+        if let Step::Moved(s) = &step {
+            if s.status == Status::Creating {
+                // The recreate policy: replace the sandbox now, under the lease just taken.
+                let mut trail = Trail {
+                    recreated: true,
+                    ..Trail::default()
+                };
+                self.create_sandbox(s.clone(), Cause::Recreated, &None, &mut trail)
+                    .await?;
+            }
+        }
+        Ok(step)
+    }
+
+    /// The provider lost the sandbox: apply the thread's policy. Under `recreate` the record is
+    /// left `creating` under our lease and this creates the replacement; under `expire` the
+    /// caller gets the expiry as an error.
+    async fn handle_gone(
+        &self,
+        current: &Session,
+        hold: &Option<PendingHold>,
+        trail: &mut Trail,
+    ) -> Result<Option<SandboxHandle>, UseCaseError> {
+        let policy = self.gone_policy(&current.thread_id);
+        let detail = Some(format!(
+            "sandbox {} is gone; {}",
+            current.sandbox_id.as_deref().unwrap_or("?"),
+            match policy {
+                crate::domain::GonePolicy::Recreate =>
+                    "a new one replaces it and earlier files are lost",
+                crate::domain::GonePolicy::Expire => "the thread is expired",
+            }
+        ));
+        match self
+            .step(
+                current,
+                Command::Observe(Observed::Gone(policy)),
+                Cause::ProviderGone,
+                detail,
+                |_| {},
+            )
+            .await?
+        {
+            Step::Moved(s) if s.status == Status::Creating => {
+                trail.recreated = true;
+                self.create_sandbox(s, Cause::Recreated, hold, trail).await
+            }
+            Step::Moved(s) if s.status == Status::Expired => Err(Rejected {
+                kind: RejectKind::Expired,
+                from: Some(Status::Expired),
+                command: Command::Resume,
+            }
+            .into()),
+            _ => Ok(None),
+        }
+    }
+
+    /// We hold the creation lease on `claimed` (status creating): make the sandbox and bind it.
+    /// `Ok(None)` means we were fenced out and the caller should re-read.
+    async fn create_sandbox(
+        &self,
+        claimed: Session,
+        cause: Cause,
+        hold: &Option<PendingHold>,
+        trail: &mut Trail,
+    ) -> Result<Option<SandboxHandle>, UseCaseError> {
+        let owner = SandboxOwner {
+            thread_id: claimed.thread_id.clone(),
+            generation: claimed.generation,
+        };
+        let request = CreateSandbox {
+            owner,
+            network: self.config.network,
+            timeout: self.config.sandbox_timeout,
+            env: Default::default(),
+        };
+        let created = match self.provider.create(request).await {
+            Ok(created) => created,
+            Err(error) => {
+                tracing::warn!(thread_id = %claimed.thread_id, %error, "sandbox create failed");
+                self.step(
+                    &claimed,
+                    Command::Fail,
+                    Cause::Error,
+                    Some(format!("create failed: {error}")),
+                    |_| {},
+                )
+                .await?;
+                return Err(error.into());
+            }
+        };
+        tracing::info!(thread_id = %claimed.thread_id, sandbox_id = %created.sandbox_id, generation = claimed.generation, "sandbox created");
+        let now = self.clock.now();
+        let step = self
+            .step(&claimed, Command::CreateSucceeded, cause, None, |s| {
+                s.bind_sandbox(
+                    created.sandbox_id.clone(),
+                    created.provider_session_id.clone(),
+                );
+                if let Some(h) = hold {
+                    s.acquire_hold(h.at(now), now, &self.config.timers);
+                }
+            })
+            .await?;
+        match step {
+            Step::Moved(s) => Ok(Some(handle(&s, trail, hold))),
+            Step::NoOp | Step::Conflict => {
+                // Fenced: our lease was recovered by someone else. What we made is nobody's.
+                tracing::warn!(thread_id = %claimed.thread_id, sandbox_id = %created.sandbox_id, "fenced out after create; killing the sandbox");
+                if let Err(error) = self.provider.kill(&created.sandbox_id).await {
+                    tracing::warn!(%error, "kill after fencing failed; reconciliation will reap it");
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// We hold the resume lease on `claimed` (status resuming): connect, resuming the sandbox.
+    async fn resume_sandbox(
+        &self,
+        claimed: Session,
+        hold: &Option<PendingHold>,
+        trail: &mut Trail,
+    ) -> Result<Option<SandboxHandle>, UseCaseError> {
+        let sandbox_id = claimed.sandbox_id.clone().unwrap_or_default();
+        match self.provider.connect(&sandbox_id).await {
+            Ok(connected) => {
+                let now = self.clock.now();
+                let step = self
+                    .step(&claimed, Command::ResumeSucceeded, Cause::User, None, |s| {
+                        if connected.provider_session_id.is_some() {
+                            s.provider_session_id = connected.provider_session_id.clone();
+                        }
+                        if let Some(h) = hold {
+                            s.acquire_hold(h.at(now), now, &self.config.timers);
+                        }
+                    })
+                    .await?;
+                trail.resumed = true;
+                Ok(match step {
+                    Step::Moved(s) => Some(handle(&s, trail, hold)),
+                    Step::NoOp | Step::Conflict => None,
+                })
+            }
+            Err(ProviderError::Gone(_)) => self.handle_gone(&claimed, hold, trail).await,
+            Err(error) => {
+                self.step(
+                    &claimed,
+                    Command::Fail,
+                    Cause::ResumeFailed,
+                    Some(format!("resume failed: {error}")),
+                    |_| {},
+                )
+                .await?;
+                Err(error.into())
+            }
+        }
+    }
+
+    /// A transitional state whose lease ran out: the worker that held it is presumed dead.
+    /// Bring the record back in line with the provider.
+    pub(crate) async fn recover_stuck(&self, stuck: &Session) -> Result<Step, UseCaseError> {
+        tracing::warn!(thread_id = %stuck.thread_id, status = %stuck.status, "recovering a transition whose lease expired");
+        match stuck.status {
+            Status::Creating => {
+                // Whatever the dead worker may have created is tagged with this generation and
+                // bound to nothing: reconciliation kills it as an orphan.
+                self.step(
+                    stuck,
+                    Command::Fail,
+                    Cause::Error,
+                    Some("creation lease expired; the creating worker stopped".into()),
+                    |_| {},
+                )
+                .await
+            }
+            Status::Pausing | Status::Resuming => self.observe(stuck).await,
+            Status::Deleting => {
+                if let Some(id) = stuck.sandbox_id.as_deref() {
+                    self.provider.kill(id).await?;
+                }
+                self.step(
+                    stuck,
+                    Command::DestroySucceeded,
+                    Cause::Reconcile,
+                    None,
+                    |_| {},
+                )
+                .await
+            }
+            _ => Ok(Step::NoOp),
+        }
+    }
+}
+
+fn handle(s: &Session, trail: &Trail, hold: &Option<PendingHold>) -> SandboxHandle {
+    SandboxHandle {
+        thread_id: s.thread_id.clone(),
+        sandbox_id: s.sandbox_id.clone().unwrap_or_default(),
+        generation: s.generation,
+        status: s.status,
+        provider: s.provider.clone(),
+        provider_session_id: s.provider_session_id.clone(),
+        created: trail.created,
+        resumed: trail.resumed,
+        recreated: trail.recreated,
+        hold_id: hold.as_ref().map(|h| h.hold_id.clone()),
+    }
+}

@@ -1,0 +1,150 @@
+//! `Threadbox`: the ports plus configuration, and the small steps every use case is built from.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::domain::{
+    Cause, Change, Command, GonePolicy, LifecycleEvent, Session, ThreadId, Timers,
+};
+use crate::ports::{
+    Clock, DurableQueue, NetworkProfile, SandboxProvider, SessionStore, StoreError,
+};
+
+use super::error::UseCaseError;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub timers: Timers,
+    /// What happens to a Slack thread whose sandbox the provider lost (design default: recreate).
+    pub gone_policy_slack: GonePolicy,
+    /// The same for threads created through the HTTP API.
+    pub gone_policy_api: GonePolicy,
+    /// The provider-side timeout set on create and extended by keep-alives.
+    pub sandbox_timeout: Duration,
+    pub network: NetworkProfile,
+    /// How long a caller waits for another worker's transition before getting `Busy`.
+    pub settle_wait: Duration,
+    /// How often a waiting caller re-reads the record.
+    pub settle_poll: Duration,
+    /// Events not marked sent this long after being written are re-driven by the janitor.
+    pub redrive_after: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            timers: Timers::default(),
+            gone_policy_slack: GonePolicy::Recreate,
+            gone_policy_api: GonePolicy::Recreate,
+            sandbox_timeout: Duration::from_secs(15 * 60),
+            network: NetworkProfile::Restricted,
+            settle_wait: Duration::from_secs(30),
+            settle_poll: Duration::from_millis(20),
+            redrive_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Everything a use case needs. Cheap to clone; share one per process.
+#[derive(Clone)]
+pub struct Threadbox {
+    pub store: Arc<dyn SessionStore>,
+    pub provider: Arc<dyn SandboxProvider>,
+    /// The lifecycle event queue (the outbox drains into it).
+    pub events: Arc<dyn DurableQueue>,
+    pub clock: Arc<dyn Clock>,
+    pub config: Config,
+}
+
+/// The result of one conditional write.
+#[allow(clippy::large_enum_variant)] // short-lived; boxing would only add noise
+pub(crate) enum Step {
+    /// Written; here is the record as stored.
+    Moved(Session),
+    /// The table says there is nothing to do.
+    NoOp,
+    /// Someone else wrote first; re-read and decide again.
+    Conflict,
+}
+
+impl Threadbox {
+    pub fn new(
+        store: Arc<dyn SessionStore>,
+        provider: Arc<dyn SandboxProvider>,
+        events: Arc<dyn DurableQueue>,
+        clock: Arc<dyn Clock>,
+        config: Config,
+    ) -> Self {
+        Self {
+            store,
+            provider,
+            events,
+            clock,
+            config,
+        }
+    }
+
+    pub(crate) fn change(&self, detail: Option<String>) -> Change {
+        Change {
+            event_id: uuid::Uuid::new_v4().to_string(),
+            now: self.clock.now(),
+            detail,
+        }
+    }
+
+    pub(crate) fn gone_policy(&self, thread_id: &ThreadId) -> GonePolicy {
+        if thread_id.is_slack() {
+            self.config.gone_policy_slack
+        } else {
+            self.config.gone_policy_api
+        }
+    }
+
+    /// Apply `command` to a copy of `current` (after `edit`), and write it conditionally on the
+    /// version `current` was read at, together with its event. Publishes the event on success.
+    pub(crate) async fn step(
+        &self,
+        current: &Session,
+        command: Command,
+        cause: Cause,
+        detail: Option<String>,
+        edit: impl FnOnce(&mut Session),
+    ) -> Result<Step, UseCaseError> {
+        let mut next = current.clone();
+        edit(&mut next);
+        match next.apply(command, cause, self.change(detail), &self.config.timers)? {
+            None => Ok(Step::NoOp),
+            Some(event) => self.write(next, current.version, vec![event]).await,
+        }
+    }
+
+    /// Write `next` if the stored version is still `expected`, with `events` in the same write.
+    pub(crate) async fn write(
+        &self,
+        mut next: Session,
+        expected: u64,
+        events: Vec<LifecycleEvent>,
+    ) -> Result<Step, UseCaseError> {
+        next.version = expected + 1;
+        match self.store.save(&next, expected, &events).await {
+            Ok(()) => {
+                self.publish(&events).await;
+                Ok(Step::Moved(next))
+            }
+            Err(e) if e.is_conflict() => Ok(Step::Conflict),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(crate) async fn load(&self, thread_id: &ThreadId) -> Result<Session, UseCaseError> {
+        self.store
+            .load(thread_id)
+            .await?
+            .ok_or_else(|| UseCaseError::UnknownThread(thread_id.clone()))
+    }
+
+    /// Read-only: the session, if the thread has one.
+    pub async fn session(&self, thread_id: &ThreadId) -> Result<Option<Session>, StoreError> {
+        self.store.load(thread_id).await
+    }
+}

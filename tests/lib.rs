@@ -1,0 +1,34 @@
+//! Shared set-up for the integration tests in `tests/`: fresh backends on temporary files.
+
+use std::sync::Arc;
+
+use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use threadbox_shared::ports::{DurableQueue, SessionStore};
+
+/// A fresh SQLite store and lifecycle queue in one temporary database file.
+pub struct SqliteBackend {
+    pub store: Arc<dyn SessionStore>,
+    pub events: Arc<dyn DurableQueue>,
+    _dir: tempfile::TempDir,
+}
+
+impl SqliteBackend {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("threadbox.db");
+        let store = SqliteSessionStore::open(&path).expect("open store");
+        let events =
+            SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).expect("open queue");
+        Self {
+            store: Arc::new(store),
+            events: Arc::new(events),
+            _dir: dir,
+        }
+    }
+}
+
+impl Default for SqliteBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
