@@ -29,6 +29,66 @@ pub struct OutgoingMessage {
     pub body: String,
 }
 
+impl OutgoingMessage {
+    /// SQS's limit on a message body; every adapter enforces it so that a message the embedded
+    /// queue accepts is one SQS accepts too.
+    pub const MAX_BODY_BYTES: usize = 256 * 1024;
+    /// SQS's limit on group and deduplication ids (also the longest thread id).
+    pub const MAX_ID_LEN: usize = 128;
+
+    /// Check the message against SQS FIFO's rules, with a message that names the broken one.
+    /// Adapters call this for a whole batch before writing anything.
+    pub fn validate(&self) -> Result<(), QueueError> {
+        validate_id("group_id", &self.group_id)?;
+        validate_id("dedup_id", &self.dedup_id)?;
+        if self.body.is_empty() {
+            return Err(QueueError::Rejected(format!(
+                "message {:?} has an empty body",
+                self.dedup_id
+            )));
+        }
+        if self.body.len() > Self::MAX_BODY_BYTES {
+            return Err(QueueError::Rejected(format!(
+                "message {:?} has a body of {} bytes; the limit is {} bytes (256 KiB)",
+                self.dedup_id,
+                self.body.len(),
+                Self::MAX_BODY_BYTES
+            )));
+        }
+        // SQS accepts only the characters XML 1.0 allows; Rust strings already exclude surrogates.
+        let xml_char = |c: char| {
+            matches!(c, '\t' | '\n' | '\r') || (c >= ' ' && c != '\u{FFFE}' && c != '\u{FFFF}')
+        };
+        if let Some((position, found)) = self.body.char_indices().find(|(_, c)| !xml_char(*c)) {
+            return Err(QueueError::Rejected(format!(
+                "message {:?} has {found:?} at byte {position} of its body; SQS accepts only XML characters",
+                self.dedup_id
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn validate_id(field: &str, id: &str) -> Result<(), QueueError> {
+    if id.is_empty() {
+        return Err(QueueError::Rejected(format!("{field} is empty")));
+    }
+    let len = id.chars().count();
+    if len > OutgoingMessage::MAX_ID_LEN {
+        return Err(QueueError::Rejected(format!(
+            "{field} is {len} characters long; the limit is {}",
+            OutgoingMessage::MAX_ID_LEN
+        )));
+    }
+    // SQS allows ASCII letters, digits and punctuation, nothing else (no spaces).
+    if let Some((position, found)) = id.chars().enumerate().find(|(_, c)| !c.is_ascii_graphic()) {
+        return Err(QueueError::Rejected(format!(
+            "{field} {id:?} contains {found:?} at position {position}; allowed are ASCII letters, digits and punctuation"
+        )));
+    }
+    Ok(())
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReceivedMessage {
     pub message_id: String,
