@@ -12,3 +12,5 @@ pub use flaky_queue::FlakyQueue;
 pub use memory_provider::{InMemoryProvider, Op};
 
 pub mod queue_conformance;
+
+pub mod queue_conformance;
