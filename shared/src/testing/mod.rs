@@ -12,5 +12,3 @@ pub use flaky_queue::FlakyQueue;
 pub use memory_provider::{InMemoryProvider, Op};
 
 pub mod queue_conformance;
-
-pub mod queue_conformance;

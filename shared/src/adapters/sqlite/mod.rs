@@ -3,10 +3,8 @@
 
 mod database;
 mod queue;
-mod queue;
 mod session_store;
 
 pub use database::{Database, DatabaseError};
-pub use queue::{QueueConfig, SqliteQueue};
 pub use queue::{QueueConfig, SqliteQueue};
 pub use session_store::{SqliteSessionStore, DEFAULT_SHARDS};
