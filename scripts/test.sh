@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Every test, with everything the tests need installed first. CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ensure_runc
+if ! cargo nextest --version >/dev/null 2>&1; then
+  say "installing cargo-nextest"
+  cargo install --locked cargo-nextest
+fi
+
+say "format check"
+cargo fmt --all -- --check
+
+say "lint"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+say "tests"
+# Nextest exits 4 when a filter matches no test; an unfiltered workspace run always has tests,
+# so any non-zero status here is a real failure.
+cargo nextest run --workspace --all-features --no-fail-fast
