@@ -1,0 +1,210 @@
+//! Who may call the API: bearer API keys, compared in constant time.
+//!
+//! An empty key set turns authentication off, which `threadbox dev` does on loopback by default.
+//! With it off, one browser protection stays on: a request carrying an `Origin` header from
+//! anywhere but a loopback address is refused, so a web page the developer happens to visit can
+//! neither drive the local API cross-site (no-body POSTs like reset need no CORS preflight) nor
+//! reach it through DNS rebinding. Programs (curl, SDKs, agents) send no `Origin` and are
+//! unaffected.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+
+/// The API keys a caller may present as `Authorization: Bearer <key>`.
+#[derive(Clone, Default)]
+pub struct ApiAuth {
+    keys: Arc<[Vec<u8>]>,
+}
+
+impl std::fmt::Debug for ApiAuth {
+    // Keys are secrets: never in logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiAuth")
+            .field("keys", &format_args!("<{} redacted>", self.keys.len()))
+            .finish()
+    }
+}
+
+impl ApiAuth {
+    /// Accept any of `keys`; blank entries (from a trailing comma, say) are ignored.
+    pub fn new<I, S>(keys: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let keys: Vec<Vec<u8>> = keys
+            .into_iter()
+            .map(|k| k.as_ref().trim().as_bytes().to_vec())
+            .filter(|k| !k.is_empty())
+            .collect();
+        Self { keys: keys.into() }
+    }
+
+    /// No authentication (local development only).
+    pub fn disabled() -> Self {
+        Self::default()
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// Whether `presented` is one of the keys. Every key is compared, each in constant time, so
+    /// the time taken says nothing about which key or how many leading bytes matched (only
+    /// whether the lengths differ, and keys are long random strings).
+    pub fn accepts(&self, presented: &[u8]) -> bool {
+        let mut matched = subtle::Choice::from(0);
+        for key in self.keys.iter() {
+            matched |= key.as_slice().ct_eq(presented);
+        }
+        matched.into()
+    }
+
+    /// Check a request's headers.
+    fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        if !self.is_enabled() {
+            return check_origin_is_loopback(headers);
+        }
+        let value = headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <api key>"))?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .ok_or_else(|| {
+                ApiError::unauthorized("the Authorization header must be 'Bearer <api key>'")
+            })?;
+        if self.accepts(token.as_bytes()) {
+            Ok(())
+        } else {
+            Err(ApiError::unauthorized("the API key is not valid"))
+        }
+    }
+}
+
+fn check_origin_is_loopback(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .map(|(_, rest)| rest);
+    let loopback = host.is_some_and(|h| {
+        let name = if h.starts_with('[') {
+            h.split_inclusive(']').next().unwrap_or(h)
+        } else {
+            h.split(':').next().unwrap_or(h)
+        };
+        matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+    });
+    if loopback {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden_origin",
+            "authentication is off, so only loopback origins may call this API from a browser; \
+             configure API keys to allow others",
+        ))
+    }
+}
+
+/// Middleware: reject the request unless its credentials pass.
+pub(crate) async fn require(State(auth): State<ApiAuth>, request: Request, next: Next) -> Response {
+    match auth.check(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(error) => error.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(name.clone(), HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn accepts_only_configured_keys() {
+        let auth = ApiAuth::new(["alpha-key", " beta-key ", ""]);
+        assert!(auth.is_enabled());
+        assert!(auth.accepts(b"alpha-key"));
+        assert!(auth.accepts(b"beta-key"), "keys are trimmed");
+        assert!(!auth.accepts(b"alpha-ke"));
+        assert!(!auth.accepts(b"alpha-keyx"));
+        assert!(!auth.accepts(b""), "a blank entry is not a key");
+        assert!(!ApiAuth::new([""]).is_enabled());
+    }
+
+    #[test]
+    fn bearer_header_is_parsed_strictly() {
+        let auth = ApiAuth::new(["k1"]);
+        assert!(auth
+            .check(&headers(&[(header::AUTHORIZATION, "Bearer k1")]))
+            .is_ok());
+        assert!(auth
+            .check(&headers(&[(header::AUTHORIZATION, "bearer k1")]))
+            .is_ok());
+        for bad in ["k1", "Basic k1", "Bearer k2", "Bearer"] {
+            let err = auth
+                .check(&headers(&[(header::AUTHORIZATION, bad)]))
+                .unwrap_err();
+            assert_eq!(err.status, StatusCode::UNAUTHORIZED, "{bad}");
+        }
+        assert_eq!(
+            auth.check(&HeaderMap::new()).unwrap_err().code,
+            "unauthorized"
+        );
+    }
+
+    #[test]
+    fn without_keys_only_loopback_browser_origins_pass() {
+        let auth = ApiAuth::disabled();
+        assert!(auth.check(&HeaderMap::new()).is_ok());
+        for ok in [
+            "http://127.0.0.1:8787",
+            "http://localhost:3000",
+            "http://[::1]:8787",
+        ] {
+            assert!(
+                auth.check(&headers(&[(header::ORIGIN, ok)])).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "https://evil.example",
+            "http://127.0.0.1.evil.example",
+            "http://localhost.evil.example:80",
+            "null",
+        ] {
+            let err = auth.check(&headers(&[(header::ORIGIN, bad)])).unwrap_err();
+            assert_eq!(err.code, "forbidden_origin", "{bad}");
+        }
+    }
+
+    #[test]
+    fn debug_output_hides_keys() {
+        let shown = format!("{:?}", ApiAuth::new(["secret-value"]));
+        assert!(!shown.contains("secret-value"), "{shown}");
+    }
+}

@@ -1,0 +1,64 @@
+//! The HTTP API as one axum [`Router`]: the same routes behind `threadbox dev`'s local server and,
+//! later, inside Lambda. It holds no process concerns (no listener, signals or logging setup).
+//!
+//! - `threads`: resolve, pause, resume, reset, and reading sessions and events;
+//! - `sandbox`: exec and files;
+//! - `auth`: bearer API keys;
+//! - `extract`: input validation with JSON errors;
+//! - `error`: every failure as `{"error": {"code", "message"}}` with the right status.
+
+mod auth;
+mod error;
+mod extract;
+mod sandbox;
+mod threads;
+
+#[cfg(test)]
+mod tests;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{middleware, Json, Router};
+use serde_json::{json, Value};
+
+pub use auth::ApiAuth;
+pub use error::ApiError;
+pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
+
+use crate::usecases::Threadbox;
+
+/// The largest JSON body any route accepts; file uploads have their own, larger limit.
+pub const MAX_JSON_BODY: usize = 1024 * 1024;
+
+/// Every route. `/healthz` is public; everything under `/v1` needs an API key when `auth` has any.
+pub fn router(tb: Threadbox, auth: ApiAuth) -> Router {
+    let api = Router::new()
+        .merge(threads::routes())
+        .merge(sandbox::routes())
+        // A route layer runs only for matched routes, so unknown paths stay plain 404s.
+        .route_layer(middleware::from_fn_with_state(auth, auth::require));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
+        .with_state(tb)
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "ok": true }))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; the API lives under /v1/threads")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method",
+    )
+}

@@ -1,0 +1,225 @@
+//! Sandbox routes: run a command, and read, write, list, stat and remove files.
+//!
+//! Like every use of a thread, these create the thread's sandbox on first use and resume it when
+//! paused; they run under a hold so nothing pauses the sandbox underneath them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::error::ApiError;
+use super::extract::{sandbox_path, ApiQuery, JsonBody, SandboxPath, Thread};
+use crate::ports::{
+    ExecCommand, ExecRequest, ExecResult, FileEntry, DEFAULT_EXEC_TIMEOUT, DEFAULT_FILE_CAP,
+    DEFAULT_OUTPUT_CAP,
+};
+use crate::usecases::Threadbox;
+
+/// The longest a command may run.
+pub const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// The largest file a PUT accepts: the providers' own file cap.
+pub const MAX_FILE_BODY: usize = DEFAULT_FILE_CAP as usize;
+
+pub(crate) fn routes() -> Router<Threadbox> {
+    Router::new()
+        .route("/v1/threads/{thread_id}/exec", post(exec))
+        .route(
+            "/v1/threads/{thread_id}/files/{*path}",
+            get(read)
+                .put(write)
+                .delete(remove)
+                // Files are the one body allowed past the API's JSON limit.
+                .layer(DefaultBodyLimit::max(MAX_FILE_BODY)),
+        )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecBody {
+    /// A shell command line, run with `/bin/sh -c`.
+    cmd: Option<String>,
+    /// A program and its arguments, run without a shell.
+    argv: Option<Vec<String>>,
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    stdin: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+impl ExecBody {
+    /// Turn the body into a request, or say exactly what is wrong with it.
+    fn into_request(self) -> Result<ExecRequest, ApiError> {
+        let bad = |message: String| ApiError::bad_request("invalid_request", message);
+        let command = match (self.cmd, self.argv) {
+            (Some(_), Some(_)) => return Err(bad("give either cmd or argv, not both".into())),
+            (None, None) => {
+                return Err(bad(
+                    "give cmd (a shell command line) or argv (a program and its arguments)".into(),
+                ))
+            }
+            (Some(cmd), None) if cmd.trim().is_empty() => return Err(bad("cmd is empty".into())),
+            (Some(cmd), None) => ExecCommand::Shell(cmd),
+            (None, Some(argv)) if argv.first().is_none_or(|p| p.is_empty()) => {
+                return Err(bad("argv must start with a program name".into()))
+            }
+            (None, Some(argv)) => ExecCommand::Argv(argv),
+        };
+        let words: Vec<&str> = match &command {
+            ExecCommand::Shell(cmd) => vec![cmd],
+            ExecCommand::Argv(argv) => argv.iter().map(String::as_str).collect(),
+        };
+        if words.iter().any(|w| w.contains('\0')) {
+            return Err(bad("the command contains a NUL byte".into()));
+        }
+        let cwd = self.cwd.map(|c| sandbox_path(&c)).transpose()?;
+        for (key, value) in &self.env {
+            if key.is_empty() || key.contains(['=', '\0']) {
+                return Err(bad(format!(
+                    "environment variable name {key:?} must be non-empty without '=' or NUL"
+                )));
+            }
+            if value.contains('\0') {
+                return Err(bad(format!(
+                    "environment variable {key:?} contains a NUL byte"
+                )));
+            }
+        }
+        let timeout = match self.timeout_ms {
+            None => DEFAULT_EXEC_TIMEOUT,
+            Some(ms) if ms >= 1 && Duration::from_millis(ms) <= MAX_EXEC_TIMEOUT => {
+                Duration::from_millis(ms)
+            }
+            Some(ms) => {
+                return Err(bad(format!(
+                    "timeout_ms must be between 1 and {}; got {ms}",
+                    MAX_EXEC_TIMEOUT.as_millis()
+                )))
+            }
+        };
+        Ok(ExecRequest {
+            command,
+            cwd,
+            env: self.env,
+            stdin: self.stdin.map(String::into_bytes),
+            timeout,
+            output_cap: DEFAULT_OUTPUT_CAP,
+        })
+    }
+}
+
+async fn exec(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+    JsonBody(body): JsonBody<ExecBody>,
+) -> Result<Json<ExecResult>, ApiError> {
+    let request = body.into_request()?;
+    Ok(Json(tb.exec(&thread_id, request).await?))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileQuery {
+    /// GET: list the directory instead of reading a file.
+    #[serde(default)]
+    list: bool,
+    /// GET: describe the path instead of reading it.
+    #[serde(default)]
+    stat: bool,
+    /// DELETE: remove a directory and everything in it.
+    #[serde(default)]
+    recursive: bool,
+}
+
+#[derive(Serialize)]
+struct Listing {
+    path: String,
+    entries: Vec<FileEntry>,
+}
+
+/// GET: the file's bytes, or a listing (`?list=true`), or its metadata (`?stat=true`).
+async fn read(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+    SandboxPath(path): SandboxPath,
+    ApiQuery(query): ApiQuery<FileQuery>,
+) -> Result<Response, ApiError> {
+    if query.recursive {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "recursive applies to DELETE only",
+        ));
+    }
+    match (query.list, query.stat) {
+        (true, true) => Err(ApiError::bad_request(
+            "invalid_query",
+            "give list=true or stat=true, not both",
+        )),
+        (true, false) => {
+            let entries = tb.list_dir(&thread_id, &path).await?;
+            Ok(Json(Listing { path, entries }).into_response())
+        }
+        (false, true) => Ok(Json(tb.stat(&thread_id, &path).await?).into_response()),
+        (false, false) => {
+            let contents = tb.read_file(&thread_id, &path).await?;
+            Ok((
+                [(header::CONTENT_TYPE, "application/octet-stream")],
+                contents,
+            )
+                .into_response())
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Written {
+    path: String,
+    size: usize,
+}
+
+/// PUT: the body is the file's new contents; missing parent directories are created.
+async fn write(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+    SandboxPath(path): SandboxPath,
+    ApiQuery(query): ApiQuery<FileQuery>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Written>, ApiError> {
+    if query.list || query.stat || query.recursive {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "PUT takes no query options",
+        ));
+    }
+    let body = body?;
+    tb.write_file(&thread_id, &path, &body).await?;
+    Ok(Json(Written {
+        path,
+        size: body.len(),
+    }))
+}
+
+/// DELETE: remove a file, or a directory with `?recursive=true`.
+async fn remove(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+    SandboxPath(path): SandboxPath,
+    ApiQuery(query): ApiQuery<FileQuery>,
+) -> Result<StatusCode, ApiError> {
+    if query.list || query.stat {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "DELETE takes only recursive=true",
+        ));
+    }
+    tb.remove(&thread_id, &path, query.recursive).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

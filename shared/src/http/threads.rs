@@ -1,0 +1,207 @@
+//! Session routes: resolve, pause, resume, reset, and reading sessions and their events.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::error::ApiError;
+use super::extract::{ApiQuery, Thread};
+use crate::domain::{LifecycleEvent, Millis, Session};
+use crate::usecases::{SandboxHandle, Threadbox, UseCaseError};
+
+/// Events shown with a session.
+const RECENT_EVENTS: u64 = 20;
+const DEFAULT_PAGE: usize = 50;
+const MAX_PAGE: usize = 500;
+const DEFAULT_EVENTS_PAGE: usize = 100;
+const MAX_EVENTS_PAGE: usize = 1000;
+
+pub(crate) fn routes() -> Router<Threadbox> {
+    Router::new()
+        .route("/v1/threads", get(list))
+        .route("/v1/threads/{thread_id}", get(show))
+        .route("/v1/threads/{thread_id}/events", get(events))
+        .route("/v1/threads/{thread_id}/resolve", post(resolve))
+        .route("/v1/threads/{thread_id}/pause", post(pause))
+        .route("/v1/threads/{thread_id}/resume", post(resume))
+        .route("/v1/threads/{thread_id}/reset", post(reset))
+}
+
+/// A session as the API shows it: the record plus how long it has been idle.
+#[derive(Serialize)]
+struct SessionView {
+    #[serde(flatten)]
+    session: Session,
+    idle_seconds: u64,
+}
+
+impl SessionView {
+    fn new(session: Session, now: Millis) -> Self {
+        let idle_seconds = now.since(session.last_activity_at).as_secs();
+        Self {
+            session,
+            idle_seconds,
+        }
+    }
+}
+
+/// Get-or-create the thread's sandbox: 201 when this call created it, 200 otherwise.
+async fn resolve(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+) -> Result<impl IntoResponse, ApiError> {
+    let handle = tb.resolve(&thread_id).await?;
+    let status = if handle.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(handle)))
+}
+
+async fn pause(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+) -> Result<Json<SessionView>, ApiError> {
+    let session = tb.pause(&thread_id).await?;
+    Ok(Json(SessionView::new(session, tb.clock.now())))
+}
+
+/// Resume a paused sandbox; never creates one (404 for a thread without a session).
+async fn resume(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+) -> Result<Json<SandboxHandle>, ApiError> {
+    Ok(Json(tb.resume(&thread_id).await?))
+}
+
+#[derive(Serialize)]
+struct ResetView {
+    #[serde(flatten)]
+    handle: SandboxHandle,
+    /// Always true: a reset destroys the old sandbox with every file in it.
+    files_lost: bool,
+    message: &'static str,
+}
+
+async fn reset(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+) -> Result<Json<ResetView>, ApiError> {
+    let handle = tb.reset(&thread_id).await?;
+    Ok(Json(ResetView {
+        handle,
+        files_lost: true,
+        message: "the previous sandbox and every file in it were destroyed; this is a fresh one",
+    }))
+}
+
+#[derive(Serialize)]
+struct ShowView {
+    session: SessionView,
+    /// The most recent events, oldest first.
+    events: Vec<LifecycleEvent>,
+}
+
+async fn show(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+) -> Result<Json<ShowView>, ApiError> {
+    let session = tb
+        .session(&thread_id)
+        .await?
+        .ok_or(UseCaseError::UnknownThread(thread_id.clone()))?;
+    let after = session.last_seq.saturating_sub(RECENT_EVENTS);
+    let events = tb
+        .store
+        .events_after(&thread_id, after, RECENT_EVENTS as usize)
+        .await?;
+    Ok(Json(ShowView {
+        session: SessionView::new(session, tb.clock.now()),
+        events,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ListView {
+    threads: Vec<SessionView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+async fn list(
+    State(tb): State<Threadbox>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<ListView>, ApiError> {
+    let limit = page_size("limit", query.limit, DEFAULT_PAGE, MAX_PAGE)?;
+    let page = tb.store.list(limit, query.cursor).await?;
+    let now = tb.clock.now();
+    Ok(Json(ListView {
+        threads: page
+            .items
+            .into_iter()
+            .map(|s| SessionView::new(s, now))
+            .collect(),
+        next: page.next,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after_seq: Option<u64>,
+    limit: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct EventsView {
+    events: Vec<LifecycleEvent>,
+    /// Pass as `after_seq` to continue from here.
+    next_after_seq: u64,
+}
+
+async fn events(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+    ApiQuery(query): ApiQuery<EventsQuery>,
+) -> Result<Json<EventsView>, ApiError> {
+    let limit = page_size("limit", query.limit, DEFAULT_EVENTS_PAGE, MAX_EVENTS_PAGE)?;
+    // An unknown thread is a 404, not an empty list: the caller most likely has the id wrong.
+    if tb.session(&thread_id).await?.is_none() {
+        return Err(UseCaseError::UnknownThread(thread_id).into());
+    }
+    let after_seq = query.after_seq.unwrap_or(0);
+    let events = tb.store.events_after(&thread_id, after_seq, limit).await?;
+    let next_after_seq = events.last().map_or(after_seq, |e| e.seq);
+    Ok(Json(EventsView {
+        events,
+        next_after_seq,
+    }))
+}
+
+fn page_size(
+    name: &str,
+    asked: Option<usize>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
+    match asked {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("{name} must be between 1 and {max}; got {n}"),
+        )),
+    }
+}
