@@ -2,3 +2,6 @@
 
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+
+#[cfg(feature = "runc")]
+pub mod runc;

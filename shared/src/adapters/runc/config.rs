@@ -1,0 +1,107 @@
+//! Settings for the runc provider: where its state lives and the limits every sandbox gets.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::ports::DEFAULT_FILE_CAP;
+
+/// The resource profile every sandbox of one provider runs under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxLimits {
+    /// Memory limit in bytes. Swap is capped to the same figure where the kernel accounts for
+    /// swap, so a sandbox cannot page its way past the limit.
+    pub memory_bytes: u64,
+    /// CPU time in thousandths of a core (1000 is one full core).
+    pub cpu_millicores: u32,
+    /// Most processes and threads alive at once; this is what stops a fork bomb.
+    pub pids: u32,
+    /// Size of the `/tmp` tmpfs in bytes. Its pages also count against `memory_bytes`.
+    pub tmp_bytes: u64,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 512 * 1024 * 1024,
+            cpu_millicores: 1000,
+            pids: 256,
+            tmp_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RuncConfig {
+    /// Everything the provider keeps lives here: runc's own state (`runc/`) and one bundle per
+    /// sandbox (`sandboxes/<id>/`). A new provider over the same directory finds the same
+    /// sandboxes.
+    pub state_dir: PathBuf,
+    /// The runc binary. [`RuncConfig::new`] looks it up on `PATH` and in the sbin directories
+    /// a non-root `PATH` often lacks.
+    pub runc_binary: PathBuf,
+    pub limits: SandboxLimits,
+    /// Upper bound on any single runc call (create, pause, state...). A call that takes longer
+    /// is killed and reported as `ProviderError::Unavailable`.
+    pub call_timeout: Duration,
+    /// Largest file the file API reads or writes.
+    pub file_cap: u64,
+    /// Make this process a child subreaper and reap the container inits and command wrappers
+    /// that runc leaves orphaned, instead of relying on the host's pid 1 (see the `process`
+    /// module). This is a process-wide setting: orphans of any of this process's descendants
+    /// then come to it, and the provider reaps only its own. Turn it off if something else in
+    /// the process manages orphans.
+    pub reap_orphans: bool,
+}
+
+impl RuncConfig {
+    pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            runc_binary: find_runc().unwrap_or_else(|| PathBuf::from("runc")),
+            limits: SandboxLimits::default(),
+            call_timeout: Duration::from_secs(30),
+            file_cap: DEFAULT_FILE_CAP,
+            reap_orphans: true,
+        }
+    }
+
+    /// runc's `--root`: its container state, kept inside our state directory so it survives
+    /// restarts of this process (runc's default, /run/runc, is a tmpfs shared with every other
+    /// runc user on the host).
+    pub fn runc_root(&self) -> PathBuf {
+        self.state_dir.join("runc")
+    }
+
+    /// Where the per-sandbox bundles live.
+    pub fn sandboxes_dir(&self) -> PathBuf {
+        self.state_dir.join("sandboxes")
+    }
+}
+
+/// Can this process run runc sandboxes? The runc binary if so; otherwise why not, in words
+/// fit for a skipped test or a CLI falling back to another provider.
+pub fn host_can_run_sandboxes() -> Result<PathBuf, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("the runc provider needs root (see docs/runc.md on rootless use)".into());
+    }
+    find_runc().ok_or_else(|| "runc is not installed (apt-get install runc)".into())
+}
+
+/// The runc binary on `PATH`, or in the sbin directories where distributions install it.
+pub fn find_runc() -> Option<PathBuf> {
+    let path_dirs = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    path_dirs
+        .into_iter()
+        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/bin"].map(PathBuf::from))
+        .map(|dir| dir.join("runc"))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}

@@ -1,0 +1,371 @@
+//! Running one command in a sandbox.
+//!
+//! `runc exec --detach` starts the command and returns at once; the command's stdio are our
+//! pipes, passed straight through (no copying in runc). The command runs under a small shell
+//! wrapper that writes its exit status to an extra pipe (`--preserve-fds 1`, fd 3) when it ends,
+//! so we learn the status the moment the command exits, even if a background child it left
+//! behind still holds stdout open. (Attached `runc exec` waits for every holder of stdout to
+//! close it, so `server &` would hang the call until the timeout.)
+//!
+//! runc makes the command a session and process-group leader, so a timeout kills the whole tree
+//! with one `kill(-pgid)`, followed by a sweep of the container's cgroup for descendants that
+//! left the group.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::bundle::{HOME, SANDBOX_GID, SANDBOX_UID};
+use super::cgroup::ContainerCgroup;
+use super::process::{kill_tree, reap};
+use super::runtime::{error_message, Runc};
+use crate::ports::{ExecCommand, ExecRequest, ExecResult, ProviderError};
+
+/// Runs `"$@"` (the command) with fd 3 closed, then reports its status on fd 3.
+const WRAPPER: &str = r#""$@" 3>&-; printf %d "$?" >&3"#;
+/// After the command exits, how long output still held open by its background children is read.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
+/// After a timeout kill, how long to wait for the dying tree to close its output.
+const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
+
+/// Why an exec did not produce a result.
+#[derive(Debug)]
+pub(crate) enum ExecError {
+    /// runc refused to start the command (container paused or gone, bad working directory...):
+    /// runc's message, for the caller to classify against the container's state.
+    NotStarted(String),
+    Provider(ProviderError),
+}
+
+impl From<ProviderError> for ExecError {
+    fn from(e: ProviderError) -> Self {
+        ExecError::Provider(e)
+    }
+}
+
+/// Check a request before anything runs.
+pub(crate) fn validate(request: &ExecRequest) -> Result<(), ProviderError> {
+    let invalid = |m: String| Err(ProviderError::InvalidRequest(m));
+    match &request.command {
+        ExecCommand::Argv(argv) if argv.is_empty() => return invalid("empty argv".into()),
+        ExecCommand::Argv(argv) if argv.iter().any(|a| a.contains('\0')) => {
+            return invalid("argv contains a NUL byte".into())
+        }
+        ExecCommand::Shell(cmd) if cmd.contains('\0') => {
+            return invalid("command contains a NUL byte".into())
+        }
+        _ => {}
+    }
+    if let Some(cwd) = &request.cwd {
+        if !cwd.starts_with('/') || cwd.contains('\0') {
+            return invalid(format!(
+                "working directory {cwd:?} must be an absolute path"
+            ));
+        }
+    }
+    validate_env(&request.env)
+}
+
+/// Environment names must be usable as `NAME=value`.
+pub(crate) fn validate_env(
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<(), ProviderError> {
+    for (key, value) in env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return Err(ProviderError::InvalidRequest(format!(
+                "bad environment variable {key:?}: names must be non-empty without '=' or NUL, \
+                 values without NUL"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where to run: the container and what we know of it on the host.
+pub(crate) struct ExecTarget<'a> {
+    pub runc: &'a Runc,
+    pub id: &'a str,
+    /// The bundle's `run/` directory, for the pid file.
+    pub run_dir: PathBuf,
+    /// For the OOM count and the timeout sweep; both degrade gracefully without it.
+    pub cgroup: Option<Arc<ContainerCgroup>>,
+}
+
+pub(crate) async fn run(
+    target: ExecTarget<'_>,
+    request: ExecRequest,
+) -> Result<ExecResult, ExecError> {
+    let started = Instant::now();
+    let oom_before = target.cgroup.as_ref().and_then(|c| c.oom_kills());
+    let pid_file = target
+        .run_dir
+        .join(format!("exec-{}.pid", uuid::Uuid::new_v4().simple()));
+    let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| ProviderError::Internal(format!("cannot make a pipe: {e}")))?;
+
+    let mut cmd = target.runc.command();
+    cmd.arg("exec")
+        .arg("--detach")
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg("--preserve-fds")
+        .arg("1")
+        .arg("--user")
+        .arg(format!("{SANDBOX_UID}:{SANDBOX_GID}"))
+        .arg("--cwd")
+        .arg(request.cwd.as_deref().unwrap_or(HOME));
+    for (key, value) in &request.env {
+        cmd.arg("--env").arg(format!("{key}={value}"));
+    }
+    cmd.arg(target.id).args(["/bin/sh", "-c", WRAPPER, "sh"]);
+    match &request.command {
+        ExecCommand::Shell(script) => cmd.args(["/bin/sh", "-c", script]),
+        ExecCommand::Argv(argv) => cmd.args(argv),
+    };
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let status_fd = status_write.as_raw_fd();
+    // SAFETY: the closure only makes async-signal-safe system calls (fstat, fchown, fcntl,
+    // dup2) on descriptors it does not own, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || prepare_child_fds(status_fd));
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ProviderError::Internal(format!("could not run runc exec: {e}")))?;
+    // Our copy of the write end must go, or the status pipe never reports the wrapper's end.
+    drop(status_write);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stdin = child.stdin.take();
+    let input = request.stdin.clone().unwrap_or_default();
+    let stdin_task = tokio::spawn(async move {
+        if let Some(mut stdin) = stdin {
+            // A command that does not read its input closes the pipe: not our error.
+            let _ = stdin.write_all(&input).await;
+        }
+    });
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let cap = request.output_cap;
+    let out_task = tokio::spawn(read_capped(stdout, cap, stop_rx.clone()));
+    let err_task = tokio::spawn(read_capped(stderr, cap, stop_rx));
+
+    // runc returns once the command has started (or failed to).
+    let runc_status = match tokio::time::timeout(target.runc.call_timeout(), child.wait()).await {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => {
+            return Err(ProviderError::Internal(format!("waiting for runc exec: {e}")).into())
+        }
+        Err(_) => {
+            let _ = child.kill().await;
+            return Err(ProviderError::Unavailable(format!(
+                "runc exec did not start the command within {:?}",
+                target.runc.call_timeout()
+            ))
+            .into());
+        }
+    };
+    if !runc_status.success() {
+        // Nothing started, so runc was the only writer of stderr and it has exited: the
+        // stream ends on its own (the stop is only a safety net).
+        stdin_task.abort();
+        let stopper = tokio::spawn(async move {
+            tokio::time::sleep(DRAIN_AFTER_KILL).await;
+            let _ = stop_tx.send(true);
+        });
+        let (stderr, _) = err_task.await.unwrap_or_default();
+        stopper.abort();
+        out_task.abort();
+        let _ = std::fs::remove_file(&pid_file);
+        return Err(ExecError::NotStarted(error_message(&stderr)));
+    }
+    let leader = read_pid_file(&pid_file).await;
+    let _ = std::fs::remove_file(&pid_file);
+    let leader = leader?;
+    let mut guard = TreeGuard {
+        leader,
+        cgroup: target.cgroup.clone(),
+        armed: true,
+    };
+
+    // The wrapper's report, read on a blocking thread: the pipe is ours, not tokio's.
+    let mut status_task = tokio::task::spawn_blocking(move || {
+        let mut text = String::new();
+        let _ = File::from(status_read).read_to_string(&mut text);
+        text
+    });
+    let remaining = request.timeout.saturating_sub(started.elapsed());
+    let (status_text, timed_out) = match tokio::time::timeout(remaining, &mut status_task).await {
+        Ok(joined) => (joined.unwrap_or_default(), false),
+        Err(_) => {
+            let (leader, cgroup) = (guard.leader, guard.cgroup.clone());
+            let _ = tokio::task::spawn_blocking(move || kill_tree(leader, cgroup.as_deref())).await;
+            // The wrapper is dead, so the status pipe closes.
+            let _ = tokio::time::timeout(DRAIN_AFTER_KILL, status_task).await;
+            (String::new(), true)
+        }
+    };
+    guard.armed = false;
+    let duration = started.elapsed();
+    // The wrapper has exited (or been killed); it is our child if we are a subreaper.
+    tokio::task::spawn_blocking(move || reap(leader, Duration::from_millis(200)));
+
+    // Collect the output: it ends when every holder of the pipes has closed them, or when
+    // the drain window passes (a background child may keep them open for ever).
+    let grace = if timed_out {
+        DRAIN_AFTER_KILL
+    } else {
+        DRAIN_AFTER_EXIT
+    };
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        let _ = stop_tx.send(true);
+    });
+    let (stdout, out_truncated) = out_task.await.unwrap_or_default();
+    let (stderr, err_truncated) = err_task.await.unwrap_or_default();
+    stopper.abort();
+    stdin_task.abort();
+
+    let oom_after = target.cgroup.as_ref().and_then(|c| c.oom_kills());
+    let out_of_memory = matches!((oom_before, oom_after), (Some(b), Some(a)) if a > b);
+    let reported: Option<i32> = status_text.trim().parse().ok();
+    let exit_code = match reported {
+        _ if timed_out => None,
+        // 128 + SIGKILL: the shell saw the command die of the OOM killer's signal.
+        Some(137) if out_of_memory => None,
+        code => code,
+    };
+    Ok(ExecResult {
+        exit_code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        duration_ms: duration.as_millis() as u64,
+        timed_out,
+        truncated: out_truncated || err_truncated,
+        out_of_memory,
+    })
+}
+
+/// Kills the command's tree if the exec is abandoned midway (its future dropped), so a
+/// cancelled call leaves nothing running that nobody waits for.
+struct TreeGuard {
+    leader: i32,
+    cgroup: Option<Arc<ContainerCgroup>>,
+    armed: bool,
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            kill_tree(self.leader, self.cgroup.as_deref());
+        }
+    }
+}
+
+/// In the forked child, before exec'ing runc: make the stdio pipes the sandbox user's, so a
+/// command can reopen `/dev/stdout` (pipes are created mode 0600, owned by us), and put the
+/// status pipe at fd 3 for `--preserve-fds 1`.
+fn prepare_child_fds(status_fd: RawFd) -> std::io::Result<()> {
+    for fd in 0..3 {
+        // SAFETY: plain system calls on descriptors 0-2 of this (child) process.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO {
+                libc::fchown(fd, SANDBOX_UID, SANDBOX_GID);
+            }
+        }
+    }
+    // SAFETY: dup2/fcntl on descriptors of this process; dup2 clears close-on-exec on fd 3.
+    let ok = unsafe {
+        if status_fd == 3 {
+            libc::fcntl(3, libc::F_SETFD, 0) != -1
+        } else {
+            libc::dup2(status_fd, 3) != -1
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+async fn read_pid_file(path: &std::path::Path) -> Result<i32, ProviderError> {
+    let text = tokio::fs::read_to_string(path).await.map_err(|e| {
+        ProviderError::Internal(format!(
+            "runc exec wrote no pid file {}: {e}",
+            path.display()
+        ))
+    })?;
+    text.trim()
+        .parse()
+        .map_err(|_| ProviderError::Internal(format!("runc exec wrote a bad pid file: {text:?}")))
+}
+
+/// Read a stream to its end (or until told to stop), keeping the first `cap` bytes and
+/// discarding the rest, so a chatty command never blocks on a full pipe.
+async fn read_capped<R: AsyncRead + Unpin>(
+    mut reader: R,
+    cap: usize,
+    mut stop: watch::Receiver<bool>,
+) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut truncated = false;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            read = reader.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = cap.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buf[..n.min(room)]);
+                    truncated |= n > room;
+                }
+            },
+            _ = stop.wait_for(|stop| *stop) => break,
+        }
+    }
+    (kept, truncated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_validated() {
+        let mut req = ExecRequest::shell("true");
+        validate(&req).unwrap();
+        req.cwd = Some("relative".into());
+        assert!(validate(&req).is_err());
+        req.cwd = None;
+        req.env.insert("A=B".into(), "x".into());
+        assert!(validate(&req).is_err());
+        req.env.clear();
+        req.command = ExecCommand::Argv(vec![]);
+        assert!(validate(&req).is_err());
+    }
+
+    #[tokio::test]
+    async fn output_is_capped_but_read_to_the_end() {
+        let data = vec![b'x'; 100_000];
+        let (_tx, rx) = watch::channel(false);
+        let (kept, truncated) = read_capped(&data[..], 10, rx).await;
+        assert_eq!(kept, b"xxxxxxxxxx");
+        assert!(truncated);
+        let (_tx, rx) = watch::channel(false);
+        let (kept, truncated) = read_capped(&b"short"[..], 10, rx).await;
+        assert_eq!(kept, b"short");
+        assert!(!truncated);
+    }
+}

@@ -1,0 +1,713 @@
+//! `RuncProvider`: the local sandbox backend. One runc container per sandbox, no daemon of our
+//! own: everything lives in a state directory (runc's `--root` included), so a new provider
+//! over the same directory finds the same sandboxes, running or paused.
+//!
+//! Inside a sandbox: uid 1000 with no capabilities and no new privileges; its own pid, mount,
+//! network (loopback only), ipc, uts and cgroup namespaces; the host's `/usr` read-only under a
+//! read-only root with a generated `/etc`; `/tmp` a size-limited tmpfs; `/home/user` persistent
+//! and writable; memory, CPU and pid limits from [`SandboxLimits`]; a seccomp filter against
+//! user namespaces and kernel-attack syscalls. Pause and resume use the cgroup freezer.
+//!
+//! The pieces: `bundle` lays out the OCI bundle, `runtime` drives the runc CLI, `exec` runs
+//! commands, `files` and `search` are the confined file API, `cgroup` finds a container on the
+//! host, `ids` makes and checks sandbox ids.
+//!
+//! # Root and rootless
+//!
+//! The provider needs root: runc must create cgroups, mount the bundle, and switch to uid 1000;
+//! the file API chowns what it writes to uid 1000. [`RuncProvider::open`] refuses to start
+//! otherwise with `ProviderError::Unsupported`.
+//!
+//! Rootless operation (a developer laptop without sudo) is not implemented. runc supports it
+//! (`runc --rootless true` with a user namespace), and the missing pieces are: a user namespace
+//! in the spec mapping the sandbox's uid 1000 to the caller (plus a subordinate id range through
+//! `newuidmap` for the other ids a sandbox sees); cgroup limits, which need cgroup v2 with a
+//! delegated subtree (systemd's `Delegate=yes`, e.g. under `systemd-run --user --scope`) and
+//! must otherwise be dropped; and the file API writing as the caller instead of chowning.
+//! `docs/runc.md` explains the steps.
+
+mod bundle;
+mod cgroup;
+mod config;
+mod exec;
+mod files;
+mod ids;
+mod process;
+mod runtime;
+mod search;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use self::bundle::{write_bundle, Bundle, BundleSpec, HostLayout, SandboxRecord};
+use self::cgroup::ContainerCgroup;
+use self::exec::{ExecError, ExecTarget};
+use self::files::SandboxFs;
+use self::ids::{hostname_for, new_sandbox_id, validate_sandbox_id};
+use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
+use crate::ports::{
+    Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult, FileEntry, GrepMatch,
+    NetworkProfile, ProviderError, SandboxInfo, SandboxProvider, SandboxState, SystemClock,
+};
+
+pub use self::config::{find_runc, host_can_run_sandboxes, RuncConfig, SandboxLimits};
+
+/// The local sandbox provider. See the module docs.
+pub struct RuncProvider {
+    config: RuncConfig,
+    runc: Runc,
+    host: HostLayout,
+    swap_limit: bool,
+    clock: Arc<dyn Clock>,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// What the provider keeps in memory about one sandbox. Nothing here is needed to find a
+/// sandbox again after a restart; it only coordinates this process's calls.
+#[derive(Default)]
+struct Slot {
+    /// Serialises lifecycle changes (create, pause, resume, kill) and the start of commands.
+    lifecycle: tokio::sync::Mutex<()>,
+    /// Commands running now. Pause refuses while any runs, and a command only starts under
+    /// `lifecycle`, so none can start while a pause is under way.
+    execs: AtomicUsize,
+    /// Where the running container is on the host, found once and re-checked on use.
+    cgroup: Mutex<Option<Arc<ContainerCgroup>>>,
+}
+
+/// Counts one running command on its slot for as long as it lives.
+struct ExecHold(Arc<Slot>);
+
+impl ExecHold {
+    fn new(slot: Arc<Slot>) -> Self {
+        slot.execs.fetch_add(1, Ordering::SeqCst);
+        Self(slot)
+    }
+}
+
+impl Drop for ExecHold {
+    fn drop(&mut self) {
+        self.0.execs.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl RuncProvider {
+    /// Open (or create) the state directory, check runc, and sweep leftovers of earlier runs:
+    /// bundles whose container is gone and containers whose bundle is gone.
+    pub async fn open(config: RuncConfig) -> Result<Self, ProviderError> {
+        if !rustix::process::geteuid().is_root() {
+            return Err(ProviderError::Unsupported(
+                "the runc provider needs root (it creates cgroups and mounts, and runs \
+                 sandboxes as uid 1000); rootless operation is described in docs/runc.md \
+                 but not implemented"
+                    .into(),
+            ));
+        }
+        for dir in [
+            config.state_dir.clone(),
+            config.runc_root(),
+            config.sandboxes_dir(),
+        ] {
+            create_private_dir(&dir).map_err(|e| {
+                ProviderError::Internal(format!("cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        if config.reap_orphans {
+            if let Err(e) = process::become_subreaper() {
+                tracing::warn!(error = %e, "cannot become a child subreaper; kills may be slow");
+            }
+        }
+        let runc = Runc::new(
+            config.runc_binary.clone(),
+            config.runc_root(),
+            config.call_timeout,
+        );
+        let version = runc.version().await.map_err(|e| {
+            ProviderError::Unavailable(format!(
+                "{e}; the runc provider needs runc (apt-get install runc)"
+            ))
+        })?;
+        let provider = Self {
+            host: HostLayout::probe(),
+            swap_limit: cgroup::swap_limit_supported(),
+            runc,
+            config,
+            clock: Arc::new(SystemClock),
+            slots: Mutex::new(HashMap::new()),
+        };
+        let live = provider.survey().await?;
+        tracing::info!(
+            state_dir = %provider.config.state_dir.display(),
+            %version,
+            sandboxes = live.len(),
+            swap_limit = provider.swap_limit,
+            "runc provider ready"
+        );
+        Ok(provider)
+    }
+
+    /// Use another clock for created/deadline times (tests move time by hand).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn config(&self) -> &RuncConfig {
+        &self.config
+    }
+
+    fn slot(&self, id: &str) -> Arc<Slot> {
+        self.slots
+            .lock()
+            .expect("slot map poisoned")
+            .entry(id.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The bundle of a valid id; `Gone` if there is none.
+    fn existing_bundle(&self, id: &str) -> Result<Bundle, ProviderError> {
+        validate_sandbox_id(id)?;
+        let bundle = Bundle::new(&self.config.sandboxes_dir(), id);
+        if bundle.exists() {
+            Ok(bundle)
+        } else {
+            Err(gone(id))
+        }
+    }
+
+    /// The container's state if it is alive (running or paused); `Gone` otherwise.
+    async fn live_state(&self, id: &str) -> Result<ContainerState, ProviderError> {
+        match self.runc.state(id).await? {
+            Some(state) if state.status.is_alive() => Ok(state),
+            _ => Err(gone(id)),
+        }
+    }
+
+    /// Turn a failed runc call into the right error: `Gone` if the container is not there any
+    /// more, the call's own error otherwise.
+    async fn classify(&self, id: &str, err: RuncError) -> ProviderError {
+        match self.runc.state(id).await {
+            Ok(Some(state)) if state.status.is_alive() => err.into(),
+            Ok(_) => gone(id),
+            Err(state_err) => state_err.into(),
+        }
+    }
+
+    /// The running container's host handles: cached while its init lives, else looked up.
+    async fn container_cgroup(
+        &self,
+        id: &str,
+        slot: &Slot,
+    ) -> Result<Option<Arc<ContainerCgroup>>, ProviderError> {
+        if let Some(cached) = slot.cgroup.lock().expect("poisoned").clone() {
+            if cached.is_current() {
+                return Ok(Some(cached));
+            }
+        }
+        let state = self.live_state(id).await?;
+        match ContainerCgroup::of_init(state.pid) {
+            Ok(found) => {
+                let found = Arc::new(found);
+                *slot.cgroup.lock().expect("poisoned") = Some(found.clone());
+                Ok(Some(found))
+            }
+            Err(e) => {
+                // Commands still run; only OOM reporting, the timeout sweep and /tmp suffer.
+                tracing::warn!(sandbox_id = id, error = %e, "cannot find the container's cgroup");
+                Ok(None)
+            }
+        }
+    }
+
+    fn info_from(&self, bundle: &Bundle, state: ContainerState) -> SandboxInfo {
+        let record = bundle.read_record().ok();
+        SandboxInfo {
+            state: match state.status {
+                ContainerStatus::Paused => SandboxState::Paused,
+                _ => SandboxState::Running,
+            },
+            metadata: state.annotations,
+            started_at: record.as_ref().map(|r| r.created_at),
+            deadline: record.and_then(|r| r.deadline),
+            sandbox_id: state.id,
+        }
+    }
+
+    /// Every live sandbox, reconciling the state directory with runc on the way: a bundle
+    /// without a live container is removed, and so is a container without a bundle. A bundle
+    /// younger than [`Self::leftover_grace`] is spared, since another process may be creating
+    /// it right now.
+    async fn survey(&self) -> Result<Vec<(Bundle, ContainerState)>, ProviderError> {
+        let mut containers: HashMap<String, ContainerState> = self
+            .runc
+            .list()
+            .await?
+            .into_iter()
+            .map(|c| (c.id.clone(), c))
+            .collect();
+        let sandboxes_dir = self.config.sandboxes_dir();
+        let entries = std::fs::read_dir(&sandboxes_dir).map_err(|e| {
+            ProviderError::Internal(format!("cannot read {}: {e}", sandboxes_dir.display()))
+        })?;
+        let mut ids: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| validate_sandbox_id(name).is_ok())
+            .collect();
+        ids.sort();
+
+        let mut live = Vec::new();
+        for id in ids {
+            let bundle = Bundle::new(&sandboxes_dir, &id);
+            match containers.remove(&id) {
+                Some(state) if state.status.is_alive() => live.push((bundle, state)),
+                Some(_) => self.remove_leftover(&id, &bundle, true).await,
+                None if bundle.age().unwrap_or_default() >= self.leftover_grace() => {
+                    self.remove_leftover(&id, &bundle, false).await
+                }
+                None => {}
+            }
+        }
+        // What is left has no bundle: nothing we could operate any more.
+        for id in containers.into_keys() {
+            if validate_sandbox_id(&id).is_ok() {
+                let bundle = Bundle::new(&sandboxes_dir, &id);
+                self.remove_leftover(&id, &bundle, true).await;
+            }
+        }
+        Ok(live)
+    }
+
+    /// How old a bundle without a container must be before it counts as a leftover: longer
+    /// than any create can take.
+    fn leftover_grace(&self) -> Duration {
+        self.config.call_timeout * 2
+    }
+
+    /// Remove a dead sandbox's container and bundle, unless this process is busy with it.
+    /// Failures are logged: the next sweep tries again.
+    async fn remove_leftover(&self, id: &str, bundle: &Bundle, has_container: bool) {
+        let slot = self.slot(id);
+        let Ok(_busy) = slot.lifecycle.try_lock() else {
+            return;
+        };
+        tracing::info!(
+            sandbox_id = id,
+            has_container,
+            "removing a leftover sandbox"
+        );
+        if has_container {
+            if let Err(e) = self.destroy_container(id).await {
+                tracing::warn!(sandbox_id = id, error = %e, "cannot delete leftover container");
+                return;
+            }
+        }
+        let bundle = bundle.clone();
+        match tokio::task::spawn_blocking(move || bundle.remove()).await {
+            Ok(Ok(())) => {
+                self.slots.lock().expect("poisoned").remove(id);
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(sandbox_id = id, error = %e, "cannot remove leftover bundle")
+            }
+            Err(e) => tracing::warn!(sandbox_id = id, error = %e, "bundle removal panicked"),
+        }
+    }
+
+    /// Kill every process of a container and delete it; a container that is not there is fine.
+    ///
+    /// `runc delete --force` alone would do, but after killing the init it polls every 100 ms
+    /// until the init's pid stops answering signals, i.e. until it is reaped. We kill the init
+    /// ourselves and wait only until it is dead (reaped by us, or a zombie; see `process`),
+    /// which in a pid namespace means every process in it is dead; runc then deletes a stopped
+    /// container at once.
+    async fn destroy_container(&self, id: &str) -> Result<(), ProviderError> {
+        let Some(state) = self.runc.state(id).await? else {
+            return Ok(());
+        };
+        if state.status.is_alive() && state.pid > 0 {
+            // Frozen processes do not die until thawed (cgroup v1 freezer).
+            if state.status == ContainerStatus::Paused {
+                if let Err(e) = self.runc.resume(id).await {
+                    tracing::warn!(sandbox_id = id, error = %e, "cannot thaw before the kill");
+                }
+            }
+            let pid = state.pid;
+            let waited = tokio::task::spawn_blocking(move || {
+                process::kill_and_wait(pid, Duration::from_secs(5))
+            })
+            .await;
+            if !matches!(waited, Ok(true)) {
+                tracing::warn!(
+                    sandbox_id = id,
+                    pid,
+                    "container init still alive after SIGKILL"
+                );
+            }
+        } else if state.pid > 0 {
+            // Died on its own: collect it if it is ours.
+            let pid = state.pid;
+            let _ = tokio::task::spawn_blocking(move || process::reap(pid, Duration::ZERO)).await;
+        }
+        match self.runc.delete_force(id).await {
+            Ok(()) => Ok(()),
+            Err(e) => match self.runc.state(id).await? {
+                None => Ok(()),
+                Some(_) => Err(e.into()),
+            },
+        }
+    }
+
+    /// Run a file operation on a blocking thread against the sandbox's confined filesystem.
+    async fn with_files<T, F>(&self, id: &str, op: F) -> Result<T, ProviderError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&SandboxFs) -> Result<T, ProviderError> + Send + 'static,
+    {
+        let bundle = self.existing_bundle(id)?;
+        let slot = self.slot(id);
+        let cgroup = self.container_cgroup(id, &slot).await?;
+        let fs = SandboxFs::new(
+            bundle.home(),
+            cgroup.map(|c| c.tmp_dir()),
+            self.config.file_cap,
+        );
+        let result = tokio::task::spawn_blocking(move || op(&fs))
+            .await
+            .map_err(|e| ProviderError::Internal(format!("file operation panicked: {e}")))?;
+        // Killed meanwhile: whatever the operation saw is gone with it.
+        if !bundle.exists() {
+            return Err(gone(id));
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl SandboxProvider for RuncProvider {
+    fn name(&self) -> &str {
+        "runc"
+    }
+
+    async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError> {
+        if request.network == NetworkProfile::Networked {
+            return Err(ProviderError::Unsupported(
+                "the runc provider offers no outbound network: a sandbox gets a private \
+                 network namespace with only loopback. Networked sandboxes would need a \
+                 bridge, veth pairs and NAT on the host, which this provider does not set up \
+                 (see docs/runc.md)"
+                    .into(),
+            ));
+        }
+        exec::validate_env(&request.env)?;
+        let id = new_sandbox_id();
+        let bundle = Bundle::new(&self.config.sandboxes_dir(), &id);
+        let slot = self.slot(&id);
+        let _lifecycle = slot.lifecycle.lock().await;
+
+        let now = self.clock.now();
+        let record = SandboxRecord {
+            created_at: now,
+            deadline: Some(now.plus(request.timeout)),
+        };
+        let hostname = hostname_for(request.owner.thread_id.as_str());
+        let annotations = request.owner.to_metadata();
+        let (env, limits, host, swap_limit) = (
+            request.env.clone(),
+            self.config.limits.clone(),
+            self.host.clone(),
+            self.swap_limit,
+        );
+        let layout = bundle.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let spec = BundleSpec {
+                hostname,
+                annotations,
+                env: &env,
+                limits: &limits,
+                swap_limit,
+                host: &host,
+            };
+            write_bundle(&layout, &spec, &record)
+        })
+        .await
+        .map_err(|e| ProviderError::Internal(format!("bundle writer panicked: {e}")))
+        .and_then(|r| {
+            r.map_err(|e| ProviderError::Internal(format!("cannot write the bundle: {e}")))
+        });
+        let started = match written {
+            Ok(()) => self
+                .runc
+                .run_detached(&id, bundle.dir())
+                .await
+                .map_err(Into::into),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            // Leave nothing behind: a half-made container and its bundle.
+            let _ = self.runc.delete_force(&id).await;
+            let _ = bundle.remove();
+            tracing::warn!(sandbox_id = %id, error = %e, "sandbox creation failed");
+            return Err(e);
+        }
+        tracing::info!(
+            sandbox_id = %id,
+            thread_id = %request.owner.thread_id,
+            generation = request.owner.generation,
+            "sandbox created"
+        );
+        Ok(CreatedSandbox {
+            sandbox_id: id,
+            provider_session_id: None,
+        })
+    }
+
+    async fn connect(&self, sandbox_id: &str) -> Result<Connected, ProviderError> {
+        self.existing_bundle(sandbox_id)?;
+        let slot = self.slot(sandbox_id);
+        let _lifecycle = slot.lifecycle.lock().await;
+        let state = self.live_state(sandbox_id).await?;
+        let resumed = state.status == ContainerStatus::Paused;
+        if resumed {
+            if let Err(e) = self.runc.resume(sandbox_id).await {
+                return Err(self.classify(sandbox_id, e).await);
+            }
+            tracing::info!(sandbox_id, "sandbox resumed");
+        }
+        Ok(Connected {
+            resumed,
+            provider_session_id: None,
+        })
+    }
+
+    async fn pause(&self, sandbox_id: &str) -> Result<(), ProviderError> {
+        self.existing_bundle(sandbox_id)?;
+        let slot = self.slot(sandbox_id);
+        let _lifecycle = slot.lifecycle.lock().await;
+        if slot.execs.load(Ordering::SeqCst) > 0 {
+            return Err(ProviderError::Conflict("a command is running".into()));
+        }
+        match self.runc.pause(sandbox_id).await {
+            Ok(()) => {
+                tracing::info!(sandbox_id, "sandbox paused");
+                Ok(())
+            }
+            // runc refuses to pause a paused container; for us that is success.
+            Err(e) => match self.runc.state(sandbox_id).await? {
+                Some(state) if state.status == ContainerStatus::Paused => Ok(()),
+                Some(state) if state.status.is_alive() => Err(e.into()),
+                _ => Err(gone(sandbox_id)),
+            },
+        }
+    }
+
+    async fn kill(&self, sandbox_id: &str) -> Result<(), ProviderError> {
+        validate_sandbox_id(sandbox_id)?;
+        let bundle = Bundle::new(&self.config.sandboxes_dir(), sandbox_id);
+        let slot = self.slot(sandbox_id);
+        let _lifecycle = slot.lifecycle.lock().await;
+        // Container first, bundle second: a crash in between leaves a bundle without a
+        // container, which the next sweep removes.
+        self.destroy_container(sandbox_id).await?;
+        let existed = bundle.exists();
+        let removing = bundle.clone();
+        tokio::task::spawn_blocking(move || removing.remove())
+            .await
+            .map_err(|e| ProviderError::Internal(format!("bundle removal panicked: {e}")))?
+            .map_err(|e| {
+                ProviderError::Internal(format!("cannot remove {}: {e}", bundle.dir().display()))
+            })?;
+        self.slots.lock().expect("poisoned").remove(sandbox_id);
+        if existed {
+            tracing::info!(sandbox_id, "sandbox killed");
+        }
+        Ok(())
+    }
+
+    async fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), ProviderError> {
+        let bundle = self.existing_bundle(sandbox_id)?;
+        self.live_state(sandbox_id).await?;
+        let now = self.clock.now();
+        tokio::task::spawn_blocking(move || {
+            let mut record = bundle.read_record().unwrap_or(SandboxRecord {
+                created_at: now,
+                deadline: None,
+            });
+            record.deadline = Some(now.plus(timeout));
+            bundle.write_record(&record)
+        })
+        .await
+        .map_err(|e| ProviderError::Internal(format!("record writer panicked: {e}")))?
+        .map_err(|e| ProviderError::Internal(format!("cannot record the deadline: {e}")))
+    }
+
+    async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError> {
+        let bundle = self.existing_bundle(sandbox_id)?;
+        let state = self.live_state(sandbox_id).await?;
+        Ok(self.info_from(&bundle, state))
+    }
+
+    async fn list(
+        &self,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Vec<SandboxInfo>, ProviderError> {
+        Ok(self
+            .survey()
+            .await?
+            .into_iter()
+            .filter(|(_, state)| {
+                metadata
+                    .iter()
+                    .all(|(k, v)| state.annotations.get(k) == Some(v))
+            })
+            .map(|(bundle, state)| self.info_from(&bundle, state))
+            .collect())
+    }
+
+    async fn exec(
+        &self,
+        sandbox_id: &str,
+        request: ExecRequest,
+    ) -> Result<ExecResult, ProviderError> {
+        exec::validate(&request)?;
+        let bundle = self.existing_bundle(sandbox_id)?;
+        let slot = self.slot(sandbox_id);
+        let _hold = {
+            let _lifecycle = slot.lifecycle.lock().await;
+            ExecHold::new(slot.clone())
+        };
+        let cgroup = self.container_cgroup(sandbox_id, &slot).await?;
+        let cwd = request.cwd.clone();
+        let target = ExecTarget {
+            runc: &self.runc,
+            id: sandbox_id,
+            run_dir: bundle.run_dir(),
+            cgroup,
+        };
+        match exec::run(target, request).await {
+            Ok(_) if !bundle.exists() => Err(gone(sandbox_id)),
+            Ok(result) => {
+                tracing::debug!(
+                    sandbox_id,
+                    exit_code = ?result.exit_code,
+                    duration_ms = result.duration_ms,
+                    timed_out = result.timed_out,
+                    "command finished"
+                );
+                Ok(result)
+            }
+            Err(ExecError::Provider(e)) => Err(e),
+            Err(ExecError::NotStarted(message)) => match self.runc.state(sandbox_id).await? {
+                Some(state) if state.status == ContainerStatus::Paused => {
+                    Err(ProviderError::Conflict(format!(
+                        "sandbox {sandbox_id} is paused; connect resumes it"
+                    )))
+                }
+                Some(state) if state.status.is_alive() => {
+                    if message.contains("chdir to cwd") {
+                        Err(ProviderError::InvalidRequest(format!(
+                            "working directory {} does not exist in the sandbox",
+                            cwd.as_deref().unwrap_or(bundle::HOME)
+                        )))
+                    } else {
+                        Err(ProviderError::Internal(format!(
+                            "runc exec failed: {message}"
+                        )))
+                    }
+                }
+                _ => Err(gone(sandbox_id)),
+            },
+        }
+    }
+
+    async fn read_file(&self, sandbox_id: &str, path: &str) -> Result<Vec<u8>, ProviderError> {
+        let path = path.to_owned();
+        self.with_files(sandbox_id, move |fs| fs.read(&path)).await
+    }
+
+    async fn write_file(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        contents: &[u8],
+    ) -> Result<(), ProviderError> {
+        if contents.len() as u64 > self.config.file_cap {
+            return Err(ProviderError::InvalidRequest(format!(
+                "{path}: {} bytes is over the file API's limit of {} bytes",
+                contents.len(),
+                self.config.file_cap
+            )));
+        }
+        let (path, contents) = (path.to_owned(), contents.to_vec());
+        self.with_files(sandbox_id, move |fs| fs.write(&path, &contents))
+            .await
+    }
+
+    async fn list_dir(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+    ) -> Result<Vec<FileEntry>, ProviderError> {
+        let path = path.to_owned();
+        self.with_files(sandbox_id, move |fs| fs.list(&path)).await
+    }
+
+    async fn stat(&self, sandbox_id: &str, path: &str) -> Result<FileEntry, ProviderError> {
+        let path = path.to_owned();
+        self.with_files(sandbox_id, move |fs| fs.stat(&path)).await
+    }
+
+    async fn make_dir(&self, sandbox_id: &str, path: &str) -> Result<(), ProviderError> {
+        let path = path.to_owned();
+        self.with_files(sandbox_id, move |fs| fs.make_dir(&path))
+            .await
+    }
+
+    async fn remove(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), ProviderError> {
+        let path = path.to_owned();
+        self.with_files(sandbox_id, move |fs| fs.remove(&path, recursive))
+            .await
+    }
+
+    async fn glob(&self, sandbox_id: &str, pattern: &str) -> Result<Vec<String>, ProviderError> {
+        let pattern = pattern.to_owned();
+        self.with_files(sandbox_id, move |fs| fs.glob(&pattern))
+            .await
+    }
+
+    async fn grep(
+        &self,
+        sandbox_id: &str,
+        pattern: &str,
+        path: &str,
+    ) -> Result<Vec<GrepMatch>, ProviderError> {
+        let (pattern, path) = (pattern.to_owned(), path.to_owned());
+        self.with_files(sandbox_id, move |fs| fs.grep(&pattern, &path))
+            .await
+    }
+}
+
+fn gone(id: &str) -> ProviderError {
+    ProviderError::Gone(id.to_owned())
+}
+
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
