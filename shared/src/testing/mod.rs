@@ -5,6 +5,7 @@ mod flaky_queue;
 mod memory_provider;
 
 pub mod lifecycle_conformance;
+pub mod provider_conformance;
 pub mod store_conformance;
 
 pub use clock::ManualClock;

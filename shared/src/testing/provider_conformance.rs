@@ -1,0 +1,461 @@
+//! The sandbox provider conformance suite: what every `SandboxProvider` must do, whatever runs
+//! the sandboxes (runc locally, E2B in production, a contract fake in tests).
+//!
+//! Each function takes a provider, makes its own sandboxes (tagged with a fresh thread id, so
+//! functions can share a provider), kills them when it passes, and panics with a message on
+//! the first broken promise. A backend's tests call each function as a test of its own, or all
+//! of them through [`run_all`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::domain::ThreadId;
+use crate::ports::{
+    CreateSandbox, ExecCommand, ExecRequest, FileKind, NetworkProfile, ProviderError, SandboxOwner,
+    SandboxProvider, SandboxState, META_GENERATION, META_THREAD_ID,
+};
+
+/// An owner no other call uses.
+pub fn fresh_owner(generation: u64) -> SandboxOwner {
+    let thread = format!("conformance-{}", uuid::Uuid::new_v4().simple());
+    SandboxOwner {
+        thread_id: ThreadId::parse(&thread).expect("valid thread id"),
+        generation,
+    }
+}
+
+/// A restricted sandbox with one environment variable set at creation.
+pub fn create_request(owner: SandboxOwner) -> CreateSandbox {
+    CreateSandbox {
+        owner,
+        network: NetworkProfile::Restricted,
+        timeout: Duration::from_secs(600),
+        env: BTreeMap::from([("TB_CONFORMANCE".to_owned(), "yes".to_owned())]),
+    }
+}
+
+async fn create(p: &dyn SandboxProvider, owner: SandboxOwner) -> String {
+    p.create(create_request(owner))
+        .await
+        .expect("create")
+        .sandbox_id
+}
+
+fn shell(cmd: &str) -> ExecRequest {
+    ExecRequest::shell(cmd)
+}
+
+/// Every suite function, one after another.
+pub async fn run_all(p: &dyn SandboxProvider) {
+    create_reports_running_with_owner_metadata(p).await;
+    list_filters_by_metadata(p).await;
+    pause_and_connect(p).await;
+    set_timeout_moves_the_deadline(p).await;
+    exec_shell_and_argv(p).await;
+    exec_stdin_env_and_cwd(p).await;
+    exec_timeout_and_output_cap(p).await;
+    files_round_trip(p).await;
+    files_search(p).await;
+    file_paths_with_dotdot_are_refused(p).await;
+    kill_makes_everything_gone(p).await;
+}
+
+pub async fn create_reports_running_with_owner_metadata(p: &dyn SandboxProvider) {
+    let owner = fresh_owner(7);
+    let id = create(p, owner.clone()).await;
+    assert!(!id.is_empty());
+    let info = p.info(&id).await.expect("info");
+    assert_eq!(info.sandbox_id, id);
+    assert_eq!(info.state, SandboxState::Running);
+    assert_eq!(info.owner(), Some(owner.clone()));
+    assert_eq!(
+        info.metadata.get(META_THREAD_ID),
+        Some(&owner.thread_id.to_string())
+    );
+    assert_eq!(info.metadata.get(META_GENERATION), Some(&"7".to_owned()));
+    assert!(info.deadline.is_some(), "a sandbox has a deadline");
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn list_filters_by_metadata(p: &dyn SandboxProvider) {
+    let (a, b) = (fresh_owner(1), fresh_owner(2));
+    let id_a = create(p, a.clone()).await;
+    let id_b = create(p, b.clone()).await;
+
+    let ids = |list: Vec<crate::ports::SandboxInfo>| -> Vec<String> {
+        list.into_iter().map(|i| i.sandbox_id).collect()
+    };
+    let only_a = ids(p.list(&a.to_metadata()).await.expect("list a"));
+    assert_eq!(only_a, vec![id_a.clone()]);
+    let by_thread = BTreeMap::from([(META_THREAD_ID.to_owned(), b.thread_id.to_string())]);
+    assert_eq!(
+        ids(p.list(&by_thread).await.expect("list b")),
+        vec![id_b.clone()]
+    );
+    let wrong_generation = BTreeMap::from([
+        (META_THREAD_ID.to_owned(), b.thread_id.to_string()),
+        (META_GENERATION.to_owned(), "99".to_owned()),
+    ]);
+    assert!(p.list(&wrong_generation).await.expect("list").is_empty());
+    let everything = p.list(&BTreeMap::new()).await.expect("list all");
+    for id in [&id_a, &id_b] {
+        let info = everything
+            .iter()
+            .find(|i| &i.sandbox_id == id)
+            .unwrap_or_else(|| panic!("{id} missing from the full list"));
+        assert_eq!(info.state, SandboxState::Running);
+    }
+
+    p.pause(&id_a).await.expect("pause");
+    let listed = p.list(&a.to_metadata()).await.expect("list paused");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state, SandboxState::Paused);
+    assert_eq!(listed[0].owner(), Some(a));
+
+    p.kill(&id_a).await.expect("kill");
+    p.kill(&id_b).await.expect("kill");
+}
+
+pub async fn pause_and_connect(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+    p.write_file(&id, "/home/user/kept.txt", b"before pause")
+        .await
+        .expect("write");
+
+    p.pause(&id).await.expect("pause");
+    assert_eq!(p.info(&id).await.expect("info").state, SandboxState::Paused);
+    p.pause(&id)
+        .await
+        .expect("pausing a paused sandbox succeeds");
+    assert_eq!(p.info(&id).await.expect("info").state, SandboxState::Paused);
+
+    let connected = p.connect(&id).await.expect("connect");
+    assert!(connected.resumed, "connect on a paused sandbox resumes it");
+    assert_eq!(
+        p.info(&id).await.expect("info").state,
+        SandboxState::Running
+    );
+    let again = p.connect(&id).await.expect("connect again");
+    assert!(
+        !again.resumed,
+        "connect on a running sandbox resumes nothing"
+    );
+
+    let out = p
+        .exec(&id, shell("cat /home/user/kept.txt"))
+        .await
+        .expect("exec");
+    assert_eq!(out.stdout, "before pause", "files outlive a pause");
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn set_timeout_moves_the_deadline(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+    p.set_timeout(&id, Duration::from_secs(3600))
+        .await
+        .expect("set_timeout");
+    let first = p.info(&id).await.expect("info").deadline.expect("deadline");
+    p.set_timeout(&id, Duration::from_secs(7200))
+        .await
+        .expect("set_timeout");
+    let second = p.info(&id).await.expect("info").deadline.expect("deadline");
+    assert!(
+        second.0 >= first.0 + 3_000_000,
+        "deadline moved from {first:?} to {second:?}"
+    );
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn exec_shell_and_argv(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+
+    let out = p
+        .exec(&id, shell("echo hello; echo oops >&2"))
+        .await
+        .expect("exec");
+    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.stdout, "hello\n");
+    assert_eq!(out.stderr, "oops\n");
+    assert!(!out.timed_out && !out.truncated && !out.out_of_memory);
+
+    let out = p.exec(&id, shell("exit 3")).await.expect("exec");
+    assert_eq!(out.exit_code, Some(3));
+
+    // Argv is not re-parsed by a shell: the space and the `$` stay literal.
+    let mut argv = shell("");
+    argv.command = ExecCommand::Argv(vec![
+        "printf".into(),
+        "%s|".into(),
+        "a b".into(),
+        "$HOME".into(),
+    ]);
+    let out = p.exec(&id, argv).await.expect("exec argv");
+    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.stdout, "a b|$HOME|");
+
+    let mut missing = shell("");
+    missing.command = ExecCommand::Argv(vec!["/no/such/program".into()]);
+    let out = p
+        .exec(&id, missing)
+        .await
+        .expect("exec of a missing program");
+    assert_ne!(out.exit_code, Some(0));
+
+    // The environment given at creation reaches every command.
+    let out = p
+        .exec(&id, shell("echo $TB_CONFORMANCE"))
+        .await
+        .expect("exec");
+    assert_eq!(out.stdout, "yes\n");
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn exec_stdin_env_and_cwd(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+
+    let mut req = shell("tr a-z A-Z");
+    req.stdin = Some(b"shout\n".to_vec());
+    let out = p.exec(&id, req).await.expect("exec with stdin");
+    assert_eq!(out.stdout, "SHOUT\n");
+
+    let mut req = shell("echo \"$GREETING $TB_CONFORMANCE\"");
+    req.env.insert("GREETING".into(), "hi there".into());
+    let out = p.exec(&id, req).await.expect("exec with env");
+    assert_eq!(out.stdout, "hi there yes\n");
+
+    let mut req = shell("pwd");
+    req.cwd = Some("/tmp".into());
+    assert_eq!(p.exec(&id, req).await.expect("exec").stdout, "/tmp\n");
+    let out = p.exec(&id, shell("pwd")).await.expect("exec");
+    assert_eq!(out.stdout, "/home/user\n", "commands start in the home");
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn exec_timeout_and_output_cap(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+
+    let mut req = shell("echo started; sleep 30");
+    req.timeout = Duration::from_secs(1);
+    let out = p.exec(&id, req).await.expect("exec");
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(out.exit_code, None);
+    assert_eq!(out.stdout, "started\n", "output before the timeout is kept");
+    assert!(
+        out.duration_ms >= 900 && out.duration_ms < 15_000,
+        "{out:?}"
+    );
+
+    let mut req = shell("head -c 100000 /dev/zero | tr '\\0' a; echo done >&2");
+    req.output_cap = 1000;
+    let out = p.exec(&id, req).await.expect("exec");
+    assert_eq!(out.exit_code, Some(0));
+    assert!(out.truncated);
+    assert_eq!(out.stdout, "a".repeat(1000));
+    assert_eq!(out.stderr, "done\n");
+
+    // The sandbox is fine afterwards.
+    let out = p.exec(&id, shell("echo ok")).await.expect("exec");
+    assert_eq!(out.stdout, "ok\n");
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn files_round_trip(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+
+    p.write_file(&id, "/home/user/dir/sub/a.txt", b"alpha\n")
+        .await
+        .expect("write creates parents");
+    assert_eq!(
+        p.read_file(&id, "/home/user/dir/sub/a.txt")
+            .await
+            .expect("read"),
+        b"alpha\n"
+    );
+    p.write_file(&id, "/home/user/dir/sub/a.txt", b"beta")
+        .await
+        .expect("overwrite");
+    assert_eq!(
+        p.read_file(&id, "/home/user/dir/sub/a.txt")
+            .await
+            .expect("read"),
+        b"beta"
+    );
+
+    let stat = p.stat(&id, "/home/user/dir/sub/a.txt").await.expect("stat");
+    assert_eq!(stat.kind, FileKind::File);
+    assert_eq!(stat.size, 4);
+    assert_eq!(stat.name, "a.txt");
+    assert_eq!(stat.path, "/home/user/dir/sub/a.txt");
+    assert_eq!(
+        p.stat(&id, "/home/user/dir").await.expect("stat dir").kind,
+        FileKind::Dir
+    );
+
+    p.make_dir(&id, "/home/user/dir/made").await.expect("mkdir");
+    p.make_dir(&id, "/home/user/dir/made")
+        .await
+        .expect("mkdir of an existing directory succeeds");
+    let listed = p.list_dir(&id, "/home/user/dir").await.expect("list");
+    let names: Vec<(&str, FileKind)> = listed.iter().map(|e| (e.name.as_str(), e.kind)).collect();
+    assert_eq!(names, vec![("made", FileKind::Dir), ("sub", FileKind::Dir)]);
+    assert_eq!(listed[1].path, "/home/user/dir/sub");
+
+    // Files written through the API belong to the sandbox's user: commands can change them,
+    // and files commands write are readable through the API.
+    let out = p
+        .exec(
+            &id,
+            shell("echo more >> /home/user/dir/sub/a.txt && echo x > /tmp/from-cmd"),
+        )
+        .await
+        .expect("exec");
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(
+        p.read_file(&id, "/home/user/dir/sub/a.txt")
+            .await
+            .expect("read"),
+        b"betamore\n"
+    );
+    assert_eq!(
+        p.read_file(&id, "/tmp/from-cmd").await.expect("read /tmp"),
+        b"x\n"
+    );
+    p.write_file(&id, "/tmp/scratch/t.txt", b"t")
+        .await
+        .expect("write in /tmp");
+    let out = p
+        .exec(&id, shell("cat /tmp/scratch/t.txt"))
+        .await
+        .expect("exec");
+    assert_eq!(out.stdout, "t");
+
+    assert!(p.read_file(&id, "/home/user/missing.txt").await.is_err());
+    assert!(
+        p.remove(&id, "/home/user/dir", false).await.is_err(),
+        "non-empty dir"
+    );
+    p.remove(&id, "/home/user/dir/sub/a.txt", false)
+        .await
+        .expect("remove file");
+    assert!(p.stat(&id, "/home/user/dir/sub/a.txt").await.is_err());
+    p.remove(&id, "/home/user/dir", true)
+        .await
+        .expect("remove tree");
+    assert!(p.stat(&id, "/home/user/dir").await.is_err());
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn files_search(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+    for (path, body) in [
+        ("/home/user/proj/main.py", "import os\n# needle here\n"),
+        (
+            "/home/user/proj/lib/util.py",
+            "def f():\n    return 1  # needle\n",
+        ),
+        ("/home/user/proj/README.md", "no match\n"),
+    ] {
+        p.write_file(&id, path, body.as_bytes())
+            .await
+            .expect("write");
+    }
+
+    let mut all_py = p.glob(&id, "/home/user/proj/**/*.py").await.expect("glob");
+    all_py.sort();
+    assert_eq!(
+        all_py,
+        vec!["/home/user/proj/lib/util.py", "/home/user/proj/main.py"]
+    );
+    assert_eq!(
+        p.glob(&id, "/home/user/proj/*.py").await.expect("glob"),
+        vec!["/home/user/proj/main.py"]
+    );
+    assert_eq!(
+        p.glob(&id, "/home/user/proj/READM?.md")
+            .await
+            .expect("glob"),
+        vec!["/home/user/proj/README.md"]
+    );
+
+    let mut found = p
+        .grep(&id, "needle", "/home/user/proj")
+        .await
+        .expect("grep");
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    let got: Vec<(&str, u64, &str)> = found
+        .iter()
+        .map(|m| (m.path.as_str(), m.line_number, m.line.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("/home/user/proj/lib/util.py", 2, "    return 1  # needle"),
+            ("/home/user/proj/main.py", 2, "# needle here"),
+        ]
+    );
+    let in_one = p
+        .grep(&id, "^import", "/home/user/proj/main.py")
+        .await
+        .expect("grep a file");
+    assert_eq!(in_one.len(), 1);
+    assert_eq!(in_one[0].line_number, 1);
+    assert!(matches!(
+        p.grep(&id, "(unclosed", "/home/user/proj").await,
+        Err(ProviderError::InvalidRequest(_))
+    ));
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn file_paths_with_dotdot_are_refused(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+    for path in ["/home/user/../../etc/passwd", "/tmp/../etc/passwd"] {
+        match p.read_file(&id, path).await {
+            Err(ProviderError::InvalidRequest(message)) => {
+                assert!(
+                    message.contains(path),
+                    "the error names the path: {message}"
+                )
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+        assert!(matches!(
+            p.write_file(&id, path, b"x").await,
+            Err(ProviderError::InvalidRequest(_))
+        ));
+    }
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn kill_makes_everything_gone(p: &dyn SandboxProvider) {
+    let owner = fresh_owner(1);
+    let id = create(p, owner.clone()).await;
+    p.kill(&id).await.expect("kill");
+    p.kill(&id).await.expect("killing a gone sandbox succeeds");
+
+    fn assert_gone<T: std::fmt::Debug>(op: &str, result: Result<T, ProviderError>) {
+        match result {
+            Err(ProviderError::Gone(_)) => {}
+            other => panic!("{op} on a gone sandbox: {other:?}"),
+        }
+    }
+    assert_gone("info", p.info(&id).await);
+    assert_gone("connect", p.connect(&id).await);
+    assert_gone("pause", p.pause(&id).await);
+    assert_gone(
+        "set_timeout",
+        p.set_timeout(&id, Duration::from_secs(60)).await,
+    );
+    assert_gone("exec", p.exec(&id, shell("true")).await);
+    assert_gone("read_file", p.read_file(&id, "/home/user/x").await);
+    assert_gone("write_file", p.write_file(&id, "/home/user/x", b"x").await);
+    assert_gone("list_dir", p.list_dir(&id, "/home/user").await);
+    assert_gone("stat", p.stat(&id, "/home/user").await);
+    assert_gone("make_dir", p.make_dir(&id, "/home/user/d").await);
+    assert_gone("remove", p.remove(&id, "/home/user/x", false).await);
+    assert_gone("glob", p.glob(&id, "/home/user/*").await);
+    assert_gone("grep", p.grep(&id, "x", "/home/user").await);
+    assert!(
+        p.list(&owner.to_metadata()).await.expect("list").is_empty(),
+        "a killed sandbox is not listed"
+    );
+}

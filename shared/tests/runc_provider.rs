@@ -1,0 +1,646 @@
+//! `RuncProvider` against real runc: the provider conformance suite, then what only a real
+//! sandbox can show (isolation, limits, freezing, restarts).
+//!
+//! Needs root and runc (`apt-get install runc`); without either, each test says so and passes
+//! without running. Every test has its own state directory, and a guard deletes its containers
+//! with `runc delete --force` even when the test fails.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use threadbox_shared::adapters::runc::{
+    host_can_run_sandboxes, RuncConfig, RuncProvider, SandboxLimits,
+};
+use threadbox_shared::ports::{
+    CreateSandbox, ExecRequest, FileKind, NetworkProfile, ProviderError, SandboxProvider,
+    SandboxState,
+};
+use threadbox_shared::testing::provider_conformance as suite;
+
+/// A state directory, and on drop every container left in it deleted.
+struct Fixture {
+    config: RuncConfig,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// `None` (after saying why) when this machine cannot run sandboxes.
+    fn new(limits: SandboxLimits) -> Option<Self> {
+        let runc = match host_can_run_sandboxes() {
+            Ok(runc) => runc,
+            Err(why) => {
+                eprintln!("SKIPPED: {why}");
+                return None;
+            }
+        };
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = RuncConfig::new(dir.path().join("state"));
+        config.runc_binary = runc;
+        config.limits = limits;
+        Some(Self { config, _dir: dir })
+    }
+
+    async fn provider(&self) -> RuncProvider {
+        RuncProvider::open(self.config.clone())
+            .await
+            .expect("open the provider")
+    }
+
+    fn runc(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(&self.config.runc_binary)
+            .arg("--root")
+            .arg(self.config.runc_root())
+            .args(args)
+            .output()
+            .expect("run runc")
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let listed = self.runc(&["list", "--quiet"]);
+        for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
+            let _ = self.runc(&["delete", "--force", id]);
+        }
+    }
+}
+
+macro_rules! fixture {
+    () => {
+        fixture!(SandboxLimits::default())
+    };
+    ($limits:expr) => {
+        match Fixture::new($limits) {
+            Some(f) => f,
+            None => return,
+        }
+    };
+}
+
+/// The conformance suite, one test per function.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                let fixture = fixture!();
+                let provider = fixture.provider().await;
+                suite::$name(&provider).await;
+            }
+        )*
+    };
+}
+
+conformance!(
+    create_reports_running_with_owner_metadata,
+    list_filters_by_metadata,
+    pause_and_connect,
+    set_timeout_moves_the_deadline,
+    exec_shell_and_argv,
+    exec_stdin_env_and_cwd,
+    exec_timeout_and_output_cap,
+    files_round_trip,
+    files_search,
+    file_paths_with_dotdot_are_refused,
+    kill_makes_everything_gone,
+);
+
+async fn new_sandbox(p: &RuncProvider) -> String {
+    p.create(suite::create_request(suite::fresh_owner(1)))
+        .await
+        .expect("create")
+        .sandbox_id
+}
+
+async fn sh(p: &RuncProvider, id: &str, cmd: &str) -> threadbox_shared::ports::ExecResult {
+    p.exec(id, ExecRequest::shell(cmd)).await.expect("exec")
+}
+
+#[tokio::test]
+async fn no_network_but_loopback() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+
+    let out = sh(
+        &p,
+        &id,
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+    )
+    .await;
+    assert_eq!(out.stdout, "lo\n", "only loopback: {out:?}");
+
+    // A server on the host's loopback is out of reach: the sandbox's 127.0.0.1 is its own.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let out = sh(
+        &p,
+        &id,
+        &format!(
+            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=2)' \
+             && echo connected"
+        ),
+    )
+    .await;
+    assert_ne!(out.exit_code, Some(0), "{out:?}");
+    assert!(!out.stdout.contains("connected"));
+    p.kill(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn networked_profile_is_refused_clearly() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let mut request = suite::create_request(suite::fresh_owner(1));
+    request.network = NetworkProfile::Networked;
+    match p.create(request).await {
+        Err(ProviderError::Unsupported(message)) => assert!(message.contains("network")),
+        other => panic!("{other:?}"),
+    }
+    assert!(p.list(&BTreeMap::new()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn host_processes_and_etc_are_invisible() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let owner = suite::fresh_owner(1);
+    let id = p
+        .create(suite::create_request(owner.clone()))
+        .await
+        .unwrap()
+        .sandbox_id;
+
+    let out = sh(&p, &id, "ls /proc | grep -c '^[0-9]'").await;
+    let pids: u32 = out.stdout.trim().parse().unwrap();
+    assert!(
+        pids <= 6,
+        "only the sandbox's own processes are visible, saw {pids}"
+    );
+    let out = sh(&p, &id, "cat /proc/1/cmdline | tr '\\0' ' '").await;
+    assert!(
+        out.stdout.starts_with("/bin/sh -c"),
+        "pid 1 is the sandbox's init: {out:?}"
+    );
+
+    let passwd = sh(&p, &id, "cat /etc/passwd").await.stdout;
+    assert!(passwd.contains("user:x:1000:1000:"));
+    let host_passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    for line in host_passwd.lines().filter(|l| !l.starts_with("root:")) {
+        let name = line.split(':').next().unwrap();
+        if name != "nobody" {
+            assert!(
+                !passwd.contains(&format!("\n{name}:")),
+                "host user {name} leaked into the sandbox"
+            );
+        }
+    }
+    let out = sh(&p, &id, "test -e /etc/shadow; echo $?").await;
+    assert_eq!(out.stdout, "1\n", "no /etc/shadow inside");
+
+    let hostname = sh(&p, &id, "hostname").await.stdout;
+    let host_hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_ne!(hostname.trim(), host_hostname.trim());
+    assert!(hostname.starts_with("tb-conformance-"), "{hostname}");
+    p.kill(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn unprivileged_user_and_read_only_system() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+
+    assert_eq!(sh(&p, &id, "id -u; id -g").await.stdout, "1000\n1000\n");
+    let status = sh(
+        &p,
+        &id,
+        "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status",
+    )
+    .await
+    .stdout;
+    assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+    assert!(status.contains("CapBnd:\t0000000000000000"), "{status}");
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+
+    for target in ["/usr/evil", "/etc/evil", "/evil"] {
+        let out = sh(&p, &id, &format!("touch {target}")).await;
+        assert_ne!(out.exit_code, Some(0), "{target} must not be writable");
+    }
+    let out = sh(&p, &id, "touch /home/user/ok /tmp/ok && echo fine").await;
+    assert_eq!(out.stdout, "fine\n");
+    // runc's masked /proc paths.
+    assert_eq!(sh(&p, &id, "cat /proc/kcore | wc -c").await.stdout, "0\n");
+    // No user namespaces: the seccomp filter refuses them.
+    let out = sh(&p, &id, "unshare --user true").await;
+    assert_ne!(out.exit_code, Some(0), "{out:?}");
+    p.kill(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_fork_bomb_hits_the_pid_limit_and_the_sandbox_survives() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+
+    // Fork 400 sleepers; the pid limit (256) stops it. The timeout bounds it and kills the tree.
+    let bomb = r#"python3 -c '
+import os, sys, time
+n = 0
+for i in range(400):
+    try:
+        if os.fork() == 0:
+            time.sleep(120)
+            os._exit(0)
+        n += 1
+    except OSError as e:
+        print("fork failed after", n, "children:", e.strerror, flush=True)
+        break
+else:
+    print("forked all", n, flush=True)
+time.sleep(120)
+'"#;
+    let mut request = ExecRequest::shell(bomb);
+    request.timeout = Duration::from_secs(4);
+    let out = p.exec(&id, request).await.unwrap();
+    assert!(out.timed_out, "{out:?}");
+    assert!(
+        out.stdout.starts_with("fork failed after"),
+        "the pid limit stopped the forks: {out:?}"
+    );
+
+    let out = sh(
+        &p,
+        &id,
+        "echo alive; cat /proc/[0-9]*/cmdline | tr '\\0' ' '",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert!(out.stdout.starts_with("alive\n"));
+    assert!(
+        !out.stdout.contains("python3"),
+        "the bomb's processes are gone: {}",
+        out.stdout
+    );
+    p.kill(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn memory_and_tmp_limits_hold() {
+    let fixture = fixture!(SandboxLimits {
+        memory_bytes: 64 * 1024 * 1024,
+        tmp_bytes: 8 * 1024 * 1024,
+        ..SandboxLimits::default()
+    });
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+
+    let out = sh(
+        &p,
+        &id,
+        "python3 -c \"s = 'x' * (256 << 20); print(len(s))\"",
+    )
+    .await;
+    assert!(out.out_of_memory, "{out:?}");
+    assert_eq!(out.exit_code, None);
+    assert!(!out.stdout.contains("268435456"));
+
+    let out = sh(
+        &p,
+        &id,
+        "head -c 16M /dev/zero > /tmp/big; echo $?; wc -c < /tmp/big",
+    )
+    .await;
+    let mut lines = out.stdout.lines();
+    assert_ne!(lines.next(), Some("0"), "writing past /tmp's size fails");
+    let written: u64 = lines.next().unwrap().trim().parse().unwrap();
+    assert!(written <= 8 * 1024 * 1024, "{written}");
+
+    let out = sh(&p, &id, "rm /tmp/big; echo still here").await;
+    assert_eq!(out.stdout, "still here\n");
+    assert!(!out.out_of_memory);
+    p.kill(&id).await.unwrap();
+}
+
+fn count_lines(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b == b'\n').count()
+}
+
+#[tokio::test]
+async fn pause_freezes_processes_and_resume_continues_them() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+
+    let out = sh(
+        &p,
+        &id,
+        "nohup sh -c 'while :; do echo tick >> /home/user/ticks; sleep 0.02; done' \
+         >/dev/null 2>&1 &",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    p.pause(&id).await.unwrap();
+    let frozen = count_lines(&p.read_file(&id, "/home/user/ticks").await.unwrap());
+    assert!(frozen > 0, "the counter ran before the pause");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let still = count_lines(&p.read_file(&id, "/home/user/ticks").await.unwrap());
+    assert_eq!(frozen, still, "nothing runs while paused");
+
+    assert!(p.connect(&id).await.unwrap().resumed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resumed = count_lines(&p.read_file(&id, "/home/user/ticks").await.unwrap());
+    assert!(resumed > still, "the counter goes on after resume");
+    p.kill(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn pause_is_refused_while_a_command_runs() {
+    let fixture = fixture!();
+    let p = std::sync::Arc::new(fixture.provider().await);
+    let id = new_sandbox(&p).await;
+
+    let running = {
+        let (p, id) = (p.clone(), id.clone());
+        tokio::spawn(async move {
+            p.exec(&id, ExecRequest::shell("sleep 1.5; echo done"))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    match p.pause(&id).await {
+        Err(ProviderError::Conflict(message)) => assert!(message.contains("command is running")),
+        other => panic!("pause during a command: {other:?}"),
+    }
+    let out = running.await.unwrap().unwrap();
+    assert_eq!(out.stdout, "done\n");
+    p.pause(&id).await.expect("pause once the command is done");
+
+    // And a paused sandbox runs nothing until it is resumed.
+    match p.exec(&id, ExecRequest::shell("true")).await {
+        Err(ProviderError::Conflict(message)) => assert!(message.contains("paused")),
+        other => panic!("exec while paused: {other:?}"),
+    }
+    p.kill(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_timeout_kills_the_whole_process_tree() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+
+    let mut request = ExecRequest::shell("sleep 101 & sleep 102 & (sleep 103 &); sleep 104");
+    request.timeout = Duration::from_millis(800);
+    let out = p.exec(&id, request).await.unwrap();
+    assert!(out.timed_out);
+
+    let out = sh(&p, &id, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '").await;
+    for n in 101..=104 {
+        assert!(
+            !out.stdout.contains(&format!("sleep {n}")),
+            "sleep {n} survived the timeout: {}",
+            out.stdout
+        );
+    }
+    p.kill(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn big_output_is_capped_without_blocking_the_command() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+
+    // 20 MB through a 64 KiB cap: the command must run to its end, not stall on a full pipe.
+    let out = sh(
+        &p,
+        &id,
+        "head -c 20000000 /dev/zero | tr '\\0' y; echo end >&2",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0));
+    assert!(out.truncated);
+    assert_eq!(out.stdout.len(), 64 * 1024);
+    assert_eq!(out.stderr, "end\n");
+    // A background child holding stdout open does not hold up the result.
+    let started = std::time::Instant::now();
+    let out = sh(&p, &id, "sleep 30 & echo quick").await;
+    assert_eq!(out.stdout, "quick\n");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    p.kill(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn paths_outside_and_escaping_symlinks_are_refused() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+
+    let out = sh(
+        &p,
+        &id,
+        "ln -s /etc/shadow /home/user/shadow && ln -s ../../../etc /home/user/etc && \
+         ln -s /home/user/real.txt /home/user/good && echo inside > /home/user/real.txt && \
+         ln -s /tmp /home/user/tmplink && echo t > /tmp/t.txt",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+
+    for path in [
+        "/home/user/shadow",
+        "/home/user/etc/passwd",
+        "/etc/passwd",
+        "/usr/bin/env",
+        "/proc/1/environ",
+    ] {
+        match p.read_file(&id, path).await {
+            Err(ProviderError::InvalidRequest(message)) => assert!(
+                message.contains(path),
+                "the error names the path {path}: {message}"
+            ),
+            other => panic!("{path} was not refused: {other:?}"),
+        }
+    }
+    // Writing through an escaping link is refused and changes nothing on the host.
+    let host_shadow = std::fs::read("/etc/shadow").ok();
+    assert!(matches!(
+        p.write_file(&id, "/home/user/shadow", b"pwned").await,
+        Err(ProviderError::InvalidRequest(_))
+    ));
+    assert_eq!(std::fs::read("/etc/shadow").ok(), host_shadow);
+    assert!(p
+        .glob(&id, "/home/user/etc/*")
+        .await
+        .unwrap_or_default()
+        .is_empty());
+    assert!(p.list_dir(&id, "/home/user/etc").await.is_err());
+    assert!(p.grep(&id, "root", "/home/user/etc").await.is_err());
+
+    // Links that stay inside work, and the links themselves can be looked at.
+    assert_eq!(
+        p.read_file(&id, "/home/user/good").await.unwrap(),
+        b"inside\n"
+    );
+    assert_eq!(
+        p.read_file(&id, "/home/user/tmplink/t.txt").await.unwrap(),
+        b"t\n"
+    );
+    assert_eq!(
+        p.stat(&id, "/home/user/shadow").await.unwrap().kind,
+        FileKind::Symlink
+    );
+
+    // Files the API writes belong to the sandbox's user.
+    p.write_file(&id, "/home/user/new/owned.txt", b"x")
+        .await
+        .unwrap();
+    let out = sh(
+        &p,
+        &id,
+        "stat -c '%u:%g' /home/user/new /home/user/new/owned.txt",
+    )
+    .await;
+    assert_eq!(out.stdout, "1000:1000\n1000:1000\n");
+
+    // Malformed ids never reach the filesystem.
+    for bad in ["rc-../../etc", "../x", "rc-0123456789AB", ""] {
+        assert!(matches!(
+            p.info(bad).await,
+            Err(ProviderError::InvalidRequest(_))
+        ));
+    }
+    assert!(matches!(
+        p.info("rc-000000000000").await,
+        Err(ProviderError::Gone(_))
+    ));
+    p.kill(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn sandboxes_survive_a_provider_restart() {
+    let fixture = fixture!();
+    let (running, paused, owner) = {
+        let p = fixture.provider().await;
+        let owner = suite::fresh_owner(3);
+        let running = p
+            .create(suite::create_request(owner.clone()))
+            .await
+            .unwrap()
+            .sandbox_id;
+        let paused = new_sandbox(&p).await;
+        p.write_file(&paused, "/home/user/note.txt", b"kept")
+            .await
+            .unwrap();
+        p.pause(&paused).await.unwrap();
+        (running, paused, owner)
+    };
+
+    let p = fixture.provider().await;
+    let info = p.info(&running).await.unwrap();
+    assert_eq!(info.state, SandboxState::Running);
+    assert_eq!(info.owner(), Some(owner.clone()));
+    assert_eq!(p.info(&paused).await.unwrap().state, SandboxState::Paused);
+    assert_eq!(p.list(&owner.to_metadata()).await.unwrap().len(), 1);
+
+    assert_eq!(sh(&p, &running, "echo hi").await.stdout, "hi\n");
+    assert!(p.connect(&paused).await.unwrap().resumed);
+    assert_eq!(sh(&p, &paused, "cat note.txt").await.stdout, "kept");
+    p.kill(&running).await.unwrap();
+    p.kill(&paused).await.unwrap();
+}
+
+fn age_dir(path: &Path) {
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::open(path)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn leftovers_are_swept_and_reported_gone() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    let bundle: PathBuf = fixture.config.sandboxes_dir().join(&id);
+
+    // The container disappears behind the provider's back; its bundle stays.
+    assert!(fixture.runc(&["delete", "--force", &id]).status.success());
+    assert!(matches!(p.info(&id).await, Err(ProviderError::Gone(_))));
+    assert!(matches!(
+        p.exec(&id, ExecRequest::shell("true")).await,
+        Err(ProviderError::Gone(_))
+    ));
+
+    // A fresh bundle might be a create in progress elsewhere, so it is spared...
+    drop(p);
+    let p = fixture.provider().await;
+    assert!(bundle.exists());
+    // ...an old one is swept on startup.
+    age_dir(&bundle);
+    drop(p);
+    let p = fixture.provider().await;
+    assert!(!bundle.exists(), "the leftover bundle was removed");
+    p.kill(&id).await.expect("kill of a swept sandbox succeeds");
+
+    // A sandbox whose bundle vanished has its container removed by list.
+    let other = new_sandbox(&p).await;
+    std::fs::remove_dir_all(fixture.config.sandboxes_dir().join(&other)).unwrap();
+    assert!(p.list(&BTreeMap::new()).await.unwrap().is_empty());
+    let listed = fixture.runc(&["list", "--quiet"]);
+    assert!(!String::from_utf8_lossy(&listed.stdout).contains(&other));
+}
+
+#[tokio::test]
+async fn create_env_is_validated() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let mut request: CreateSandbox = suite::create_request(suite::fresh_owner(1));
+    request.env.insert("BAD=NAME".into(), "x".into());
+    assert!(matches!(
+        p.create(request).await,
+        Err(ProviderError::InvalidRequest(_))
+    ));
+}
+
+/// Zombies that are children of this process (the provider reaps what runc leaves it).
+fn our_zombies() -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+        .filter(|stat| {
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            let mut fields = rest.split(' ');
+            fields.next() == Some("Z") && fields.next() == Some(me.as_str())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn no_zombies_are_left_behind() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    for _ in 0..5 {
+        sh(&p, &id, "true").await;
+    }
+    let mut request = ExecRequest::shell("sleep 60");
+    request.timeout = Duration::from_millis(300);
+    assert!(p.exec(&id, request).await.unwrap().timed_out);
+    p.pause(&id).await.unwrap();
+    p.connect(&id).await.unwrap();
+    let started = std::time::Instant::now();
+    p.kill(&id).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "kill took {:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(our_zombies(), Vec::<String>::new());
+}
