@@ -137,10 +137,7 @@ async fn no_network_but_loopback() {
     let out = sh(
         &p,
         &id,
-        &format!(
-            "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=2)' \
-             && echo connected"
-        ),
+        &format!("bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' && echo connected"),
     )
     .await;
     assert_ne!(out.exit_code, Some(0), "{out:?}");
@@ -175,7 +172,7 @@ async fn host_processes_and_etc_are_invisible() {
     let out = sh(&p, &id, "ls /proc | grep -c '^[0-9]'").await;
     let pids: u32 = out.stdout.trim().parse().unwrap();
     assert!(
-        pids <= 6,
+        pids < 10,
         "only the sandbox's own processes are visible, saw {pids}"
     );
     let out = sh(&p, &id, "cat /proc/1/cmdline | tr '\\0' ' '").await;
@@ -244,31 +241,19 @@ async fn a_fork_bomb_hits_the_pid_limit_and_the_sandbox_survives() {
     let p = fixture.provider().await;
     let id = new_sandbox(&p).await;
 
-    // Fork 400 sleepers; the pid limit (256) stops it. The timeout bounds it and kills the tree.
-    let bomb = r#"python3 -c '
-import os, sys, time
-n = 0
-for i in range(400):
-    try:
-        if os.fork() == 0:
-            time.sleep(120)
-            os._exit(0)
-        n += 1
-    except OSError as e:
-        print("fork failed after", n, "children:", e.strerror, flush=True)
-        break
-else:
-    print("forked all", n, flush=True)
-time.sleep(120)
-'"#;
-    let mut request = ExecRequest::shell(bomb);
-    request.timeout = Duration::from_secs(4);
+    // Fork 400 sleepers; the pid limit (256) stops it (bash retries a failed fork with
+    // growing pauses, so the timeout bounds it, and kills the tree).
+    let mut request = ExecRequest::shell(
+        "bash -c 'for i in $(seq 400); do sleep 120 & done; echo all 400 started; wait'",
+    );
+    request.timeout = Duration::from_secs(3);
     let out = p.exec(&id, request).await.unwrap();
     assert!(out.timed_out, "{out:?}");
     assert!(
-        out.stdout.starts_with("fork failed after"),
+        out.stderr.contains("fork") && out.stderr.contains("Resource temporarily unavailable"),
         "the pid limit stopped the forks: {out:?}"
     );
+    assert!(!out.stdout.contains("all 400 started"));
 
     let out = sh(
         &p,
@@ -279,7 +264,7 @@ time.sleep(120)
     assert_eq!(out.exit_code, Some(0), "{out:?}");
     assert!(out.stdout.starts_with("alive\n"));
     assert!(
-        !out.stdout.contains("python3"),
+        !out.stdout.contains("sleep 120"),
         "the bomb's processes are gone: {}",
         out.stdout
     );
@@ -299,12 +284,13 @@ async fn memory_and_tmp_limits_hold() {
     let out = sh(
         &p,
         &id,
-        "python3 -c \"s = 'x' * (256 << 20); print(len(s))\"",
+        // tail keeps everything after the last newline: all 256 MiB of it. The pipeline's
+        // status is tail's, so the command ends killed.
+        "head -c 256M /dev/zero | tail > /dev/null",
     )
     .await;
     assert!(out.out_of_memory, "{out:?}");
     assert_eq!(out.exit_code, None);
-    assert!(!out.stdout.contains("268435456"));
 
     let out = sh(
         &p,
