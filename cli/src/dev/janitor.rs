@@ -1,0 +1,141 @@
+//! The janitor on a timer: what EventBridge does every minute in production.
+//!
+//! Each sweep gets a deadline of three quarters of the interval, so one sweep never runs into the
+//! next and a shutdown waits at most that long. The first sweep runs at start, which reconciles
+//! with sandboxes left from a previous run straight away.
+
+use std::time::Duration;
+
+use threadbox_shared::usecases::{SweepOptions, SweepReport, Threadbox};
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+
+/// Sweep every `interval` until `shutdown` turns true; a sweep in progress finishes first.
+pub async fn run(tb: Threadbox, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let report = tb.sweep(SweepOptions::for_duration(budget(interval))).await;
+        if did_something(&report) {
+            tracing::info!(?report, "janitor sweep");
+        } else {
+            tracing::debug!("janitor sweep: nothing to do");
+        }
+    }
+    tracing::debug!("janitor stopped");
+}
+
+/// The time one sweep may take.
+fn budget(interval: Duration) -> Duration {
+    interval * 3 / 4
+}
+
+/// Worth a log line: anything acted on, failed, or left unfinished.
+fn did_something(report: &SweepReport) -> bool {
+    let SweepReport {
+        events_redriven,
+        orphans_killed,
+        corrected,
+        due_examined: _,
+        paused,
+        destroyed,
+        recovered,
+        skipped: _,
+        failures,
+        completed,
+    } = report;
+    events_redriven + orphans_killed + corrected + paused + destroyed + recovered + failures > 0
+        || !completed
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+    use threadbox_shared::domain::{Status, ThreadId};
+    use threadbox_shared::testing::{InMemoryProvider, ManualClock};
+    use threadbox_shared::usecases::Config;
+
+    use super::*;
+
+    #[test]
+    fn a_sweep_ends_well_before_the_next_one() {
+        assert_eq!(budget(Duration::from_secs(60)), Duration::from_secs(45));
+        assert!(budget(Duration::from_secs(1)) < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn only_sweeps_that_acted_are_worth_logging() {
+        let quiet = SweepReport {
+            completed: true,
+            due_examined: 3,
+            skipped: 3,
+            ..SweepReport::default()
+        };
+        assert!(!did_something(&quiet));
+        assert!(did_something(&SweepReport {
+            paused: 1,
+            ..quiet.clone()
+        }));
+        assert!(did_something(&SweepReport {
+            failures: 1,
+            ..quiet.clone()
+        }));
+        assert!(did_something(&SweepReport {
+            completed: false,
+            ..quiet
+        }));
+    }
+
+    #[tokio::test]
+    async fn sweeps_on_the_timer_and_stops_when_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("threadbox.db");
+        let clock = Arc::new(ManualClock::default());
+        let tb = Threadbox::new(
+            Arc::new(SqliteSessionStore::open(&path).unwrap()),
+            InMemoryProvider::new(),
+            Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap()),
+            clock.clone(),
+            Config::default(),
+        );
+        let thread = ThreadId::parse("idle-1").unwrap();
+        tb.resolve(&thread).await.unwrap();
+        clock.advance(tb.config.timers.idle_pause + Duration::from_secs(1));
+
+        let (stop, stopped) = watch::channel(false);
+        // As in `threadbox dev`: the sweep is not `Send`, so the loop runs in a LocalSet.
+        let local = tokio::task::LocalSet::new();
+        let task = local.spawn_local(run(tb.clone(), Duration::from_millis(20), stopped));
+        local
+            .run_until(async {
+                let mut status = Status::Active;
+                for _ in 0..250 {
+                    status = tb.session(&thread).await.unwrap().unwrap().status;
+                    if status == Status::Paused {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                assert_eq!(
+                    status,
+                    Status::Paused,
+                    "the timer's sweep paused the idle thread"
+                );
+                stop.send(true).unwrap();
+                tokio::time::timeout(Duration::from_secs(5), task)
+                    .await
+                    .expect("the janitor stops promptly")
+                    .unwrap();
+            })
+            .await;
+    }
+}

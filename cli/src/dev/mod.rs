@@ -1,0 +1,277 @@
+//! `threadbox dev`: everything in one local process on embedded defaults.
+//!
+//! One SQLite file holds the sessions, their events and the lifecycle queue; sandboxes are runc
+//! containers under the data directory; the HTTP API listens on loopback; the janitor runs on a
+//! timer; a consumer drains the lifecycle queue to its fan-out targets.
+//!
+//! Stopping (Ctrl-C or SIGTERM) stops accepting requests and lets those in flight finish; the
+//! janitor and the consumer stop between iterations. Nothing is lost: messages not yet acked stay
+//! in SQLite, and the containers of live threads keep running (they are the threads' sandboxes,
+//! and the next start finds them because runc's state is on disk).
+
+mod consumer;
+mod janitor;
+mod preflight;
+mod shutdown;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use threadbox_shared::adapters::runc::{RuncConfig, RuncProvider};
+use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use threadbox_shared::domain::Timers;
+use threadbox_shared::http::{router, ApiAuth};
+use threadbox_shared::ports::{DurableQueue, SystemClock};
+use threadbox_shared::usecases::{Config, Threadbox};
+use tokio::net::TcpListener;
+
+use self::consumer::{ConsumerConfig, FanoutTarget, LifecycleConsumer, LogTarget};
+use self::shutdown::Shutdown;
+use crate::duration;
+
+/// The lifecycle queue's name in the database (the Lambda side calls its SQS queue the same).
+const LIFECYCLE_QUEUE: &str = "lifecycle";
+/// How long a stop waits for the janitor and the consumer to finish their iteration.
+const STOP_GRACE: Duration = Duration::from_secs(60);
+
+#[derive(clap::Args, Debug)]
+pub struct DevArgs {
+    /// Port for the HTTP API on 127.0.0.1 (0 picks a free one).
+    #[arg(long, env = "THREADBOX_PORT", default_value_t = 8787)]
+    pub port: u16,
+
+    /// Where the database and the sandboxes live.
+    #[arg(long, env = "THREADBOX_DATA_DIR", default_value = ".threadbox")]
+    pub data_dir: PathBuf,
+
+    /// Pause a sandbox after this long without activity.
+    #[arg(long, env = "THREADBOX_IDLE_PAUSE", default_value = "10m", value_parser = duration::parse)]
+    pub idle_pause: Duration,
+
+    /// Destroy a sandbox (and its files) after this long without activity.
+    #[arg(long, env = "THREADBOX_RETENTION", default_value = "7d", value_parser = duration::parse)]
+    pub retention: Duration,
+
+    /// How often the janitor sweeps.
+    #[arg(long, env = "THREADBOX_JANITOR_INTERVAL", default_value = "60s", value_parser = duration::parse)]
+    pub janitor_interval: Duration,
+
+    /// API keys callers must present as `Authorization: Bearer <key>`, comma-separated.
+    /// None means no authentication (loopback only).
+    #[arg(
+        long,
+        env = "THREADBOX_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+}
+
+impl DevArgs {
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.janitor_interval < Duration::from_secs(1) {
+            bail!("--janitor-interval must be at least 1s");
+        }
+        if self.idle_pause.is_zero() {
+            bail!("--idle-pause must be more than zero");
+        }
+        if self.idle_pause >= self.retention {
+            bail!(
+                "--idle-pause ({}) must be shorter than --retention ({}): a sandbox is paused \
+                 before it is destroyed",
+                duration::format(self.idle_pause),
+                duration::format(self.retention)
+            );
+        }
+        Ok(())
+    }
+}
+
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    args.validate()?;
+    preflight::check()?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
+    let data_dir = args
+        .data_dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", args.data_dir.display()))?;
+
+    let db_path = data_dir.join("threadbox.db");
+    let store = SqliteSessionStore::open(&db_path)
+        .with_context(|| format!("opening {}", db_path.display()))?;
+    let queue: Arc<dyn DurableQueue> = Arc::new(
+        SqliteQueue::new(
+            store.database().clone(),
+            LIFECYCLE_QUEUE,
+            QueueConfig::default(),
+        )
+        .await
+        .context("opening the lifecycle queue")?,
+    );
+    let provider = RuncProvider::open(RuncConfig::new(data_dir.join("sandboxes")))
+        .await
+        .context("starting the runc sandbox provider")?;
+
+    let config = Config {
+        timers: Timers {
+            idle_pause: args.idle_pause,
+            retention: args.retention,
+            ..Timers::default()
+        },
+        ..Config::default()
+    };
+    let tb = Threadbox::new(
+        Arc::new(store),
+        Arc::new(provider),
+        queue.clone(),
+        Arc::new(SystemClock),
+        config,
+    );
+
+    let auth = ApiAuth::new(&args.api_keys);
+    if !auth.is_enabled() {
+        tracing::warn!(
+            "API authentication is off (no THREADBOX_API_KEYS): anything on this machine can \
+             use the API; browsers are limited to loopback origins"
+        );
+    }
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, args.port))
+        .await
+        .with_context(|| {
+            format!(
+                "listening on 127.0.0.1:{} (is another threadbox running? try --port)",
+                args.port
+            )
+        })?;
+    let addr = listener.local_addr()?;
+    print_banner(addr, &data_dir, &args, auth.is_enabled());
+
+    let shutdown = Shutdown::install().context("installing signal handlers")?;
+    // The sweep's future is not `Send` (rustc cannot prove it for closures that borrow into
+    // `buffer_unordered`, rust-lang/rust#102211), so the janitor runs on this thread, in a
+    // LocalSet, while the server and the consumer use the worker pool.
+    let local = tokio::task::LocalSet::new();
+    let janitor = local.spawn_local(janitor::run(
+        tb.clone(),
+        args.janitor_interval,
+        shutdown.subscribe(),
+    ));
+    let targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
+    let consumer = tokio::spawn(
+        LifecycleConsumer::new(queue, targets, ConsumerConfig::default()).run(shutdown.subscribe()),
+    );
+
+    let stop = shutdown.clone();
+    let served = local
+        .run_until(async move {
+            let served = axum::serve(listener, router(tb, auth))
+                .with_graceful_shutdown(async move { shutdown.requested().await })
+                .await;
+            if served.is_err() {
+                // The server only returns early on an accept error: stop the loops as well.
+                stop.trigger();
+            }
+            for (name, task) in [("janitor", janitor), ("consumer", consumer)] {
+                match tokio::time::timeout(STOP_GRACE, task).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::error!(%error, "the {name} task failed"),
+                    Err(_) => tracing::warn!("the {name} did not stop within {STOP_GRACE:?}"),
+                }
+            }
+            served
+        })
+        .await;
+    served.context("serving the HTTP API")?;
+    tracing::info!(
+        "stopped; sandboxes of live threads keep running and will be found on the next start"
+    );
+    Ok(())
+}
+
+/// Where to look: user-facing, so on stdout (logs go to stderr).
+fn print_banner(addr: SocketAddr, data_dir: &Path, args: &DevArgs, auth: bool) {
+    let base = format!("http://{addr}");
+    let auth_header = if auth {
+        " -H \"Authorization: Bearer $THREADBOX_API_KEY\""
+    } else {
+        ""
+    };
+    println!("threadbox dev is running");
+    println!("  API        {base}  (listening on {base})");
+    println!(
+        "  auth       {}",
+        if auth {
+            "bearer API keys (THREADBOX_API_KEYS)"
+        } else {
+            "off: set THREADBOX_API_KEYS to require keys"
+        }
+    );
+    println!(
+        "  data       {}  (threadbox.db, sandboxes/)",
+        data_dir.display()
+    );
+    println!(
+        "  janitor    every {}; pause after {} idle, destroy after {}",
+        duration::format(args.janitor_interval),
+        duration::format(args.idle_pause),
+        duration::format(args.retention)
+    );
+    println!("  try        curl -s -X POST {base}/v1/threads/demo/exec{auth_header} -H 'content-type: application/json' -d '{{\"cmd\":\"echo hello\"}}'");
+    println!("             curl -s {base}/v1/threads{auth_header}");
+    println!("Ctrl-C stops (sandboxes of live threads keep running).");
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        dev: DevArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<DevArgs, clap::Error> {
+        Wrapper::try_parse_from(std::iter::once("dev").chain(args.iter().copied())).map(|w| w.dev)
+    }
+
+    #[test]
+    fn flags_parse_durations_and_keys() {
+        let args = parse(&[
+            "--port",
+            "9000",
+            "--idle-pause",
+            "90s",
+            "--retention",
+            "1d",
+            "--janitor-interval",
+            "5s",
+            "--api-keys",
+            "a,b",
+        ])
+        .unwrap();
+        assert_eq!(args.port, 9000);
+        assert_eq!(args.idle_pause, Duration::from_secs(90));
+        assert_eq!(args.retention, Duration::from_secs(86_400));
+        assert_eq!(args.janitor_interval, Duration::from_secs(5));
+        assert_eq!(args.api_keys, vec!["a", "b"]);
+        args.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_a_reason() {
+        let err = parse(&["--idle-pause", "10"]).err().unwrap().to_string();
+        assert!(err.contains("needs a unit"), "{err}");
+        let args = parse(&["--idle-pause", "8d"]).unwrap();
+        let err = args.validate().unwrap_err().to_string();
+        assert!(err.contains("shorter than --retention (7d)"), "{err}");
+        let args = parse(&["--janitor-interval", "100ms"]).unwrap();
+        assert!(args.validate().is_err());
+    }
+}

@@ -1,0 +1,62 @@
+//! `threadbox`: parse the command line, set up logging, run the command.
+
+mod dev;
+mod duration;
+
+use std::io::IsTerminal;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "threadbox",
+    version,
+    about = "One persistent, isolated sandbox per chat thread"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run everything in one local process: HTTP API, janitor and lifecycle consumer, on SQLite
+    /// and runc sandboxes.
+    Dev(dev::DevArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Dev(args) => dev::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Human-readable logs on stderr (stdout is for what the user asked to see); `RUST_LOG` picks
+/// the levels, `info` by default. Colours only on a terminal, so log files stay greppable.
+fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
