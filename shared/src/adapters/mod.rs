@@ -5,3 +5,8 @@ pub mod sqlite;
 
 #[cfg(feature = "runc")]
 pub mod runc;
+
+#[cfg(feature = "e2b")]
+pub mod e2b;
+
+pub mod provider_config;

@@ -1,0 +1,649 @@
+//! `E2bProvider`: the sandbox provider port over E2B — its REST control plane for lifecycle and
+//! envd, the agent inside each sandbox, for commands and files.
+//!
+//! - `config`: typed settings from `E2B_*` variables; the API key is a redacted [`Secret`].
+//! - `control`: create, connect, pause, kill, timeout, info and list over REST.
+//! - `retry`: the SDK's retry policy for control-plane calls.
+//! - `envd` and `connect`: commands over Connect streaming (and its envelope codec), files over
+//!   `/files`.
+//! - `fs`: list, stat, mkdir, remove, glob and grep as scripts run through envd.
+//! - `errors`: E2B's failures, typed, and their mapping onto [`ProviderError`].
+//!
+//! Choices that matter to callers:
+//! - Sandboxes are created with `autoPause`, so one whose keep-alive stops is paused at its
+//!   deadline, not killed; the janitor folds that into the record.
+//! - Create carries an `Idempotency-Key` derived from the owner (thread and generation): a
+//!   retried or repeated create of one generation gets the same sandbox back, never a second.
+//!   A create whose outcome stays unknown is still tagged with its owner, so reconciliation
+//!   finds and kills what it left behind.
+//! - envd's access token is a credential: it is cached here (per process) and never written to
+//!   session records, so `provider_session_id` stays `None`. A process that does not have it
+//!   (another Lambda created the sandbox) reads it from `GET /sandboxes/{id}`; a token refused
+//!   with 401 (someone else's resume rotated it) is re-read once.
+
+mod config;
+mod connect;
+mod control;
+mod envd;
+mod errors;
+mod fs;
+mod retry;
+pub(crate) mod rfc3339;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+
+use crate::ports::{
+    Connected, CreateSandbox, CreatedSandbox, ExecCommand, ExecRequest, ExecResult, FileEntry,
+    GrepMatch, NetworkProfile, ProviderError, SandboxInfo, SandboxOwner, SandboxProvider,
+    SandboxState, DEFAULT_FILE_CAP,
+};
+
+pub use config::{E2bConfig, Secret, MAX_TIMEOUT};
+pub use errors::E2bError;
+pub use retry::RetryPolicy;
+
+use control::{whole_secs, ControlClient, NewSandbox};
+use envd::{EnvdClient, ProcessOutput, ProcessSpec, Target};
+
+/// The error code E2B gives a connect whose memory snapshot has an unresponsive guest agent;
+/// the sandbox can still come back from its disk (`memory: false`).
+const GUEST_UNRESPONSIVE: &str = "sandbox_snapshot_guest_agent_unresponsive";
+
+/// What envd needs to be reached for one sandbox.
+#[derive(Clone)]
+struct EnvdSession {
+    token: Secret,
+    /// E2B's `domain` for the sandbox, when it is outside the default cluster.
+    domain: Option<String>,
+}
+
+pub struct E2bProvider {
+    config: E2bConfig,
+    control: ControlClient,
+    envd: EnvdClient,
+    sessions: Mutex<HashMap<String, EnvdSession>>,
+}
+
+impl std::fmt::Debug for E2bProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2bProvider")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl E2bProvider {
+    /// One HTTP client for both planes: HTTP/1.1 over rustls, no redirects (E2B answers
+    /// directly; a redirect means something in between is wrong), explicit connect timeout and
+    /// per-request timeouts.
+    pub fn new(config: E2bConfig) -> Result<Self, ProviderError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("threadbox/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ProviderError::Internal(format!("building the HTTP client: {e}")))?;
+        Ok(Self {
+            control: ControlClient::new(http.clone(), &config),
+            envd: EnvdClient::new(http, config.request_timeout),
+            config,
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn config(&self) -> &E2bConfig {
+        &self.config
+    }
+
+    /// The `Idempotency-Key` of the create for `owner`: `[a-z0-9-]`, at most 255 characters, as
+    /// E2B requires. The thread id is hashed (SHA-256) rather than spelled out: thread ids may
+    /// hold characters the key may not, and a caller-chosen id must not be able to collide with
+    /// another thread's key (which would hand it that thread's sandbox).
+    pub fn idempotency_key(owner: &SandboxOwner) -> String {
+        let digest = Sha256::digest(owner.thread_id.to_string().as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("threadbox-{hex}-{}", owner.generation)
+    }
+
+    fn cached(&self, sandbox_id: &str) -> Option<EnvdSession> {
+        self.sessions.lock().unwrap().get(sandbox_id).cloned()
+    }
+
+    fn remember(&self, sandbox_id: &str, token: Option<String>, domain: Option<String>) {
+        let session = EnvdSession {
+            // v2 sandboxes always have a token; an unsecured (v1) one takes an empty header.
+            token: Secret::new(token.unwrap_or_default()),
+            domain,
+        };
+        self.sessions
+            .lock()
+            .unwrap()
+            .insert(sandbox_id.to_owned(), session);
+    }
+
+    fn forget(&self, sandbox_id: &str) {
+        self.sessions.lock().unwrap().remove(sandbox_id);
+    }
+
+    /// Ask the control plane for the sandbox's current token. A paused sandbox has no envd to
+    /// talk to, so that is a conflict the caller resolves by connecting first.
+    async fn refresh_session(&self, sandbox_id: &str) -> Result<EnvdSession, ProviderError> {
+        let detail = self
+            .control
+            .info(sandbox_id)
+            .await
+            .map_err(|e| self.control_error(sandbox_id, e))?;
+        if detail.state != "running" {
+            return Err(paused(sandbox_id));
+        }
+        self.remember(sandbox_id, detail.envd_access_token, detail.domain);
+        self.cached(sandbox_id)
+            .ok_or_else(|| ProviderError::Internal("token cache lost an entry".into()))
+    }
+
+    fn target(&self, sandbox_id: &str, session: &EnvdSession) -> Target {
+        Target {
+            sandbox_id: sandbox_id.to_owned(),
+            base: self.config.envd_url(sandbox_id, session.domain.as_deref()),
+            token: session.token.clone(),
+        }
+    }
+
+    /// Run one data-plane operation: with the cached token (or a fresh one), once more with a
+    /// re-read token if envd refuses a cached one, and with the proxy's "not found" explained.
+    async fn with_envd<T, F, Fut>(&self, sandbox_id: &str, op: F) -> Result<T, ProviderError>
+    where
+        F: Fn(Target) -> Fut,
+        Fut: Future<Output = Result<T, E2bError>>,
+    {
+        check_id(sandbox_id)?;
+        let (session, fresh) = match self.cached(sandbox_id) {
+            Some(session) => (session, false),
+            None => (self.refresh_session(sandbox_id).await?, true),
+        };
+        let result = match op(self.target(sandbox_id, &session)).await {
+            Err(E2bError::Unauthorized { .. }) if !fresh => {
+                tracing::info!(
+                    sandbox_id,
+                    "envd refused the cached token; reading the current one"
+                );
+                let session = self.refresh_session(sandbox_id).await?;
+                op(self.target(sandbox_id, &session)).await
+            }
+            other => other,
+        };
+        match result {
+            Ok(value) => Ok(value),
+            Err(E2bError::SandboxNotRunning { message }) => {
+                Err(self.explain_not_running(sandbox_id, message).await)
+            }
+            Err(error) => Err(error.into_provider(sandbox_id)),
+        }
+    }
+
+    /// The proxy says there is no running sandbox behind the id: ask the control plane whether
+    /// it is gone, paused, or (a proxy hiccup) running after all.
+    async fn explain_not_running(&self, sandbox_id: &str, message: String) -> ProviderError {
+        match self.control.info(sandbox_id).await {
+            Ok(detail) if detail.state == "paused" => paused(sandbox_id),
+            Ok(_) => ProviderError::Unavailable(format!(
+                "sandbox {sandbox_id} is running but envd is unreachable: {message}"
+            )),
+            Err(error) => self.control_error(sandbox_id, error),
+        }
+    }
+
+    /// Map a control-plane error, dropping the cached token of a sandbox that is gone.
+    fn control_error(&self, sandbox_id: &str, error: E2bError) -> ProviderError {
+        if matches!(error, E2bError::NotFound { .. }) {
+            self.forget(sandbox_id);
+        }
+        error.into_provider(sandbox_id)
+    }
+
+    async fn run(
+        &self,
+        sandbox_id: &str,
+        spec: &ProcessSpec,
+    ) -> Result<ProcessOutput, ProviderError> {
+        self.with_envd(sandbox_id, |target| {
+            let envd = &self.envd;
+            async move { envd.run(&target, spec).await }
+        })
+        .await
+    }
+
+    /// Run one of the `fs` scripts; a non-zero exit is the caller's mistake (no such path, not a
+    /// directory, bad pattern) and carries the script's message. With `silent_failure_ok`, a
+    /// failure that printed nothing counts as success (grep's exit 2 for files it could not
+    /// read, which `-s` keeps quiet about).
+    async fn run_fs(
+        &self,
+        sandbox_id: &str,
+        spec: ProcessSpec,
+        silent_failure_ok: bool,
+    ) -> Result<Vec<u8>, ProviderError> {
+        let out = self.run(sandbox_id, &spec).await?;
+        if silent_failure_ok && out.exit_code.is_some() && out.stderr.is_empty() {
+            return Ok(out.stdout);
+        }
+        if out.timed_out {
+            return Err(ProviderError::Unavailable(format!(
+                "file operation in sandbox {sandbox_id} timed out"
+            )));
+        }
+        if out.truncated {
+            return Err(ProviderError::InvalidRequest(format!(
+                "the result is larger than {} bytes; narrow the path or pattern",
+                fs::FS_OUTPUT_CAP
+            )));
+        }
+        match out.exit_code {
+            Some(0) => Ok(out.stdout),
+            code => {
+                let message = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+                Err(ProviderError::InvalidRequest(if message.is_empty() {
+                    format!("file operation failed (exit {code:?})")
+                } else {
+                    message
+                }))
+            }
+        }
+    }
+
+    async fn connect_once(
+        &self,
+        sandbox_id: &str,
+        keep_memory: bool,
+    ) -> Result<control::Connection, E2bError> {
+        self.control
+            .connect(sandbox_id, self.config.default_timeout, keep_memory)
+            .await
+    }
+}
+
+fn paused(sandbox_id: &str) -> ProviderError {
+    ProviderError::Conflict(format!(
+        "sandbox {sandbox_id} is paused; connect to resume it"
+    ))
+}
+
+/// E2B ids are lowercase letters and digits (a legacy `-clientID` suffix is allowed). Anything
+/// else is refused before it can reach a URL path.
+fn check_id(sandbox_id: &str) -> Result<(), ProviderError> {
+    let ok = !sandbox_id.is_empty()
+        && sandbox_id.len() <= 128
+        && sandbox_id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ProviderError::InvalidRequest(format!(
+            "{sandbox_id:?} is not an E2B sandbox id"
+        )))
+    }
+}
+
+/// Paths with a `..` component are refused before they reach the sandbox: what a caller may
+/// name is decided here, the same for every provider, not by how the sandbox resolves it.
+fn checked_path(path: &str) -> Result<&str, ProviderError> {
+    if path.is_empty() {
+        return Err(ProviderError::InvalidRequest("an empty path".into()));
+    }
+    if path.contains('\0') || path.split('/').any(|part| part == "..") {
+        return Err(ProviderError::InvalidRequest(format!(
+            "{path}: paths may not contain '..' or NUL"
+        )));
+    }
+    Ok(path)
+}
+
+#[async_trait]
+impl SandboxProvider for E2bProvider {
+    fn name(&self) -> &str {
+        "e2b"
+    }
+
+    #[tracing::instrument(skip_all, fields(thread_id = %request.owner.thread_id, generation = request.owner.generation))]
+    async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError> {
+        let key = Self::idempotency_key(&request.owner);
+        let metadata = request.owner.to_metadata();
+        let timeout = if request.timeout.is_zero() {
+            self.config.default_timeout
+        } else {
+            request.timeout.min(MAX_TIMEOUT)
+        };
+        let body = NewSandbox {
+            template_id: &self.config.template,
+            timeout: whole_secs(timeout),
+            auto_pause: true,
+            allow_internet_access: request.network == NetworkProfile::Networked,
+            metadata: &metadata,
+            env_vars: &request.env,
+        };
+        let sandbox = self
+            .control
+            .create(&body, &key)
+            .await
+            .map_err(|error| match error {
+                // On create, 404 is about the template, not a sandbox.
+                E2bError::NotFound { message } => ProviderError::InvalidRequest(message),
+                other => other.into_provider("(new sandbox)"),
+            })?;
+        tracing::info!(sandbox_id = %sandbox.sandbox_id, "E2B sandbox created");
+        self.remember(
+            &sandbox.sandbox_id,
+            sandbox.envd_access_token,
+            sandbox.domain,
+        );
+        Ok(CreatedSandbox {
+            sandbox_id: sandbox.sandbox_id,
+            provider_session_id: None,
+        })
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn connect(&self, sandbox_id: &str) -> Result<Connected, ProviderError> {
+        check_id(sandbox_id)?;
+        let connection = match self.connect_once(sandbox_id, true).await {
+            Err(E2bError::Conflict {
+                error_code: Some(code),
+                message,
+            }) if code == GUEST_UNRESPONSIVE => {
+                // Its memory snapshot cannot be resumed; its disk can. Processes are lost,
+                // files are kept, which beats losing the sandbox.
+                tracing::warn!(sandbox_id, %message, "memory snapshot unusable; resuming from disk");
+                self.connect_once(sandbox_id, false).await
+            }
+            other => other,
+        }
+        .map_err(|e| self.control_error(sandbox_id, e))?;
+        // A resume may come with a new token; from now on only that one works.
+        self.remember(
+            sandbox_id,
+            connection.sandbox.envd_access_token,
+            connection.sandbox.domain,
+        );
+        if connection.resumed {
+            tracing::info!(sandbox_id, "E2B sandbox resumed");
+        }
+        Ok(Connected {
+            resumed: connection.resumed,
+            provider_session_id: None,
+        })
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn pause(&self, sandbox_id: &str) -> Result<(), ProviderError> {
+        check_id(sandbox_id)?;
+        match self.control.pause(sandbox_id).await {
+            Ok(()) => Ok(()),
+            // 409 means "already paused" or "cannot pause now (being killed)"; E2B gives no
+            // code to tell them apart, so ask rather than read the message.
+            Err(E2bError::Conflict { message, .. }) => match self.control.info(sandbox_id).await {
+                Ok(detail) if detail.state == "paused" => Ok(()),
+                Ok(_) => Err(ProviderError::Conflict(message)),
+                Err(error) => Err(self.control_error(sandbox_id, error)),
+            },
+            Err(error) => Err(self.control_error(sandbox_id, error)),
+        }
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn kill(&self, sandbox_id: &str) -> Result<(), ProviderError> {
+        check_id(sandbox_id)?;
+        let result = match self.control.kill(sandbox_id).await {
+            // Gone already, or someone else's kill is under way: either way it ends gone.
+            Ok(()) | Err(E2bError::NotFound { .. }) | Err(E2bError::Conflict { .. }) => Ok(()),
+            Err(error) => Err(error.into_provider(sandbox_id)),
+        };
+        if result.is_ok() {
+            self.forget(sandbox_id);
+        }
+        result
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), ProviderError> {
+        check_id(sandbox_id)?;
+        let timeout = timeout.min(MAX_TIMEOUT);
+        match self.control.set_timeout(sandbox_id, timeout).await {
+            Ok(()) => Ok(()),
+            // A paused sandbox answers 404 here too: only a 404 from info means gone.
+            Err(E2bError::NotFound { .. }) => match self.control.info(sandbox_id).await {
+                Ok(detail) if detail.state == "paused" => Err(paused(sandbox_id)),
+                Ok(_) => self
+                    .control
+                    .set_timeout(sandbox_id, timeout)
+                    .await
+                    .map_err(|e| self.control_error(sandbox_id, e)),
+                Err(error) => Err(self.control_error(sandbox_id, error)),
+            },
+            Err(error) => Err(self.control_error(sandbox_id, error)),
+        }
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError> {
+        check_id(sandbox_id)?;
+        let detail = self
+            .control
+            .info(sandbox_id)
+            .await
+            .map_err(|e| self.control_error(sandbox_id, e))?;
+        let info = detail.to_info().map_err(|e| e.into_provider(sandbox_id))?;
+        if info.state == SandboxState::Running {
+            self.remember(sandbox_id, detail.envd_access_token, detail.domain);
+        }
+        Ok(info)
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn list(
+        &self,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Vec<SandboxInfo>, ProviderError> {
+        let listed = self
+            .control
+            .list(metadata)
+            .await
+            .map_err(|e| e.into_provider("(list)"))?;
+        let mut out = Vec::with_capacity(listed.len());
+        for detail in listed {
+            match detail.to_info() {
+                Ok(info) => out.push(info),
+                // One sandbox in a state we do not know must not hide all the others from
+                // reconciliation.
+                Err(error) => tracing::warn!(%error, "skipping a listed sandbox"),
+            }
+        }
+        Ok(out)
+    }
+
+    #[tracing::instrument(skip(self, request), fields(timeout_ms = request.timeout.as_millis() as u64))]
+    async fn exec(
+        &self,
+        sandbox_id: &str,
+        request: ExecRequest,
+    ) -> Result<ExecResult, ProviderError> {
+        let (cmd, args) = match request.command {
+            // A login shell, as E2B's SDK runs commands: the template's profile sets PATH.
+            ExecCommand::Shell(line) => (
+                "/bin/bash".to_owned(),
+                vec!["-l".to_owned(), "-c".to_owned(), line],
+            ),
+            ExecCommand::Argv(mut argv) => {
+                if argv.is_empty() {
+                    return Err(ProviderError::InvalidRequest("empty command".into()));
+                }
+                let cmd = argv.remove(0);
+                (cmd, argv)
+            }
+        };
+        let spec = ProcessSpec {
+            cmd,
+            args,
+            envs: request.env,
+            cwd: request.cwd,
+            stdin: request.stdin,
+            timeout: request.timeout,
+            output_cap: request.output_cap,
+        };
+        let out = self.run(sandbox_id, &spec).await?;
+        Ok(ExecResult {
+            exit_code: out.exit_code,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            duration_ms: out.duration.as_millis() as u64,
+            timed_out: out.timed_out,
+            truncated: out.truncated,
+            // envd does not say why a process died; an OOM kill shows as a signal.
+            out_of_memory: false,
+        })
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn read_file(&self, sandbox_id: &str, path: &str) -> Result<Vec<u8>, ProviderError> {
+        let path = checked_path(path)?;
+        self.with_envd(sandbox_id, |target| {
+            let envd = &self.envd;
+            async move { envd.read_file(&target, path, DEFAULT_FILE_CAP).await }
+        })
+        .await
+    }
+
+    #[tracing::instrument(skip(self, contents), fields(bytes = contents.len()))]
+    async fn write_file(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        contents: &[u8],
+    ) -> Result<(), ProviderError> {
+        let path = checked_path(path)?;
+        if contents.len() as u64 > DEFAULT_FILE_CAP {
+            return Err(ProviderError::InvalidRequest(format!(
+                "{path}: {} bytes is more than the {DEFAULT_FILE_CAP}-byte limit",
+                contents.len()
+            )));
+        }
+        self.with_envd(sandbox_id, |target| {
+            let envd = &self.envd;
+            async move { envd.write_file(&target, path, contents).await }
+        })
+        .await
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn list_dir(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+    ) -> Result<Vec<FileEntry>, ProviderError> {
+        let out = self
+            .run_fs(sandbox_id, fs::list_dir(checked_path(path)?), false)
+            .await?;
+        fs::parse_entries(&out).map_err(ProviderError::Internal)
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn stat(&self, sandbox_id: &str, path: &str) -> Result<FileEntry, ProviderError> {
+        let out = self
+            .run_fs(sandbox_id, fs::stat(checked_path(path)?), false)
+            .await?;
+        fs::parse_entries(&out)
+            .map_err(ProviderError::Internal)?
+            .pop()
+            .ok_or_else(|| ProviderError::Internal(format!("stat of {path} printed nothing")))
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn make_dir(&self, sandbox_id: &str, path: &str) -> Result<(), ProviderError> {
+        self.run_fs(sandbox_id, fs::make_dir(checked_path(path)?), false)
+            .await
+            .map(drop)
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn remove(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), ProviderError> {
+        self.run_fs(
+            sandbox_id,
+            fs::remove(checked_path(path)?, recursive),
+            false,
+        )
+        .await
+        .map(drop)
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn glob(&self, sandbox_id: &str, pattern: &str) -> Result<Vec<String>, ProviderError> {
+        let out = self.run_fs(sandbox_id, fs::glob(pattern), false).await?;
+        Ok(fs::parse_paths(&out))
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn grep(
+        &self,
+        sandbox_id: &str,
+        pattern: &str,
+        path: &str,
+    ) -> Result<Vec<GrepMatch>, ProviderError> {
+        let out = self
+            .run_fs(sandbox_id, fs::grep(pattern, checked_path(path)?), true)
+            .await?;
+        fs::parse_grep(&out).map_err(ProviderError::Internal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ThreadId;
+
+    #[test]
+    fn idempotency_keys_fit_e2b_and_differ_by_thread_and_generation() {
+        let owner = |t: &str, g| SandboxOwner {
+            thread_id: ThreadId::parse(t).unwrap(),
+            generation: g,
+        };
+        let a = E2bProvider::idempotency_key(&owner("slack:T1:C1:1712345678.123456", 1));
+        assert!(a.len() <= 255);
+        assert!(
+            a.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+            "{a}"
+        );
+        assert_eq!(
+            a,
+            E2bProvider::idempotency_key(&owner("slack:T1:C1:1712345678.123456", 1))
+        );
+        assert_ne!(
+            a,
+            E2bProvider::idempotency_key(&owner("slack:T1:C1:1712345678.123456", 2))
+        );
+        assert_ne!(
+            a,
+            E2bProvider::idempotency_key(&owner("slack:T1:C1:1712345678.123457", 1))
+        );
+    }
+
+    #[test]
+    fn ids_that_could_escape_a_url_path_are_refused() {
+        assert!(check_id("i0123456789abcdefghij").is_ok());
+        assert!(check_id("iabc-client").is_ok());
+        for bad in ["", "../x", "a/b", "ABC", "a?b", "a b"] {
+            assert!(check_id(bad).is_err(), "{bad}");
+        }
+    }
+}
