@@ -201,7 +201,7 @@ fn print_banner(addr: SocketAddr, data_dir: &Path, args: &DevArgs, auth: bool) {
         ""
     };
     println!("threadbox dev is running");
-    println!("  API        {base}  (listening on {base})");
+    println!("  API        {base}");
     println!(
         "  auth       {}",
         if auth {

@@ -57,7 +57,7 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
-    fn retry_after(mut self, secs: u64) -> Self {
+    fn with_retry_after(mut self, secs: u64) -> Self {
         self.retry_after = Some(secs.max(1));
         self
     }
@@ -76,7 +76,7 @@ impl From<UseCaseError> for ApiError {
                 }) => d.as_secs_f64().ceil() as u64,
                 _ => DEFAULT_RETRY_AFTER_SECS,
             };
-            api = api.retry_after(secs);
+            api = api.with_retry_after(secs);
         }
         api
     }
