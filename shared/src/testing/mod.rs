@@ -13,3 +13,6 @@ pub use flaky_queue::FlakyQueue;
 pub use memory_provider::{InMemoryProvider, Op};
 
 pub mod queue_conformance;
+
+#[cfg(all(feature = "testing", feature = "e2b"))]
+pub mod e2b_fake;
