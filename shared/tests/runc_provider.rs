@@ -59,6 +59,26 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
+        // Kill what a failed test left through a provider of our own: it thaws, kills, reaps
+        // the inits (this process is their subreaper, so a bare `runc delete --force` would
+        // wait for a reap that never comes) and deletes. On a thread of its own, since the
+        // test's runtime is still running this one.
+        let config = self.config.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let provider = RuncProvider::open(config).await.ok()?;
+                for info in provider.list(&BTreeMap::new()).await.ok()? {
+                    let _ = provider.kill(&info.sandbox_id).await;
+                }
+                Some(())
+            })
+        })
+        .join();
+        // Whatever that missed (if the provider could not even open).
         let listed = self.runc(&["list", "--quiet"]);
         for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
             let _ = self.runc(&["delete", "--force", id]);
