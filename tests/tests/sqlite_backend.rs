@@ -70,3 +70,72 @@ mod lifecycle_conformance {
         .await;
     }
 }
+
+/// Two store handles on one file behave like two processes sharing it: still one sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_handles_on_one_file_still_create_one_sandbox() {
+    use std::sync::Arc;
+    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+    use threadbox_shared::domain::ThreadId;
+    use threadbox_shared::testing::{InMemoryProvider, ManualClock};
+    use threadbox_shared::usecases::Threadbox;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let provider = InMemoryProvider::new();
+    provider.set_create_delay(std::time::Duration::from_millis(30));
+    let clock = Arc::new(ManualClock::default());
+    let instances: Vec<Threadbox> = (0..2)
+        .map(|_| {
+            Threadbox::new(
+                Arc::new(SqliteSessionStore::open(&path).unwrap()),
+                provider.clone(),
+                Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap()),
+                clock.clone(),
+                lifecycle::test_config(),
+            )
+        })
+        .collect();
+    let thread = ThreadId::parse("shared-file").unwrap();
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let tb = instances[i % 2].clone();
+            let thread = thread.clone();
+            tokio::spawn(async move { tb.resolve(&thread).await.unwrap().sandbox_id })
+        })
+        .collect();
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        ids.insert(t.await.unwrap());
+    }
+    assert_eq!(provider.creates(), 1);
+    assert_eq!(ids.len(), 1);
+}
+
+/// A file that is not a SQLite database is refused with an error naming it, never a panic.
+#[test]
+fn a_corrupt_database_file_is_named_in_the_error() {
+    use threadbox_shared::adapters::sqlite::SqliteSessionStore;
+    use threadbox_shared::ports::StoreError;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("not-a-database.db");
+    std::fs::write(
+        &path,
+        b"this is not sqlite, just some text that is long enough to have a header".repeat(100),
+    )
+    .unwrap();
+    let err = SqliteSessionStore::open(&path)
+        .err()
+        .expect("a corrupt file is refused");
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    assert!(err.to_string().contains("not-a-database.db"), "{err}");
+
+    let err = SqliteSessionStore::open(dir.path().join("missing-dir/threadbox.db"))
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("missing-dir/threadbox.db"),
+        "{err}"
+    );
+}

@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tokio::time::Instant;
@@ -32,6 +33,9 @@ pub struct SweepOptions {
     pub page_size: usize,
     /// Threads acted on at once.
     pub concurrency: usize,
+    /// Also reconcile with the provider's list of sandboxes. That pass reads one record per
+    /// provider sandbox, so at scale callers run it less often than the due-work pass.
+    pub reconcile: bool,
 }
 
 impl SweepOptions {
@@ -40,6 +44,7 @@ impl SweepOptions {
             deadline,
             page_size: 100,
             concurrency: 8,
+            reconcile: true,
         }
     }
 
@@ -93,9 +98,15 @@ impl Threadbox {
             return report;
         }
 
-        let live = match self.provider.list(&BTreeMap::new()).await {
-            Ok(list) => Some(list),
-            Err(error) => {
+        let listed = if options.reconcile {
+            Some(self.provider.list(&BTreeMap::new()).await)
+        } else {
+            None
+        };
+        let live = match listed {
+            None => None,
+            Some(Ok(list)) => Some(list),
+            Some(Err(error)) => {
                 tracing::warn!(%error, "listing provider sandboxes failed; skipping reconciliation");
                 report.failures += 1;
                 None
@@ -128,14 +139,14 @@ impl Threadbox {
                 };
                 report.due_examined += page.items.len();
                 let results: Vec<Acted> = stream::iter(page.items)
-                    .map(|s| {
+                    .map(|s| -> BoxFuture<'_, Acted> {
                         let live_ids = live_ids.as_ref();
-                        async move {
+                        Box::pin(async move {
                             if Instant::now() >= options.deadline {
                                 return Acted::Skipped;
                             }
                             self.act_on_due(s, now, live_ids).await
-                        }
+                        })
                     })
                     .buffer_unordered(options.concurrency.max(1))
                     .collect()
@@ -167,13 +178,20 @@ impl Threadbox {
         options: &SweepOptions,
         report: &mut SweepReport,
     ) {
-        let results: Vec<Result<Option<Acted>, UseCaseError>> = stream::iter(sandboxes)
-            .map(|sandbox| async move {
-                if Instant::now() >= options.deadline {
-                    return Ok(None);
-                }
-                self.reconcile_one(sandbox).await
-            })
+        // Owned items and boxed futures: a closure taking a borrowed item trips rustc's
+        // higher-ranked lifetime check (rust-lang/rust#102211) and the sweep stops being `Send`.
+        let deadline = options.deadline;
+        let results: Vec<Result<Option<Acted>, UseCaseError>> = stream::iter(sandboxes.to_vec())
+            .map(
+                |sandbox| -> BoxFuture<'_, Result<Option<Acted>, UseCaseError>> {
+                    Box::pin(async move {
+                        if Instant::now() >= deadline {
+                            return Ok(None);
+                        }
+                        self.reconcile_one(&sandbox).await
+                    })
+                },
+            )
             .buffer_unordered(options.concurrency.max(1))
             .collect()
             .await;
@@ -322,5 +340,15 @@ impl Threadbox {
             Acted::Skipped => "skipped",
             Acted::Failed => "failed",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The Lambda runtime and `tokio::spawn` need the sweep's future to be `Send`.
+    #[allow(dead_code)]
+    fn the_sweep_future_is_send(tb: super::Threadbox, options: super::SweepOptions) {
+        fn assert_send<T: Send>(_: T) {}
+        assert_send(async move { tb.sweep(options).await });
     }
 }
