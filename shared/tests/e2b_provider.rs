@@ -128,10 +128,7 @@ async fn the_key_is_sent_as_x_api_key_and_never_printed() {
 async fn a_429_waits_for_retry_after_then_succeeds() {
     let (fake, p) = setup().await;
     let id = new_sandbox(&p).await;
-    fake.fail_next(
-        Route::Info,
-        Fault::json(429, "Rate limit exceeded").with_header("Retry-After", "1"),
-    );
+    fake.fail_next(Route::Info, Fault::rate_limited(1));
     let info = p.info(&id).await.expect("info after the rate limit");
     assert_eq!(info.state, SandboxState::Running);
     let tries = fake.requests_to("GET", &info_path(&id));
@@ -148,10 +145,7 @@ async fn a_429_waits_for_retry_after_then_succeeds() {
 async fn a_retry_after_past_the_budget_is_not_waited_for() {
     let (fake, p) = setup().await;
     let id = new_sandbox(&p).await;
-    fake.fail_next(
-        Route::Info,
-        Fault::json(429, "Rate limit exceeded").with_header("Retry-After", "120"),
-    );
+    fake.fail_next(Route::Info, Fault::rate_limited(120));
     let started = Instant::now();
     let err = p.info(&id).await.unwrap_err();
     assert_eq!(
@@ -242,10 +236,57 @@ async fn retries_are_bounded_in_count_and_in_time() {
     assert!(slow.info(&id).await.is_err());
     let attempts = fake.requests_to("GET", &info_path(&id)).len();
     assert!((2..=4).contains(&attempts), "{attempts} attempts");
+    // The budget (500 ms) plus one request, with room for a loaded machine; ten retries at
+    // these backoffs would take several seconds.
     assert!(
-        started.elapsed() < Duration::from_millis(900),
+        started.elapsed() < Duration::from_millis(1500),
         "{:?}",
         started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn the_concurrency_cap_is_retried_then_reported_as_a_rate_limit() {
+    let fake = E2bFake::start_with(FakeOptions {
+        max_concurrent: 1,
+        ..FakeOptions::default()
+    })
+    .await;
+    let p = provider_for(&fake, |_| {});
+    new_sandbox(&p).await;
+    fake.clear_requests();
+    let err = p.create(create_request(fresh_owner(1))).await.unwrap_err();
+    assert_eq!(err, ProviderError::RateLimited { retry_after: None });
+    let creates = fake.requests_to("POST", "/v2/sandboxes");
+    assert_eq!(
+        creates.len(),
+        4,
+        "429 without Retry-After backs off and retries"
+    );
+    assert!(creates.iter().all(|r| r.status == 429));
+    assert_eq!(fake.sandboxes_started(), 1);
+}
+
+#[tokio::test]
+async fn a_sandbox_killed_elsewhere_reads_as_gone_on_the_data_plane() {
+    let (fake, p) = setup().await;
+    let id = new_sandbox(&p).await;
+    let other = provider_for(&fake, |_| {});
+    other.exec(&id, ExecRequest::shell("true")).await.unwrap();
+    p.kill(&id).await.unwrap();
+    fake.clear_requests();
+    // `other` still holds a token: the proxy answers 502 "not found", the control plane 404.
+    assert_eq!(
+        other.exec(&id, ExecRequest::shell("true")).await,
+        Err(ProviderError::Gone(id.clone()))
+    );
+    assert_eq!(
+        fake.requests_to("POST", "/process.Process/Start")[0].status,
+        502
+    );
+    assert_eq!(
+        other.read_file(&id, "/home/user/x").await,
+        Err(ProviderError::Gone(id.clone()))
     );
 }
 

@@ -160,12 +160,6 @@ impl E2bError {
     }
 }
 
-impl From<E2bError> for ProviderError {
-    fn from(error: E2bError) -> Self {
-        error.into_provider("?")
-    }
-}
-
 struct ErrorBody {
     message: String,
     error_code: Option<String>,

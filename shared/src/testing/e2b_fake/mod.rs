@@ -146,6 +146,15 @@ impl Fault {
         }
     }
 
+    /// E2B's rate limiter tripping (contract §4.1): 429 with `RateLimit-*` and `Retry-After`.
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        Self::json(429, "Rate limit exceeded")
+            .with_header("RateLimit-Limit", "20000")
+            .with_header("RateLimit-Remaining", "0")
+            .with_header("RateLimit-Reset", &retry_after_secs.to_string())
+            .with_header("Retry-After", &retry_after_secs.to_string())
+    }
+
     pub fn with_header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.into(), value.into()));
         self
