@@ -112,30 +112,24 @@ mod tests {
         clock.advance(tb.config.timers.idle_pause + Duration::from_secs(1));
 
         let (stop, stopped) = watch::channel(false);
-        // As in `threadbox dev`: the sweep is not `Send`, so the loop runs in a LocalSet.
-        let local = tokio::task::LocalSet::new();
-        let task = local.spawn_local(run(tb.clone(), Duration::from_millis(20), stopped));
-        local
-            .run_until(async {
-                let mut status = Status::Active;
-                for _ in 0..250 {
-                    status = tb.session(&thread).await.unwrap().unwrap().status;
-                    if status == Status::Paused {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                assert_eq!(
-                    status,
-                    Status::Paused,
-                    "the timer's sweep paused the idle thread"
-                );
-                stop.send(true).unwrap();
-                tokio::time::timeout(Duration::from_secs(5), task)
-                    .await
-                    .expect("the janitor stops promptly")
-                    .unwrap();
-            })
-            .await;
+        let task = tokio::spawn(run(tb.clone(), Duration::from_millis(20), stopped));
+        let mut status = Status::Active;
+        for _ in 0..250 {
+            status = tb.session(&thread).await.unwrap().unwrap().status;
+            if status == Status::Paused {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            status,
+            Status::Paused,
+            "the timer's sweep paused the idle thread"
+        );
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the janitor stops promptly")
+            .unwrap();
     }
 }

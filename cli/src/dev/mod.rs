@@ -151,11 +151,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     print_banner(addr, &data_dir, &args, auth.is_enabled());
 
     let shutdown = Shutdown::install().context("installing signal handlers")?;
-    // The sweep's future is not `Send` (rustc cannot prove it for closures that borrow into
-    // `buffer_unordered`, rust-lang/rust#102211), so the janitor runs on this thread, in a
-    // LocalSet, while the server and the consumer use the worker pool.
-    let local = tokio::task::LocalSet::new();
-    let janitor = local.spawn_local(janitor::run(
+    let janitor = tokio::spawn(janitor::run(
         tb.clone(),
         args.janitor_interval,
         shutdown.subscribe(),
@@ -166,25 +162,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     );
 
     let stop = shutdown.clone();
-    let served = local
-        .run_until(async move {
-            let served = axum::serve(listener, router(tb, auth))
-                .with_graceful_shutdown(async move { shutdown.requested().await })
-                .await;
-            if served.is_err() {
-                // The server only returns early on an accept error: stop the loops as well.
-                stop.trigger();
-            }
-            for (name, task) in [("janitor", janitor), ("consumer", consumer)] {
-                match tokio::time::timeout(STOP_GRACE, task).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => tracing::error!(%error, "the {name} task failed"),
-                    Err(_) => tracing::warn!("the {name} did not stop within {STOP_GRACE:?}"),
-                }
-            }
-            served
-        })
+    let served = axum::serve(listener, router(tb, auth))
+        .with_graceful_shutdown(async move { shutdown.requested().await })
         .await;
+    if served.is_err() {
+        // The server only returns early on an accept error: stop the loops as well.
+        stop.trigger();
+    }
+    for (name, task) in [("janitor", janitor), ("consumer", consumer)] {
+        match tokio::time::timeout(STOP_GRACE, task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "the {name} task failed"),
+            Err(_) => tracing::warn!("the {name} did not stop within {STOP_GRACE:?}"),
+        }
+    }
     served.context("serving the HTTP API")?;
     tracing::info!(
         "stopped; sandboxes of live threads keep running and will be found on the next start"
