@@ -295,7 +295,8 @@ pub async fn files_round_trip(p: &dyn SandboxProvider) {
     p.make_dir(&id, "/home/user/dir/made")
         .await
         .expect("mkdir of an existing directory succeeds");
-    let listed = p.list_dir(&id, "/home/user/dir").await.expect("list");
+    let mut listed = p.list_dir(&id, "/home/user/dir").await.expect("list");
+    listed.sort_by(|a, b| a.name.cmp(&b.name));
     let names: Vec<(&str, FileKind)> = listed.iter().map(|e| (e.name.as_str(), e.kind)).collect();
     assert_eq!(names, vec![("made", FileKind::Dir), ("sub", FileKind::Dir)]);
     assert_eq!(listed[1].path, "/home/user/dir/sub");

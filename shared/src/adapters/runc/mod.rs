@@ -393,6 +393,7 @@ impl SandboxProvider for RuncProvider {
         "runc"
     }
 
+    #[tracing::instrument(skip_all, fields(thread_id = %request.owner.thread_id, generation = request.owner.generation))]
     async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError> {
         if request.network == NetworkProfile::Networked {
             return Err(ProviderError::Unsupported(
@@ -454,18 +455,14 @@ impl SandboxProvider for RuncProvider {
             tracing::warn!(sandbox_id = %id, error = %e, "sandbox creation failed");
             return Err(e);
         }
-        tracing::info!(
-            sandbox_id = %id,
-            thread_id = %request.owner.thread_id,
-            generation = request.owner.generation,
-            "sandbox created"
-        );
+        tracing::info!(sandbox_id = %id, "sandbox created");
         Ok(CreatedSandbox {
             sandbox_id: id,
             provider_session_id: None,
         })
     }
 
+    #[tracing::instrument(skip(self))]
     async fn connect(&self, sandbox_id: &str) -> Result<Connected, ProviderError> {
         self.existing_bundle(sandbox_id)?;
         let slot = self.slot(sandbox_id);
@@ -484,6 +481,7 @@ impl SandboxProvider for RuncProvider {
         })
     }
 
+    #[tracing::instrument(skip(self))]
     async fn pause(&self, sandbox_id: &str) -> Result<(), ProviderError> {
         self.existing_bundle(sandbox_id)?;
         let slot = self.slot(sandbox_id);
@@ -505,6 +503,7 @@ impl SandboxProvider for RuncProvider {
         }
     }
 
+    #[tracing::instrument(skip(self))]
     async fn kill(&self, sandbox_id: &str) -> Result<(), ProviderError> {
         validate_sandbox_id(sandbox_id)?;
         let bundle = Bundle::new(&self.config.sandboxes_dir(), sandbox_id);
@@ -568,6 +567,7 @@ impl SandboxProvider for RuncProvider {
             .collect())
     }
 
+    #[tracing::instrument(skip(self, request))]
     async fn exec(
         &self,
         sandbox_id: &str,
