@@ -139,3 +139,26 @@ fn a_corrupt_database_file_is_named_in_the_error() {
         "{err}"
     );
 }
+
+mod dedupe_conformance {
+    use std::sync::Arc;
+    use threadbox_shared::adapters::sqlite::SqliteDedupe;
+    use threadbox_shared::testing::dedupe_conformance as dedupe;
+
+    macro_rules! dedupe_suite {
+        ($($name:ident),* $(,)?) => {$(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let dir = tempfile::tempdir().unwrap();
+                let store = SqliteDedupe::open(dir.path().join("dedupe.db")).unwrap();
+                dedupe::$name(Arc::new(store)).await;
+            }
+        )*};
+    }
+
+    dedupe_suite!(
+        the_first_claim_wins_and_repeats_are_duplicates,
+        released_and_expired_keys_can_be_claimed_again,
+        concurrent_claims_have_exactly_one_winner,
+    );
+}

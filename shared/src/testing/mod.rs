@@ -4,6 +4,7 @@ mod clock;
 mod flaky_queue;
 mod memory_provider;
 
+pub mod dedupe_conformance;
 pub mod lifecycle_conformance;
 pub mod provider_conformance;
 pub mod store_conformance;

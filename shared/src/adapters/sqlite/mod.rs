@@ -2,9 +2,11 @@
 //! shared safely by several processes (WAL journal, busy timeout, `BEGIN IMMEDIATE` for writes).
 
 mod database;
+mod dedupe;
 mod queue;
 mod session_store;
 
 pub use database::{Database, DatabaseError};
+pub use dedupe::SqliteDedupe;
 pub use queue::{QueueConfig, SqliteQueue};
 pub use session_store::{SqliteSessionStore, DEFAULT_SHARDS};
