@@ -6,6 +6,15 @@ pub mod sqlite;
 #[cfg(feature = "runc")]
 pub mod runc;
 
+#[cfg(feature = "aws")]
+pub mod aws;
+
+#[cfg(feature = "dynamo")]
+pub mod dynamo;
+
+#[cfg(feature = "sqs")]
+pub mod sqs;
+
 #[cfg(feature = "e2b")]
 pub mod e2b;
 

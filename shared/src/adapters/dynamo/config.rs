@@ -1,0 +1,141 @@
+//! What the DynamoDB session store needs to know: its table names, the shard count of the due-work
+//! index and how long events are kept.
+
+use std::time::Duration;
+
+/// Default number of due-work shards: enough to spread the janitor's queries over partitions,
+/// few enough that a sweep's one query per shard stays cheap.
+pub const DEFAULT_SHARDS: u32 = 8;
+/// Default time before an event becomes garbage for DynamoDB's TTL: far longer than any
+/// WebSocket replay or outbox re-drive needs it.
+pub const DEFAULT_EVENT_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DynamoConfig {
+    pub sessions_table: String,
+    pub events_table: String,
+    /// Shards of the due-work and unsent-event indexes. Only ever raise it on a live table:
+    /// an item stays in the shard it was written with until its next write, and shards at or
+    /// above a lowered count are never queried again.
+    pub shards: u32,
+    /// How long after it is written an event may be removed by TTL; `None` keeps events forever.
+    pub event_retention: Option<Duration>,
+}
+
+/// A missing or malformed environment variable, named.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("environment variable {0} is not set")]
+    Missing(&'static str),
+    #[error("environment variable {var} is {value:?}: {reason}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+}
+
+impl DynamoConfig {
+    pub const SESSIONS_TABLE_VAR: &'static str = "THREADBOX_SESSIONS_TABLE";
+    pub const EVENTS_TABLE_VAR: &'static str = "THREADBOX_EVENTS_TABLE";
+    pub const SHARDS_VAR: &'static str = "THREADBOX_DUE_SHARDS";
+    pub const EVENT_RETENTION_DAYS_VAR: &'static str = "THREADBOX_EVENT_RETENTION_DAYS";
+
+    pub fn new(sessions_table: impl Into<String>, events_table: impl Into<String>) -> Self {
+        Self {
+            sessions_table: sessions_table.into(),
+            events_table: events_table.into(),
+            shards: DEFAULT_SHARDS,
+            event_retention: Some(DEFAULT_EVENT_RETENTION),
+        }
+    }
+
+    /// From `THREADBOX_SESSIONS_TABLE` and `THREADBOX_EVENTS_TABLE` (required), and
+    /// `THREADBOX_DUE_SHARDS` and `THREADBOX_EVENT_RETENTION_DAYS` (optional; 0 days keeps
+    /// events forever).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let required = |var: &'static str| match get(var) {
+            Some(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
+            _ => Err(ConfigError::Missing(var)),
+        };
+        let mut config = Self::new(
+            required(Self::SESSIONS_TABLE_VAR)?,
+            required(Self::EVENTS_TABLE_VAR)?,
+        );
+        if let Some(value) = get(Self::SHARDS_VAR) {
+            config.shards = match value.trim().parse::<u32>() {
+                Ok(n) if (1..=1024).contains(&n) => n,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: Self::SHARDS_VAR,
+                        value,
+                        reason: "expected a whole number from 1 to 1024",
+                    })
+                }
+            };
+        }
+        if let Some(value) = get(Self::EVENT_RETENTION_DAYS_VAR) {
+            config.event_retention = match value.trim().parse::<u64>() {
+                Ok(0) => None,
+                Ok(days) if days <= 36_500 => Some(Duration::from_secs(days * 24 * 60 * 60)),
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: Self::EVENT_RETENTION_DAYS_VAR,
+                        value,
+                        reason: "expected a whole number of days (0 keeps events forever)",
+                    })
+                }
+            };
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn table_names_are_required_and_named_when_missing() {
+        let err =
+            DynamoConfig::from_lookup(lookup(&[("THREADBOX_EVENTS_TABLE", "ev")])).unwrap_err();
+        assert_eq!(err, ConfigError::Missing("THREADBOX_SESSIONS_TABLE"));
+        assert!(err.to_string().contains("THREADBOX_SESSIONS_TABLE"));
+    }
+
+    #[test]
+    fn optional_settings_have_defaults_and_are_checked() {
+        let base = [
+            ("THREADBOX_SESSIONS_TABLE", "s"),
+            ("THREADBOX_EVENTS_TABLE", "e"),
+        ];
+        let config = DynamoConfig::from_lookup(lookup(&base)).unwrap();
+        assert_eq!(config, DynamoConfig::new("s", "e"));
+
+        let mut with = base.to_vec();
+        with.extend([
+            ("THREADBOX_DUE_SHARDS", "16"),
+            ("THREADBOX_EVENT_RETENTION_DAYS", "0"),
+        ]);
+        let config = DynamoConfig::from_lookup(lookup(&with)).unwrap();
+        assert_eq!((config.shards, config.event_retention), (16, None));
+
+        let mut bad = base.to_vec();
+        bad.push(("THREADBOX_DUE_SHARDS", "0"));
+        let err = DynamoConfig::from_lookup(lookup(&bad)).unwrap_err();
+        assert!(err.to_string().contains("THREADBOX_DUE_SHARDS"), "{err}");
+    }
+}

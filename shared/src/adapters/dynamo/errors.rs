@@ -1,0 +1,85 @@
+//! Mapping SDK errors to `StoreError`. Conflicts are recognised by the SDK's typed exceptions and
+//! the structured cancellation reason codes of a transaction, never by message text.
+
+use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::CancellationReason;
+
+use crate::ports::StoreError;
+
+/// Any failure that is not a conflict: the store could not do what was asked, and nothing that
+/// call would have written was written (every write here is a single item or one transaction).
+pub(super) fn unavailable<E, R>(operation: &str, err: SdkError<E, R>) -> StoreError
+where
+    E: std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    StoreError::Unavailable(format!(
+        "DynamoDB {operation}: {}",
+        DisplayErrorContext(&err)
+    ))
+}
+
+/// What a cancelled transaction means for the caller.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Cancelled {
+    /// A condition failed (the session's version or existence, or an event's seq or id was
+    /// taken), or another transaction was writing the same items: re-read and decide again.
+    Conflict,
+    /// Anything else (throttling, validation, ...): the codes, for the error message.
+    Other(String),
+}
+
+/// Classify a failed `TransactWriteItems`: `Ok(Cancelled)` when DynamoDB cancelled it, with the
+/// reasons read, `Err` for every other failure.
+pub(super) fn cancelled<R: std::fmt::Debug>(
+    err: SdkError<TransactWriteItemsError, R>,
+) -> Result<Cancelled, StoreError> {
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
+            Ok(classify(e.cancellation_reasons()))
+        }
+        _ => Err(unavailable("TransactWriteItems", err)),
+    }
+}
+
+fn classify(reasons: &[CancellationReason]) -> Cancelled {
+    let codes: Vec<&str> = reasons.iter().filter_map(|r| r.code()).collect();
+    if codes
+        .iter()
+        .any(|c| matches!(*c, "ConditionalCheckFailed" | "TransactionConflict"))
+    {
+        Cancelled::Conflict
+    } else {
+        Cancelled::Other(codes.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(code: &str) -> CancellationReason {
+        CancellationReason::builder().code(code).build()
+    }
+
+    #[test]
+    fn a_failed_condition_anywhere_in_the_transaction_is_a_conflict() {
+        assert_eq!(
+            classify(&[reason("None"), reason("ConditionalCheckFailed")]),
+            Cancelled::Conflict
+        );
+        assert_eq!(
+            classify(&[reason("TransactionConflict"), reason("None")]),
+            Cancelled::Conflict
+        );
+    }
+
+    #[test]
+    fn other_cancellations_keep_their_codes() {
+        assert_eq!(
+            classify(&[reason("ThrottlingError"), reason("None")]),
+            Cancelled::Other("ThrottlingError, None".into())
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! The DynamoDB session store (feature `dynamo`): the production backend of the `SessionStore`
+//! port, passing the same conformance suites as the SQLite store.
+//!
+//! # Tables (mirror this exactly in the SAM template)
+//!
+//! Both tables use on-demand billing (`PAY_PER_REQUEST`). Names come from [`DynamoConfig`].
+//!
+//! **Sessions table**: one item per thread.
+//!
+//! | | attribute | type |
+//! |---|---|---|
+//! | partition key | `thread_id` | S |
+//!
+//! | GSI | partition key | sort key | projection | why |
+//! |---|---|---|---|---|
+//! | `due` | `due_shard` (N) | `due_at` (N) | `ALL` | the janitor's due work, oldest first, per shard |
+//! | `by_thread` | `kind` (S) | `thread_id` (S) | `KEYS_ONLY` | the operator listing in thread-id order |
+//!
+//! `due_shard` and `due_at` are present only while the session has a next action
+//! (`next_action_at`), so the `due` index is sparse: a destroyed thread is not in it at all.
+//! `due_shard` is the thread id's FNV-1a hash modulo the shard count (`ThreadId::shard`) and
+//! `due_at` is `next_action_at` in epoch milliseconds. `kind` is always `"session"`: the listing
+//! index has one partition, which only new threads write to (keys only, so updates never touch
+//! it). Every other attribute is the session record, mapped by `serde_dynamo` (see `items.rs`);
+//! `version` is the optimistic-concurrency counter every write is conditional on.
+//!
+//! **Events table**: the outbox and the history of lifecycle events.
+//!
+//! | | attribute | type |
+//! |---|---|---|
+//! | partition key | `thread_id` | S |
+//! | sort key | `seq` | N |
+//!
+//! | GSI | partition key | sort key | projection | why |
+//! |---|---|---|---|---|
+//! | `unsent` | `unsent_shard` (N) | `unsent_at` (N) | `ALL` | events not yet sent to the lifecycle queue |
+//!
+//! `unsent_shard`/`unsent_at` (the thread's shard and the event's time in epoch milliseconds)
+//! are written with the event and removed by `mark_sent`, so the index holds only the outbox.
+//! TTL is enabled on `expires_at` (epoch seconds, default 30 days after the write): it removes old
+//! events as garbage and never decides anything the state machine times.
+//!
+//! The events table also holds one guard item per event id, with partition key
+//! `#event_id#{event_id}` and `seq` 0 (a thread id can never contain `#`). The guard is put in
+//! the same transaction as its event on `attribute_not_exists`, so an event id is used once:
+//! consumers deduplicate on it, and a repeat would make them drop a real event.
+//!
+//! # Requests per call
+//!
+//! | call | requests |
+//! |---|---|
+//! | `load` | 1 `GetItem` (strongly consistent) |
+//! | `insert_new`, `save` without events | 1 conditional `PutItem` |
+//! | `insert_new`, `save` with events | 1 `TransactWriteItems` |
+//! | `due` | 1 `Query` of `due` per page |
+//! | `events_after` | 1 `Query` (strongly consistent) per 1 MB |
+//! | `unsent_events` | 1 `Query` of `unsent` per shard, run concurrently |
+//! | `mark_sent` | 1 conditional `UpdateItem` per event, 8 at a time |
+//! | `list` | 1 `Query` of `by_thread` + 1 `BatchGetItem` per page (at most 100) |
+//!
+//! So resolving an active thread is two requests: one read, one conditional write.
+//!
+//! Index reads (`due`, `unsent_events`, `list`'s keys) are eventually consistent, as every GSI
+//! read is. That is safe here: the janitor's claims are conditional on the version it read, an
+//! outbox re-drive is deduplicated by event id, and listed items are fetched consistently.
+
+mod config;
+mod errors;
+mod items;
+mod schema;
+mod session_store;
+
+pub use config::{ConfigError, DynamoConfig, DEFAULT_EVENT_RETENTION, DEFAULT_SHARDS};
+pub use schema::{create_tables, DUE_INDEX, LIST_INDEX, UNSENT_INDEX};
+pub use session_store::DynamoSessionStore;
