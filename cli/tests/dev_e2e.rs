@@ -234,6 +234,10 @@ fn is_root() -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_serves_the_api_on_runc_and_stops_cleanly() {
     if !is_root() {
+        assert!(
+            std::env::var_os("THREADBOX_REQUIRE_SANDBOXES").is_none(),
+            "THREADBOX_REQUIRE_SANDBOXES is set but this test is not running as root"
+        );
         eprintln!("dev_serves_the_api_on_runc_and_stops_cleanly needs root for runc; not run");
         return;
     }

@@ -29,6 +29,11 @@ impl Fixture {
     fn new(limits: SandboxLimits) -> Option<Self> {
         let runc = match host_can_run_sandboxes() {
             Ok(runc) => runc,
+            // CI sets THREADBOX_REQUIRE_SANDBOXES so a machine that cannot run them fails
+            // loudly instead of passing on skips.
+            Err(why) if std::env::var_os("THREADBOX_REQUIRE_SANDBOXES").is_some() => {
+                panic!("THREADBOX_REQUIRE_SANDBOXES is set but sandboxes cannot run here: {why}")
+            }
             Err(why) => {
                 eprintln!("SKIPPED: {why}");
                 return None;
