@@ -33,3 +33,72 @@ ensure_runc() {
   command -v runc >/dev/null 2>&1 || apt_install runc
   runc --version | head -n 1 >&2
 }
+
+# moto's server stands in for DynamoDB and SQS in the tests. Pinned, installed from PyPI into a
+# virtualenv under target/ (so `cargo clean` removes it), and reused while the version matches.
+MOTO_VERSION="5.2.5"
+MOTO_VENV="target/moto-venv"
+
+ensure_moto() {
+  if "$MOTO_VENV/bin/python" -c "import sys, moto; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
+    return 0
+  fi
+  say "installing moto[server]==$MOTO_VERSION into $MOTO_VENV"
+  rm -rf "$MOTO_VENV"
+  if ! python3 -m venv "$MOTO_VENV" >/dev/null 2>&1; then
+    # Debian ships venv's bootstrap separately.
+    rm -rf "$MOTO_VENV"
+    apt_install python3-venv
+    python3 -m venv "$MOTO_VENV"
+  fi
+  "$MOTO_VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+}
+
+# A TCP port on 127.0.0.1 that nothing listens on right now.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+MOTO_PID=""
+# start_moto: run moto's server on a free loopback port, wait until it answers, and point the AWS
+# SDK at it through its standard settings. The caller stops it with stop_moto (on EXIT).
+start_moto() {
+  local port log
+  port="$(free_port)"
+  log="target/moto-server.log"
+  mkdir -p target
+  "$MOTO_VENV/bin/python" scripts/moto_server.py 127.0.0.1 "$port" >"$log" 2>&1 &
+  MOTO_PID=$!
+  local url="http://127.0.0.1:$port"
+  for _ in $(seq 1 100); do
+    if "$MOTO_VENV/bin/python" -c "import urllib.request; urllib.request.urlopen('$url/moto-api/', timeout=1)" 2>/dev/null; then
+      say "moto's server is up at $url (pid $MOTO_PID, log $log)"
+      # Only the standard settings, as in production; clear any that would point elsewhere.
+      unset AWS_ENDPOINT_URL_DYNAMODB AWS_ENDPOINT_URL_SQS AWS_PROFILE AWS_SESSION_TOKEN
+      export AWS_ENDPOINT_URL="$url"
+      export AWS_REGION="us-east-1"
+      export AWS_ACCESS_KEY_ID="test"
+      export AWS_SECRET_ACCESS_KEY="test"
+      export THREADBOX_REQUIRE_AWS=1
+      return 0
+    fi
+    if ! kill -0 "$MOTO_PID" 2>/dev/null; then
+      say "moto's server exited; its log:"
+      cat "$log" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+  say "moto's server did not answer at $url within 20 s; its log:"
+  cat "$log" >&2
+  stop_moto
+  return 1
+}
+
+stop_moto() {
+  if [ -n "$MOTO_PID" ] && kill -0 "$MOTO_PID" 2>/dev/null; then
+    kill "$MOTO_PID" 2>/dev/null || true
+    wait "$MOTO_PID" 2>/dev/null || true
+  fi
+  MOTO_PID=""
+}

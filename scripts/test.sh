@@ -5,16 +5,22 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 ensure_runc
+if ! command -v python3 >/dev/null 2>&1; then apt_install python3; fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest"
   cargo install --locked cargo-nextest
 fi
+ensure_moto
 
 say "format check"
 cargo fmt --all -- --check
 
 say "lint"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+say "moto's server (DynamoDB and SQS for the AWS adapters' tests)"
+trap stop_moto EXIT
+start_moto
 
 say "tests"
 # Nextest exits 4 when a filter matches no test; an unfiltered workspace run always has tests,

@@ -1,4 +1,8 @@
-//! Shared set-up for the integration tests in `tests/`: fresh backends on temporary files.
+//! Shared set-up for the integration tests in `tests/`: fresh backends on temporary files, and
+//! (feature `aws`) on fresh DynamoDB tables and SQS queues.
+
+#[cfg(feature = "aws")]
+pub mod aws;
 
 use std::sync::Arc;
 

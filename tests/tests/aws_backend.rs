@@ -1,0 +1,399 @@
+//! The store, queue and lifecycle conformance suites against DynamoDB and SQS, on whatever
+//! endpoint `AWS_ENDPOINT_URL` names (moto's server under `scripts/test.sh`), plus what only the
+//! AWS adapters need proving: corrupt items, an unreachable endpoint, the request count of a
+//! resolve, and SQS's handling of superseded receipts.
+//!
+//! Each test makes its own uniquely named tables and queues. Without `AWS_ENDPOINT_URL` every
+//! test prints why it is skipped and passes, unless `THREADBOX_REQUIRE_AWS=1`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use threadbox_shared::adapters::aws::{load_config, ClientSettings};
+use threadbox_shared::adapters::dynamo::{create_tables, DynamoSessionStore};
+use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueue};
+use threadbox_shared::domain::ThreadId;
+use threadbox_shared::ports::{
+    DurableQueue, OutgoingMessage, QueueError, SessionStore, StoreError,
+};
+use threadbox_shared::testing::lifecycle_conformance::{self as lifecycle, Harness};
+use threadbox_shared::testing::queue_conformance as queue;
+use threadbox_shared::testing::store_conformance as store;
+use threadbox_tests::aws::{
+    aws_configured, fresh_queue, fresh_queue_urls, fresh_store, sdk_config, unique_name, AwsBackend,
+};
+
+/// SQS counts visibility in whole seconds.
+const SHORT: Duration = Duration::from_secs(1);
+const LONG: Duration = Duration::from_secs(60);
+const MAX_RECEIVES: u32 = 3;
+
+macro_rules! store_suite {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some(backend) = AwsBackend::new(stringify!($name)).await else { return };
+            store::$name(backend.store.clone()).await;
+        }
+    )*};
+}
+
+macro_rules! lifecycle_suite {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some(backend) = AwsBackend::new(stringify!($name)).await else { return };
+            lifecycle::$name(Harness::new(backend.store.clone(), backend.events.clone())).await;
+        }
+    )*};
+}
+
+/// A fresh queue for a queue-suite test, or `None` when skipped.
+async fn queue_for(test: &str, max_receives: u32) -> Option<SqsQueue> {
+    if !aws_configured(test) {
+        return None;
+    }
+    Some(fresh_queue(&sdk_config().await, max_receives).await)
+}
+
+mod store_conformance {
+    use super::*;
+    store_suite!(
+        insert_then_load_round_trips,
+        second_insert_conflicts_and_changes_nothing,
+        save_writes_session_and_events_together,
+        stale_save_conflicts_and_writes_nothing,
+        a_duplicate_event_id_fails_the_whole_write,
+        exactly_one_of_many_concurrent_saves_wins,
+        due_reads_only_due_rows_of_a_shard_in_pages,
+        events_after_and_outbox,
+        list_pages_through_every_session,
+    );
+}
+
+mod lifecycle_conformance {
+    use super::*;
+    lifecycle_suite!(
+        concurrent_resolves_create_exactly_one_sandbox,
+        resolve_racing_retention_never_points_at_a_killed_sandbox,
+        an_aborted_create_leaves_an_orphan_the_next_sweep_kills,
+        every_change_yields_one_event_with_gapless_sequence,
+        unsent_events_are_redriven_by_the_janitor,
+        idle_pause_respects_state_and_holds,
+        the_janitor_never_acts_on_a_stale_read,
+        a_running_command_is_never_paused,
+        resolve_resumes_a_paused_sandbox,
+        a_gone_sandbox_is_recreated_and_the_event_says_so,
+        illegal_commands_are_refused_and_change_nothing,
+        retention_destroys_and_the_next_resolve_starts_fresh,
+        stuck_transitions_and_drift_are_reconciled,
+        the_sweep_stops_at_its_deadline,
+        a_failed_create_is_an_error_event_not_a_stuck_record,
+    );
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_gone_sandbox_expires_the_thread_under_the_expire_policy() {
+        let Some(backend) =
+            AwsBackend::new("a_gone_sandbox_expires_the_thread_under_the_expire_policy").await
+        else {
+            return;
+        };
+        lifecycle::a_gone_sandbox_expires_the_thread_under_the_expire_policy(
+            backend.store.clone(),
+            backend.events.clone(),
+        )
+        .await;
+    }
+}
+
+mod queue_conformance {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn send_receive_ack_round_trip() {
+        let Some(q) = queue_for("send_receive_ack_round_trip", 5).await else {
+            return;
+        };
+        queue::send_receive_ack_round_trip(&q).await;
+    }
+
+    /// The dedup-after-ack half is left out: moto forgets a dedup id when its message is deleted
+    /// (SQS keeps it for five minutes). See `adapters::sqs`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn duplicate_dedup_id_is_dropped_while_queued() {
+        let Some(q) = queue_for("duplicate_dedup_id_is_dropped_while_queued", 5).await else {
+            return;
+        };
+        queue::duplicate_dedup_id_is_dropped_while_queued(&q).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn in_flight_message_blocks_only_its_group() {
+        let Some(q) = queue_for("in_flight_message_blocks_only_its_group", 5).await else {
+            return;
+        };
+        queue::in_flight_message_blocks_only_its_group(&q).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn visibility_timeout_redelivers_with_higher_receive_count() {
+        let Some(q) = queue_for("visibility_timeout_redelivers_with_higher_receive_count", 5).await
+        else {
+            return;
+        };
+        queue::visibility_timeout_redelivers_with_higher_receive_count(&q, SHORT).await;
+    }
+
+    /// SQS refuses receipts it never issued; a superseded one is covered by
+    /// `a_superseded_receipt_is_harmless_on_sqs` below.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn unknown_receipt_is_rejected() {
+        let Some(q) = queue_for("unknown_receipt_is_rejected", 5).await else {
+            return;
+        };
+        queue::unknown_receipt_is_rejected(&q).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn release_makes_message_visible_at_once() {
+        let Some(q) = queue_for("release_makes_message_visible_at_once", 5).await else {
+            return;
+        };
+        queue::release_makes_message_visible_at_once(&q).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn dead_letter_after_max_receives() {
+        let Some(q) = queue_for("dead_letter_after_max_receives", MAX_RECEIVES).await else {
+            return;
+        };
+        queue::dead_letter_after_max_receives(&q, MAX_RECEIVES, SHORT).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn bad_input_is_rejected_and_nothing_written() {
+        let Some(q) = queue_for("bad_input_is_rejected_and_nothing_written", 5).await else {
+            return;
+        };
+        queue::bad_input_is_rejected_and_nothing_written(&q).await;
+    }
+
+    /// Two handles with their own clients, as two processes would have.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_receivers_deliver_each_message_once() {
+        if !aws_configured("concurrent_receivers_deliver_each_message_once") {
+            return;
+        }
+        let urls = fresh_queue_urls(&sdk_config().await, 5).await;
+        let a = SqsQueue::from_sdk_config(&sdk_config().await, urls.clone());
+        let b = SqsQueue::from_sdk_config(&sdk_config().await, urls);
+        queue::concurrent_receivers_deliver_each_message_once(&[&a, &b]).await;
+    }
+}
+
+fn message(group: &str, dedup: &str, body: &str) -> OutgoingMessage {
+    OutgoingMessage {
+        group_id: group.to_owned(),
+        dedup_id: dedup.to_owned(),
+        body: body.to_owned(),
+    }
+}
+
+/// SQS does not tell a receipt superseded by a later receive from the current one (moto even
+/// deletes with it). What must hold is that this is harmless: the current holder's ack succeeds
+/// and the message is not delivered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_superseded_receipt_is_harmless_on_sqs() {
+    let Some(q) = queue_for("a_superseded_receipt_is_harmless_on_sqs", 5).await else {
+        return;
+    };
+    q.send(&[message("g", "d", "body")]).await.unwrap();
+    let first = q.receive(10, SHORT).await.unwrap();
+    assert_eq!(first.len(), 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let again = loop {
+        let got = q.receive(10, LONG).await.unwrap();
+        if !got.is_empty() || Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        again.len(),
+        1,
+        "the message comes back after its visibility"
+    );
+    assert_eq!(again[0].receive_count, 2);
+    match q.ack(&first[0].receipt).await {
+        Ok(()) | Err(QueueError::StaleReceipt(_)) => {}
+        Err(other) => panic!("a superseded ack is accepted or stale, not {other:?}"),
+    }
+    q.ack(&again[0].receipt)
+        .await
+        .expect("the current holder's ack succeeds");
+    assert!(
+        q.receive(10, Duration::ZERO).await.unwrap().is_empty(),
+        "nothing is delivered again"
+    );
+}
+
+/// More than ten messages, or more than 256 KiB of bodies, go out as several batches, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_sends_are_split_into_batches_in_order() {
+    let Some(q) = queue_for("large_sends_are_split_into_batches_in_order", 5).await else {
+        return;
+    };
+    let mut messages: Vec<OutgoingMessage> = (0..23)
+        .map(|i| message("small", &format!("s{i}"), &i.to_string()))
+        .collect();
+    let big = "b".repeat(200 * 1024);
+    messages.push(message("big", "b1", &big));
+    messages.push(message("big", "b2", &big));
+    q.send(&messages).await.unwrap();
+
+    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.values().map(Vec::len).sum::<usize>() < messages.len() && Instant::now() < deadline {
+        for m in q.receive(10, LONG).await.unwrap() {
+            seen.entry(m.group_id.clone())
+                .or_default()
+                .push(m.dedup_id.clone());
+            q.ack(&m.receipt).await.unwrap();
+        }
+    }
+    let small: Vec<String> = (0..23).map(|i| format!("s{i}")).collect();
+    assert_eq!(seen.get("small"), Some(&small));
+    assert_eq!(
+        seen.get("big"),
+        Some(&vec!["b1".to_owned(), "b2".to_owned()])
+    );
+}
+
+/// The table and queue helpers can run again on existing resources (local loops call them on
+/// every start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creating_tables_and_queues_twice_is_harmless() {
+    if !aws_configured("creating_tables_and_queues_twice_is_harmless") {
+        return;
+    }
+    let sdk = sdk_config().await;
+    let store = fresh_store(&sdk).await;
+    create_tables(store.client(), store.config())
+        .await
+        .expect("a second create is fine");
+    let client = aws_sdk_sqs::Client::new(&sdk);
+    let name = unique_name("twice");
+    let first = create_fifo_queue(&client, &name, 5).await.unwrap();
+    let second = create_fifo_queue(&client, &name, 5).await.unwrap();
+    assert_eq!(first, second);
+}
+
+/// A session item missing a field is `Corrupt`, naming the thread, for a load and a listing alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_corrupt_session_item_is_reported_with_its_thread() {
+    if !aws_configured("a_corrupt_session_item_is_reported_with_its_thread") {
+        return;
+    }
+    let store = fresh_store(&sdk_config().await).await;
+    store
+        .client()
+        .put_item()
+        .table_name(&store.config().sessions_table)
+        .item("thread_id", AttributeValue::S("corrupt-1".into()))
+        .item("kind", AttributeValue::S("session".into()))
+        .item("version", AttributeValue::N("3".into()))
+        .send()
+        .await
+        .unwrap();
+    let thread = ThreadId::parse("corrupt-1").unwrap();
+    let err = store.load(&thread).await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    assert!(err.to_string().contains("corrupt-1"), "{err}");
+    let err = store.list(10, None).await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    assert!(err.to_string().contains("corrupt-1"), "{err}");
+}
+
+/// An endpoint nobody listens on: every call is `Unavailable` within a few seconds (connect
+/// timeout and a short retry budget), and nothing reaches the real tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_store_is_unavailable_quickly_and_writes_nothing() {
+    if !aws_configured("an_unreachable_store_is_unavailable_quickly_and_writes_nothing") {
+        return;
+    }
+    let sdk = sdk_config().await;
+    let reachable = fresh_store(&sdk).await;
+    let closed_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    // Set on each client's own configuration: there it overrides `AWS_ENDPOINT_URL`, which the
+    // shared configuration's endpoint does not.
+    let closed = format!("http://127.0.0.1:{closed_port}");
+    let sdk = load_config(&ClientSettings::default()).await;
+    let dynamodb = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .endpoint_url(&closed)
+        .build();
+    let store = DynamoSessionStore::new(
+        aws_sdk_dynamodb::Client::from_conf(dynamodb),
+        reachable.config().clone(),
+    );
+    let (session, event) = store::new_session("unreachable-1", 1_000);
+
+    let started = Instant::now();
+    let err = store
+        .insert_new(&session, std::slice::from_ref(&event))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    eprintln!("unreachable DynamoDB answered Unavailable in {took:?}: {err}");
+    let err = store.load(&session.thread_id).await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+
+    assert_eq!(reachable.load(&session.thread_id).await.unwrap(), None);
+    assert!(reachable
+        .events_after(&session.thread_id, 0, 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    let sqs = aws_sdk_sqs::config::Builder::from(&sdk)
+        .endpoint_url(&closed)
+        .build();
+    let queue = SqsQueue::new(
+        aws_sdk_sqs::Client::from_conf(sqs),
+        fresh_queue_urls(&sdk, 5).await,
+    );
+    let started = Instant::now();
+    let err = queue.send(&[message("g", "d", "body")]).await.unwrap_err();
+    assert!(matches!(err, QueueError::Unavailable(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// The benchmark's figure as a test: resolving an already active thread costs at most two
+/// DynamoDB requests (one read, one conditional write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resolving_an_active_thread_costs_at_most_two_requests() {
+    let Some(backend) =
+        AwsBackend::new("resolving_an_active_thread_costs_at_most_two_requests").await
+    else {
+        return;
+    };
+    let h = Harness::new(backend.store.clone(), backend.events.clone());
+    let thread = ThreadId::parse("requests-1").unwrap();
+    h.tb.resolve(&thread).await.unwrap();
+    let before = backend.store.stats();
+    let runs = 20;
+    for _ in 0..runs {
+        h.clock.advance(Duration::from_millis(1));
+        h.tb.resolve(&thread).await.unwrap();
+    }
+    let after = backend.store.stats();
+    let requests = (after.reads - before.reads) + (after.writes - before.writes);
+    let per_resolve = requests as f64 / f64::from(runs);
+    eprintln!("DynamoDB requests per resolve of an active thread: {per_resolve:.2}");
+    assert!(per_resolve <= 2.0, "{per_resolve} requests per resolve");
+}
