@@ -5,12 +5,14 @@
 //! - [`ports`]: the session store, durable queue, sandbox provider and clock traits.
 //! - [`adapters`]: implementations of the ports (SQLite, runc, ...), each behind a feature.
 //! - [`usecases`]: resolve, pause, resume, holds, keep-alive and the janitor sweep.
+//! - [`fanout`]: lifecycle events to every target (Slack, WebSocket, log), each seeing each once.
 //! - `http` (feature `http`): the HTTP API as an axum router, the same in `threadbox dev` and Lambda.
 //! - `testing` (feature `testing`): an in-memory provider, a manual clock and the conformance
 //!   suites every adapter must pass.
 
 pub mod adapters;
 pub mod domain;
+pub mod fanout;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod ports;

@@ -1,97 +1,19 @@
-//! The lifecycle-queue consumer of `threadbox dev`: receive events, hand each to every fan-out
-//! target, ack when all have it.
+//! The lifecycle-queue consumer of `threadbox dev`: receive events and hand each to the shared
+//! fan-out core, then turn its outcome into the queue's verbs.
 //!
-//! Delivery is at least once (a crash between delivering and acking redelivers), so each target
-//! is shielded from repeats by the event id (invariant 3). A message is acked only when every
-//! target has the event; a target that fails leaves the message in flight, and the queue's
-//! visibility timeout is the back-off before it comes round again. A body that is not an event
-//! can never succeed: it is released at once so the queue dead-letters it after its last receive.
-//!
-//! Today the only target logs each event; Slack and WebSocket subscribers are further targets.
+//! Delivery is at least once (a crash between delivering and acking redelivers); the fan-out core
+//! filters repeats per target on the durable dedupe store (invariant 3). A message is acked when
+//! every target has the event; one a target wants retried stays in flight, and the queue's
+//! visibility timeout is the back-off before it comes round again; one that can never succeed
+//! (not an event, or a target refused it for good) is released at once so the queue
+//! dead-letters it after its last receive.
 
-use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use threadbox_shared::domain::LifecycleEvent;
+use threadbox_shared::fanout::{Fanout, RecordOutcome};
 use threadbox_shared::ports::{DurableQueue, QueueError, ReceivedMessage};
 use tokio::sync::watch;
-
-/// Somewhere lifecycle events go: a log, a Slack thread, WebSocket subscribers.
-#[async_trait]
-pub trait FanoutTarget: Send + Sync {
-    /// For logs.
-    fn name(&self) -> &str;
-    /// Deliver one event; an error means "try again later".
-    async fn deliver(&self, event: &LifecycleEvent) -> anyhow::Result<()>;
-}
-
-/// Logs each event: what `threadbox dev` shows while no other target is configured.
-pub struct LogTarget;
-
-#[async_trait]
-impl FanoutTarget for LogTarget {
-    fn name(&self) -> &str {
-        "log"
-    }
-
-    async fn deliver(&self, event: &LifecycleEvent) -> anyhow::Result<()> {
-        let from = event.from.map_or("none", |s| s.as_str());
-        tracing::info!(
-            thread_id = %event.thread_id,
-            seq = event.seq,
-            generation = event.generation,
-            sandbox_id = event.sandbox_id.as_deref().unwrap_or("-"),
-            detail = event.detail.as_deref().unwrap_or(""),
-            "lifecycle {from} -> {} ({})",
-            event.to,
-            cause_name(event),
-        );
-        Ok(())
-    }
-}
-
-/// The cause as the API spells it (`provider_gone`, not `ProviderGone`).
-fn cause_name(event: &LifecycleEvent) -> String {
-    serde_json::to_value(event.cause)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_else(|| format!("{:?}", event.cause))
-}
-
-/// Event ids a target already has, bounded so a long-running process does not grow forever.
-/// Redeliveries come within minutes, so remembering the recent past is enough.
-struct RecentIds {
-    order: VecDeque<String>,
-    set: HashSet<String>,
-    capacity: usize,
-}
-
-impl RecentIds {
-    fn new(capacity: usize) -> Self {
-        Self {
-            order: VecDeque::new(),
-            set: HashSet::new(),
-            capacity: capacity.max(1),
-        }
-    }
-
-    fn contains(&self, id: &str) -> bool {
-        self.set.contains(id)
-    }
-
-    fn insert(&mut self, id: &str) {
-        if self.set.insert(id.to_owned()) {
-            self.order.push_back(id.to_owned());
-            if self.order.len() > self.capacity {
-                if let Some(old) = self.order.pop_front() {
-                    self.set.remove(&old);
-                }
-            }
-        }
-    }
-}
 
 #[derive(Clone, Debug)]
 pub struct ConsumerConfig {
@@ -101,8 +23,6 @@ pub struct ConsumerConfig {
     pub visibility: Duration,
     /// Pause between receives that found nothing.
     pub idle_wait: Duration,
-    /// Event ids remembered per target.
-    pub remember: usize,
 }
 
 impl Default for ConsumerConfig {
@@ -111,7 +31,6 @@ impl Default for ConsumerConfig {
             batch: 10,
             visibility: Duration::from_secs(30),
             idle_wait: Duration::from_millis(500),
-            remember: 10_000,
         }
     }
 }
@@ -122,51 +41,29 @@ pub struct PollReport {
     pub received: usize,
     /// Acked: every target has the event.
     pub acked: usize,
-    /// Left in flight: at least one target failed.
+    /// Left in flight: at least one target asked to retry.
     pub retrying: usize,
-    /// Not an event: released towards the dead-letter queue.
-    pub malformed: usize,
-}
-
-struct Target {
-    target: Arc<dyn FanoutTarget>,
-    delivered: RecentIds,
+    /// Released towards the dead-letter queue: not an event, or refused for good.
+    pub poison: usize,
 }
 
 pub struct LifecycleConsumer {
     queue: Arc<dyn DurableQueue>,
-    targets: Vec<Target>,
+    fanout: Fanout,
     config: ConsumerConfig,
 }
 
-enum Handled {
-    Delivered,
-    Failed,
-    Malformed,
-}
-
 impl LifecycleConsumer {
-    pub fn new(
-        queue: Arc<dyn DurableQueue>,
-        targets: Vec<Arc<dyn FanoutTarget>>,
-        config: ConsumerConfig,
-    ) -> Self {
-        let targets = targets
-            .into_iter()
-            .map(|target| Target {
-                target,
-                delivered: RecentIds::new(config.remember),
-            })
-            .collect();
+    pub fn new(queue: Arc<dyn DurableQueue>, fanout: Fanout, config: ConsumerConfig) -> Self {
         Self {
             queue,
-            targets,
+            fanout,
             config,
         }
     }
 
     /// Poll until `shutdown` turns true, finishing the batch in hand before stopping.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         while !*shutdown.borrow() {
             let idle = match self.poll_once().await {
                 Ok(report) => report.received == 0,
@@ -185,8 +82,9 @@ impl LifecycleConsumer {
         tracing::debug!("lifecycle consumer stopped");
     }
 
-    /// Receive one batch and deal with every message in it.
-    pub async fn poll_once(&mut self) -> Result<PollReport, QueueError> {
+    /// Receive one batch and deal with every message in it. The SQLite queue hands out at most
+    /// one message per group per receive, so messages are independent and order holds.
+    pub async fn poll_once(&self) -> Result<PollReport, QueueError> {
         let messages = self
             .queue
             .receive(self.config.batch, self.config.visibility)
@@ -196,8 +94,8 @@ impl LifecycleConsumer {
             ..PollReport::default()
         };
         for message in messages {
-            match self.handle(&message).await {
-                Handled::Delivered => {
+            match self.fanout.deliver_body(&message.body).await {
+                RecordOutcome::Delivered => {
                     // A stale receipt means the message was redelivered meanwhile; the next
                     // delivery finds every target done and acks it then.
                     if let Err(error) = self.queue.ack(&message.receipt).await {
@@ -205,55 +103,35 @@ impl LifecycleConsumer {
                     }
                     report.acked += 1;
                 }
-                Handled::Failed => report.retrying += 1,
-                Handled::Malformed => {
-                    if let Err(error) = self.queue.release(&message.receipt).await {
-                        tracing::warn!(%error, message_id = %message.message_id, "release failed");
-                    }
-                    report.malformed += 1;
+                RecordOutcome::Retry { retry_after } => {
+                    // The queue has no per-message visibility change, so the visibility timeout
+                    // is the wait; it is longer than the Retry-After Slack usually asks for.
+                    tracing::debug!(
+                        message_id = %message.message_id,
+                        retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
+                        "left in flight for a retry"
+                    );
+                    report.retrying += 1;
+                }
+                RecordOutcome::Poison { reason } => {
+                    release_poison(self.queue.as_ref(), &message, &reason).await;
+                    report.poison += 1;
                 }
             }
         }
         Ok(report)
     }
+}
 
-    async fn handle(&mut self, message: &ReceivedMessage) -> Handled {
-        let event: LifecycleEvent = match serde_json::from_str(&message.body) {
-            Ok(event) => event,
-            Err(error) => {
-                tracing::error!(
-                    %error,
-                    message_id = %message.message_id,
-                    receive_count = message.receive_count,
-                    "lifecycle message is not an event; it will be dead-lettered"
-                );
-                return Handled::Malformed;
-            }
-        };
-        let mut all_delivered = true;
-        for target in &mut self.targets {
-            if target.delivered.contains(&event.event_id) {
-                continue;
-            }
-            match target.target.deliver(&event).await {
-                Ok(()) => target.delivered.insert(&event.event_id),
-                Err(error) => {
-                    tracing::warn!(
-                        target = target.target.name(),
-                        thread_id = %event.thread_id,
-                        seq = event.seq,
-                        error = %format!("{error:#}"),
-                        "delivery failed; retrying after the visibility timeout"
-                    );
-                    all_delivered = false;
-                }
-            }
-        }
-        if all_delivered {
-            Handled::Delivered
-        } else {
-            Handled::Failed
-        }
+async fn release_poison(queue: &dyn DurableQueue, message: &ReceivedMessage, reason: &str) {
+    tracing::error!(
+        message_id = %message.message_id,
+        receive_count = message.receive_count,
+        reason,
+        "lifecycle message cannot be delivered; it will be dead-lettered"
+    );
+    if let Err(error) = queue.release(&message.receipt).await {
+        tracing::warn!(%error, message_id = %message.message_id, "release failed");
     }
 }
 
@@ -262,27 +140,34 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
-    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue};
-    use threadbox_shared::domain::{Cause, Millis, Status, ThreadId};
-    use threadbox_shared::ports::OutgoingMessage;
+    use async_trait::async_trait;
+    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
+    use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
+    use threadbox_shared::fanout::{DeliveryError, FanoutTarget};
+    use threadbox_shared::ports::{DedupeStore, OutgoingMessage};
 
     use super::*;
 
-    /// Records what it was given; fails while `failing` is set.
+    /// Records what it was given; fails while `failing` is set (permanently when `broken`).
     #[derive(Default)]
     struct Recorder {
+        name: &'static str,
         got: Mutex<Vec<String>>,
         failing: AtomicBool,
+        broken: AtomicBool,
     }
 
     #[async_trait]
     impl FanoutTarget for Recorder {
         fn name(&self) -> &str {
-            "recorder"
+            self.name
         }
-        async fn deliver(&self, event: &LifecycleEvent) -> anyhow::Result<()> {
+        async fn deliver(&self, event: &LifecycleEvent) -> Result<(), DeliveryError> {
+            if self.broken.load(Ordering::SeqCst) {
+                return Err(DeliveryError::permanent("target refuses this event"));
+            }
             if self.failing.load(Ordering::SeqCst) {
-                anyhow::bail!("target down");
+                return Err(DeliveryError::retry("target down"));
             }
             self.got.lock().unwrap().push(event.event_id.clone());
             Ok(())
@@ -290,6 +175,12 @@ mod tests {
     }
 
     impl Recorder {
+        fn named(name: &'static str) -> Arc<Self> {
+            Arc::new(Self {
+                name,
+                ..Self::default()
+            })
+        }
         fn got(&self) -> Vec<String> {
             self.got.lock().unwrap().clone()
         }
@@ -320,13 +211,25 @@ mod tests {
 
     struct Setup {
         queue: Arc<SqliteQueue>,
+        dedupe: Arc<dyn DedupeStore>,
         _dir: tempfile::TempDir,
+    }
+
+    impl Setup {
+        fn consumer(&self, targets: Vec<Arc<dyn FanoutTarget>>) -> LifecycleConsumer {
+            LifecycleConsumer::new(
+                self.queue.clone(),
+                Fanout::new(self.dedupe.clone(), targets),
+                quick(),
+            )
+        }
     }
 
     fn setup(max_receives: u32) -> Setup {
         let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("q.db");
         let queue = SqliteQueue::open(
-            dir.path().join("q.db"),
+            &db,
             "lifecycle",
             QueueConfig {
                 max_receives,
@@ -334,8 +237,10 @@ mod tests {
             },
         )
         .unwrap();
+        let dedupe = SqliteDedupe::open(&db).unwrap();
         Setup {
             queue: Arc::new(queue),
+            dedupe: Arc::new(dedupe),
             _dir: dir,
         }
     }
@@ -365,10 +270,9 @@ mod tests {
     #[tokio::test]
     async fn every_target_gets_each_event_and_the_message_is_acked() {
         let s = setup(5);
-        let a = Arc::new(Recorder::default());
-        let b = Arc::new(Recorder::default());
-        let mut consumer =
-            LifecycleConsumer::new(s.queue.clone(), vec![a.clone(), b.clone()], quick());
+        let a = Recorder::named("a");
+        let b = Recorder::named("b");
+        let consumer = s.consumer(vec![a.clone(), b.clone()]);
         send_events(&s.queue, &[event("e1", 1)]).await;
         send_events(
             &s.queue,
@@ -397,11 +301,10 @@ mod tests {
     #[tokio::test]
     async fn a_failing_target_retries_without_repeating_the_others() {
         let s = setup(5);
-        let ok = Arc::new(Recorder::default());
-        let flaky = Arc::new(Recorder::default());
+        let ok = Recorder::named("ok");
+        let flaky = Recorder::named("flaky");
         flaky.failing.store(true, Ordering::SeqCst);
-        let mut consumer =
-            LifecycleConsumer::new(s.queue.clone(), vec![ok.clone(), flaky.clone()], quick());
+        let consumer = s.consumer(vec![ok.clone(), flaky.clone()]);
         send_events(&s.queue, &[event("e1", 1)]).await;
 
         let first = consumer.poll_once().await.unwrap();
@@ -422,14 +325,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_redelivered_event_is_skipped_by_targets_that_have_it() {
+    async fn a_redelivered_event_is_skipped_even_by_a_restarted_consumer() {
         let s = setup(5);
-        let target = Arc::new(Recorder::default());
-        let mut consumer = LifecycleConsumer::new(s.queue.clone(), vec![target.clone()], quick());
+        let target = Recorder::named("t");
         let e = event("e1", 1);
         send_events(&s.queue, std::slice::from_ref(&e)).await;
-        consumer.poll_once().await.unwrap();
-        // The same event under a fresh dedup id, as a janitor re-drive after a lost ack would be.
+        s.consumer(vec![target.clone()]).poll_once().await.unwrap();
+        // The same event under a fresh dedup id, as a janitor re-drive after a lost ack would
+        // be, reaching a consumer that starts afresh: the durable record still filters it.
         s.queue
             .send(&[message(
                 "t1",
@@ -438,7 +341,7 @@ mod tests {
             )])
             .await
             .unwrap();
-        let report = consumer.poll_once().await.unwrap();
+        let report = s.consumer(vec![target.clone()]).poll_once().await.unwrap();
         assert_eq!((report.received, report.acked), (1, 1));
         assert_eq!(target.got(), vec!["e1"]);
     }
@@ -446,8 +349,8 @@ mod tests {
     #[tokio::test]
     async fn a_body_that_is_not_an_event_is_dead_lettered_and_others_flow() {
         let s = setup(2);
-        let target = Arc::new(Recorder::default());
-        let mut consumer = LifecycleConsumer::new(s.queue.clone(), vec![target.clone()], quick());
+        let target = Recorder::named("t");
+        let consumer = s.consumer(vec![target.clone()]);
         s.queue
             .send(&[message("t9", "junk", "{not json".into())])
             .await
@@ -455,9 +358,9 @@ mod tests {
         send_events(&s.queue, &[event("e1", 1)]).await;
 
         let first = consumer.poll_once().await.unwrap();
-        assert_eq!((first.malformed, first.acked), (1, 1));
+        assert_eq!((first.poison, first.acked), (1, 1));
         let second = consumer.poll_once().await.unwrap();
-        assert_eq!(second.malformed, 1, "released, so it came straight back");
+        assert_eq!(second.poison, 1, "released, so it came straight back");
         consumer.poll_once().await.unwrap();
         let dead = s.queue.dead_letters(10).await.unwrap();
         assert_eq!(dead.len(), 1);
@@ -466,10 +369,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_event_a_target_refuses_for_good_is_dead_lettered() {
+        let s = setup(1);
+        let target = Recorder::named("t");
+        target.broken.store(true, Ordering::SeqCst);
+        let consumer = s.consumer(vec![target.clone()]);
+        send_events(&s.queue, &[event("e1", 1)]).await;
+        assert_eq!(consumer.poll_once().await.unwrap().poison, 1);
+        consumer.poll_once().await.unwrap();
+        let dead = s.queue.dead_letters(10).await.unwrap();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].dedup_id, "e1");
+    }
+
+    #[tokio::test]
     async fn run_stops_when_told() {
         let s = setup(5);
-        let target = Arc::new(Recorder::default());
-        let consumer = LifecycleConsumer::new(s.queue.clone(), vec![target.clone()], quick());
+        let target = Recorder::named("t");
+        let consumer = s.consumer(vec![target.clone()]);
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(consumer.run(stopped));
         send_events(&s.queue, &[event("e1", 1)]).await;
@@ -485,16 +402,5 @@ mod tests {
             .await
             .expect("the consumer stops promptly")
             .unwrap();
-    }
-
-    #[test]
-    fn recent_ids_forget_the_oldest() {
-        let mut ids = RecentIds::new(2);
-        ids.insert("a");
-        ids.insert("b");
-        ids.insert("a");
-        ids.insert("c");
-        assert!(!ids.contains("a"));
-        assert!(ids.contains("b") && ids.contains("c"));
     }
 }

@@ -21,14 +21,17 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use threadbox_shared::adapters::runc::{RuncConfig, RuncProvider};
-use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use threadbox_shared::adapters::sqlite::{
+    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore,
+};
 use threadbox_shared::domain::Timers;
+use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_shared::http::{router, ApiAuth};
 use threadbox_shared::ports::{DurableQueue, SystemClock};
 use threadbox_shared::usecases::{Config, Threadbox};
 use tokio::net::TcpListener;
 
-use self::consumer::{ConsumerConfig, FanoutTarget, LifecycleConsumer, LogTarget};
+use self::consumer::{ConsumerConfig, LifecycleConsumer};
 use self::shutdown::Shutdown;
 use crate::duration;
 
@@ -112,6 +115,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .await
         .context("opening the lifecycle queue")?,
     );
+    // Fan-out remembers what each target has, in the same file, so a restart repeats nothing.
+    let dedupe = Arc::new(
+        SqliteDedupe::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
+    );
     let provider = RuncProvider::open(RuncConfig::new(data_dir.join("sandboxes")))
         .await
         .context("starting the runc sandbox provider")?;
@@ -157,8 +164,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         shutdown.subscribe(),
     ));
     let targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
+    let fanout = Fanout::new(dedupe, targets);
     let consumer = tokio::spawn(
-        LifecycleConsumer::new(queue, targets, ConsumerConfig::default()).run(shutdown.subscribe()),
+        LifecycleConsumer::new(queue, fanout, ConsumerConfig::default()).run(shutdown.subscribe()),
     );
 
     let stop = shutdown.clone();
