@@ -589,3 +589,28 @@ pub async fn a_failed_create_is_an_error_event_not_a_stuck_record(h: Harness) {
     assert_eq!(handle.status, Status::Active);
     assert_eq!(handle.generation, 2);
 }
+
+/// A sandbox the provider paused on its own (E2B's autoPause) while the record says active: a
+/// command finds out, the record is corrected, the sandbox resumed, and the command runs.
+pub async fn a_command_on_a_sandbox_paused_behind_our_back_resumes_it(h: Harness) {
+    let thread = tid("auto-paused-exec");
+    let handle = h.tb.resolve(&thread).await.unwrap();
+    h.provider.auto_pause(&handle.sandbox_id);
+    let result =
+        h.tb.exec(&thread, ExecRequest::shell("echo hi"))
+            .await
+            .unwrap();
+    assert_eq!(result.exit_code, Some(0));
+    assert_eq!(h.status(&thread).await, Status::Active);
+    let causes: Vec<_> = h
+        .events(&thread)
+        .await
+        .iter()
+        .map(|e| (e.to, e.cause))
+        .collect();
+    assert!(
+        causes.contains(&(Status::Paused, Cause::Reconcile)),
+        "{causes:?}"
+    );
+    assert_eq!(h.provider.creates(), 1, "resumed, not recreated");
+}

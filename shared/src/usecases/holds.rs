@@ -166,18 +166,21 @@ impl Threadbox {
                 tracing::warn!(%error, "releasing the exec hold failed; it expires on its own");
             }
             match result {
-                Err(ProviderError::Gone(_)) if !retried => {
+                // Gone, or paused behind our back (E2B's autoPause): fold what the provider
+                // says into the record and try once more, which resumes or recreates.
+                Err(ProviderError::Gone(_) | ProviderError::Conflict(_)) if !retried => {
                     retried = true;
-                    self.sandbox_gone(thread_id).await?;
+                    self.sync_with_provider(thread_id).await?;
                 }
                 other => return Ok(other?),
             }
         }
     }
 
-    /// The provider said the thread's sandbox is gone while using it: fold that into the record
-    /// (recreate or expire by policy) so the next resolve sees the truth.
-    async fn sandbox_gone(&self, thread_id: &ThreadId) -> Result<(), UseCaseError> {
+    /// The provider refused to use the thread's sandbox (gone, or not running): fold its state
+    /// into the record (recreate or expire by policy, or mark paused) so the next resolve acts on
+    /// the truth.
+    async fn sync_with_provider(&self, thread_id: &ThreadId) -> Result<(), UseCaseError> {
         let current = self.load(thread_id).await?;
         self.observe(&current).await?;
         Ok(())
@@ -199,9 +202,11 @@ impl Threadbox {
                 self.release_hold(thread_id, hold_id).await.ok();
             }
             match result {
-                Err(ProviderError::Gone(_)) if !retried => {
+                // Gone, or paused behind our back (E2B's autoPause): fold what the provider
+                // says into the record and try once more, which resumes or recreates.
+                Err(ProviderError::Gone(_) | ProviderError::Conflict(_)) if !retried => {
                     retried = true;
-                    self.sandbox_gone(thread_id).await?;
+                    self.sync_with_provider(thread_id).await?;
                 }
                 other => return Ok(other?),
             }
