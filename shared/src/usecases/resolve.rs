@@ -5,7 +5,7 @@
 //! the thread and generation, so a late worker whose lease was recovered by someone else is
 //! fenced out by the version check on its final write, kills what it made, and re-reads.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::{Cause, Command, Observed, RejectKind, Rejected, Session, Status, ThreadId};
 use crate::ports::{CreateSandbox, ProviderError, SandboxOwner, SandboxState};
@@ -14,8 +14,8 @@ use super::error::UseCaseError;
 use super::holds::{HoldRequest, PendingHold};
 use super::threadbox::{Step, Threadbox};
 
-/// What a caller gets back: enough to talk to the sandbox.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// What a caller gets back: enough to talk to the sandbox. Deserialize too, for API clients.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxHandle {
     pub thread_id: ThreadId,
     pub sandbox_id: String,
