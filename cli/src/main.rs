@@ -1,7 +1,10 @@
 //! `threadbox`: parse the command line, set up logging, run the command.
 
+mod client;
 mod dev;
 mod duration;
+mod exit;
+mod threads;
 
 use std::io::IsTerminal;
 
@@ -24,6 +27,9 @@ enum Command {
     /// Run everything in one local process: HTTP API, janitor and lifecycle consumer, on SQLite
     /// and runc sandboxes.
     Dev(dev::DevArgs),
+    /// Operate on threads over the HTTP API (`threadbox dev` or a deployed stack): list, show,
+    /// pause, resume, reset, exec, events.
+    Threads(threads::ThreadsArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,14 +44,18 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Dev(args) => dev::run(args).await,
+            Command::Dev(args) => dev::run(args)
+                .await
+                .map(|()| std::process::ExitCode::SUCCESS),
+            Command::Threads(args) => threads::run(args).await,
         }
     });
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
+        Err(error) if exit::is_closed_pipe(&error) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
+            exit::of_error(&error).into()
         }
     }
 }

@@ -1,0 +1,203 @@
+//! What can go wrong talking to the API, and which exit status each failure means.
+
+use crate::exit::Exit;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The API answered with an error. Displayed as `<message> (<code>)`: the message for people,
+    /// the stable code for searching and scripts.
+    #[error("{message} ({code})")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+        /// Seconds from `Retry-After`, when the API said how long to wait.
+        retry_after: Option<u64>,
+    },
+    /// No answer at all: connection refused, DNS, TLS, or a timeout.
+    #[error("cannot reach threadbox at {url}: {detail}{hint}")]
+    Unreachable {
+        url: String,
+        detail: String,
+        hint: &'static str,
+    },
+    /// An answer the API never gives (not JSON, or the wrong shape): most likely `--url` names
+    /// something else.
+    #[error("unexpected answer from {url}: {detail}")]
+    Protocol { url: String, detail: String },
+    /// The client's own settings are wrong (a base URL that is not one).
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ClientError {
+    pub fn exit(&self) -> Exit {
+        match self {
+            ClientError::Api { status, .. } => exit_for_status(*status),
+            ClientError::Unreachable { .. } => Exit::Unavailable,
+            ClientError::Protocol { .. } => Exit::Failure,
+            ClientError::Config(_) => Exit::Usage,
+        }
+    }
+
+    /// Worth retrying unchanged: what `events --follow` rides out instead of exiting.
+    pub fn is_transient(&self) -> bool {
+        self.exit() == Exit::Unavailable
+    }
+
+    /// An error answer, from its status and body. The API's bodies are
+    /// `{"error": {"code", "message"}}`; anything else (a proxy's HTML page, say) still yields
+    /// a readable error named after the status.
+    pub(crate) fn from_response(status: u16, retry_after: Option<u64>, body: &[u8]) -> Self {
+        #[derive(serde::Deserialize)]
+        struct Body {
+            error: Inner,
+        }
+        #[derive(serde::Deserialize)]
+        struct Inner {
+            code: String,
+            message: String,
+        }
+        match serde_json::from_slice::<Body>(body) {
+            Ok(Body { error }) => ClientError::Api {
+                status,
+                code: error.code,
+                message: error.message,
+                retry_after,
+            },
+            Err(_) => {
+                let text = String::from_utf8_lossy(body);
+                let text = text.trim();
+                let message = if text.is_empty() {
+                    format!("HTTP {status} with no body")
+                } else {
+                    // Enough to recognise the page, not a screenful of HTML.
+                    let short: String = text.chars().take(200).collect();
+                    format!("HTTP {status}: {short}")
+                };
+                ClientError::Api {
+                    status,
+                    code: format!("http_{status}"),
+                    message,
+                    retry_after,
+                }
+            }
+        }
+    }
+
+    /// A transport failure, with the underlying causes spelled out: reqwest's own message is
+    /// just "error sending request", the useful part ("Connection refused") is in its sources.
+    pub(crate) fn unreachable(url: &str, error: &reqwest::Error) -> Self {
+        let mut detail = String::new();
+        let mut source: Option<&dyn std::error::Error> = Some(error);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !detail.contains(&text) {
+                if !detail.is_empty() {
+                    detail.push_str(": ");
+                }
+                detail.push_str(&text);
+            }
+            source = cause.source();
+        }
+        let hint = if error.is_timeout() {
+            " (timed out; the API may be overloaded, try again)"
+        } else if error.is_connect() {
+            " (is `threadbox dev` running? set --url or THREADBOX_URL to reach another)"
+        } else {
+            ""
+        };
+        ClientError::Unreachable {
+            url: url.to_owned(),
+            detail,
+            hint,
+        }
+    }
+}
+
+/// What each status tells the caller to do, as an exit status.
+pub fn exit_for_status(status: u16) -> Exit {
+    match status {
+        400 | 405 | 411 | 413 | 414 | 415 | 422 => Exit::Usage,
+        401 | 403 => Exit::Unauthorized,
+        404 | 410 => Exit::NotFound,
+        409 => Exit::Conflict,
+        // Busy, rate-limited, or a backend or gateway that did not answer in time.
+        429 | 503 | 504 => Exit::Unavailable,
+        _ => Exit::Failure,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_what_the_caller_should_do() {
+        let cases = [
+            (400, Exit::Usage),
+            (413, Exit::Usage),
+            (415, Exit::Usage),
+            (401, Exit::Unauthorized),
+            (403, Exit::Unauthorized),
+            (404, Exit::NotFound),
+            (409, Exit::Conflict),
+            (429, Exit::Unavailable),
+            (503, Exit::Unavailable),
+            (504, Exit::Unavailable),
+            (500, Exit::Failure),
+            (502, Exit::Failure),
+            (418, Exit::Failure),
+        ];
+        for (status, exit) in cases {
+            assert_eq!(exit_for_status(status), exit, "{status}");
+        }
+        // The numbers are the documented interface.
+        let codes: Vec<u8> = [
+            Exit::Failure,
+            Exit::Usage,
+            Exit::NotFound,
+            Exit::Conflict,
+            Exit::Unavailable,
+            Exit::Unauthorized,
+        ]
+        .iter()
+        .map(|e| e.code())
+        .collect();
+        assert_eq!(codes, [1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn api_error_bodies_are_shown_as_message_and_code() {
+        let body = br#"{"error":{"code":"unknown_thread","message":"no thread demo"}}"#;
+        let error = ClientError::from_response(404, None, body);
+        assert_eq!(error.to_string(), "no thread demo (unknown_thread)");
+        assert_eq!(error.exit(), Exit::NotFound);
+        assert!(!error.is_transient());
+
+        let busy = br#"{"error":{"code":"busy","message":"retry shortly"}}"#;
+        let error = ClientError::from_response(503, Some(2), busy);
+        assert!(error.is_transient());
+        assert!(matches!(
+            error,
+            ClientError::Api {
+                retry_after: Some(2),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn foreign_bodies_still_make_a_readable_error() {
+        let page = format!("<html>{}</html>", "x".repeat(1000));
+        let error = ClientError::from_response(502, None, page.as_bytes());
+        let shown = error.to_string();
+        assert!(shown.starts_with("HTTP 502: <html>xxx"), "{shown}");
+        assert!(shown.ends_with("(http_502)"), "{shown}");
+        assert!(shown.len() < 260, "{shown}");
+        assert_eq!(
+            ClientError::from_response(404, None, b"").to_string(),
+            "HTTP 404 with no body (http_404)"
+        );
+    }
+}

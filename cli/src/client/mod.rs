@@ -1,0 +1,306 @@
+//! A small typed client for threadbox's HTTP API, the same against `threadbox dev` and a deployed
+//! stack (an API Gateway stage URL with a path prefix works: routes are appended to it).
+//!
+//! - `types`: the bodies, built on the shared crate's own session and event types;
+//! - `error`: failures and the exit status each one means.
+
+mod error;
+mod types;
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderValue, AUTHORIZATION, RETRY_AFTER};
+use reqwest::{Method, Url};
+use serde::de::DeserializeOwned;
+use threadbox_shared::ports::ExecResult;
+use threadbox_shared::usecases::SandboxHandle;
+
+pub use error::ClientError;
+pub use types::{EventPage, ExecSpec, ResetView, ThreadDetail, ThreadPage, ThreadView};
+
+/// Where `threadbox dev` listens by default.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8787";
+/// Limit for one call; exec adds its command's own timeout to this.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which API to talk to and how: shared by every command that calls the API.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ApiArgs {
+    /// Base URL of the API: `threadbox dev`, or a deployed stack's API Gateway URL.
+    #[arg(long, env = "THREADBOX_URL", default_value = DEFAULT_URL, global = true)]
+    pub url: String,
+
+    /// API key, sent as `Authorization: Bearer <key>` (not needed when the API has no keys).
+    #[arg(long, env = "THREADBOX_API_KEY", hide_env_values = true, global = true)]
+    pub api_key: Option<String>,
+}
+
+impl ApiArgs {
+    pub fn client(&self) -> Result<Client, ClientError> {
+        Client::new(&self.url, self.api_key.as_deref())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    /// The ready-made header; marked sensitive so it never shows in debug output.
+    auth: Option<HeaderValue>,
+}
+
+impl Client {
+    pub fn new(base_url: &str, api_key: Option<&str>) -> Result<Self, ClientError> {
+        let base = Url::parse(base_url.trim())
+            .map_err(|e| ClientError::Config(format!("--url {base_url:?} is not a URL: {e}")))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(ClientError::Config(format!(
+                "--url {base_url:?} must be an http:// or https:// URL"
+            )));
+        }
+        let auth = match api_key.map(str::trim).filter(|k| !k.is_empty()) {
+            None => None,
+            Some(key) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                    ClientError::Config("the API key has characters a header cannot carry".into())
+                })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("threadbox-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ClientError::Config(format!("building the HTTP client: {e}")))?;
+        Ok(Self { http, base, auth })
+    }
+
+    /// `base` + `/v1/threads[/{id}[/{tail}]]`, each part percent-encoded as one path segment, so
+    /// an odd thread id reaches the server's validation instead of a different route.
+    fn url(&self, thread_id: Option<&str>, tail: Option<&str>) -> Url {
+        let mut url = self.base.clone();
+        {
+            let mut segments = url
+                .path_segments_mut()
+                .expect("checked in new: the base URL can be a base");
+            segments.pop_if_empty().extend(["v1", "threads"]);
+            segments.extend(thread_id);
+            segments.extend(tail);
+        }
+        url
+    }
+
+    /// Send a request and decode a success body as `T`, or turn the answer into a `ClientError`.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&ExecSpec>,
+        timeout: Option<Duration>,
+    ) -> Result<T, ClientError> {
+        let shown = url.to_string();
+        let mut request = self.http.request(method, url);
+        if let Some(auth) = &self.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ClientError::unreachable(&shown, &e))?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok());
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| ClientError::unreachable(&shown, &e))?;
+        if !status.is_success() {
+            return Err(ClientError::from_response(
+                status.as_u16(),
+                retry_after,
+                &bytes,
+            ));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol {
+            url: shown,
+            detail: format!("HTTP {status} with a body that is not threadbox's JSON ({e})"),
+        })
+    }
+
+    /// One page of threads; pass the previous page's `next` as `cursor`.
+    pub async fn list_page(
+        &self,
+        limit: Option<usize>,
+        cursor: Option<&str>,
+    ) -> Result<ThreadPage, ClientError> {
+        let mut url = self.url(None, None);
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(limit) = limit {
+                query.append_pair("limit", &limit.to_string());
+            }
+            if let Some(cursor) = cursor {
+                query.append_pair("cursor", cursor);
+            }
+        }
+        // An empty query string would still leave a bare "?" behind.
+        if url.query() == Some("") {
+            url.set_query(None);
+        }
+        self.call(Method::GET, url, None, None).await
+    }
+
+    /// Threads across pages, up to `max` (every thread when `None`).
+    pub async fn list(&self, max: Option<usize>) -> Result<Vec<ThreadView>, ClientError> {
+        // The API's largest page, so a big listing takes few round trips.
+        const PAGE: usize = 500;
+        let mut threads = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let want = max.map_or(PAGE, |m| (m - threads.len()).min(PAGE));
+            if want == 0 {
+                break;
+            }
+            let page = self.list_page(Some(want), cursor.as_deref()).await?;
+            threads.extend(page.threads);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        Ok(threads)
+    }
+
+    pub async fn show(&self, thread_id: &str) -> Result<ThreadDetail, ClientError> {
+        self.call(Method::GET, self.url(Some(thread_id), None), None, None)
+            .await
+    }
+
+    /// Events with a sequence number above `after_seq`, at most `limit` (the server's default
+    /// page when `None`).
+    pub async fn events(
+        &self,
+        thread_id: &str,
+        after_seq: u64,
+        limit: Option<usize>,
+    ) -> Result<EventPage, ClientError> {
+        let mut url = self.url(Some(thread_id), Some("events"));
+        {
+            let mut query = url.query_pairs_mut();
+            query.append_pair("after_seq", &after_seq.to_string());
+            if let Some(limit) = limit {
+                query.append_pair("limit", &limit.to_string());
+            }
+        }
+        self.call(Method::GET, url, None, None).await
+    }
+
+    /// Get-or-create the thread's sandbox, resuming it when paused.
+    pub async fn resolve(&self, thread_id: &str) -> Result<SandboxHandle, ClientError> {
+        self.call(
+            Method::POST,
+            self.url(Some(thread_id), Some("resolve")),
+            None,
+            None,
+        )
+        .await
+    }
+
+    pub async fn pause(&self, thread_id: &str) -> Result<ThreadView, ClientError> {
+        self.call(
+            Method::POST,
+            self.url(Some(thread_id), Some("pause")),
+            None,
+            None,
+        )
+        .await
+    }
+
+    pub async fn resume(&self, thread_id: &str) -> Result<SandboxHandle, ClientError> {
+        self.call(
+            Method::POST,
+            self.url(Some(thread_id), Some("resume")),
+            None,
+            None,
+        )
+        .await
+    }
+
+    /// Destroy the thread's sandbox and every file in it, and start a fresh one.
+    pub async fn reset(&self, thread_id: &str) -> Result<ResetView, ClientError> {
+        self.call(
+            Method::POST,
+            self.url(Some(thread_id), Some("reset")),
+            None,
+            None,
+        )
+        .await
+    }
+
+    /// Run a command; the call may take as long as the command's own timeout (the server's
+    /// default when the spec has none), plus time to create or resume the sandbox first.
+    pub async fn exec(&self, thread_id: &str, spec: &ExecSpec) -> Result<ExecResult, ClientError> {
+        let command = spec.timeout_ms.map_or(
+            threadbox_shared::ports::DEFAULT_EXEC_TIMEOUT,
+            Duration::from_millis,
+        );
+        self.call(
+            Method::POST,
+            self.url(Some(thread_id), Some("exec")),
+            Some(spec),
+            Some(command + REQUEST_TIMEOUT),
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_the_base_path_and_encode_thread_ids() {
+        let client = Client::new("https://api.example.com/prod/", None).unwrap();
+        assert_eq!(
+            client
+                .url(Some("slack:T1:C2:1700.5"), Some("events"))
+                .as_str(),
+            "https://api.example.com/prod/v1/threads/slack:T1:C2:1700.5/events"
+        );
+        let client = Client::new(DEFAULT_URL, None).unwrap();
+        assert_eq!(
+            client.url(None, None).as_str(),
+            "http://127.0.0.1:8787/v1/threads"
+        );
+        // A slash or a space cannot turn into another route.
+        assert_eq!(
+            client.url(Some("a/b c"), Some("pause")).as_str(),
+            "http://127.0.0.1:8787/v1/threads/a%2Fb%20c/pause"
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_usage_errors() {
+        for url in ["127.0.0.1:8787", "ftp://x", "not a url", "mailto:a@b"] {
+            let error = Client::new(url, None).unwrap_err();
+            assert_eq!(error.exit(), crate::exit::Exit::Usage, "{url}: {error}");
+        }
+        assert!(Client::new(DEFAULT_URL, Some("bad\nkey")).is_err());
+        let client = Client::new(DEFAULT_URL, Some("  ")).unwrap();
+        assert!(client.auth.is_none(), "a blank key is no key");
+        let client = Client::new(DEFAULT_URL, Some("secret-key")).unwrap();
+        assert!(!format!("{client:?}").contains("secret-key"));
+    }
+}

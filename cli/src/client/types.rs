@@ -1,0 +1,68 @@
+//! The API's request and response bodies as the client sees them. Sessions, events, sandbox
+//! handles and exec results are the shared crate's own types, so client and server cannot drift;
+//! the envelopes around them mirror `shared/src/http/threads.rs`. Unknown fields are ignored, so
+//! a newer server's additions do not break an older CLI.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use threadbox_shared::domain::{LifecycleEvent, Session};
+use threadbox_shared::usecases::SandboxHandle;
+
+/// A session with how long it has been idle (by the server's clock).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadView {
+    #[serde(flatten)]
+    pub session: Session,
+    pub idle_seconds: u64,
+}
+
+/// One page of `GET /v1/threads`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadPage {
+    pub threads: Vec<ThreadView>,
+    /// The cursor for the next page; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// `GET /v1/threads/{id}`: the session and its most recent events, oldest first.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadDetail {
+    pub session: ThreadView,
+    pub events: Vec<LifecycleEvent>,
+}
+
+/// One page of `GET /v1/threads/{id}/events`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EventPage {
+    pub events: Vec<LifecycleEvent>,
+    /// Pass as `after_seq` to continue.
+    pub next_after_seq: u64,
+}
+
+/// `POST /v1/threads/{id}/reset`: the fresh sandbox, and the reminder that files were lost.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResetView {
+    #[serde(flatten)]
+    pub handle: SandboxHandle,
+    pub files_lost: bool,
+    pub message: String,
+}
+
+/// The body of `POST /v1/threads/{id}/exec`: exactly one of `cmd` (a shell line) or `argv`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ExecSpec {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}

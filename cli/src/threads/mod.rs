@@ -1,0 +1,145 @@
+//! `threadbox threads`: the operator's commands, over the HTTP API, so they work the same against
+//! `threadbox dev` and a deployed stack. Tables for people by default, `--json` for scripts;
+//! failures print `error: <message> (<code>)` on stderr and exit with the statuses in `exit.rs`.
+//!
+//! - `exec`: run a command, passing its output and exit status through;
+//! - `events`: a thread's events, once or followed;
+//! - `render` and `table`: the text people see; `output`: stdout for text and JSON.
+
+mod events;
+mod exec;
+mod output;
+mod render;
+mod table;
+
+use std::process::ExitCode;
+
+use serde_json::json;
+use threadbox_shared::domain::ThreadId;
+
+use self::output::Output;
+use crate::client::ApiArgs;
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Exit status: 0 ok, 1 failure, 2 usage or bad request, 3 no such thread, \
+                  4 conflict with the thread's state, 5 API unreachable or busy, 6 bad or \
+                  missing API key. `exec` exits with the command's own status."
+)]
+pub struct ThreadsArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+
+    /// Print JSON instead of tables (`events` prints one event per line).
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: ThreadsCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ThreadsCommand {
+    /// Threads with their status and how long they have been idle.
+    List {
+        /// Show at most this many (all by default).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: Option<u64>,
+    },
+    /// One thread's record and its recent events.
+    Show {
+        #[arg(value_parser = thread_id)]
+        thread: String,
+    },
+    /// Get or create the thread's sandbox, resuming it when paused.
+    Resolve {
+        #[arg(value_parser = thread_id)]
+        thread: String,
+    },
+    /// Pause the thread's sandbox (it resumes on next use).
+    Pause {
+        #[arg(value_parser = thread_id)]
+        thread: String,
+    },
+    /// Resume a paused sandbox.
+    Resume {
+        #[arg(value_parser = thread_id)]
+        thread: String,
+    },
+    /// Destroy the sandbox and every file in it, and start a fresh one.
+    Reset {
+        #[arg(value_parser = thread_id)]
+        thread: String,
+    },
+    /// Run a command in the thread's sandbox: `exec <thread> -- ls -la`, or `-c 'shell line'`.
+    Exec(exec::ExecArgs),
+    /// The thread's lifecycle events; `--follow` keeps watching.
+    Events(events::EventsArgs),
+}
+
+/// Thread ids are checked here with the server's own rule, so a typo is a usage error at once
+/// rather than a round trip.
+fn thread_id(raw: &str) -> Result<String, String> {
+    ThreadId::parse(raw)
+        .map(|id| id.as_str().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+pub async fn run(args: ThreadsArgs) -> anyhow::Result<ExitCode> {
+    let client = args.api.client()?;
+    let out = Output::new(args.json);
+    match args.command {
+        ThreadsCommand::List { limit } => {
+            let limit = limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+            let threads = client.list(limit).await?;
+            if out.json {
+                out.document(&json!({ "threads": threads }))?;
+            } else {
+                out.text(&render::threads_table(&threads, out.color))?;
+            }
+        }
+        ThreadsCommand::Show { thread } => {
+            let detail = client.show(&thread).await?;
+            if out.json {
+                out.document(&detail)?;
+            } else {
+                out.text(&render::thread_detail(&detail, out.color))?;
+            }
+        }
+        ThreadsCommand::Resolve { thread } => {
+            let handle = client.resolve(&thread).await?;
+            if out.json {
+                out.document(&handle)?;
+            } else {
+                out.text(&render::handle_line(&handle, out.color))?;
+            }
+        }
+        ThreadsCommand::Pause { thread } => {
+            let view = client.pause(&thread).await?;
+            if out.json {
+                out.document(&view)?;
+            } else {
+                out.text(&render::paused_line(&view, out.color))?;
+            }
+        }
+        ThreadsCommand::Resume { thread } => {
+            let handle = client.resume(&thread).await?;
+            if out.json {
+                out.document(&handle)?;
+            } else {
+                out.text(&render::handle_line(&handle, out.color))?;
+            }
+        }
+        ThreadsCommand::Reset { thread } => {
+            let reset = client.reset(&thread).await?;
+            if out.json {
+                out.document(&reset)?;
+            } else {
+                out.text(&render::reset_lines(&reset, out.color))?;
+            }
+        }
+        ThreadsCommand::Exec(exec) => return exec::run(&client, exec, out).await,
+        ThreadsCommand::Events(events) => events::run(&client, events, out).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

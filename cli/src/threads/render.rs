@@ -1,0 +1,433 @@
+//! What the operator commands show people: thread tables, a thread's details, event timelines
+//! and one-line results. Pure functions from API values to text, so they are tested as text.
+
+use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status};
+use threadbox_shared::usecases::SandboxHandle;
+
+use super::table::{Cell, Table, Tint};
+use crate::client::{ResetView, ThreadDetail, ThreadView};
+
+/// The dashboard's badge colours, in the terminal.
+pub fn tint(status: Status) -> Tint {
+    match status {
+        Status::Active => Tint::Green,
+        Status::Creating | Status::Pausing | Status::Deleting => Tint::Yellow,
+        Status::Resuming => Tint::Blue,
+        Status::Paused | Status::Destroyed => Tint::Grey,
+        Status::Error | Status::Expired => Tint::Red,
+    }
+}
+
+pub fn threads_table(threads: &[ThreadView], color: bool) -> String {
+    if threads.is_empty() {
+        return "no threads yet\n".to_owned();
+    }
+    let with_errors = threads.iter().any(|t| t.session.last_error.is_some());
+    let mut headers = vec!["THREAD", "STATUS", "IDLE", "GEN", "SANDBOX", "HOLDS"];
+    if with_errors {
+        headers.push("LAST ERROR");
+    }
+    let mut table = Table::new(&headers);
+    for thread in threads {
+        let s = &thread.session;
+        let mut row = vec![
+            Cell::from(s.thread_id.as_str()),
+            Cell::tinted(s.status.as_str(), tint(s.status)),
+            Cell::from(idle(thread.idle_seconds)),
+            Cell::from(s.generation.to_string()),
+            Cell::from(s.sandbox_id.as_deref().unwrap_or("-")),
+            Cell::from(s.holds.len().to_string()),
+        ];
+        if with_errors {
+            row.push(Cell::from(s.last_error.as_deref().unwrap_or("")));
+        }
+        table.row(row);
+    }
+    table.render(color)
+}
+
+/// A thread's record as labelled lines, then its recent events as a timeline.
+pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
+    let s = &detail.session.session;
+    let when = |t: Option<Millis>| t.map_or_else(|| "-".to_owned(), utc);
+    let holds = if s.holds.is_empty() {
+        "none".to_owned()
+    } else {
+        s.holds
+            .iter()
+            .map(|h| format!("{} until {}", h.owner, utc(h.expires_at)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let sandbox = match &s.sandbox_id {
+        Some(id) => format!("{id} ({}, generation {})", s.provider, s.generation),
+        None => format!("none ({}, generation {})", s.provider, s.generation),
+    };
+    let status = status_text(s.status, color);
+    let mut lines = vec![
+        ("thread", s.thread_id.as_str().to_owned()),
+        ("status", status),
+        ("idle", idle(detail.session.idle_seconds)),
+        ("sandbox", sandbox),
+        ("holds", holds),
+        ("last active", utc(s.last_activity_at)),
+        ("created", utc(s.created_at)),
+        ("paused", when(s.paused_at)),
+        ("resumed", when(s.resumed_at)),
+        ("destroyed", when(s.destroyed_at)),
+        ("janitor due", when(s.next_action_at)),
+    ];
+    if let Some(error) = &s.last_error {
+        lines.push(("last error", error.clone()));
+    }
+    let mut out = String::new();
+    for (label, value) in lines {
+        out.push_str(&format!("{label:<12} {value}\n"));
+    }
+    out.push('\n');
+    if detail.events.is_empty() {
+        out.push_str("no events\n");
+    } else {
+        out.push_str(&timeline_header());
+        for event in &detail.events {
+            out.push_str(&event_line(event, color));
+        }
+    }
+    out
+}
+
+// Fixed widths, so a followed timeline lines up with rows that have not arrived yet. CHANGE fits
+// the longest pair of states ("destroyed → creating"), CAUSE the longest cause.
+const SEQ_W: usize = 5;
+const AT_W: usize = 20;
+const CHANGE_W: usize = 21;
+const CAUSE_W: usize = 14;
+const GEN_W: usize = 4;
+
+pub fn timeline_header() -> String {
+    format!(
+        "{:<SEQ_W$}  {:<AT_W$}  {:<CHANGE_W$}  {:<CAUSE_W$}  {:<GEN_W$}  DETAIL\n",
+        "SEQ", "AT", "CHANGE", "CAUSE", "GEN"
+    )
+}
+
+/// One event as a timeline row: when, from → to, why, and whatever detail it carries.
+pub fn event_line(event: &LifecycleEvent, color: bool) -> String {
+    let from = event.from.map_or("-", Status::as_str);
+    let change_text = format!("{from} → {}", event.to);
+    let pad = CHANGE_W.saturating_sub(change_text.chars().count());
+    let change = format!(
+        "{from} → {}{}",
+        status_text(event.to, color),
+        " ".repeat(pad)
+    );
+    let line = format!(
+        "{:<SEQ_W$}  {:<AT_W$}  {change}  {:<CAUSE_W$}  {:<GEN_W$}  {}",
+        event.seq,
+        utc(event.at),
+        cause_name(event.cause),
+        event.generation,
+        event.detail.as_deref().unwrap_or(""),
+    );
+    format!("{}\n", line.trim_end())
+}
+
+/// The cause as the API spells it (`provider_gone`).
+pub fn cause_name(cause: Cause) -> String {
+    serde_json::to_value(cause)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{cause:?}"))
+}
+
+/// `resolve` and `resume`: where the thread is now and what this call did.
+pub fn handle_line(handle: &SandboxHandle, color: bool) -> String {
+    let mut did = Vec::new();
+    if handle.created {
+        did.push("created");
+    }
+    if handle.resumed {
+        did.push("resumed");
+    }
+    let mut out = format!(
+        "{}: {}, sandbox {} (generation {}){}\n",
+        handle.thread_id.as_str(),
+        status_text(handle.status, color),
+        handle.sandbox_id,
+        handle.generation,
+        if did.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", did.join(" and "))
+        },
+    );
+    if handle.recreated {
+        out.push_str(
+            "note: the previous sandbox was gone, so this is a new one; its files and processes \
+             were lost\n",
+        );
+    }
+    out
+}
+
+/// `pause`: the thread's state afterwards.
+pub fn paused_line(thread: &ThreadView, color: bool) -> String {
+    let s = &thread.session;
+    format!(
+        "{}: {}, sandbox {} (generation {})\n",
+        s.thread_id.as_str(),
+        status_text(s.status, color),
+        s.sandbox_id.as_deref().unwrap_or("-"),
+        s.generation,
+    )
+}
+
+pub fn reset_lines(reset: &ResetView, color: bool) -> String {
+    let mut out = handle_line(&reset.handle, color);
+    out.push_str(&reset.message);
+    out.push('\n');
+    out
+}
+
+/// A status word in its badge colour.
+fn status_text(status: Status, color: bool) -> String {
+    tint(status).paint(status.as_str(), color)
+}
+
+/// How long a thread has been idle, to two units: "45s", "12m5s", "3h4m", "2d5h".
+pub fn idle(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3_600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s}s"),
+        (0, 0, _) if s == 0 => format!("{m}m"),
+        (0, 0, _) => format!("{m}m{s}s"),
+        (0, _, 0) => format!("{h}h"),
+        (0, _, _) => format!("{h}h{m}m"),
+        (_, 0, _) => format!("{d}d"),
+        _ => format!("{d}d{h}h"),
+    }
+}
+
+/// Epoch milliseconds as RFC 3339 UTC to the second ("2024-03-01T12:00:05Z"): sortable, and
+/// the same whatever the operator's time zone. Written out rather than pulling in a date crate
+/// for one format (civil-from-days, after Howard Hinnant's date algorithms).
+pub fn utc(at: Millis) -> String {
+    let secs = at.0.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let of_day = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3_600,
+        of_day / 60 % 60,
+        of_day % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use threadbox_shared::domain::{Hold, Session, ThreadId};
+
+    use super::*;
+
+    fn session(id: &str, status: Status) -> Session {
+        Session {
+            thread_id: ThreadId::parse(id).unwrap(),
+            provider: "runc".into(),
+            sandbox_id: Some(format!("sb-{id}")),
+            provider_session_id: None,
+            status,
+            generation: 1,
+            version: 3,
+            last_seq: 2,
+            holds: Vec::new(),
+            last_activity_at: Millis(1_700_000_000_000),
+            next_action_at: Some(Millis(1_700_000_600_000)),
+            lease_until: None,
+            created_at: Millis(1_700_000_000_000),
+            paused_at: None,
+            resumed_at: None,
+            destroyed_at: None,
+            last_error: None,
+        }
+    }
+
+    fn event(seq: u64, from: Option<Status>, to: Status, cause: Cause) -> LifecycleEvent {
+        LifecycleEvent {
+            event_id: format!("e{seq}"),
+            thread_id: ThreadId::parse("demo").unwrap(),
+            seq,
+            generation: 1,
+            from,
+            to,
+            cause,
+            at: Millis(1_700_000_000_000 + seq as i64 * 1000),
+            sandbox_id: Some("sb-demo".into()),
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn utc_matches_known_dates() {
+        assert_eq!(utc(Millis(0)), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(Millis(1_700_000_000_999)), "2023-11-14T22:13:20Z");
+        assert_eq!(utc(Millis(951_782_400_000)), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(Millis(4_107_542_399_000)), "2100-02-28T23:59:59Z");
+        assert_eq!(utc(Millis(-1000)), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn idle_uses_the_two_largest_units() {
+        let cases = [
+            (0, "0s"),
+            (45, "45s"),
+            (60, "1m"),
+            (725, "12m5s"),
+            (3_600, "1h"),
+            (11_040, "3h4m"),
+            (86_400, "1d"),
+            (190_800, "2d5h"),
+        ];
+        for (secs, text) in cases {
+            assert_eq!(idle(secs), text, "{secs}");
+        }
+    }
+
+    #[test]
+    fn thread_table_shows_status_idle_and_sandbox() {
+        let threads = vec![
+            ThreadView {
+                session: session("demo", Status::Active),
+                idle_seconds: 5,
+            },
+            ThreadView {
+                session: Session {
+                    holds: vec![Hold {
+                        hold_id: "h".into(),
+                        owner: "agent".into(),
+                        expires_at: Millis(0),
+                    }],
+                    ..session("slack:T1:C2:1700.5", Status::Paused)
+                },
+                idle_seconds: 725,
+            },
+        ];
+        assert_eq!(
+            threads_table(&threads, false),
+            "THREAD              STATUS  IDLE   GEN  SANDBOX                HOLDS\n\
+             demo                active  5s     1    sb-demo                0\n\
+             slack:T1:C2:1700.5  paused  12m5s  1    sb-slack:T1:C2:1700.5  1\n"
+        );
+        assert_eq!(threads_table(&[], false), "no threads yet\n");
+
+        let broken = vec![ThreadView {
+            session: Session {
+                last_error: Some("runc said no".into()),
+                sandbox_id: None,
+                ..session("bad", Status::Error)
+            },
+            idle_seconds: 0,
+        }];
+        let shown = threads_table(&broken, true);
+        assert!(shown.starts_with("THREAD  STATUS  IDLE  GEN  SANDBOX  HOLDS  LAST ERROR\n"));
+        assert!(shown.contains("\x1b[31merror\x1b[0m"), "{shown:?}");
+        assert!(shown.contains("-        0      runc said no"), "{shown:?}");
+    }
+
+    #[test]
+    fn timeline_rows_line_up_under_the_header() {
+        let mut paused = event(3, Some(Status::Pausing), Status::Paused, Cause::Idle);
+        paused.detail = Some("idle for 30s".into());
+        let text = [
+            timeline_header(),
+            event_line(&event(1, None, Status::Creating, Cause::User), false),
+            event_line(&paused, false),
+        ]
+        .concat();
+        assert_eq!(
+            text,
+            "SEQ    AT                    CHANGE                 CAUSE           GEN   DETAIL\n\
+             1      2023-11-14T22:13:21Z  - → creating           user            1\n\
+             3      2023-11-14T22:13:23Z  pausing → paused       idle            1     idle for 30s\n"
+        );
+        let gone = event(
+            9,
+            Some(Status::Active),
+            Status::Creating,
+            Cause::ProviderGone,
+        );
+        assert!(event_line(&gone, false).contains("  provider_gone   "));
+        let coloured = event_line(
+            &event(2, Some(Status::Creating), Status::Active, Cause::User),
+            true,
+        );
+        assert!(
+            coloured.contains("creating → \x1b[32mactive\x1b[0m      user"),
+            "{coloured:?}"
+        );
+    }
+
+    #[test]
+    fn detail_lists_the_record_then_the_timeline() {
+        let detail = ThreadDetail {
+            session: ThreadView {
+                session: session("demo", Status::Active),
+                idle_seconds: 61,
+            },
+            events: vec![
+                event(1, None, Status::Creating, Cause::User),
+                event(2, Some(Status::Creating), Status::Active, Cause::User),
+            ],
+        };
+        let text = thread_detail(&detail, false);
+        assert!(text.starts_with(
+            "thread       demo\n\
+             status       active\n\
+             idle         1m1s\n\
+             sandbox      sb-demo (runc, generation 1)\n\
+             holds        none\n"
+        ));
+        assert!(text.contains("paused       -\n"));
+        assert!(text.contains("janitor due  2023-11-14T22:23:20Z\n"));
+        assert!(text.contains("\n\nSEQ "));
+        assert!(text.ends_with("creating → active      user            1\n"));
+    }
+
+    #[test]
+    fn one_line_results_say_what_happened() {
+        let handle = SandboxHandle {
+            thread_id: ThreadId::parse("demo").unwrap(),
+            sandbox_id: "sb-1".into(),
+            generation: 2,
+            status: Status::Active,
+            provider: "runc".into(),
+            provider_session_id: None,
+            created: true,
+            resumed: false,
+            recreated: true,
+            hold_id: None,
+        };
+        assert_eq!(
+            handle_line(&handle, false),
+            "demo: active, sandbox sb-1 (generation 2), created\n\
+             note: the previous sandbox was gone, so this is a new one; its files and processes \
+             were lost\n"
+        );
+        let paused = ThreadView {
+            session: session("demo", Status::Paused),
+            idle_seconds: 0,
+        };
+        assert_eq!(
+            paused_line(&paused, false),
+            "demo: paused, sandbox sb-demo (generation 1)\n"
+        );
+    }
+}
