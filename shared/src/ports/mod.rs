@@ -1,13 +1,17 @@
 //! Ports: what the use cases need from the outside world, as traits. Adapters implement them.
 
 mod clock;
+mod connection_sender;
 mod dedupe;
 mod provider;
 mod queue;
 mod session_store;
+mod subscription_store;
 
 pub use clock::{Clock, SystemClock};
+pub use connection_sender::{ConnectionSender, Frame, SendError};
 pub use dedupe::DedupeStore;
 pub use provider::*;
 pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage};
 pub use session_store::{Page, SessionStore, StoreError, StoreStats};
+pub use subscription_store::{Connection, Subscription, SubscriptionStore};

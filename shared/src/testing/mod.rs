@@ -8,6 +8,7 @@ pub mod dedupe_conformance;
 pub mod lifecycle_conformance;
 pub mod provider_conformance;
 pub mod store_conformance;
+pub mod subscription_conformance;
 
 pub use clock::ManualClock;
 pub use flaky_queue::FlakyQueue;

@@ -5,8 +5,10 @@ mod database;
 mod dedupe;
 mod queue;
 mod session_store;
+mod subscriptions;
 
 pub use database::{Database, DatabaseError};
 pub use dedupe::SqliteDedupe;
 pub use queue::{QueueConfig, SqliteQueue};
 pub use session_store::{SqliteSessionStore, DEFAULT_SHARDS};
+pub use subscriptions::SqliteSubscriptionStore;
