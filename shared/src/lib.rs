@@ -6,6 +6,8 @@
 //! - [`adapters`]: implementations of the ports (SQLite, runc, ...), each behind a feature.
 //! - [`usecases`]: resolve, pause, resume, holds, keep-alive and the janitor sweep.
 //! - [`fanout`]: lifecycle events to every target (Slack, WebSocket, log), each seeing each once.
+//! - `live` (feature `live`): live events over WebSocket: tokens, the protocol, the subscribers
+//!   fan-out target and the connect/disconnect/message routes as plain functions.
 //! - `http` (feature `http`): the HTTP API as an axum router, the same in `threadbox dev` and Lambda.
 //! - `testing` (feature `testing`): an in-memory provider, a manual clock and the conformance
 //!   suites every adapter must pass.
@@ -15,6 +17,8 @@ pub mod domain;
 pub mod fanout;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "live")]
+pub mod live;
 pub mod ports;
 pub mod usecases;
 

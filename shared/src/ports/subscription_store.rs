@@ -19,7 +19,7 @@
 //! [`SubscriptionStore::subscribers`]; only subscription items carry `thread_id`. `subscribe` is a
 //! transaction (condition check that the connection item exists, put the subscription) so a
 //! subscribe racing `$disconnect` cannot leave an orphan. `advance` is an `UpdateItem` with
-//! `last_seq = :from`; `advance_all` queries the GSI and issues those updates one item at a time
+//! `last_seq = :from`; `advance_many` issues those updates one item at a time
 //! (each atomic on its own, which is all the contract asks). `remove_connection` queries the
 //! partition and batch-deletes it. GSI reads are eventually consistent: a subscription made a
 //! moment before an event may miss that event's live send; it then gets it, in order, with the
@@ -103,11 +103,13 @@ pub trait SubscriptionStore: Send + Sync {
         to: u64,
     ) -> Result<bool, StoreError>;
 
-    /// [`advance`](Self::advance) for every subscription to `thread_id` that is at `from`;
-    /// returns the connection ids this call moved.
-    async fn advance_all(
+    /// [`advance`](Self::advance) for each of `connection_ids`' subscriptions to `thread_id`
+    /// that is at `from`; returns the connection ids this call moved, sorted. (The caller names
+    /// the connections because it must hold their send locks before it claims.)
+    async fn advance_many(
         &self,
         thread_id: &ThreadId,
+        connection_ids: &[String],
         from: u64,
         to: u64,
     ) -> Result<Vec<String>, StoreError>;

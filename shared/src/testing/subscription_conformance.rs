@@ -145,19 +145,23 @@ pub async fn advance_is_a_compare_and_set(store: Arc<dyn SubscriptionStore>) {
     assert!(!store.advance("c1", &t, 3, 4).await.unwrap());
 }
 
-pub async fn advance_all_moves_only_the_up_to_date(store: Arc<dyn SubscriptionStore>) {
+pub async fn advance_many_moves_only_the_named_and_up_to_date(store: Arc<dyn SubscriptionStore>) {
     let (t, other) = (thread("t-1"), thread("t-2"));
     for (id, at) in [
         ("c-behind", 1),
         ("c-at-a", 4),
         ("c-ahead", 9),
         ("c-at-b", 4),
+        ("c-at-unnamed", 4),
     ] {
         store.add_connection(&connection(id)).await.unwrap();
         store.subscribe(id, &t, at).await.unwrap();
     }
     store.subscribe("c-behind", &other, 4).await.unwrap();
-    let moved = store.advance_all(&t, 4, 5).await.unwrap();
+    let named: Vec<String> = ["c-at-b", "c-behind", "c-ahead", "c-at-a", "c-unknown"]
+        .map(String::from)
+        .to_vec();
+    let moved = store.advance_many(&t, &named, 4, 5).await.unwrap();
     assert_eq!(moved, vec!["c-at-a", "c-at-b"]);
     let now: Vec<_> = store
         .subscribers(&t)
@@ -172,6 +176,7 @@ pub async fn advance_all_moves_only_the_up_to_date(store: Arc<dyn SubscriptionSt
             ("c-ahead".to_owned(), 9),
             ("c-at-a".to_owned(), 5),
             ("c-at-b".to_owned(), 5),
+            ("c-at-unnamed".to_owned(), 4),
             ("c-behind".to_owned(), 1),
         ]
     );
@@ -185,7 +190,12 @@ pub async fn advance_all_moves_only_the_up_to_date(store: Arc<dyn SubscriptionSt
         4,
         "another thread's subscription is untouched"
     );
-    assert!(store.advance_all(&t, 4, 5).await.unwrap().is_empty());
+    assert!(store
+        .advance_many(&t, &named, 4, 5)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store.advance_many(&t, &[], 4, 5).await.unwrap().is_empty());
 }
 
 pub async fn concurrent_advances_have_one_winner(store: Arc<dyn SubscriptionStore>) {
@@ -200,7 +210,8 @@ pub async fn concurrent_advances_have_one_winner(store: Arc<dyn SubscriptionStor
                 if i % 2 == 0 {
                     usize::from(store.advance("c1", &t, 0, 1).await.unwrap())
                 } else {
-                    store.advance_all(&t, 0, 1).await.unwrap().len()
+                    let ids = ["c1".to_owned()];
+                    store.advance_many(&t, &ids, 0, 1).await.unwrap().len()
                 }
             })
         })

@@ -2,8 +2,8 @@
 //!
 //! Two tables: connections, and subscriptions that belong to them (deleted with them by a
 //! foreign-key cascade). An index by thread serves fan-out; the compare-and-set on `last_seq` is
-//! one conditional `UPDATE`, and `advance_all` moves every up-to-date subscriber of a thread in
-//! one statement.
+//! one conditional `UPDATE`, and `advance_many` moves a set of a thread's subscribers in one
+//! statement.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -301,23 +301,31 @@ impl SubscriptionStore for SqliteSubscriptionStore {
             .map_err(store_error)
     }
 
-    async fn advance_all(
+    async fn advance_many(
         &self,
         thread_id: &ThreadId,
+        connection_ids: &[String],
         from: u64,
         to: u64,
     ) -> Result<Vec<String>, StoreError> {
+        if connection_ids.is_empty() {
+            return Ok(Vec::new());
+        }
         let thread = thread_id.as_str().to_owned();
+        // The ids travel as one JSON array parameter, so the statement is the same for any count.
+        let ids = serde_json::to_string(connection_ids)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode connection ids: {e}")))?;
         let mut moved = self
             .db
             .call(move |conn| {
                 let mut stmt = conn.prepare_cached(
                     "UPDATE live_subscriptions SET last_seq = ?3
                      WHERE thread_id = ?1 AND last_seq = ?2
+                       AND connection_id IN (SELECT value FROM json_each(?4))
                      RETURNING connection_id",
                 )?;
                 let ids = stmt
-                    .query_map(params![thread, from as i64, to as i64], |r| r.get(0))?
+                    .query_map(params![thread, from as i64, to as i64, ids], |r| r.get(0))?
                     .collect::<rusqlite::Result<Vec<String>>>();
                 ids
             })
@@ -366,9 +374,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn advance_all_moves_only_the_up_to_date() {
+    async fn advance_many_moves_only_the_named_and_up_to_date() {
         let (s, _d) = store();
-        suite::advance_all_moves_only_the_up_to_date(s).await;
+        suite::advance_many_moves_only_the_named_and_up_to_date(s).await;
     }
 
     #[tokio::test]

@@ -1,0 +1,180 @@
+//! `LiveGateway`: the WebSocket routes as plain functions over the ports, taking what API
+//! Gateway hands a Lambda (connection id, the `token` query parameter, a message body).
+//!
+//! - `$connect` → [`LiveGateway::connect`]: an `Err` refuses the connection (401 for a token
+//!   problem, 503 when the store is down).
+//! - `$disconnect` → [`LiveGateway::disconnect`].
+//! - `$default` → [`LiveGateway::message`]: replies (subscribed, replayed events, pong, error
+//!   frames) go through the connection sender, like live events, so they share one order.
+//!
+//! `threadbox dev` calls the same three from its own WebSocket endpoint.
+
+use std::sync::Arc;
+
+use super::protocol::{self, ClientMessage, ProtocolError, ServerFrame};
+use super::subscribers::{LiveError, Reach, Subscribers};
+use super::token::{TokenError, TokenKey};
+use crate::domain::ThreadId;
+use crate::ports::{Connection, StoreError};
+
+/// Threads one connection may watch at once.
+pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 50;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ConnectError {
+    /// The client's fault (refuse with 401) rather than ours (503, try again).
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, ConnectError::Token(_))
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ConnectError::Token(e) => e.code(),
+            ConnectError::Store(_) => "unavailable",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct LiveGateway {
+    subscribers: Arc<Subscribers>,
+    key: TokenKey,
+}
+
+impl LiveGateway {
+    pub fn new(subscribers: Arc<Subscribers>, key: TokenKey) -> Self {
+        Self { subscribers, key }
+    }
+
+    /// `$connect`: check the token and record the connection with what the token grants.
+    pub async fn connect(
+        &self,
+        connection_id: &str,
+        token: Option<&str>,
+    ) -> Result<Connection, ConnectError> {
+        let now = self.subscribers.now();
+        let granted = self.key.verify(token.unwrap_or_default(), now)?;
+        let connection = Connection {
+            connection_id: connection_id.to_owned(),
+            scope: granted.scope,
+            expires_at: granted.expires_at,
+            connected_at: now,
+        };
+        self.subscribers
+            .subscriptions()
+            .add_connection(&connection)
+            .await?;
+        tracing::debug!(connection_id, scope = %connection.scope, "live-events connection opened");
+        Ok(connection)
+    }
+
+    /// `$disconnect`: forget the connection and its subscriptions.
+    pub async fn disconnect(&self, connection_id: &str) -> Result<(), StoreError> {
+        tracing::debug!(connection_id, "live-events connection closed");
+        self.subscribers
+            .subscriptions()
+            .remove_connection(connection_id)
+            .await
+    }
+
+    /// `$default`: act on one client frame. A frame the server cannot use is answered with an
+    /// error frame and the connection stays open; `Err` only for a store or sender failure.
+    pub async fn message(&self, connection_id: &str, body: &str) -> Result<(), LiveError> {
+        // Held through the replay, so live events for this connection wait behind it.
+        let _order = self.subscribers.locks().lock(connection_id).await;
+        let reply = match protocol::parse(body) {
+            Err(error) => error.frame(),
+            Ok(ClientMessage::Ping) => ServerFrame::Pong.to_frame(),
+            Ok(ClientMessage::Unsubscribe { thread_id }) => {
+                self.subscribers
+                    .subscriptions()
+                    .unsubscribe(connection_id, &thread_id)
+                    .await?;
+                ServerFrame::Unsubscribed {
+                    thread_id: &thread_id,
+                }
+                .to_frame()
+            }
+            Ok(ClientMessage::Subscribe {
+                thread_id,
+                after_seq,
+            }) => return self.subscribe(connection_id, &thread_id, after_seq).await,
+        };
+        self.subscribers
+            .send_control(connection_id, &reply)
+            .await
+            .map(drop)
+    }
+
+    async fn subscribe(
+        &self,
+        connection_id: &str,
+        thread: &ThreadId,
+        after_seq: Option<u64>,
+    ) -> Result<(), LiveError> {
+        let subs = &self.subscribers;
+        let refuse = |error: ProtocolError| async move {
+            subs.send_control(connection_id, &error.about(thread.as_str()).frame())
+                .await
+                .map(drop)
+        };
+        let Some(connection) = subs.subscriptions().connection(connection_id).await? else {
+            return refuse(ProtocolError::new(
+                "not_connected",
+                "this connection is not recorded (it was closed); reconnect",
+            ))
+            .await;
+        };
+        if connection.expires_at <= subs.now() {
+            return subs.expire(connection_id, connection.expires_at).await;
+        }
+        if !connection.scope.allows(thread) {
+            let error = TokenError::ThreadNotAllowed(thread.clone());
+            return refuse(ProtocolError::new(error.code(), error.to_string())).await;
+        }
+        let mine = subs.subscriptions().subscriptions_of(connection_id).await?;
+        if mine.len() >= MAX_SUBSCRIPTIONS_PER_CONNECTION
+            && !mine.iter().any(|s| &s.thread_id == thread)
+        {
+            return refuse(ProtocolError::new(
+                "too_many_subscriptions",
+                format!(
+                    "a connection may watch at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} threads; \
+                     unsubscribe from one first"
+                ),
+            ))
+            .await;
+        }
+        // A thread without a session yet is fine: its first event will be seq 1.
+        let session = subs.events().load(thread).await?;
+        let last_seq = session.as_ref().map_or(0, |s| s.last_seq);
+        let after_seq = after_seq.unwrap_or(last_seq);
+        if !subs
+            .subscriptions()
+            .subscribe(connection_id, thread, after_seq)
+            .await?
+        {
+            return Ok(()); // disconnected meanwhile
+        }
+        let subscribed = ServerFrame::Subscribed {
+            thread_id: thread,
+            after_seq,
+            last_seq,
+            status: session.map(|s| s.status),
+        }
+        .to_frame();
+        if subs.send_control(connection_id, &subscribed).await? == Reach::Gone {
+            return Ok(());
+        }
+        subs.catch_up_locked(connection_id, thread, None)
+            .await
+            .map(drop)
+    }
+}

@@ -1,0 +1,32 @@
+//! Live events: WebSocket subscribers of threads' lifecycle events (feature `live`).
+//!
+//! Transport-free, so the same logic runs behind API Gateway's WebSocket routes (a Lambda) and
+//! behind `threadbox dev`'s own WebSocket endpoint:
+//! - `token`: subscription tokens, HMAC-signed, naming the threads they may watch and an expiry;
+//! - `protocol`: the JSON messages clients send and the frames the server sends;
+//! - `subscribers`: [`Subscribers`], the fan-out target that sends each event to every
+//!   connection subscribed to its thread, once, in order, filling gaps from the event log;
+//! - `gateway`: [`LiveGateway`], the `$connect` / `$disconnect` / `$default` routes as plain
+//!   functions over the ports;
+//! - `in_process`: [`InProcessSender`], the connection sender of a server that holds its
+//!   sockets itself;
+//! - `locks`: per-connection ordering within one process.
+
+mod gateway;
+mod in_process;
+mod locks;
+mod protocol;
+mod subscribers;
+mod token;
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests;
+
+pub use gateway::{ConnectError, LiveGateway, MAX_SUBSCRIPTIONS_PER_CONNECTION};
+pub use in_process::{InProcessSender, DEFAULT_CONNECTION_BUFFER};
+pub use protocol::{parse, ClientMessage, ProtocolError, ServerFrame, MAX_CLIENT_MESSAGE};
+pub use subscribers::{LiveError, Subscribers, TARGET_NAME};
+pub use token::{
+    InvalidTtl, MintedToken, SecretError, SubscriptionToken, TokenError, TokenKey, TokenSecret,
+    MAX_TOKEN_LEN, MAX_TOKEN_TTL, MIN_SECRET_LEN,
+};

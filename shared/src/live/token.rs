@@ -1,0 +1,387 @@
+//! Subscription tokens: who may open a live-events connection, to watch which threads, until when.
+//!
+//! A token is `base64url(claims JSON) "." base64url(HMAC-SHA256(secret, "threadbox.subscription.v1." + first part))`,
+//! both parts unpadded. Claims are `{"v":1,"threads":["t1",…] | "*","exp":<epoch seconds>}`.
+//! The MAC covers a fixed prefix so a tag made with the same secret for any other purpose can never
+//! pass as a subscription token. Verification checks the MAC (in constant time) before it parses
+//! anything the client sent, then the expiry.
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use crate::domain::{Millis, ThreadId, ThreadScope};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// What the MAC is computed over, before the encoded claims.
+const MAC_CONTEXT: &[u8] = b"threadbox.subscription.v1.";
+const CLAIMS_VERSION: u8 = 1;
+/// Longest token accepted: 50 thread ids of 128 characters fit with room to spare, and nothing
+/// near a URL's practical limit.
+pub const MAX_TOKEN_LEN: usize = 16 * 1024;
+/// Longest lifetime a token can be minted with. Dashboards mint a fresh one per connection.
+pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Shortest secret accepted: 32 bytes, the HMAC-SHA256 block's half, as RFC 2104 advises.
+pub const MIN_SECRET_LEN: usize = 32;
+
+/// The signing secret. Any string of at least [`MIN_SECRET_LEN`] bytes; its bytes are the HMAC
+/// key. Never shown: `Debug` prints a placeholder.
+#[derive(Clone)]
+pub struct TokenSecret(String);
+
+impl std::fmt::Debug for TokenSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenSecret(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("the token secret is {0} bytes long; it must be at least {MIN_SECRET_LEN}")]
+    TooShort(usize),
+    #[error("no randomness from the operating system: {0}")]
+    NoRandomness(String),
+}
+
+impl TokenSecret {
+    pub fn new(secret: impl Into<String>) -> Result<Self, SecretError> {
+        let secret = secret.into();
+        let trimmed = secret.trim();
+        if trimmed.len() < MIN_SECRET_LEN {
+            return Err(SecretError::TooShort(trimmed.len()));
+        }
+        Ok(Self(trimmed.to_owned()))
+    }
+
+    /// A fresh secret: 32 random bytes from the OS, base64url-encoded (43 characters), so it can
+    /// be stored in a file or an environment variable as it is.
+    pub fn generate() -> Result<Self, SecretError> {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| SecretError::NoRandomness(e.to_string()))?;
+        Ok(Self(URL_SAFE_NO_PAD.encode(bytes)))
+    }
+
+    /// The secret itself, for persisting it. Handle with care.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What a valid token grants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubscriptionToken {
+    pub scope: ThreadScope,
+    pub expires_at: Millis,
+}
+
+impl SubscriptionToken {
+    /// Whether the token lets its holder watch `thread`.
+    pub fn check_thread(&self, thread: &ThreadId) -> Result<(), TokenError> {
+        if self.scope.allows(thread) {
+            Ok(())
+        } else {
+            Err(TokenError::ThreadNotAllowed(thread.clone()))
+        }
+    }
+}
+
+/// A freshly minted token and when it stops working.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MintedToken {
+    pub token: String,
+    /// Epoch milliseconds, like every time in the API.
+    pub expires_at: Millis,
+    pub threads: ThreadScope,
+}
+
+/// Why a token was refused. `code()` is the stable name clients branch on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("no token: pass ?token=<subscription token> (mint one with POST /v1/tokens or `threadbox token`)")]
+    Missing,
+    #[error("the token is malformed: {0}")]
+    Malformed(String),
+    #[error("the token's signature does not match (minted with another secret, or altered)")]
+    BadSignature,
+    #[error("the token expired at {} (epoch ms); mint a new one", .0 .0)]
+    Expired(Millis),
+    #[error("the token does not allow watching thread {0}")]
+    ThreadNotAllowed(ThreadId),
+}
+
+impl TokenError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            TokenError::Missing => "token_missing",
+            TokenError::Malformed(_) => "token_malformed",
+            TokenError::BadSignature => "token_bad_signature",
+            TokenError::Expired(_) => "token_expired",
+            TokenError::ThreadNotAllowed(_) => "thread_not_allowed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("ttl must be between 1 second and {} hours; got {} seconds", MAX_TOKEN_TTL.as_secs() / 3600, .0.as_secs())]
+pub struct InvalidTtl(pub Duration);
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Claims {
+    v: u8,
+    threads: ThreadScope,
+    /// Epoch seconds, as in JWTs.
+    exp: i64,
+}
+
+/// Mints and verifies subscription tokens with one secret.
+#[derive(Clone, Debug)]
+pub struct TokenKey {
+    secret: TokenSecret,
+}
+
+impl TokenKey {
+    pub fn new(secret: TokenSecret) -> Self {
+        Self { secret }
+    }
+
+    fn mac(&self, encoded_claims: &str) -> HmacSha256 {
+        // HMAC takes keys of any length, so this cannot fail.
+        let mut mac = HmacSha256::new_from_slice(self.secret.0.as_bytes())
+            .expect("HMAC accepts any key length");
+        mac.update(MAC_CONTEXT);
+        mac.update(encoded_claims.as_bytes());
+        mac
+    }
+
+    /// A token for `scope`, valid from `now` for `ttl` (whole seconds; at most [`MAX_TOKEN_TTL`]).
+    pub fn mint(
+        &self,
+        scope: ThreadScope,
+        ttl: Duration,
+        now: Millis,
+    ) -> Result<MintedToken, InvalidTtl> {
+        if ttl.as_secs() == 0 || ttl > MAX_TOKEN_TTL {
+            return Err(InvalidTtl(ttl));
+        }
+        let exp = now.plus(ttl).0.div_euclid(1000);
+        let claims = Claims {
+            v: CLAIMS_VERSION,
+            threads: scope,
+            exp,
+        };
+        let json = serde_json::to_vec(&claims).expect("claims always serialize");
+        let encoded = URL_SAFE_NO_PAD.encode(json);
+        let tag = URL_SAFE_NO_PAD.encode(self.mac(&encoded).finalize().into_bytes());
+        Ok(MintedToken {
+            token: format!("{encoded}.{tag}"),
+            expires_at: Millis::from_secs(exp),
+            threads: claims.threads,
+        })
+    }
+
+    /// Check a token's signature and expiry, then what it grants.
+    pub fn verify(&self, token: &str, now: Millis) -> Result<SubscriptionToken, TokenError> {
+        let malformed = |why: &str| TokenError::Malformed(why.to_owned());
+        if token.is_empty() {
+            return Err(TokenError::Missing);
+        }
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(malformed(&format!(
+                "{} characters long; the limit is {MAX_TOKEN_LEN}",
+                token.len()
+            )));
+        }
+        let (encoded, tag) = token
+            .split_once('.')
+            .filter(|(_, tag)| !tag.contains('.'))
+            .ok_or_else(|| malformed("expected two base64url parts separated by one '.'"))?;
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| malformed("the signature part is not base64url"))?;
+        // `verify_slice` compares in constant time.
+        self.mac(encoded)
+            .verify_slice(&tag)
+            .map_err(|_| TokenError::BadSignature)?;
+        // Signed by us, so what follows only fails for a token minted by an incompatible version.
+        let json = URL_SAFE_NO_PAD
+            .decode(encoded)
+            .map_err(|_| malformed("the claims part is not base64url"))?;
+        let claims: Claims = serde_json::from_slice(&json)
+            .map_err(|e| malformed(&format!("the claims are not valid: {e}")))?;
+        if claims.v != CLAIMS_VERSION {
+            return Err(malformed(&format!("unknown token version {}", claims.v)));
+        }
+        let expires_at = Millis::from_secs(claims.exp);
+        if expires_at <= now {
+            return Err(TokenError::Expired(expires_at));
+        }
+        Ok(SubscriptionToken {
+            scope: claims.threads,
+            expires_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Millis = Millis(1_767_225_600_000);
+
+    fn key(secret: &str) -> TokenKey {
+        TokenKey::new(TokenSecret::new(secret).unwrap())
+    }
+
+    fn t(s: &str) -> ThreadId {
+        ThreadId::parse(s).unwrap()
+    }
+
+    fn scope(ids: &[&str]) -> ThreadScope {
+        ThreadScope::only(ids.iter().map(|s| t(s))).unwrap()
+    }
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_minted_token_verifies_and_grants_its_threads() {
+        let k = key(SECRET);
+        let minted = k
+            .mint(
+                scope(&["a", "slack:T1:C1:1.2"]),
+                Duration::from_secs(3600),
+                NOW,
+            )
+            .unwrap();
+        assert_eq!(minted.expires_at, NOW.plus(Duration::from_secs(3600)));
+        assert!(!minted.token.contains('='), "unpadded");
+        assert!(minted
+            .token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)));
+        let granted = k.verify(&minted.token, NOW).unwrap();
+        assert_eq!(granted.expires_at, minted.expires_at);
+        granted.check_thread(&t("a")).unwrap();
+        granted.check_thread(&t("slack:T1:C1:1.2")).unwrap();
+        assert_eq!(
+            granted.check_thread(&t("b")).unwrap_err(),
+            TokenError::ThreadNotAllowed(t("b"))
+        );
+
+        let any = k
+            .mint(ThreadScope::Any, Duration::from_secs(60), NOW)
+            .unwrap();
+        let granted = k.verify(&any.token, NOW).unwrap();
+        granted.check_thread(&t("whatever")).unwrap();
+    }
+
+    #[test]
+    fn expired_tokens_are_refused_at_their_expiry() {
+        let k = key(SECRET);
+        let minted = k
+            .mint(ThreadScope::Any, Duration::from_secs(60), NOW)
+            .unwrap();
+        let just_before = Millis(minted.expires_at.0 - 1);
+        assert!(k.verify(&minted.token, just_before).is_ok());
+        let err = k.verify(&minted.token, minted.expires_at).unwrap_err();
+        assert_eq!(err, TokenError::Expired(minted.expires_at));
+        assert_eq!(err.code(), "token_expired");
+        assert!(err.to_string().contains("mint a new one"), "{err}");
+    }
+
+    #[test]
+    fn another_secret_or_any_edit_breaks_the_signature() {
+        let k = key(SECRET);
+        let minted = k.mint(scope(&["a"]), Duration::from_secs(60), NOW).unwrap();
+        let other = key("another-secret-of-at-least-32-bytes!");
+        assert_eq!(
+            other.verify(&minted.token, NOW).unwrap_err(),
+            TokenError::BadSignature
+        );
+
+        // Widen the claims to every thread and keep the old signature.
+        let (_, tag) = minted.token.split_once('.').unwrap();
+        let forged_claims = URL_SAFE_NO_PAD.encode(format!(
+            r#"{{"v":1,"threads":"*","exp":{}}}"#,
+            4_000_000_000i64
+        ));
+        let forged = format!("{forged_claims}.{tag}");
+        assert_eq!(
+            k.verify(&forged, NOW).unwrap_err(),
+            TokenError::BadSignature
+        );
+
+        // Flip one character of the signature.
+        let mut chars: Vec<char> = minted.token.chars().collect();
+        let last = chars.len() - 1;
+        chars[last] = if chars[last] == 'A' { 'B' } else { 'A' };
+        let flipped: String = chars.into_iter().collect();
+        assert_eq!(
+            k.verify(&flipped, NOW).unwrap_err().code(),
+            "token_bad_signature"
+        );
+    }
+
+    #[test]
+    fn malformed_tokens_say_what_is_wrong() {
+        let k = key(SECRET);
+        for (token, why) in [
+            ("no-dot-here", "separated by one '.'"),
+            ("a.b.c", "separated by one '.'"),
+            ("abc.!!!", "signature part is not base64url"),
+        ] {
+            let err = k.verify(token, NOW).unwrap_err();
+            assert_eq!(err.code(), "token_malformed", "{token}");
+            assert!(err.to_string().contains(why), "{token}: {err}");
+        }
+        assert_eq!(k.verify("", NOW).unwrap_err(), TokenError::Missing);
+        let long = "a".repeat(MAX_TOKEN_LEN + 1);
+        assert!(k
+            .verify(&long, NOW)
+            .unwrap_err()
+            .to_string()
+            .contains("the limit is"));
+        // Well signed but not claims we understand (a future version, say).
+        let encoded = URL_SAFE_NO_PAD.encode(r#"{"v":2,"threads":"*","exp":4000000000}"#);
+        let tag = URL_SAFE_NO_PAD.encode(k.mac(&encoded).finalize().into_bytes());
+        let err = k.verify(&format!("{encoded}.{tag}"), NOW).unwrap_err();
+        assert!(err.to_string().contains("unknown token version 2"), "{err}");
+    }
+
+    #[test]
+    fn ttl_is_bounded() {
+        let k = key(SECRET);
+        for bad in [
+            Duration::ZERO,
+            Duration::from_millis(500),
+            MAX_TOKEN_TTL + Duration::from_secs(1),
+        ] {
+            assert!(k.mint(ThreadScope::Any, bad, NOW).is_err(), "{bad:?}");
+        }
+        assert!(k.mint(ThreadScope::Any, MAX_TOKEN_TTL, NOW).is_ok());
+    }
+
+    #[test]
+    fn secrets_are_long_enough_and_never_shown() {
+        assert_eq!(
+            TokenSecret::new("short").unwrap_err(),
+            SecretError::TooShort(5)
+        );
+        let secret = TokenSecret::new(SECRET).unwrap();
+        let shown = format!("{secret:?} {:?}", TokenKey::new(secret.clone()));
+        assert!(!shown.contains(SECRET), "{shown}");
+        let a = TokenSecret::generate().unwrap();
+        let b = TokenSecret::generate().unwrap();
+        assert_eq!(a.expose().len(), 43);
+        assert_ne!(a.expose(), b.expose());
+        assert!(
+            TokenSecret::new(a.expose()).is_ok(),
+            "a generated secret is a valid secret"
+        );
+    }
+}
