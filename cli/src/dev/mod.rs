@@ -10,6 +10,7 @@
 //! and the next start finds them because runc's state is on disk).
 
 mod consumer;
+mod dashboard;
 mod janitor;
 mod preflight;
 mod shutdown;
@@ -170,7 +171,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     );
 
     let stop = shutdown.clone();
-    let served = axum::serve(listener, router(tb, auth))
+    let served = axum::serve(listener, router(tb, auth).merge(dashboard::routes()))
         .with_graceful_shutdown(async move { shutdown.requested().await })
         .await;
     if served.is_err() {
@@ -201,6 +202,7 @@ fn print_banner(addr: SocketAddr, data_dir: &Path, args: &DevArgs, auth: bool) {
     };
     println!("threadbox dev is running");
     println!("  API        {base}");
+    println!("  dashboard  {base}/");
     println!(
         "  auth       {}",
         if auth {
