@@ -3,6 +3,7 @@
 //!
 //! - `threads`: resolve, pause, resume, reset, and reading sessions and events;
 //! - `sandbox`: exec and files;
+//! - `tokens`: minting live-events subscription tokens (merged in by the caller: it holds the key);
 //! - `auth`: bearer API keys;
 //! - `extract`: input validation with JSON errors;
 //! - `error`: every failure as `{"error": {"code", "message"}}` with the right status.
@@ -12,6 +13,7 @@ mod error;
 mod extract;
 mod sandbox;
 mod threads;
+mod tokens;
 
 #[cfg(test)]
 mod tests;
@@ -25,6 +27,7 @@ use serde_json::{json, Value};
 pub use auth::ApiAuth;
 pub use error::ApiError;
 pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
+pub use tokens::{token_routes, DEFAULT_TOKEN_TTL};
 
 use crate::usecases::Threadbox;
 
