@@ -34,6 +34,13 @@ ensure_runc() {
   runc --version | head -n 1 >&2
 }
 
+# Headless Chromium and its WebDriver server, for the dashboard's browser test
+# (cli/tests/dashboard_browser.rs). Debian's packages; the two always share a version.
+ensure_chromium() {
+  command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && return 0
+  apt_install chromium chromium-driver
+}
+
 # moto's server stands in for DynamoDB and SQS in the tests. Pinned, installed from PyPI into a
 # virtualenv under target/ (so `cargo clean` removes it), and reused while the version matches.
 MOTO_VERSION="5.2.5"

@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 ensure_runc
+ensure_chromium
 if ! command -v python3 >/dev/null 2>&1; then apt_install python3; fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   say "installing cargo-nextest"

@@ -1,0 +1,122 @@
+//! The dashboard in a real browser: headless Chromium, driven over WebDriver by `chromedriver`,
+//! against the real `threadbox dev` on runc. Activity made through the API shows up as an active
+//! thread; clicking Pause turns its badge grey; the timeline shows the changes with their causes.
+//! The page is saved as `target/dashboard.png` for a person to look at.
+//!
+//! Needs root, runc, and Debian's `chromium` and `chromium-driver` (`scripts/test.sh` installs
+//! them). Without them the test is skipped with a message, or fails when
+//! `THREADBOX_REQUIRE_SANDBOXES` is set.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::webdriver::{Browser, Chromedriver};
+use support::{dev_missing, find_program, prerequisites_met, target_dir, DevServer};
+
+const THREAD: &str = "browser-demo";
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
+    let chromium = find_program("chromium");
+    let chromedriver = find_program("chromedriver");
+    let mut missing = dev_missing();
+    if chromium.is_none() {
+        missing.push("chromium (apt-get install chromium)".to_owned());
+    }
+    if chromedriver.is_none() {
+        missing.push("chromedriver (apt-get install chromium-driver)".to_owned());
+    }
+    if !prerequisites_met(
+        "dashboard_shows_a_thread_go_active_and_pause_from_a_click",
+        &missing,
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = DevServer::start(&[]).await;
+    let driver =
+        Chromedriver::start(&chromedriver.unwrap(), &tmp.path().join("chromedriver.log")).await;
+    let browser = Browser::open(&driver, &chromium.unwrap(), &tmp.path().join("profile")).await;
+    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+
+    browser.goto(&format!("{}/", dev.url)).await;
+    browser
+        .wait_for_text("h1", "threadbox dev dashboard", WAIT, context)
+        .await;
+
+    // Activity through the API: the first command creates the thread's sandbox.
+    let ran = dev
+        .post(
+            &format!("/v1/threads/{THREAD}/exec"),
+            Some(json!({ "cmd": "echo hello from the browser test" })),
+        )
+        .await;
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+
+    let row = format!("tr[data-thread=\"{THREAD}\"]");
+    let badge_css = format!("{row} .badge");
+    let badge = browser
+        .wait_for_text(&badge_css, "active", WAIT, context)
+        .await;
+    assert_eq!(
+        browser.attribute(&badge, "class").await.as_deref(),
+        Some("badge badge-active")
+    );
+
+    // Open the thread's timeline, then pause it from its row.
+    let select = browser
+        .find(&format!("{row} button[data-action=\"select\"]"))
+        .await
+        .expect("the thread's name is a button");
+    browser.click(&select).await;
+    let pause = browser
+        .find(&format!("{row} button[data-action=\"pause\"]"))
+        .await
+        .expect("a Pause button");
+    assert_eq!(
+        browser.attribute(&pause, "aria-label").await.as_deref(),
+        Some("Pause browser-demo")
+    );
+    browser.click(&pause).await;
+
+    let badge = browser
+        .wait_for_text(&badge_css, "paused", WAIT, context)
+        .await;
+    assert_eq!(
+        browser.attribute(&badge, "class").await.as_deref(),
+        Some("badge badge-paused")
+    );
+    // The timeline has the pause, newest first, with its cause.
+    browser
+        .wait_for_text("#event-rows tr:first-child .badge", "paused", WAIT, context)
+        .await;
+    let cause = browser
+        .find("#event-rows tr:first-child td.cause")
+        .await
+        .expect("a cause cell");
+    assert_eq!(browser.text(&cause).await, "user");
+    let newest = browser.find("#event-rows tr:first-child").await.unwrap();
+    let newest = browser.text(&newest).await;
+    assert!(newest.contains("pausing →"), "{newest}");
+
+    // Paused: Resume is offered, Pause is not.
+    let resume = browser
+        .find(&format!("{row} button[data-action=\"resume\"]"))
+        .await
+        .unwrap();
+    assert_eq!(browser.attribute(&resume, "disabled").await, None);
+    assert_eq!(
+        browser.attribute(&pause, "disabled").await.as_deref(),
+        Some("true")
+    );
+
+    let png = browser.screenshot().await;
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    let path = target_dir().join("dashboard.png");
+    std::fs::write(&path, &png).unwrap();
+    eprintln!("saved {}", path.display());
+    browser.close().await;
+}

@@ -1,0 +1,214 @@
+//! What the end-to-end tests that run the real `threadbox dev` share: checking the machine, and a
+//! running server on a free loopback port over a temporary data directory with real runc
+//! sandboxes, cleaned up (process and containers) however the test ends.
+
+// Each test crate uses a different part of this module.
+#![allow(dead_code)]
+
+pub mod webdriver;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A program on `PATH`.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    })
+}
+
+/// Whether a test can run here. Without a prerequisite it is skipped with a message, unless
+/// `THREADBOX_REQUIRE_SANDBOXES` is set (CI sets it), where a skip would hide a broken machine:
+/// then it fails.
+pub fn prerequisites_met(test: &str, missing: &[String]) -> bool {
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("THREADBOX_REQUIRE_SANDBOXES").is_none(),
+        "THREADBOX_REQUIRE_SANDBOXES is set but {test} lacks: {}",
+        missing.join(", ")
+    );
+    eprintln!("{test} needs {}; not run", missing.join(", "));
+    false
+}
+
+/// What every `threadbox dev` test needs: root (runc makes cgroups and mounts) and runc.
+pub fn dev_missing() -> Vec<String> {
+    let mut missing = Vec::new();
+    if !is_root() {
+        missing.push("root".to_owned());
+    }
+    if find_program("runc").is_none() {
+        missing.push("runc (apt-get install runc)".to_owned());
+    }
+    missing
+}
+
+/// A running `threadbox dev`, stopped and its containers deleted on drop.
+pub struct DevServer {
+    child: Child,
+    /// `http://127.0.0.1:<port>`
+    pub url: String,
+    pub http: reqwest::Client,
+    data_dir: PathBuf,
+    stderr_path: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl DevServer {
+    /// Start it with `args` after the defaults (a free port, a temporary data directory, the
+    /// janitor every second) and wait until it answers.
+    pub async fn start(args: &[&str]) -> DevServer {
+        let tmp = tempfile::tempdir().unwrap();
+        let data_dir = tmp.path().join("data");
+        let stderr_path = tmp.path().join("dev.stderr");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_threadbox"))
+            .args([
+                "dev",
+                "--port",
+                "0",
+                "--janitor-interval",
+                "1s",
+                "--data-dir",
+            ])
+            .arg(&data_dir)
+            .args(args)
+            .env_remove("THREADBOX_API_KEYS")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_path).unwrap())
+            .spawn()
+            .expect("start threadbox dev");
+        // The banner names the address; keep draining stdout so the child never blocks on it.
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.trim().strip_prefix("API") {
+                    let _ = tx.send(url.trim().to_owned());
+                }
+            }
+        });
+        let mut dev = DevServer {
+            child,
+            url: String::new(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap(),
+            data_dir,
+            stderr_path,
+            _tmp: tmp,
+        };
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(url) => dev.url = url,
+            Err(_) => panic!("no API address printed; stderr:\n{}", dev.stderr()),
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let health = dev.http.get(format!("{}/healthz", dev.url)).send().await;
+            if health.is_ok_and(|r| r.status().is_success()) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/healthz never answered; stderr:\n{}",
+                dev.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        dev
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// POST a JSON body (or none) and return the JSON answer, asserting a 2xx status.
+    pub async fn post(&self, path: &str, body: Option<Value>) -> Value {
+        let mut request = self.http.post(format!("{}{path}", self.url));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}; stderr:\n{}", self.stderr()));
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        assert!(status.is_success(), "POST {path}: {status} {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn runc_root(&self) -> PathBuf {
+        self.data_dir.join("sandboxes").join("runc")
+    }
+}
+
+impl Drop for DevServer {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+        // The sandboxes of live threads outlive the process by design; a test must not leave
+        // them behind.
+        let root = self.runc_root();
+        let listed = Command::new("runc")
+            .arg("--root")
+            .arg(&root)
+            .args(["list", "-q"])
+            .output();
+        if let Ok(listed) = listed {
+            for id in String::from_utf8_lossy(&listed.stdout).lines() {
+                let _ = Command::new("runc")
+                    .arg("--root")
+                    .arg(&root)
+                    .args(["delete", "-f", id])
+                    .status();
+            }
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL if it has not exited within ten seconds.
+pub fn stop(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Where the workspace's build output goes (`target/`), for artefacts a person looks at.
+pub fn target_dir() -> &'static Path {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is <target>/tmp")
+}
