@@ -1,0 +1,110 @@
+//! The operator CLI against the real `threadbox dev` on runc: the README's tour as a test. A
+//! command's output and exit status pass through `threads exec`; a followed event stream shows
+//! the janitor pausing the idle thread (cause `idle`); `resume` and `show` report it back.
+//!
+//! Needs root and runc; skipped without them, or failed when `THREADBOX_REQUIRE_SANDBOXES` is set.
+
+mod support;
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{dev_missing, prerequisites_met, DevServer};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+async fn threads(dev: &DevServer, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .arg("threads")
+        .args(args)
+        .env("THREADBOX_URL", &dev.url)
+        .env_remove("THREADBOX_API_KEY")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_runs_code_and_watches_the_idle_pause_on_runc() {
+    if !prerequisites_met(
+        "the_cli_runs_code_and_watches_the_idle_pause_on_runc",
+        &dev_missing(),
+    ) {
+        return;
+    }
+    let dev = DevServer::start(&["--idle-pause", "3s"]).await;
+
+    // Output is passed through raw, stdout and stderr apart, and the status is the command's.
+    let run = threads(
+        &dev,
+        &["exec", "tour", "-c", "echo out; echo err >&2; exit 7"],
+    )
+    .await;
+    assert_eq!(run.status.code(), Some(7), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "out\n");
+    assert_eq!(text(&run.stderr), "err\n");
+    let run = threads(&dev, &["exec", "tour", "--", "cat", "/etc/hostname"]).await;
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stdout).starts_with("tb-tour-"),
+        "{}",
+        text(&run.stdout)
+    );
+
+    // Follow the thread's events while the janitor pauses it for being idle.
+    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .args(["threads", "events", "tour", "--follow", "--json"])
+        .args(["--interval", "200ms", "--url", &dev.url])
+        .env_remove("THREADBOX_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let paused = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no idle pause within 30s; saw {seen:?}"))
+            .unwrap()
+            .expect("still following");
+        let event: Value = serde_json::from_str(&line).unwrap();
+        seen.push(format!("{} ({})", event["to"], event["cause"]));
+        if event["to"] == "paused" {
+            break event;
+        }
+    };
+    assert_eq!(paused["cause"], "idle", "{seen:?}");
+    follow.kill().await.unwrap();
+
+    let list = threads(&dev, &["list"]).await;
+    assert!(list.status.success());
+    assert!(
+        text(&list.stdout)
+            .lines()
+            .any(|l| l.starts_with("tour") && l.contains(" paused ")),
+        "{}",
+        text(&list.stdout)
+    );
+
+    let resumed = threads(&dev, &["resume", "tour"]).await;
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert!(
+        text(&resumed.stdout).starts_with("tour: active, sandbox rc-"),
+        "{}",
+        text(&resumed.stdout)
+    );
+    assert!(text(&resumed.stdout).ends_with(", resumed\n"));
+
+    let shown = threads(&dev, &["show", "tour"]).await;
+    let shown = text(&shown.stdout);
+    assert!(shown.contains("  pausing → paused       idle "), "{shown}");
+    assert!(shown.contains("  resuming → active      user "), "{shown}");
+}
