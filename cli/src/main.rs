@@ -5,6 +5,8 @@ mod dev;
 mod duration;
 mod exit;
 mod threads;
+mod token;
+mod token_secret;
 
 use std::io::IsTerminal;
 
@@ -30,6 +32,8 @@ enum Command {
     /// Operate on threads over the HTTP API (`threadbox dev` or a deployed stack): list, show,
     /// pause, resume, reset, exec, events.
     Threads(threads::ThreadsArgs),
+    /// Mint a live-events subscription token for `GET /v1/ws`, signed with the local secret.
+    Token(token::TokenArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -48,6 +52,7 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map(|()| std::process::ExitCode::SUCCESS),
             Command::Threads(args) => threads::run(args).await,
+            Command::Token(args) => token::run(args).map(|()| std::process::ExitCode::SUCCESS),
         }
     });
     match result {

@@ -2,7 +2,8 @@
 //!
 //! One SQLite file holds the sessions, their events and the lifecycle queue; sandboxes are runc
 //! containers under the data directory; the HTTP API listens on loopback; the janitor runs on a
-//! timer; a consumer drains the lifecycle queue to its fan-out targets.
+//! timer; a consumer drains the lifecycle queue to its fan-out targets: the log, and the live-events
+//! WebSocket subscribers of `GET /v1/ws` (tokens from `POST /v1/tokens` or `threadbox token`).
 //!
 //! Stopping (Ctrl-C or SIGTERM) stops accepting requests and lets those in flight finish; the
 //! janitor and the consumer stop between iterations. Nothing is lost: messages not yet acked stay
@@ -14,6 +15,7 @@ mod dashboard;
 mod janitor;
 mod preflight;
 mod shutdown;
+mod ws;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -23,18 +25,21 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use threadbox_shared::adapters::runc::{RuncConfig, RuncProvider};
 use threadbox_shared::adapters::sqlite::{
-    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore,
+    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
 };
 use threadbox_shared::domain::Timers;
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_shared::http::{router, ApiAuth};
-use threadbox_shared::ports::{DurableQueue, SystemClock};
+use threadbox_shared::http::{router, token_routes, ApiAuth};
+use threadbox_shared::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
+use threadbox_shared::ports::{Clock, DurableQueue, SystemClock};
 use threadbox_shared::usecases::{Config, Threadbox};
 use tokio::net::TcpListener;
 
 use self::consumer::{ConsumerConfig, LifecycleConsumer};
 use self::shutdown::Shutdown;
+use self::ws::LiveSocket;
 use crate::duration;
+use crate::token_secret::{self, SecretSource};
 
 /// The lifecycle queue's name in the database (the Lambda side calls its SQS queue the same).
 const LIFECYCLE_QUEUE: &str = "lifecycle";
@@ -116,6 +121,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .await
         .context("opening the lifecycle queue")?,
     );
+    // Live-events connections and their positions, in the same file. Connections recorded by an
+    // earlier run have no socket now: the first send to each finds it gone and removes it.
+    let subscriptions = Arc::new(
+        SqliteSubscriptionStore::new(store.database().clone())
+            .await
+            .context("opening the live-events subscriptions")?,
+    );
+    let (token_secret, secret_source) = token_secret::load(&data_dir)?;
+    let token_key = TokenKey::new(token_secret);
     // Fan-out remembers what each target has, in the same file, so a restart repeats nothing.
     let dedupe = Arc::new(
         SqliteDedupe::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
@@ -132,13 +146,21 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         },
         ..Config::default()
     };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let tb = Threadbox::new(
         Arc::new(store),
         Arc::new(provider),
         queue.clone(),
-        Arc::new(SystemClock),
+        clock.clone(),
         config,
     );
+    let sockets = Arc::new(InProcessSender::default());
+    let subscribers = Arc::new(Subscribers::new(
+        subscriptions,
+        sockets.clone(),
+        tb.store.clone(),
+        clock.clone(),
+    ));
 
     let auth = ApiAuth::new(&args.api_keys);
     if !auth.is_enabled() {
@@ -156,7 +178,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             )
         })?;
     let addr = listener.local_addr()?;
-    print_banner(addr, &data_dir, &args, auth.is_enabled());
+    print_banner(addr, &data_dir, &args, auth.is_enabled(), &secret_source);
 
     let shutdown = Shutdown::install().context("installing signal handlers")?;
     let janitor = tokio::spawn(janitor::run(
@@ -164,14 +186,22 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         args.janitor_interval,
         shutdown.subscribe(),
     ));
-    let targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
+    let targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget), subscribers.clone()];
     let fanout = Fanout::new(dedupe, targets);
     let consumer = tokio::spawn(
         LifecycleConsumer::new(queue, fanout, ConsumerConfig::default()).run(shutdown.subscribe()),
     );
 
+    let live = ws::routes(LiveSocket {
+        gateway: LiveGateway::new(subscribers, token_key.clone()),
+        sender: sockets,
+        shutdown: shutdown.subscribe(),
+    });
+    let app = router(tb, auth.clone())
+        .merge(token_routes(token_key, clock, auth))
+        .merge(live);
     let stop = shutdown.clone();
-    let served = axum::serve(listener, router(tb, auth).merge(dashboard::routes()))
+    let served = axum::serve(listener, app.merge(dashboard::routes()))
         .with_graceful_shutdown(async move { shutdown.requested().await })
         .await;
     if served.is_err() {
@@ -193,7 +223,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 }
 
 /// Where to look: user-facing, so on stdout (logs go to stderr).
-fn print_banner(addr: SocketAddr, data_dir: &Path, args: &DevArgs, auth: bool) {
+fn print_banner(
+    addr: SocketAddr,
+    data_dir: &Path,
+    args: &DevArgs,
+    auth: bool,
+    token_secret: &SecretSource,
+) {
     let base = format!("http://{addr}");
     let auth_header = if auth {
         " -H \"Authorization: Bearer $THREADBOX_API_KEY\""
@@ -211,6 +247,7 @@ fn print_banner(addr: SocketAddr, data_dir: &Path, args: &DevArgs, auth: bool) {
             "off: set THREADBOX_API_KEYS to require keys"
         }
     );
+    println!("  live       ws://{addr}/v1/ws?token=TOKEN  (threadbox token --thread ID, or POST /v1/tokens; secret: {token_secret})");
     println!(
         "  data       {}  (threadbox.db, sandboxes/)",
         data_dir.display()

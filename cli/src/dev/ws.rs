@@ -1,0 +1,170 @@
+//! `GET /v1/ws?token=…`: the live-events WebSocket of `threadbox dev`.
+//!
+//! The token travels in the query string because browsers cannot set headers on a WebSocket.
+//! A bad or missing token is refused before the upgrade (401 with the API's JSON error); after
+//! it, each text frame goes to the shared [`LiveGateway`], exactly what API Gateway's routes
+//! call in production, and every frame for the client (replies, replayed and live events) comes
+//! through the connection's channel in the [`InProcessSender`], so they share one order.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use threadbox_shared::http::ApiError;
+use threadbox_shared::live::{InProcessSender, LiveGateway, ProtocolError, MAX_CLIENT_MESSAGE};
+use threadbox_shared::ports::{ConnectionSender, Frame};
+use tokio::sync::{mpsc, watch};
+
+/// Close codes (RFC 6455): the server is stopping; the server ended the connection on purpose.
+const GOING_AWAY: u16 = 1001;
+const POLICY: u16 = 1008;
+
+#[derive(Clone)]
+pub struct LiveSocket {
+    pub gateway: LiveGateway,
+    pub sender: Arc<InProcessSender>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+pub fn routes(live: LiveSocket) -> Router {
+    Router::new().route("/v1/ws", get(upgrade)).with_state(live)
+}
+
+#[derive(Deserialize)]
+struct WsQuery {
+    token: Option<String>,
+}
+
+async fn upgrade(
+    State(live): State<LiveSocket>,
+    query: Result<Query<WsQuery>, axum::extract::rejection::QueryRejection>,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => {
+            return ApiError::bad_request(
+                "websocket_required",
+                format!("GET /v1/ws is a WebSocket endpoint: {rejection}"),
+            )
+            .into_response()
+        }
+    };
+    let token = query.ok().and_then(|Query(q)| q.token);
+    let connection_id = uuid::Uuid::new_v4().to_string();
+    // Routed before the connection is recorded, so no frame for it can find no route.
+    let frames = live.sender.register(&connection_id);
+    if let Err(error) = live.gateway.connect(&connection_id, token.as_deref()).await {
+        live.sender.unregister(&connection_id);
+        let status = if error.is_unauthorized() {
+            StatusCode::UNAUTHORIZED
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        return ApiError::new(status, error.code(), error.to_string()).into_response();
+    }
+    let failed = (live.clone(), connection_id.clone());
+    ws.max_message_size(MAX_CLIENT_MESSAGE)
+        .on_failed_upgrade(move |error| {
+            let (live, connection_id) = failed;
+            tracing::debug!(%error, %connection_id, "WebSocket upgrade failed");
+            tokio::spawn(async move { forget(&live, &connection_id).await });
+        })
+        .on_upgrade(move |socket| serve(live, connection_id, socket, frames))
+}
+
+/// Pump one connection: frames out from the channel, client messages in to the gateway, until
+/// either side closes or the server stops.
+async fn serve(
+    live: LiveSocket,
+    connection_id: String,
+    socket: WebSocket,
+    mut frames: mpsc::Receiver<Frame>,
+) {
+    let (mut sink, mut stream) = socket.split();
+    let stop = stopping(live.shutdown.clone());
+    tokio::pin!(stop);
+    let writer = async {
+        loop {
+            tokio::select! {
+                frame = frames.recv() => match frame {
+                    Some(frame) => {
+                        if sink.send(Message::Text(frame.as_ref().into())).await.is_err() {
+                            return;
+                        }
+                    }
+                    // The server closed it (an expired token) or cut it off (not reading).
+                    None => {
+                        let _ = sink.send(close(POLICY, "closed by the server; reconnect with a valid token and your last seq")).await;
+                        return;
+                    }
+                },
+                () = &mut stop => {
+                    let _ = sink.send(close(GOING_AWAY, "threadbox dev is stopping")).await;
+                    return;
+                }
+            }
+        }
+    };
+    let reader = async {
+        while let Some(Ok(message)) = stream.next().await {
+            match message {
+                Message::Text(text) => {
+                    if let Err(error) = live.gateway.message(&connection_id, text.as_str()).await {
+                        tracing::warn!(connection_id, %error, "live-events message failed");
+                        let reply = ProtocolError::new(
+                            "unavailable",
+                            "the server could not act on that message; try again",
+                        );
+                        let _ = live.sender.send(&connection_id, &reply.frame()).await;
+                    }
+                }
+                Message::Binary(_) => {
+                    let reply =
+                        ProtocolError::new("bad_message", "send JSON text frames, not binary");
+                    let _ = live.sender.send(&connection_id, &reply.frame()).await;
+                }
+                Message::Close(_) => return,
+                // axum answers pings itself.
+                Message::Ping(_) | Message::Pong(_) => {}
+            }
+        }
+    };
+    tokio::select! {
+        _ = writer => {}
+        _ = reader => {}
+    }
+    forget(&live, &connection_id).await;
+}
+
+/// Resolves once the server is stopping (never, if the signal's sender is gone).
+async fn stopping(mut shutdown: watch::Receiver<bool>) {
+    loop {
+        if *shutdown.borrow_and_update() {
+            return;
+        }
+        if shutdown.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn close(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }))
+}
+
+async fn forget(live: &LiveSocket, connection_id: &str) {
+    live.sender.unregister(connection_id);
+    if let Err(error) = live.gateway.disconnect(connection_id).await {
+        tracing::warn!(connection_id, %error, "forgetting a closed live-events connection failed");
+    }
+}
