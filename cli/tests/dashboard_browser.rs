@@ -1,7 +1,8 @@
 //! The dashboard in a real browser: headless Chromium, driven over WebDriver by `chromedriver`,
 //! against the real `threadbox dev` on runc. Activity made through the API shows up as an active
-//! thread; clicking Pause turns its badge grey; the timeline shows the changes with their causes.
-//! The page is saved as `target/dashboard.png` for a person to look at.
+//! thread; clicking Pause turns its badge grey; the timeline shows the changes with their causes,
+//! and a resume made through the API arrives live. The page is saved (paused) as
+//! `target/dashboard.png` for a person to look at.
 //!
 //! Needs root, runc, and Debian's `chromium` and `chromium-driver` (`scripts/test.sh` installs
 //! them). Without them the test is skipped with a message, or fails when
@@ -45,6 +46,10 @@ async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
     browser.goto(&format!("{}/", dev.url)).await;
     browser
         .wait_for_text("h1", "threadbox dev dashboard", WAIT, context)
+        .await;
+    // threadbox dev offers live events, so the page takes them over the WebSocket.
+    browser
+        .wait_for_text("#connection", "live over WebSocket", WAIT, context)
         .await;
 
     // Activity through the API: the first command creates the thread's sandbox.
@@ -118,5 +123,15 @@ async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
     let path = target_dir().join("dashboard.png");
     std::fs::write(&path, &png).unwrap();
     eprintln!("saved {}", path.display());
-    browser.close().await;
+
+    // A change made elsewhere reaches the open timeline over the WebSocket: while the socket
+    // carries the selected thread, the page does not poll its events.
+    dev.post(&format!("/v1/threads/{THREAD}/resume"), None)
+        .await;
+    browser
+        .wait_for_text("#event-rows tr:first-child .badge", "active", WAIT, context)
+        .await;
+    browser
+        .wait_for_text(&badge_css, "active", WAIT, context)
+        .await;
 }

@@ -4,6 +4,7 @@
 //! WebDriver is JSON over HTTP on loopback, so the reqwest client the CLI already has covers it;
 //! a WebDriver crate would add a second HTTP stack for these eight calls.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,6 +47,8 @@ impl Chromedriver {
             .arg(format!("--log-path={}", log.display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // Its own process group, which Chromium joins, so drop can end them all together.
+            .process_group(0)
             .spawn()
             .expect("start chromedriver");
         let driver = Chromedriver {
@@ -73,7 +76,10 @@ impl Chromedriver {
 
 impl Drop for Chromedriver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // Sessions were closed by `Browser`'s drop; this catches a browser that did not quit.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -211,9 +217,27 @@ impl Browser {
             .decode(answer.as_str().expect("base64 PNG"))
             .expect("valid base64")
     }
+}
 
-    pub async fn close(self) {
-        let _ = self.http.delete(&self.session).send().await;
+/// Ends the session, which makes chromedriver quit Chromium cleanly, also when a test panics
+/// halfway (async code cannot run in drop, so the request gets a thread and runtime of its own).
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let session = self.session.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for closing the browser");
+            runtime.block_on(async {
+                let _ = reqwest::Client::new()
+                    .delete(&session)
+                    .timeout(Duration::from_secs(20))
+                    .send()
+                    .await;
+            });
+        })
+        .join();
     }
 }
 
