@@ -24,6 +24,8 @@ trap stop_moto EXIT
 start_moto
 
 say "tests"
+# The sandbox tests skip on a machine that cannot run runc; here that would hide a broken set-up.
+export THREADBOX_REQUIRE_SANDBOXES=1
 # Nextest exits 4 when a filter matches no test; an unfiltered workspace run always has tests,
 # so any non-zero status here is a real failure.
 cargo nextest run --workspace --all-features --no-fail-fast

@@ -90,6 +90,7 @@ mod lifecycle_conformance {
         stuck_transitions_and_drift_are_reconciled,
         the_sweep_stops_at_its_deadline,
         a_failed_create_is_an_error_event_not_a_stuck_record,
+        a_command_on_a_sandbox_paused_behind_our_back_resumes_it,
     );
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
