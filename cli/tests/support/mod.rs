@@ -159,6 +159,11 @@ impl DevServer {
         serde_json::from_str(&text).unwrap()
     }
 
+    /// The server's data directory (its database, sandboxes and token secret).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
     fn runc_root(&self) -> PathBuf {
         self.data_dir.join("sandboxes").join("runc")
     }

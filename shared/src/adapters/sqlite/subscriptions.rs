@@ -113,7 +113,10 @@ impl SubscriptionStore for SqliteSubscriptionStore {
         let scope = serde_json::to_string(&connection.scope)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode scope: {e}")))?;
         let c = connection.clone();
-        let prune = self.connects.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == 0;
+        let prune = self
+            .connects
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(PRUNE_EVERY);
         self.db
             .call(move |conn| {
                 let tx = conn.transaction()?;
