@@ -17,7 +17,7 @@ use threadbox_shared::domain::ThreadId;
 use threadbox_shared::ports::{
     DurableQueue, OutgoingMessage, QueueError, SessionStore, StoreError,
 };
-use threadbox_shared::testing::lifecycle_conformance::{self as lifecycle, Harness};
+use threadbox_shared::testing::lifecycle_conformance::Harness;
 use threadbox_shared::testing::queue_conformance as queue;
 use threadbox_shared::testing::store_conformance as store;
 use threadbox_tests::aws::{
@@ -29,26 +29,6 @@ const SHORT: Duration = Duration::from_secs(1);
 const LONG: Duration = Duration::from_secs(60);
 const MAX_RECEIVES: u32 = 3;
 
-macro_rules! store_suite {
-    ($($name:ident),* $(,)?) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn $name() {
-            let Some(backend) = AwsBackend::new(stringify!($name)).await else { return };
-            store::$name(backend.store.clone()).await;
-        }
-    )*};
-}
-
-macro_rules! lifecycle_suite {
-    ($($name:ident),* $(,)?) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn $name() {
-            let Some(backend) = AwsBackend::new(stringify!($name)).await else { return };
-            lifecycle::$name(Harness::new(backend.store.clone(), backend.events.clone())).await;
-        }
-    )*};
-}
-
 /// A fresh queue for a queue-suite test, or `None` when skipped.
 async fn queue_for(test: &str, max_receives: u32) -> Option<SqsQueue> {
     if !aws_configured(test) {
@@ -58,54 +38,13 @@ async fn queue_for(test: &str, max_receives: u32) -> Option<SqsQueue> {
 }
 
 mod store_conformance {
-    use super::*;
-    store_suite!(
-        insert_then_load_round_trips,
-        second_insert_conflicts_and_changes_nothing,
-        save_writes_session_and_events_together,
-        stale_save_conflicts_and_writes_nothing,
-        a_duplicate_event_id_fails_the_whole_write,
-        exactly_one_of_many_concurrent_saves_wins,
-        due_reads_only_due_rows_of_a_shard_in_pages,
-        events_after_and_outbox,
-        list_pages_through_every_session,
-    );
+    use super::AwsBackend;
+    threadbox_shared::store_conformance_tests!(AwsBackend::new);
 }
 
 mod lifecycle_conformance {
-    use super::*;
-    lifecycle_suite!(
-        concurrent_resolves_create_exactly_one_sandbox,
-        resolve_racing_retention_never_points_at_a_killed_sandbox,
-        an_aborted_create_leaves_an_orphan_the_next_sweep_kills,
-        every_change_yields_one_event_with_gapless_sequence,
-        unsent_events_are_redriven_by_the_janitor,
-        idle_pause_respects_state_and_holds,
-        the_janitor_never_acts_on_a_stale_read,
-        a_running_command_is_never_paused,
-        resolve_resumes_a_paused_sandbox,
-        a_gone_sandbox_is_recreated_and_the_event_says_so,
-        illegal_commands_are_refused_and_change_nothing,
-        retention_destroys_and_the_next_resolve_starts_fresh,
-        stuck_transitions_and_drift_are_reconciled,
-        the_sweep_stops_at_its_deadline,
-        a_failed_create_is_an_error_event_not_a_stuck_record,
-        a_command_on_a_sandbox_paused_behind_our_back_resumes_it,
-    );
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_gone_sandbox_expires_the_thread_under_the_expire_policy() {
-        let Some(backend) =
-            AwsBackend::new("a_gone_sandbox_expires_the_thread_under_the_expire_policy").await
-        else {
-            return;
-        };
-        lifecycle::a_gone_sandbox_expires_the_thread_under_the_expire_policy(
-            backend.store.clone(),
-            backend.events.clone(),
-        )
-        .await;
-    }
+    use super::AwsBackend;
+    threadbox_shared::lifecycle_conformance_tests!(AwsBackend::new);
 }
 
 mod queue_conformance {

@@ -1,75 +1,21 @@
 //! The session store and lifecycle conformance suites against the embedded SQLite backend.
 
 use threadbox_shared::testing::lifecycle_conformance as lifecycle;
-use threadbox_shared::testing::lifecycle_conformance::Harness;
-use threadbox_shared::testing::store_conformance as store;
 use threadbox_tests::SqliteBackend;
 
-macro_rules! store_suite {
-    ($($name:ident),* $(,)?) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn $name() {
-            let backend = SqliteBackend::new();
-            store::$name(backend.store.clone()).await;
-        }
-    )*};
-}
-
-macro_rules! lifecycle_suite {
-    ($($name:ident),* $(,)?) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn $name() {
-            let backend = SqliteBackend::new();
-            lifecycle::$name(Harness::new(backend.store.clone(), backend.events.clone())).await;
-        }
-    )*};
+/// A fresh SQLite backend; never skipped.
+async fn sqlite(_test: &str) -> Option<SqliteBackend> {
+    Some(SqliteBackend::new())
 }
 
 mod store_conformance {
-    use super::*;
-    store_suite!(
-        insert_then_load_round_trips,
-        second_insert_conflicts_and_changes_nothing,
-        save_writes_session_and_events_together,
-        stale_save_conflicts_and_writes_nothing,
-        a_duplicate_event_id_fails_the_whole_write,
-        exactly_one_of_many_concurrent_saves_wins,
-        due_reads_only_due_rows_of_a_shard_in_pages,
-        events_after_and_outbox,
-        list_pages_through_every_session,
-    );
+    use super::sqlite;
+    threadbox_shared::store_conformance_tests!(sqlite);
 }
 
 mod lifecycle_conformance {
-    use super::*;
-    lifecycle_suite!(
-        concurrent_resolves_create_exactly_one_sandbox,
-        resolve_racing_retention_never_points_at_a_killed_sandbox,
-        an_aborted_create_leaves_an_orphan_the_next_sweep_kills,
-        every_change_yields_one_event_with_gapless_sequence,
-        unsent_events_are_redriven_by_the_janitor,
-        idle_pause_respects_state_and_holds,
-        the_janitor_never_acts_on_a_stale_read,
-        a_running_command_is_never_paused,
-        resolve_resumes_a_paused_sandbox,
-        a_gone_sandbox_is_recreated_and_the_event_says_so,
-        illegal_commands_are_refused_and_change_nothing,
-        retention_destroys_and_the_next_resolve_starts_fresh,
-        stuck_transitions_and_drift_are_reconciled,
-        the_sweep_stops_at_its_deadline,
-        a_failed_create_is_an_error_event_not_a_stuck_record,
-        a_command_on_a_sandbox_paused_behind_our_back_resumes_it,
-    );
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_gone_sandbox_expires_the_thread_under_the_expire_policy() {
-        let backend = SqliteBackend::new();
-        lifecycle::a_gone_sandbox_expires_the_thread_under_the_expire_policy(
-            backend.store.clone(),
-            backend.events.clone(),
-        )
-        .await;
-    }
+    use super::sqlite;
+    threadbox_shared::lifecycle_conformance_tests!(sqlite);
 }
 
 /// Two store handles on one file behave like two processes sharing it: still one sandbox.

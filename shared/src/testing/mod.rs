@@ -3,6 +3,7 @@
 mod clock;
 mod flaky_queue;
 mod memory_provider;
+mod suites;
 
 pub mod dedupe_conformance;
 pub mod lifecycle_conformance;
@@ -18,3 +19,6 @@ pub mod queue_conformance;
 
 #[cfg(all(feature = "testing", feature = "e2b"))]
 pub mod e2b_fake;
+
+#[cfg(all(any(test, feature = "testing"), feature = "slack"))]
+pub mod slack_fake;

@@ -1,0 +1,81 @@
+//! One `#[tokio::test]` per conformance function, for any backend, from one list.
+//!
+//! A backend's test file names a constructor `async fn(test_name: &str) -> Option<B>` (where `B`
+//! has `store` and `events` fields; `None` skips, for backends that need a server) and invokes
+//! the macros. Adding a function to a suite adds it here once, and every backend runs it.
+
+/// Every function of `store_conformance`.
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:path) => {
+        $crate::store_conformance_tests!(@each $make,
+            insert_then_load_round_trips,
+            second_insert_conflicts_and_changes_nothing,
+            save_writes_session_and_events_together,
+            stale_save_conflicts_and_writes_nothing,
+            a_duplicate_event_id_fails_the_whole_write,
+            exactly_one_of_many_concurrent_saves_wins,
+            due_reads_only_due_rows_of_a_shard_in_pages,
+            events_after_and_outbox,
+            list_pages_through_every_session,
+        );
+    };
+    (@each $make:path, $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some(backend) = $make(stringify!($name)).await else { return };
+            $crate::testing::store_conformance::$name(backend.store.clone()).await;
+        }
+    )*};
+}
+
+/// Every function of `lifecycle_conformance`.
+#[macro_export]
+macro_rules! lifecycle_conformance_tests {
+    ($make:path) => {
+        $crate::lifecycle_conformance_tests!(@each $make,
+            concurrent_resolves_create_exactly_one_sandbox,
+            resolve_racing_retention_never_points_at_a_killed_sandbox,
+            an_aborted_create_leaves_an_orphan_the_next_sweep_kills,
+            every_change_yields_one_event_with_gapless_sequence,
+            unsent_events_are_redriven_by_the_janitor,
+            idle_pause_respects_state_and_holds,
+            the_janitor_never_acts_on_a_stale_read,
+            a_running_command_is_never_paused,
+            resolve_resumes_a_paused_sandbox,
+            a_gone_sandbox_is_recreated_and_the_event_says_so,
+            illegal_commands_are_refused_and_change_nothing,
+            retention_destroys_and_the_next_resolve_starts_fresh,
+            stuck_transitions_and_drift_are_reconciled,
+            the_sweep_stops_at_its_deadline,
+            a_failed_create_is_an_error_event_not_a_stuck_record,
+            a_command_on_a_sandbox_paused_behind_our_back_resumes_it,
+        );
+
+        /// Needs its own configuration (the expire policy), so it builds its own harness.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn a_gone_sandbox_expires_the_thread_under_the_expire_policy() {
+            let Some(backend) = $make("a_gone_sandbox_expires_the_thread_under_the_expire_policy").await else {
+                return;
+            };
+            $crate::testing::lifecycle_conformance::a_gone_sandbox_expires_the_thread_under_the_expire_policy(
+                backend.store.clone(),
+                backend.events.clone(),
+            )
+            .await;
+        }
+    };
+    (@each $make:path, $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some(backend) = $make(stringify!($name)).await else { return };
+            $crate::testing::lifecycle_conformance::$name(
+                $crate::testing::lifecycle_conformance::Harness::new(
+                    backend.store.clone(),
+                    backend.events.clone(),
+                ),
+            )
+            .await;
+        }
+    )*};
+}
