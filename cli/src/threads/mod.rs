@@ -14,11 +14,10 @@ mod table;
 
 use std::process::ExitCode;
 
-use serde_json::json;
 use threadbox_shared::domain::ThreadId;
 
 use self::output::Output;
-use crate::client::ApiArgs;
+use crate::client::{ApiArgs, ThreadPage};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -93,7 +92,11 @@ pub async fn run(args: ThreadsArgs) -> anyhow::Result<ExitCode> {
             let limit = limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
             let threads = client.list(limit).await?;
             if out.json {
-                out.document(&json!({ "threads": threads }))?;
+                // The API's page shape, with every page in it (so no `next`).
+                out.document(&ThreadPage {
+                    threads,
+                    next: None,
+                })?;
             } else {
                 out.text(&render::threads_table(&threads, out.color))?;
             }
