@@ -9,6 +9,7 @@
 //! - `live` (feature `live`): live events over WebSocket: tokens, the protocol, the subscribers
 //!   fan-out target and the connect/disconnect/message routes as plain functions.
 //! - `http` (feature `http`): the HTTP API as an axum router, the same in `threadbox dev` and Lambda.
+//! - `slack` (feature `slack`): the Slack app's ingress, worker and status fan-out target.
 //! - `testing` (feature `testing`): an in-memory provider, a manual clock and the conformance
 //!   suites every adapter must pass.
 
@@ -20,6 +21,8 @@ pub mod http;
 #[cfg(feature = "live")]
 pub mod live;
 pub mod ports;
+#[cfg(feature = "slack")]
+pub mod slack;
 pub mod usecases;
 
 #[cfg(any(test, feature = "testing"))]

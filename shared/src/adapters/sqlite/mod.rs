@@ -5,10 +5,18 @@ mod database;
 mod dedupe;
 mod queue;
 mod session_store;
+#[cfg(feature = "slack")]
+mod slack_sink;
+#[cfg(feature = "slack")]
+mod slack_status;
 mod subscriptions;
 
 pub use database::{Database, DatabaseError};
 pub use dedupe::SqliteDedupe;
 pub use queue::{QueueConfig, SqliteQueue};
 pub use session_store::{SqliteSessionStore, DEFAULT_SHARDS};
+#[cfg(feature = "slack")]
+pub use slack_sink::{SinkMessage, SinkQuery, SqliteSlackSink};
+#[cfg(feature = "slack")]
+pub use slack_status::SqliteSlackStatusStore;
 pub use subscriptions::SqliteSubscriptionStore;

@@ -1,0 +1,39 @@
+//! The Slack app (feature `slack`): every thread, or DM, is one sandbox; people run code blocks
+//! and commands there and see results and the sandbox's status.
+//!
+//! - `signature`: Slack's `v0` request signing, on the raw body;
+//! - `events`: the Events API payloads, and which become work;
+//! - `thread`: which thread id (sandbox) a message belongs to, and where replies go;
+//! - `ingress`: `POST /slack/events`, verify, dedupe, enqueue, ack (axum router);
+//! - `work`: what the work queue carries;
+//! - `command`: what a message asks for (code blocks, `status`, `reset`, ...);
+//! - `worker`: runs it in the thread's sandbox and replies;
+//! - `format`: replies within Slack's limits;
+//! - `status` / `status_store`: the fan-out target keeping one status message per thread;
+//! - `api`: the `SlackApi` port (post, update, file info, download) and its typed errors;
+//! - `client` (feature `slack-client`): the Web API client over reqwest.
+//!
+//! The ports that are Slack's own (`SlackApi`, `SlackStatusStore`) live here rather than in
+//! `ports`, so builds without Slack do not see them.
+
+pub mod api;
+#[cfg(feature = "slack-client")]
+pub mod client;
+pub mod command;
+pub mod events;
+pub mod format;
+pub mod ingress;
+pub mod signature;
+pub mod status;
+pub mod status_store;
+pub mod thread;
+pub mod work;
+pub mod worker;
+
+pub use api::{ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage};
+pub use ingress::{router, Ack, SlackIngress, EVENTS_PATH};
+pub use signature::{SignatureError, SigningSecret};
+pub use status::SlackStatusTarget;
+pub use status_store::{SlackStatusStore, StatusMessage};
+pub use work::{IncomingMessage, PendingReply, WorkItem, WORK_QUEUE};
+pub use worker::{SlackWorker, SlackWorkerConfig};

@@ -1,0 +1,202 @@
+//! The Slack fan-out target: one status message per thread, posted on the thread's first event
+//! and edited in place (`chat.update`) as the sandbox changes state, plus a separate notice
+//! for the changes people must not miss: expired, recreated (files lost) and error.
+//!
+//! Each event reaches this target once (the fan-out core's dedupe). Within a delivery the
+//! status edit comes first and is recorded with the event's seq, the notice last: when the
+//! notice hits a rate limit and the event is retried, the edit is skipped as done and only the
+//! notice is posted, so nothing appears twice.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::api::{ApiErrorCode, PostMessage, SlackApi, SlackError, UpdateMessage};
+use super::format::escape;
+use super::status_store::{SlackStatusStore, StatusMessage};
+use super::thread::SlackPlace;
+use crate::domain::{Cause, LifecycleEvent, Status};
+use crate::fanout::{DeliveryError, FanoutTarget};
+
+pub struct SlackStatusTarget {
+    api: Arc<dyn SlackApi>,
+    store: Arc<dyn SlackStatusStore>,
+}
+
+impl SlackStatusTarget {
+    pub fn new(api: Arc<dyn SlackApi>, store: Arc<dyn SlackStatusStore>) -> Self {
+        Self { api, store }
+    }
+
+    /// Show `event` in the thread's status message, posting it if there is none (or it was
+    /// deleted), editing it otherwise; skipped when the message already shows this event or a
+    /// later one.
+    async fn show_status(
+        &self,
+        event: &LifecycleEvent,
+        place: &SlackPlace,
+    ) -> Result<(), DeliveryError> {
+        let stored = self
+            .store
+            .get(&event.thread_id)
+            .await
+            .map_err(|e| DeliveryError::retry(format!("status store: {e}")))?;
+        let text = status_text(event);
+        let ts = match stored {
+            Some(message) if message.seq >= event.seq => return Ok(()),
+            Some(message) => {
+                let update = UpdateMessage {
+                    channel: message.channel.clone(),
+                    ts: message.ts.clone(),
+                    text: text.clone(),
+                };
+                match self.api.update_message(&update).await {
+                    Ok(()) => message.ts,
+                    // Someone deleted the status message: start a new one.
+                    Err(SlackError::Api {
+                        code: ApiErrorCode::MessageNotFound | ApiErrorCode::CantUpdateMessage,
+                        ..
+                    }) => self.post(place, text).await?,
+                    Err(error) => return Err(delivery_error(error)),
+                }
+            }
+            None => self.post(place, text).await?,
+        };
+        let record = StatusMessage {
+            channel: place.channel.clone(),
+            ts,
+            seq: event.seq,
+        };
+        if let Err(error) = self.store.put(&event.thread_id, &record).await {
+            // Slack already shows it; a retry would edit it again to the same text, harmless.
+            return Err(DeliveryError::retry(format!(
+                "status store: {error} (the status message is up to date)"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn post(&self, place: &SlackPlace, text: String) -> Result<String, DeliveryError> {
+        let posted = self
+            .api
+            .post_message(&PostMessage {
+                channel: place.channel.clone(),
+                thread_ts: place.thread_ts.clone(),
+                text,
+            })
+            .await
+            .map_err(delivery_error)?;
+        Ok(posted.ts)
+    }
+}
+
+#[async_trait]
+impl FanoutTarget for SlackStatusTarget {
+    fn name(&self) -> &str {
+        "slack"
+    }
+
+    async fn deliver(&self, event: &LifecycleEvent) -> Result<(), DeliveryError> {
+        // Threads made through the HTTP API have no Slack conversation to show status in.
+        let Some(place) = SlackPlace::of(&event.thread_id) else {
+            return Ok(());
+        };
+        self.show_status(event, &place).await?;
+        if let Some(text) = notice_text(event) {
+            self.post(&place, text).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Slack's errors as fan-out outcomes: rate limits and outages retry (after `Retry-After`),
+/// the rest (a channel the app left, a revoked token) go to the dead-letter queue.
+pub fn delivery_error(error: SlackError) -> DeliveryError {
+    match &error {
+        SlackError::RateLimited { retry_after, .. } => match retry_after {
+            Some(after) => DeliveryError::retry_after(error.to_string(), *after),
+            None => DeliveryError::retry(error.to_string()),
+        },
+        e if e.is_retryable() => DeliveryError::retry(error.to_string()),
+        _ => DeliveryError::permanent(error.to_string()),
+    }
+}
+
+/// The badge: state, generation and when, in words and colours matching the dashboard's
+/// (green active, yellow in transition, blue resuming, grey paused, red error).
+pub fn status_text(event: &LifecycleEvent) -> String {
+    let (icon, words) = match event.to {
+        Status::Creating => (":large_yellow_circle:", "creating…"),
+        Status::Active => (":large_green_circle:", "active"),
+        Status::Pausing => (":large_yellow_circle:", "pausing…"),
+        Status::Paused => (
+            ":white_circle:",
+            "paused (files kept; the next command resumes it)",
+        ),
+        Status::Resuming => (":large_blue_circle:", "resuming…"),
+        Status::Deleting => (":large_yellow_circle:", "deleting…"),
+        Status::Destroyed => (
+            ":black_circle:",
+            "destroyed (files are gone; the next command starts a fresh sandbox)",
+        ),
+        Status::Expired => (":red_circle:", "expired (send `reset` to start again)"),
+        Status::Error => (":red_circle:", "error"),
+    };
+    let secs = event.at.0.div_euclid(1000);
+    let mut text = format!(
+        "{icon} Sandbox *{words}* · generation {} · {} <!date^{secs}^{{date_short_pretty}} {{time_secs}}|at {secs}>",
+        event.generation,
+        cause_phrase(event.cause),
+    );
+    if let Some(id) = &event.sandbox_id {
+        text.push_str(&format!(" · `{}`", escape(id)));
+    }
+    text
+}
+
+fn cause_phrase(cause: Cause) -> &'static str {
+    match cause {
+        Cause::User => "by request",
+        Cause::Idle => "after going quiet",
+        Cause::Retention => "after long inactivity",
+        Cause::ProviderGone => "because the provider lost it",
+        Cause::ResumeFailed => "because resuming failed",
+        Cause::Recreated => "replacing a lost sandbox",
+        Cause::Reconcile => "to match the provider",
+        Cause::Error => "after an error",
+    }
+}
+
+/// A message of its own for the changes that lose work or block the thread.
+pub fn notice_text(event: &LifecycleEvent) -> Option<String> {
+    let detail = event
+        .detail
+        .as_deref()
+        .map(|d| format!(" ({})", escape(d)))
+        .unwrap_or_default();
+    match (event.to, event.cause) {
+        (Status::Expired, _) => Some(format!(
+            ":warning: This thread's sandbox is gone{detail} and was not replaced, so new \
+             commands are refused. Send `reset` to start a fresh sandbox."
+        )),
+        // The loss itself (to creating); the replacement becoming active needs no second notice.
+        (Status::Creating, Cause::Recreated) => Some(format!(
+            ":recycle: This thread's sandbox was lost and a fresh one is replacing it{detail}: \
+             files and running processes from before are gone."
+        )),
+        (Status::Error, cause) => Some(format!(
+            ":x: The sandbox hit an error ({}){detail}. The next command tries again; `reset` \
+             starts fresh.",
+            cause_name_of(cause)
+        )),
+        _ => None,
+    }
+}
+
+/// The cause as the API spells it (`provider_gone`).
+fn cause_name_of(cause: Cause) -> String {
+    serde_json::to_value(cause)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{cause:?}"))
+}

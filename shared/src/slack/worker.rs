@@ -1,0 +1,555 @@
+//! The worker: runs what people ask for in a thread and replies there. Transport-free: it reads
+//! work-queue bodies and talks to Slack through the `SlackApi` port, so the SQS Lambda,
+//! `threadbox dev` and the tests all drive the same code.
+//!
+//! Each message runs at most once: the worker claims the message (channel and ts) before acting,
+//! which also folds the `app_mention` and the `message` event Slack sends for one mention into
+//! one run. A reply that meets a rate limit waits out `Retry-After` briefly, and past that goes
+//! back on the work queue as a reply of its own, so retrying it never re-runs the command.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::api::{PostMessage, SlackApi, SlackError, SlackFile};
+use super::command::{self, CodeBlock, Command, Language};
+use super::format::{self, escape, REPLY_BUDGET};
+use super::work::{IncomingMessage, PendingReply, WorkItem};
+use crate::domain::{RejectKind, Session, ThreadId};
+use crate::fanout::RecordOutcome;
+use crate::ports::{
+    DedupeStore, DurableQueue, ExecCommand, ExecRequest, FileKind, OutgoingMessage,
+    DEFAULT_OUTPUT_CAP,
+};
+use crate::usecases::{Threadbox, UseCaseError};
+
+/// The sandbox user's home, where relative paths start.
+const HOME: &str = "/home/user";
+
+#[derive(Clone, Debug)]
+pub struct SlackWorkerConfig {
+    /// A code block is stopped after this long.
+    pub exec_timeout: Duration,
+    /// Shared files larger than this are not copied in.
+    pub max_attachment_bytes: u64,
+    /// Where shared files land in the sandbox.
+    pub attachments_dir: String,
+    /// How long a handled message is remembered (Slack retries within minutes; the mention and
+    /// message events for one text arrive within seconds).
+    pub message_memory: Duration,
+    /// Characters per reply.
+    pub reply_budget: usize,
+    /// Longest `Retry-After` waited out in place before the reply is queued instead.
+    pub max_inline_wait: Duration,
+    /// Entries shown by `files`.
+    pub max_listing: usize,
+}
+
+impl Default for SlackWorkerConfig {
+    fn default() -> Self {
+        Self {
+            exec_timeout: Duration::from_secs(60),
+            max_attachment_bytes: 20 * 1024 * 1024,
+            attachments_dir: format!("{HOME}/attachments"),
+            message_memory: Duration::from_secs(24 * 3600),
+            reply_budget: REPLY_BUDGET,
+            max_inline_wait: Duration::from_secs(10),
+            max_listing: 50,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct SlackWorker {
+    tb: Threadbox,
+    api: Arc<dyn SlackApi>,
+    dedupe: Arc<dyn DedupeStore>,
+    /// The work queue, for replies that have to wait.
+    queue: Arc<dyn DurableQueue>,
+    config: SlackWorkerConfig,
+}
+
+impl SlackWorker {
+    pub fn new(
+        tb: Threadbox,
+        api: Arc<dyn SlackApi>,
+        dedupe: Arc<dyn DedupeStore>,
+        queue: Arc<dyn DurableQueue>,
+        config: SlackWorkerConfig,
+    ) -> Self {
+        Self {
+            tb,
+            api,
+            dedupe,
+            queue,
+            config,
+        }
+    }
+
+    /// Handle one work-queue body. Never fails the whole batch: a body that is not work is
+    /// poison (dead-lettered), and failures before anything ran ask for a retry.
+    pub async fn handle_body(&self, body: &str) -> RecordOutcome {
+        match serde_json::from_str::<WorkItem>(body) {
+            Ok(item) => self.handle(item).await,
+            Err(error) => RecordOutcome::Poison {
+                reason: format!("the record is not a work item: {error}"),
+            },
+        }
+    }
+
+    pub async fn handle(&self, item: WorkItem) -> RecordOutcome {
+        match item {
+            WorkItem::Message(message) => {
+                let span = tracing::info_span!(
+                    "slack_message",
+                    thread_id = %message.thread_id,
+                    event_id = %message.event_id
+                );
+                tracing::Instrument::instrument(self.handle_message(message), span).await
+            }
+            WorkItem::Reply(reply) => self.post_pending(reply).await,
+        }
+    }
+
+    async fn handle_message(&self, message: IncomingMessage) -> RecordOutcome {
+        let command = command::parse(&message.text);
+        let has_files = !message.files.is_empty();
+        if !message.addressed {
+            // Chatter in a thread is not for us; commands are, once the thread has a sandbox.
+            if !command.is_actionable() && !has_files {
+                return RecordOutcome::Delivered;
+            }
+            match self.tb.session(&message.thread_id).await {
+                Ok(Some(_)) => {}
+                Ok(None) => return RecordOutcome::Delivered,
+                Err(error) => return retry(format!("session store: {error}")),
+            }
+        }
+        let key = format!("slack:msg:{}:{}", message.channel, message.ts);
+        match self.dedupe.claim(&key, self.config.message_memory).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!("message already handled (a retry, or its twin mention event)");
+                return RecordOutcome::Delivered;
+            }
+            Err(error) => return retry(format!("dedupe store: {error}")),
+        }
+        let mut replies = Replies::new(self, &message);
+        if has_files {
+            let text = self.copy_files(&message.thread_id, &message.files).await;
+            replies.send(text).await;
+        }
+        self.run(&message.thread_id, command, has_files, &mut replies)
+            .await;
+        RecordOutcome::Delivered
+    }
+
+    async fn run(
+        &self,
+        thread_id: &ThreadId,
+        command: Command,
+        has_files: bool,
+        replies: &mut Replies<'_>,
+    ) {
+        match command {
+            Command::Run(blocks) => {
+                for block in blocks {
+                    let text = self.run_block(thread_id, block).await;
+                    replies.send(text).await;
+                }
+            }
+            Command::Status => replies.send(self.status(thread_id).await).await,
+            Command::Pause => replies.send(self.pause(thread_id).await).await,
+            Command::Resume => replies.send(self.resume(thread_id).await).await,
+            Command::Reset => replies.send(self.reset(thread_id).await).await,
+            Command::Files(path) => {
+                replies
+                    .send(self.files(thread_id, path.as_deref()).await)
+                    .await
+            }
+            Command::Help => replies.send(help()).await,
+            Command::Unknown(_) => {
+                replies
+                    .send(
+                        "I didn't understand that. Send a code block to run it, or one of: \
+                         `status`, `pause`, `resume`, `reset`, `files [path]`, `help`."
+                            .to_owned(),
+                    )
+                    .await
+            }
+            // A file shared without words: the file reply says it all.
+            Command::Empty if has_files => {}
+            Command::Empty => replies.send(help()).await,
+        }
+    }
+
+    async fn run_block(&self, thread_id: &ThreadId, block: CodeBlock) -> String {
+        let interpreter = match block.language {
+            Language::Runnable(interpreter) => interpreter,
+            Language::Unsupported(language) => {
+                return format!(
+                    "I can't run `{}` code. I can run `bash`, `sh`, `python` and `node`: put \
+                     the language after the opening fence, like ```python",
+                    escape(&language)
+                )
+            }
+        };
+        let request = ExecRequest {
+            command: ExecCommand::Argv(interpreter.argv(&block.code)),
+            cwd: None,
+            env: Default::default(),
+            stdin: None,
+            timeout: self.config.exec_timeout,
+            output_cap: DEFAULT_OUTPUT_CAP,
+        };
+        // `exec` holds the sandbox for the command's duration, so it is never paused mid-run.
+        match self.tb.exec(thread_id, request).await {
+            Ok(result) => format::exec_reply(interpreter.name(), &result, self.config.reply_budget),
+            Err(error) => failure(&error),
+        }
+    }
+
+    async fn status(&self, thread_id: &ThreadId) -> String {
+        match self.tb.session(thread_id).await {
+            Ok(Some(session)) => status_line(&session),
+            Ok(None) => NO_SANDBOX.to_owned(),
+            Err(error) => failure(&error.into()),
+        }
+    }
+
+    async fn pause(&self, thread_id: &ThreadId) -> String {
+        match self.tb.pause(thread_id).await {
+            Ok(_) => "Paused. Files are kept; the next command resumes the sandbox.".to_owned(),
+            Err(UseCaseError::UnknownThread(_)) => NO_SANDBOX.to_owned(),
+            Err(UseCaseError::Held(_)) => {
+                "A command is running, so the sandbox stays awake; try again when it finishes."
+                    .to_owned()
+            }
+            Err(error) => failure(&error),
+        }
+    }
+
+    async fn resume(&self, thread_id: &ThreadId) -> String {
+        match self.tb.resume(thread_id).await {
+            Ok(handle) if handle.resumed => "Resumed: the sandbox is active.".to_owned(),
+            Ok(_) => "The sandbox is already active.".to_owned(),
+            Err(UseCaseError::UnknownThread(_)) => NO_SANDBOX.to_owned(),
+            Err(error) => failure(&error),
+        }
+    }
+
+    async fn reset(&self, thread_id: &ThreadId) -> String {
+        let result = match self.tb.session(thread_id).await {
+            Ok(None) => self.tb.resolve(thread_id).await,
+            Ok(Some(_)) => self.tb.reset(thread_id).await,
+            Err(error) => Err(error.into()),
+        };
+        match result {
+            Ok(handle) => format!(
+                ":recycle: Reset: the old sandbox and all its files are gone. A fresh sandbox is \
+                 ready (generation {}).",
+                handle.generation
+            ),
+            Err(error) => failure(&error),
+        }
+    }
+
+    async fn files(&self, thread_id: &ThreadId, path: Option<&str>) -> String {
+        match self.tb.session(thread_id).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return NO_SANDBOX.to_owned(),
+            Err(error) => return failure(&error.into()),
+        }
+        let path = match path {
+            None => HOME.to_owned(),
+            Some(p) if p.starts_with('/') => p.to_owned(),
+            Some(p) => format!("{HOME}/{p}"),
+        };
+        match self.tb.list_dir(thread_id, &path).await {
+            Ok(mut entries) => {
+                if entries.is_empty() {
+                    return format!("`{}` is empty.", escape(&path));
+                }
+                entries.sort_by(|a, b| a.name.cmp(&b.name));
+                let shown = entries.len().min(self.config.max_listing);
+                let mut lines: Vec<String> = entries[..shown]
+                    .iter()
+                    .map(|e| match e.kind {
+                        FileKind::Dir => format!("{}/", e.name),
+                        FileKind::Symlink => format!("{} (link)", e.name),
+                        _ => format!("{}  {}", e.name, size_words(e.size)),
+                    })
+                    .collect();
+                if entries.len() > shown {
+                    lines.push(format!("… and {} more", entries.len() - shown));
+                }
+                format!(
+                    "`{}`:\n```\n{}\n```",
+                    escape(&path),
+                    escape(&lines.join("\n"))
+                )
+            }
+            Err(error) => failure(&error),
+        }
+    }
+
+    /// Copy shared files into the attachments directory; one line per file.
+    async fn copy_files(&self, thread_id: &ThreadId, files: &[SlackFile]) -> String {
+        let mut lines = Vec::new();
+        for file in files {
+            lines.push(self.copy_file(thread_id, file).await);
+        }
+        lines.join("\n")
+    }
+
+    async fn copy_file(&self, thread_id: &ThreadId, file: &SlackFile) -> String {
+        let limit = self.config.max_attachment_bytes;
+        let needs_info = file.url_private_download.is_none()
+            || file.file_access.as_deref() == Some("check_file_info");
+        let file = if needs_info {
+            match self.api.file_info(&file.id).await {
+                Ok(info) => info,
+                Err(error) => return format!(":x: Could not look up file {}: {error}", file.id),
+            }
+        } else {
+            file.clone()
+        };
+        let name = safe_file_name(file.name.as_deref(), &file.id);
+        let shown = escape(&name);
+        let too_big = |size: u64| {
+            format!(
+                ":warning: `{shown}` is {}; files over {} are not copied into the sandbox.",
+                size_words(size),
+                size_words(limit)
+            )
+        };
+        if let Some(size) = file.size.filter(|s| *s > limit) {
+            return too_big(size);
+        }
+        let Some(url) = file.url_private_download.as_deref() else {
+            return format!(":x: Slack gave no download link for `{shown}`.");
+        };
+        let bytes = match self.api.download_file(url, limit).await {
+            Ok(bytes) => bytes,
+            Err(SlackError::TooLarge { size, .. }) => return too_big(size),
+            Err(error) => return format!(":x: Could not download `{shown}`: {error}"),
+        };
+        let path = format!("{}/{name}", self.config.attachments_dir);
+        match self.tb.write_file(thread_id, &path, &bytes).await {
+            Ok(()) => format!(
+                ":paperclip: Saved `{shown}` ({}) to `{}`",
+                size_words(bytes.len() as u64),
+                escape(&path)
+            ),
+            Err(error) => format!(
+                ":x: Could not save `{shown}`: {}",
+                escape(&error.to_string())
+            ),
+        }
+    }
+
+    /// Post a reply that was queued after a rate limit.
+    async fn post_pending(&self, reply: PendingReply) -> RecordOutcome {
+        let post = PostMessage {
+            channel: reply.channel,
+            thread_ts: reply.thread_ts,
+            text: reply.text,
+        };
+        match self.api.post_message(&post).await {
+            Ok(_) => RecordOutcome::Delivered,
+            Err(error) if error.is_retryable() => RecordOutcome::Retry {
+                retry_after: error.retry_after(),
+            },
+            Err(error) => RecordOutcome::Poison {
+                reason: format!("reply refused by Slack: {error}"),
+            },
+        }
+    }
+}
+
+/// Posts the replies to one message, in order, each numbered for its queue dedup id.
+struct Replies<'a> {
+    worker: &'a SlackWorker,
+    message: &'a IncomingMessage,
+    sent: usize,
+}
+
+impl<'a> Replies<'a> {
+    fn new(worker: &'a SlackWorker, message: &'a IncomingMessage) -> Self {
+        Self {
+            worker,
+            message,
+            sent: 0,
+        }
+    }
+
+    async fn send(&mut self, text: String) {
+        self.sent += 1;
+        let post = PostMessage {
+            channel: self.message.channel.clone(),
+            thread_ts: self.message.reply_thread_ts.clone(),
+            text,
+        };
+        let mut attempt = 0;
+        let error = loop {
+            attempt += 1;
+            match self.worker.api.post_message(&post).await {
+                Ok(_) => return,
+                Err(error) if !error.is_retryable() => {
+                    tracing::error!(%error, "reply refused by Slack; dropped");
+                    return;
+                }
+                Err(error) => {
+                    let wait = error.retry_after().unwrap_or(Duration::from_secs(attempt));
+                    if attempt >= 3 || wait > self.worker.config.max_inline_wait {
+                        break error;
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        };
+        tracing::info!(%error, "reply deferred to the work queue");
+        let item = WorkItem::Reply(PendingReply {
+            thread_id: self.message.thread_id.clone(),
+            channel: post.channel,
+            thread_ts: post.thread_ts,
+            text: post.text,
+        });
+        let queued = OutgoingMessage {
+            group_id: item.group_id().to_owned(),
+            dedup_id: format!("{}:reply:{}", self.message.event_id, self.sent),
+            body: serde_json::to_string(&item).expect("work items serialise"),
+        };
+        if let Err(error) = self.worker.queue.send(&[queued]).await {
+            tracing::error!(%error, "could not queue the reply; it is lost");
+        }
+    }
+}
+
+fn retry(reason: String) -> RecordOutcome {
+    tracing::warn!(%reason, "work item will be retried");
+    RecordOutcome::Retry { retry_after: None }
+}
+
+const NO_SANDBOX: &str = "This thread has no sandbox yet: send a code block to start one.";
+
+fn help() -> String {
+    "I run code in this thread's own sandbox: a Linux machine that keeps its files between \
+     messages.\n\
+     • A code block runs it: ```python, ```node, ```bash or ```sh (no language means bash).\n\
+     • `status`: what the sandbox is doing.\n\
+     • `pause` / `resume`: put it to sleep (files kept) or wake it.\n\
+     • `reset`: throw it away with all its files and start fresh.\n\
+     • `files [path]`: list a directory (default /home/user).\n\
+     • Share a file here and it lands in /home/user/attachments."
+        .to_owned()
+}
+
+fn status_line(session: &Session) -> String {
+    let sandbox = session
+        .sandbox_id
+        .as_deref()
+        .map(|id| format!(" · `{}`", escape(id)))
+        .unwrap_or_default();
+    let active = session.last_activity_at.0.div_euclid(1000);
+    let mut text = format!(
+        "Sandbox *{}* · generation {}{sandbox} · last active <!date^{active}^{{date_short_pretty}} {{time_secs}}|at {active}>",
+        session.status, session.generation
+    );
+    if let Some(error) = &session.last_error {
+        text.push_str(&format!("\nLast error: {}", escape(error)));
+    }
+    text
+}
+
+/// A use-case error as a reply: what happened and what the person can do.
+fn failure(error: &UseCaseError) -> String {
+    match error {
+        UseCaseError::Rejected(r) if r.kind == RejectKind::Expired => {
+            ":warning: This thread's sandbox expired and was not replaced. Send `reset` to start \
+             a fresh one (files from before are gone)."
+                .to_owned()
+        }
+        UseCaseError::Rejected(r) if r.kind == RejectKind::Illegal => format!(
+            "That can't be done while the sandbox is {}.",
+            r.from.map_or("new", |s| s.as_str())
+        ),
+        UseCaseError::Busy { status, .. } => {
+            format!("The sandbox is still {status}; try again in a moment.")
+        }
+        UseCaseError::Rejected(_) => {
+            "The sandbox is busy changing state; try again in a moment.".to_owned()
+        }
+        UseCaseError::UnknownThread(_) => NO_SANDBOX.to_owned(),
+        other => format!(":x: {}", escape(&other.to_string())),
+    }
+}
+
+/// A shared file's name as a safe single path component: letters, digits, `.`, `_` and `-`
+/// (anything else becomes `_`), no leading dots, at most 100 characters; the file id when
+/// nothing is left.
+pub fn safe_file_name(name: Option<&str>, id: &str) -> String {
+    let cleaned: String = name
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let cleaned = cleaned.trim_start_matches('.');
+    let cleaned: String = cleaned.chars().take(100).collect();
+    if cleaned.trim_matches('_').is_empty() {
+        safe_file_name(Some(id), "file")
+            .trim_start_matches('.')
+            .to_owned()
+    } else {
+        cleaned
+    }
+}
+
+/// "512 B", "12.3 KB", "4.0 MB".
+fn size_words(bytes: u64) -> String {
+    const KB: f64 = 1024.0;
+    let b = bytes as f64;
+    if b < KB {
+        format!("{bytes} B")
+    } else if b < KB * KB {
+        format!("{:.1} KB", b / KB)
+    } else if b < KB * KB * KB {
+        format!("{:.1} MB", b / (KB * KB))
+    } else {
+        format!("{:.1} GB", b / (KB * KB * KB))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_become_one_safe_component() {
+        let cases = [
+            (Some("report.csv"), "report.csv"),
+            (Some("../../etc/passwd"), "_.._etc_passwd"),
+            (Some(".bashrc"), "bashrc"),
+            (Some("my file (1).txt"), "my_file__1_.txt"),
+            (Some("日本.txt"), "__.txt"),
+            (Some("///"), "F123"),
+            (None, "F123"),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(safe_file_name(name, "F123"), expected, "{name:?}");
+        }
+        assert_eq!(safe_file_name(Some(&"a".repeat(300)), "F1").len(), 100);
+    }
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(size_words(512), "512 B");
+        assert_eq!(size_words(12_595), "12.3 KB");
+        assert_eq!(size_words(20 * 1024 * 1024), "20.0 MB");
+    }
+}
