@@ -59,8 +59,7 @@ impl DedupeStore for SqliteDedupe {
         let prune = self
             .claims
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            % PRUNE_EVERY
-            == 0;
+            .is_multiple_of(PRUNE_EVERY);
         self.db
             .call(move |conn| {
                 if prune {
