@@ -19,8 +19,18 @@ use support::{dev_missing, find_program, prerequisites_met, target_dir, DevServe
 const THREAD: &str = "browser-demo";
 const WAIT: Duration = Duration::from_secs(30);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
+/// A browser beside a running `threadbox dev`. Fields drop in order: the browser quits before
+/// its driver stops, and both before the server and the temporary files go.
+struct Dashboard {
+    browser: Browser,
+    _driver: Chromedriver,
+    dev: DevServer,
+    _tmp: tempfile::TempDir,
+}
+
+/// Start `threadbox dev` with `dev_args` and a browser, or `None` when the machine cannot (see
+/// `prerequisites_met`).
+async fn start(test: &str, dev_args: &[&str]) -> Option<Dashboard> {
     let chromium = find_program("chromium");
     let chromedriver = find_program("chromedriver");
     let mut missing = dev_missing();
@@ -30,17 +40,33 @@ async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
     if chromedriver.is_none() {
         missing.push("chromedriver (apt-get install chromium-driver)".to_owned());
     }
-    if !prerequisites_met(
-        "dashboard_shows_a_thread_go_active_and_pause_from_a_click",
-        &missing,
-    ) {
-        return;
+    if !prerequisites_met(test, &missing) {
+        return None;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let dev = DevServer::start(&[]).await;
+    let dev = DevServer::start(dev_args).await;
     let driver =
         Chromedriver::start(&chromedriver.unwrap(), &tmp.path().join("chromedriver.log")).await;
     let browser = Browser::open(&driver, &chromium.unwrap(), &tmp.path().join("profile")).await;
+    Some(Dashboard {
+        browser,
+        _driver: driver,
+        dev,
+        _tmp: tmp,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
+    let Some(dashboard) = start(
+        "dashboard_shows_a_thread_go_active_and_pause_from_a_click",
+        &[],
+    )
+    .await
+    else {
+        return;
+    };
+    let Dashboard { browser, dev, .. } = &dashboard;
     let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
 
     browser.goto(&format!("{}/", dev.url)).await;
@@ -134,4 +160,59 @@ async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
     browser
         .wait_for_text(&badge_css, "active", WAIT, context)
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_asks_for_the_api_key_when_the_api_requires_one() {
+    const KEY: &str = "dashboard-test-key-0123456789";
+    let Some(dashboard) = start(
+        "dashboard_asks_for_the_api_key_when_the_api_requires_one",
+        &["--api-keys", KEY],
+    )
+    .await
+    else {
+        return;
+    };
+    let Dashboard { browser, dev, .. } = &dashboard;
+    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+    let made = dev
+        .http
+        .post(format!("{}/v1/threads/keyed/resolve", dev.url))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), 201);
+
+    browser.goto(&format!("{}/dashboard", dev.url)).await;
+    browser
+        .wait_for_text("#connection", "waiting for an API key", WAIT, context)
+        .await;
+    let input = browser.find("#api-key").await.expect("a key field");
+    let submit = browser
+        .find("#key-form button[type=\"submit\"]")
+        .await
+        .expect("a submit button");
+
+    // A wrong key is refused and the form says so.
+    browser.type_text(&input, "not-the-key").await;
+    browser.click(&submit).await;
+    browser
+        .wait_for_text("#key-error", "The API refused that key.", WAIT, context)
+        .await;
+
+    // The right one lists the thread and goes live.
+    browser.type_text(&input, KEY).await;
+    browser.click(&submit).await;
+    browser
+        .wait_for_text("tr[data-thread=\"keyed\"] .badge", "active", WAIT, context)
+        .await;
+    browser
+        .wait_for_text("#connection", "live over WebSocket", WAIT, context)
+        .await;
+    let form = browser.find("#key-form").await.unwrap();
+    assert_eq!(
+        browser.attribute(&form, "hidden").await.as_deref(),
+        Some("true")
+    );
 }

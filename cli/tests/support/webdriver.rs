@@ -1,8 +1,8 @@
 //! Just enough of the W3C WebDriver protocol to drive headless Chromium through `chromedriver`:
-//! open a page, find elements by CSS, read text and attributes, click, take a screenshot.
+//! open a page, find elements by CSS, read text and attributes, click and type, take a screenshot.
 //!
 //! WebDriver is JSON over HTTP on loopback, so the reqwest client the CLI already has covers it;
-//! a WebDriver crate would add a second HTTP stack for these eight calls.
+//! a WebDriver crate would add a second HTTP stack for these few calls.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -178,6 +178,16 @@ impl Browser {
             reqwest::Method::POST,
             &format!("/element/{element}/click"),
             Some(json!({})),
+        )
+        .await;
+    }
+
+    /// Type into an input, as keystrokes.
+    pub async fn type_text(&self, element: &str, text: &str) {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/element/{element}/value"),
+            Some(json!({ "text": text })),
         )
         .await;
     }
