@@ -62,7 +62,7 @@ pub fn format(d: Duration) -> String {
         return format!("{}ms", d.as_millis());
     }
     for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
-        if secs % size == 0 {
+        if secs.is_multiple_of(size) {
             return format!("{}{unit}", secs / size);
         }
     }
