@@ -1,11 +1,13 @@
 //! The dashboard in a real browser: headless Chromium, driven over WebDriver by `chromedriver`,
-//! against the real `threadbox dev` on runc. Activity made through the API shows up as an active
-//! thread; clicking Pause turns its badge grey; the timeline shows the changes with their causes,
-//! and a resume made through the API arrives live. The page is saved (paused) as
-//! `target/dashboard.png` for a person to look at.
+//! against the real `threadbox dev` on runc.
+//! - Activity made through the API shows up as an active thread; clicking Pause turns its badge
+//!   grey; the timeline shows the changes with their causes, and a resume made through the API
+//!   arrives live. The page is saved (paused) as `target/dashboard.png` for a person to look at.
+//! - With API keys, the page asks for one and goes live once it has it.
+//! - Without the WebSocket, the page polls and still follows changes.
 //!
 //! Needs root, runc, and Debian's `chromium` and `chromium-driver` (`scripts/test.sh` installs
-//! them). Without them the test is skipped with a message, or fails when
+//! them). Without them the tests are skipped with a message, or fail when
 //! `THREADBOX_REQUIRE_SANDBOXES` is set.
 
 mod support;
@@ -215,4 +217,42 @@ async fn dashboard_asks_for_the_api_key_when_the_api_requires_one() {
         browser.attribute(&form, "hidden").await.as_deref(),
         Some("true")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_websocket_the_dashboard_polls() {
+    let Some(dashboard) = start("without_the_websocket_the_dashboard_polls", &[]).await else {
+        return;
+    };
+    let Dashboard { browser, dev, .. } = &dashboard;
+    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+    dev.post("/v1/threads/polled/resolve", None).await;
+
+    // `?live=off` keeps the page off the WebSocket, as when a proxy breaks it.
+    browser
+        .goto(&format!("{}/dashboard?live=off", dev.url))
+        .await;
+    browser
+        .wait_for_text("#connection", "polling every 2 s", WAIT, context)
+        .await;
+    let row = "tr[data-thread=\"polled\"]";
+    browser
+        .wait_for_text(&format!("{row} .badge"), "active", WAIT, context)
+        .await;
+    let select = browser
+        .find(&format!("{row} button[data-action=\"select\"]"))
+        .await
+        .unwrap();
+    browser.click(&select).await;
+
+    // A pause made elsewhere shows up in the list and in the open timeline.
+    dev.post("/v1/threads/polled/pause", None).await;
+    browser
+        .wait_for_text(&format!("{row} .badge"), "paused", WAIT, context)
+        .await;
+    browser
+        .wait_for_text("#event-rows tr:first-child .badge", "paused", WAIT, context)
+        .await;
+    let connection = browser.find("#connection").await.unwrap();
+    assert_eq!(browser.text(&connection).await, "polling every 2 s");
 }

@@ -36,7 +36,9 @@
     events: [], // the selected thread's events, oldest first
     lastShownSeq: 0,
     live: null, // { socket, ready, subscribed: Set, ping }
-    liveSupported: true, // false once the server shows it has no live endpoint
+    // False once the server shows it has no live endpoint, or when the page is opened with
+    // ?live=off (for proxies that break WebSockets, and to exercise the polling path).
+    liveSupported: new URLSearchParams(location.search).get("live") !== "off",
     liveRetryMs: 1000,
     reachable: true,
     sinkSupported: true,
@@ -507,9 +509,10 @@
     if (state.selected) wanted.unshift(state.selected);
     for (const id of wanted) {
       if (live.subscribed.size >= MAX_LIVE_SUBSCRIPTIONS) break;
-      if (live.subscribed.has(id)) continue;
+      const thread = state.threads.get(id);
+      if (!thread || live.subscribed.has(id)) continue;
       live.subscribed.add(id);
-      send(live, { action: "subscribe", thread_id: id, after_seq: state.threads.get(id).last_seq });
+      send(live, { action: "subscribe", thread_id: id, after_seq: thread.last_seq });
     }
   }
 
