@@ -169,7 +169,7 @@ impl Client {
         let mut threads = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let want = max.map_or(PAGE, |m| (m - threads.len()).min(PAGE));
+            let want = max.map_or(PAGE, |m| m.saturating_sub(threads.len()).min(PAGE));
             if want == 0 {
                 break;
             }
