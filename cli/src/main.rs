@@ -4,6 +4,7 @@ mod client;
 mod dev;
 mod duration;
 mod exit;
+mod slack;
 mod threads;
 mod token;
 mod token_secret;
@@ -34,6 +35,8 @@ enum Command {
     Threads(threads::ThreadsArgs),
     /// Mint a live-events subscription token for `GET /v1/ws`, signed with the local secret.
     Token(token::TokenArgs),
+    /// Try the Slack app without Slack: `slack send` posts a signed event to `threadbox dev`.
+    Slack(slack::SlackArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -53,6 +56,9 @@ fn main() -> std::process::ExitCode {
                 .map(|()| std::process::ExitCode::SUCCESS),
             Command::Threads(args) => threads::run(args).await,
             Command::Token(args) => token::run(args).map(|()| std::process::ExitCode::SUCCESS),
+            Command::Slack(args) => slack::run(args)
+                .await
+                .map(|()| std::process::ExitCode::SUCCESS),
         }
     });
     match result {

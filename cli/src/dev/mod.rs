@@ -3,7 +3,9 @@
 //! One SQLite file holds the sessions, their events and the lifecycle queue; sandboxes are runc
 //! containers under the data directory; the HTTP API listens on loopback; the janitor runs on a
 //! timer; a consumer drains the lifecycle queue to its fan-out targets: the log, and the live-events
-//! WebSocket subscribers of `GET /v1/ws` (tokens from `POST /v1/tokens` or `threadbox token`).
+//! WebSocket subscribers of `GET /v1/ws` (tokens from `POST /v1/tokens` or `threadbox token`), and
+//! the Slack status messages. The Slack app's `POST /slack/events` queues work that a worker loop
+//! runs in the threads' sandboxes (see `slack`).
 //!
 //! Stopping (Ctrl-C or SIGTERM) stops accepting requests and lets those in flight finish; the
 //! janitor and the consumer stop between iterations. Nothing is lost: messages not yet acked stay
@@ -15,6 +17,8 @@ mod dashboard;
 mod janitor;
 mod preflight;
 mod shutdown;
+mod slack;
+mod work;
 mod ws;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -31,7 +35,7 @@ use threadbox_shared::domain::Timers;
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_shared::http::{router, token_routes, ApiAuth};
 use threadbox_shared::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
-use threadbox_shared::ports::{Clock, DurableQueue, SystemClock};
+use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue, SystemClock};
 use threadbox_shared::usecases::{Config, Threadbox};
 use tokio::net::TcpListener;
 
@@ -131,7 +135,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let (token_secret, secret_source) = token_secret::load(&data_dir)?;
     let token_key = TokenKey::new(token_secret);
     // Fan-out remembers what each target has, in the same file, so a restart repeats nothing.
-    let dedupe = Arc::new(
+    let dedupe: Arc<dyn DedupeStore> = Arc::new(
         SqliteDedupe::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
     );
     let provider = RuncProvider::open(RuncConfig::new(data_dir.join("sandboxes")))
@@ -147,6 +151,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         ..Config::default()
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let database = store.database().clone();
     let tb = Threadbox::new(
         Arc::new(store),
         Arc::new(provider),
@@ -169,6 +174,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
              use the API; browsers are limited to loopback origins"
         );
     }
+    let slack = slack::setup(slack::SlackDeps {
+        data_dir: &data_dir,
+        db_path: &db_path,
+        database,
+        tb: tb.clone(),
+        dedupe: dedupe.clone(),
+        auth: auth.clone(),
+        clock: clock.clone(),
+    })
+    .await?;
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, args.port))
         .await
         .with_context(|| {
@@ -178,7 +193,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             )
         })?;
     let addr = listener.local_addr()?;
-    print_banner(addr, &data_dir, &args, auth.is_enabled(), &secret_source);
+    print_banner(
+        addr,
+        &data_dir,
+        &args,
+        auth.is_enabled(),
+        &secret_source,
+        &slack,
+    );
 
     let shutdown = Shutdown::install().context("installing signal handlers")?;
     let janitor = tokio::spawn(janitor::run(
@@ -186,11 +208,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         args.janitor_interval,
         shutdown.subscribe(),
     ));
-    let targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget), subscribers.clone()];
+    let targets: Vec<Arc<dyn FanoutTarget>> =
+        vec![Arc::new(LogTarget), subscribers.clone(), slack.target];
     let fanout = Fanout::new(dedupe, targets);
     let consumer = tokio::spawn(
         LifecycleConsumer::new(queue, fanout, ConsumerConfig::default()).run(shutdown.subscribe()),
     );
+
+    let work = tokio::spawn(slack.work.run(shutdown.subscribe()));
 
     let live = ws::routes(LiveSocket {
         gateway: LiveGateway::new(subscribers, token_key.clone()),
@@ -199,7 +224,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     });
     let app = router(tb, auth.clone())
         .merge(token_routes(token_key, clock, auth))
-        .merge(live);
+        .merge(live)
+        .merge(slack.routes);
     let stop = shutdown.clone();
     let served = axum::serve(listener, app.merge(dashboard::routes()))
         .with_graceful_shutdown(async move { shutdown.requested().await })
@@ -208,7 +234,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         // The server only returns early on an accept error: stop the loops as well.
         stop.trigger();
     }
-    for (name, task) in [("janitor", janitor), ("consumer", consumer)] {
+    for (name, task) in [
+        ("janitor", janitor),
+        ("consumer", consumer),
+        ("Slack worker", work),
+    ] {
         match tokio::time::timeout(STOP_GRACE, task).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::error!(%error, "the {name} task failed"),
@@ -229,6 +259,7 @@ fn print_banner(
     args: &DevArgs,
     auth: bool,
     token_secret: &SecretSource,
+    slack: &slack::SlackParts,
 ) {
     let base = format!("http://{addr}");
     let auth_header = if auth {
@@ -248,6 +279,17 @@ fn print_banner(
         }
     );
     println!("  live       ws://{addr}/v1/ws?token=TOKEN  (threadbox token --thread ID, or POST /v1/tokens; secret: {token_secret})");
+    let replies = match &slack.outgoing {
+        slack::Outgoing::Slack { api_url } => format!("replies to Slack ({api_url})"),
+        slack::Outgoing::Sink => {
+            format!("no SLACK_BOT_TOKEN: replies kept at {base}/v1/slack/sink")
+        }
+    };
+    println!(
+        "  slack      POST {base}{}  (signing secret: {}); {replies}",
+        threadbox_shared::slack::EVENTS_PATH,
+        slack.secret
+    );
     println!(
         "  data       {}  (threadbox.db, sandboxes/)",
         data_dir.display()
@@ -260,6 +302,7 @@ fn print_banner(
     );
     println!("  try        curl -s -X POST {base}/v1/threads/demo/exec{auth_header} -H 'content-type: application/json' -d '{{\"cmd\":\"echo hello\"}}'");
     println!("             curl -s {base}/v1/threads{auth_header}");
+    println!("             threadbox slack send --url {base} --data-dir {} --thread slack:T1:C1 '```echo hello from a thread```'", data_dir.display());
     println!("Ctrl-C stops (sandboxes of live threads keep running).");
 }
 

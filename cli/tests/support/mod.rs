@@ -78,10 +78,22 @@ impl DevServer {
     /// Start it with `args` after the defaults (a free port, a temporary data directory, the
     /// janitor every second) and wait until it answers.
     pub async fn start(args: &[&str]) -> DevServer {
+        Self::start_with_env(args, &[]).await
+    }
+
+    /// `start`, with environment variables set (`Some`) or removed (`None`) for the server.
+    pub async fn start_with_env(args: &[&str], env: &[(&str, Option<&str>)]) -> DevServer {
         let tmp = tempfile::tempdir().unwrap();
         let data_dir = tmp.path().join("data");
         let stderr_path = tmp.path().join("dev.stderr");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_threadbox"));
+        for (name, value) in env {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        let mut child = command
             .args([
                 "dev",
                 "--port",

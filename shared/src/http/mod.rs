@@ -4,6 +4,7 @@
 //! - `threads`: resolve, pause, resume, reset, and reading sessions and events;
 //! - `sandbox`: exec and files;
 //! - `tokens`: minting live-events subscription tokens (merged in by the caller: it holds the key);
+//! - `slack_sink` (features `slack` and `sqlite`): what `threadbox dev` would have posted to Slack;
 //! - `auth`: bearer API keys;
 //! - `extract`: input validation with JSON errors;
 //! - `error`: every failure as `{"error": {"code", "message"}}` with the right status.
@@ -12,6 +13,8 @@ mod auth;
 mod error;
 mod extract;
 mod sandbox;
+#[cfg(all(feature = "slack", feature = "sqlite"))]
+mod slack_sink;
 mod threads;
 mod tokens;
 
@@ -27,6 +30,8 @@ use serde_json::{json, Value};
 pub use auth::ApiAuth;
 pub use error::ApiError;
 pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
+#[cfg(all(feature = "slack", feature = "sqlite"))]
+pub use slack_sink::slack_sink_routes;
 pub use tokens::{token_routes, DEFAULT_TOKEN_TTL};
 
 use crate::usecases::Threadbox;

@@ -1,0 +1,110 @@
+//! The Slack app inside `threadbox dev`: `POST /slack/events`, the worker loop on the work
+//! queue, and the Slack status target for the fan-out.
+//!
+//! Outgoing calls go to Slack when `SLACK_BOT_TOKEN` is set (and `SLACK_API_URL`, if set, says
+//! where the Web API is); otherwise to a sink in the same SQLite file, shown at
+//! `GET /v1/slack/sink` behind the API keys. The signing secret comes from
+//! `SLACK_SIGNING_SECRET`, or is made in the data directory (see `crate::slack::secret`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use threadbox_shared::adapters::sqlite::{
+    Database, QueueConfig, SqliteQueue, SqliteSlackSink, SqliteSlackStatusStore,
+};
+use threadbox_shared::fanout::FanoutTarget;
+use threadbox_shared::http::{slack_sink_routes, ApiAuth};
+use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue};
+use threadbox_shared::slack::client::{SlackClientConfig, SlackWebClient};
+use threadbox_shared::slack::{
+    router as events_router, SlackApi, SlackIngress, SlackStatusTarget, SlackWorker,
+    SlackWorkerConfig, WORK_QUEUE,
+};
+use threadbox_shared::usecases::Threadbox;
+
+use super::work::{WorkConfig, WorkLoop};
+use crate::slack::secret::{self, SecretSource, SECRET_ENV};
+
+/// Where replies go, for the banner.
+pub enum Outgoing {
+    Slack { api_url: String },
+    Sink,
+}
+
+pub struct SlackParts {
+    /// `POST /slack/events` (signature-authenticated) and, with the sink, `GET /v1/slack/sink`.
+    pub routes: Router,
+    pub target: Arc<dyn FanoutTarget>,
+    pub work: WorkLoop,
+    pub secret: SecretSource,
+    pub outgoing: Outgoing,
+}
+
+pub struct SlackDeps<'a> {
+    pub data_dir: &'a Path,
+    pub db_path: &'a Path,
+    pub database: Database,
+    pub tb: Threadbox,
+    pub dedupe: Arc<dyn DedupeStore>,
+    pub auth: ApiAuth,
+    pub clock: Arc<dyn Clock>,
+}
+
+pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
+    let from_env = std::env::var(SECRET_ENV).ok();
+    let (signing_secret, secret_source) =
+        secret::load_or_create(deps.data_dir, from_env.as_deref())?;
+    let client_config = SlackClientConfig::from_env().context("reading the Slack settings")?;
+
+    let mut routes = Router::new();
+    let (api, outgoing): (Arc<dyn SlackApi>, Outgoing) = match client_config {
+        Some(config) => {
+            if secret_source != SecretSource::Environment {
+                tracing::warn!(
+                    "SLACK_BOT_TOKEN is set but SLACK_SIGNING_SECRET is not: requests from Slack \
+                     itself will fail the signature check; set it to the app's signing secret"
+                );
+            }
+            let api_url = config.api_url.to_string();
+            let client = SlackWebClient::new(config).context("building the Slack client")?;
+            (Arc::new(client), Outgoing::Slack { api_url })
+        }
+        None => {
+            let sink = SqliteSlackSink::open(deps.db_path)
+                .with_context(|| format!("opening the Slack sink in {}", deps.db_path.display()))?;
+            routes = routes.merge(slack_sink_routes(sink.clone(), deps.auth.clone()));
+            (Arc::new(sink), Outgoing::Sink)
+        }
+    };
+
+    let work_queue: Arc<dyn DurableQueue> = Arc::new(
+        SqliteQueue::new(deps.database, WORK_QUEUE, QueueConfig::default())
+            .await
+            .context("opening the Slack work queue")?,
+    );
+    let ingress = SlackIngress::new(
+        Some(signing_secret),
+        deps.dedupe.clone(),
+        work_queue.clone(),
+        deps.clock,
+    );
+    let status_store = SqliteSlackStatusStore::open(deps.db_path).with_context(|| {
+        format!(
+            "opening the Slack status store in {}",
+            deps.db_path.display()
+        )
+    })?;
+    let target = Arc::new(SlackStatusTarget::new(api.clone(), Arc::new(status_store)));
+    let worker_config = SlackWorkerConfig::default();
+    let work_config = WorkConfig::for_exec_timeout(worker_config.exec_timeout);
+    let worker = SlackWorker::new(deps.tb, api, deps.dedupe, work_queue.clone(), worker_config);
+    Ok(SlackParts {
+        routes: routes.merge(events_router(ingress)),
+        target,
+        work: WorkLoop::new(work_queue, worker, work_config),
+        secret: secret_source,
+        outgoing,
+    })
+}

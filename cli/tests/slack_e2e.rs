@@ -1,0 +1,225 @@
+//! The Slack flow end to end, without Slack: the real `threadbox dev` (runc sandboxes, SQLite
+//! queues, the worker loop and the fan-out) with `SLACK_SIGNING_SECRET` set and no bot token, so
+//! replies land in the local sink. Events go in through `threadbox slack send` and a hand-signed
+//! POST; replies are read back from `GET /v1/slack/sink`. Needs root and runc, like `dev_e2e`.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use support::{dev_missing, prerequisites_met, DevServer};
+use threadbox_shared::slack::SigningSecret;
+
+const SECRET: &str = "e2e-signing-secret";
+const API_KEY: &str = "e2e-api-key";
+
+async fn start() -> DevServer {
+    DevServer::start_with_env(
+        &["--api-keys", API_KEY],
+        &[
+            ("SLACK_SIGNING_SECRET", Some(SECRET)),
+            ("SLACK_BOT_TOKEN", None),
+            ("SLACK_API_URL", None),
+        ],
+    )
+    .await
+}
+
+/// `threadbox slack send`; returns the thread the message landed in.
+fn send(dev: &DevServer, thread: &str, text: &str) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .args(["slack", "send", "--url", &dev.url, "--thread", thread, text])
+        .env("SLACK_SIGNING_SECRET", SECRET)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run threadbox slack send");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "slack send failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("\"outcome\":\"accepted\""), "{stdout}");
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("sent ").and_then(|r| r.split(" to ").nth(1)))
+        .expect("the thread id is printed")
+        .trim()
+        .to_owned()
+}
+
+async fn sink(dev: &DevServer, thread: &str) -> Vec<Value> {
+    let response = dev
+        .http
+        .get(format!("{}/v1/slack/sink", dev.url))
+        .query(&[("thread_id", thread)])
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let body: Value = response.json().await.unwrap();
+    body["messages"].as_array().unwrap().clone()
+}
+
+/// Wait until a message in the thread satisfies `want`; return all the thread's messages then.
+async fn wait_for(
+    dev: &DevServer,
+    thread: &str,
+    what: &str,
+    want: impl Fn(&str) -> bool,
+) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let messages = sink(dev, thread).await;
+        if messages
+            .iter()
+            .any(|m| want(m["text"].as_str().unwrap_or_default()))
+        {
+            return messages;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what} in {thread}: {messages:#?}\nstderr:\n{}",
+            dev.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_block_runs_in_a_real_sandbox_and_the_reply_comes_back() {
+    if !prerequisites_met("slack_e2e", &dev_missing()) {
+        return;
+    }
+    let dev = start().await;
+
+    // A new top-level mention starts a thread; the code runs under real runc.
+    let code = "```python\nimport sys\nprint(6 * 7)\nprint('to stderr', file=sys.stderr)\nopen('note.txt', 'w').write('kept')\n```";
+    let thread = send(&dev, "slack:T1:C1", code);
+    assert!(thread.starts_with("slack:T1:C1:"), "{thread}");
+    let messages = wait_for(&dev, &thread, "reply with output", |t| {
+        t.contains("exited 0")
+    })
+    .await;
+    let reply = messages
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .find(|t| t.contains("exited 0"))
+        .unwrap();
+    assert!(reply.contains("`python` exited 0 in"), "{reply}");
+    assert!(reply.contains("*stdout*\n```\n42\n```"), "{reply}");
+    assert!(reply.contains("*stderr*\n```\nto stderr\n```"), "{reply}");
+
+    // The fan-out keeps one status message in the thread, edited as the state changes.
+    let status = wait_for(&dev, &thread, "status message", |t| {
+        t.contains("Sandbox *active*")
+    })
+    .await;
+    let badges: Vec<&Value> = status
+        .iter()
+        .filter(|m| m["text"].as_str().unwrap().starts_with(":large_"))
+        .collect();
+    assert_eq!(badges.len(), 1, "one status message: {status:#?}");
+    assert!(badges[0]["edits"].as_u64().unwrap() >= 1, "{:?}", badges[0]);
+
+    // A follow-up in the thread sees the file the code left behind.
+    send(&dev, &thread, "files");
+    wait_for(&dev, &thread, "file listing", |t| {
+        t.contains("note.txt  4 B")
+    })
+    .await;
+
+    // Slack's retries carry the same event: the command runs once.
+    let retried = signed_mention(&thread, "Ev0RETRY1", "```echo ran-once-marker```");
+    for retry in 0..3 {
+        let answer = post_signed(&dev, &retried, retry).await;
+        let outcome = if retry == 0 { "accepted" } else { "duplicate" };
+        assert_eq!(answer["outcome"], outcome, "{answer}");
+    }
+    let messages = wait_for(&dev, &thread, "retried reply", |t| {
+        t.contains("ran-once-marker")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let runs = sink(&dev, &thread)
+        .await
+        .iter()
+        .filter(|m| m["text"].as_str().unwrap().contains("ran-once-marker"))
+        .count();
+    assert_eq!(runs, 1, "{messages:#?}");
+
+    // The sink is behind the API keys; the events route is authenticated by signature only.
+    let unauthenticated = dev
+        .http
+        .get(format!("{}/v1/slack/sink", dev.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status(), 401);
+    let forged = dev
+        .http
+        .post(format!("{}/slack/events", dev.url))
+        .header("x-slack-request-timestamp", now_secs().to_string())
+        .header(
+            "x-slack-signature",
+            SigningSecret::new("wrong")
+                .unwrap()
+                .sign(now_secs(), retried.as_bytes()),
+        )
+        .body(retried.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn signed_mention(thread: &str, event_id: &str, text: &str) -> String {
+    let mut parts = thread.split(':').skip(1);
+    let (team, channel, root) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    json!({
+        "type": "event_callback", "team_id": team, "event_id": event_id, "event_time": now_secs(),
+        "event": {
+            "type": "app_mention", "user": "U1", "channel": channel, "thread_ts": root,
+            "text": format!("<@UAPP> {text}"), "ts": format!("{}.000777", now_secs()),
+        }
+    })
+    .to_string()
+}
+
+async fn post_signed(dev: &DevServer, body: &str, retry: u32) -> Value {
+    let ts = now_secs();
+    let mut request = dev
+        .http
+        .post(format!("{}/slack/events", dev.url))
+        .header("content-type", "application/json")
+        .header("x-slack-request-timestamp", ts.to_string())
+        .header(
+            "x-slack-signature",
+            SigningSecret::new(SECRET)
+                .unwrap()
+                .sign(ts, body.as_bytes()),
+        )
+        .body(body.to_owned());
+    if retry > 0 {
+        request = request
+            .header("x-slack-retry-num", retry.to_string())
+            .header("x-slack-retry-reason", "http_timeout");
+    }
+    let response = request.send().await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    response.json().await.unwrap()
+}
