@@ -1,4 +1,4 @@
-//! The store, queue and lifecycle conformance suites against DynamoDB and SQS, on whatever
+//! The store, queue, lifecycle and dedupe conformance suites against DynamoDB and SQS, on whatever
 //! endpoint `AWS_ENDPOINT_URL` names (moto's server under `scripts/test.sh`), plus what only the
 //! AWS adapters need proving: corrupt items, an unreachable endpoint, the request count of a
 //! resolve, and SQS's handling of superseded receipts.
@@ -336,4 +336,36 @@ async fn resolving_an_active_thread_costs_at_most_two_requests() {
     let per_resolve = requests as f64 / f64::from(runs);
     eprintln!("DynamoDB requests per resolve of an active thread: {per_resolve:.2}");
     assert!(per_resolve <= 2.0, "{per_resolve} requests per resolve");
+}
+
+/// The dedupe suite against `DynamoDedupe`, each test on its own fresh table.
+mod dedupe_conformance {
+    use std::sync::Arc;
+
+    use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoDedupe};
+    use threadbox_shared::testing::dedupe_conformance as dedupe;
+    use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
+
+    macro_rules! dedupe_suite {
+        ($($name:ident),* $(,)?) => {$(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                if !aws_configured(stringify!($name)) {
+                    return;
+                }
+                let table = unique_name("dedupe");
+                let store = DynamoDedupe::from_sdk_config(&sdk_config().await, &table);
+                create_dedupe_table(store.client(), &table)
+                    .await
+                    .expect("create the dedupe table");
+                dedupe::$name(Arc::new(store)).await;
+            }
+        )*};
+    }
+
+    dedupe_suite!(
+        the_first_claim_wins_and_repeats_are_duplicates,
+        released_and_expired_keys_can_be_claimed_again,
+        concurrent_claims_have_exactly_one_winner,
+    );
 }

@@ -3,7 +3,8 @@
 //!
 //! # Tables (mirror this exactly in the SAM template)
 //!
-//! Both tables use on-demand billing (`PAY_PER_REQUEST`). Names come from [`DynamoConfig`].
+//! Every table uses on-demand billing (`PAY_PER_REQUEST`). The session and event tables' names come
+//! from [`DynamoConfig`]; the dedupe table's from `THREADBOX_DEDUPE_TABLE`.
 //!
 //! **Sessions table**: one item per thread.
 //!
@@ -45,6 +46,15 @@
 //! the same transaction as its event on `attribute_not_exists`, so an event id is used once:
 //! consumers deduplicate on it, and a repeat would make them drop a real event.
 //!
+//! **Dedupe table** ([`DynamoDedupe`], the `DedupeStore` port): one item per remembered key.
+//!
+//! | | attribute | type |
+//! |---|---|---|
+//! | partition key | `dedupe_key` | S |
+//!
+//! No indexes. TTL is enabled on `expires_at` (epoch seconds). Claims are conditional on the key
+//! being absent or expired, so TTL's lag never lets a key count twice or stick past its expiry.
+//!
 //! # Requests per call
 //!
 //! | call | requests |
@@ -57,6 +67,7 @@
 //! | `unsent_events` | 1 `Query` of `unsent` per shard, run concurrently |
 //! | `mark_sent` | 1 conditional `UpdateItem` per event, 8 at a time |
 //! | `list` | 1 `Query` of `by_thread` + 1 `BatchGetItem` per page (at most 100) |
+//! | dedupe `claim` / `contains` / `release` | 1 conditional `PutItem` / `GetItem` / `DeleteItem` |
 //!
 //! So resolving an active thread is two requests: one read, one conditional write.
 //!
@@ -65,11 +76,13 @@
 //! outbox re-drive is deduplicated by event id, and listed items are fetched consistently.
 
 mod config;
+mod dedupe;
 mod errors;
 mod items;
 mod schema;
 mod session_store;
 
 pub use config::{ConfigError, DynamoConfig, DEFAULT_EVENT_RETENTION, DEFAULT_SHARDS};
-pub use schema::{create_tables, DUE_INDEX, LIST_INDEX, UNSENT_INDEX};
+pub use dedupe::DynamoDedupe;
+pub use schema::{create_dedupe_table, create_tables, DUE_INDEX, LIST_INDEX, UNSENT_INDEX};
 pub use session_store::DynamoSessionStore;

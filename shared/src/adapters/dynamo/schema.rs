@@ -1,4 +1,4 @@
-//! The two tables' key schema, index names and attribute names, and a helper that creates them.
+//! The tables' key schema, index names and attribute names, and helpers that create them.
 //!
 //! Production tables come from the SAM template, which must mirror [`create_tables`]: the module
 //! documentation of [`super`] spells the schema out for that purpose. The helper exists for
@@ -35,6 +35,9 @@ pub const DUE_INDEX: &str = "due";
 pub const LIST_INDEX: &str = "by_thread";
 /// Events table: events not yet handed to the lifecycle queue, by shard and time (sparse).
 pub const UNSENT_INDEX: &str = "unsent";
+
+/// Dedupe table: its partition key (a delivery's `{target}:{event_id}`, a Slack event id...).
+pub(super) const DEDUPE_KEY: &str = "dedupe_key";
 
 /// The value of `kind` on every session item: the listing index's single partition.
 pub(super) const SESSION_KIND: &str = "session";
@@ -94,6 +97,21 @@ pub async fn create_tables(client: &Client, config: &DynamoConfig) -> Result<(),
     enable_ttl(client, &config.events_table).await
 }
 
+/// Create the dedupe table (partition key `dedupe_key`, on-demand billing) with TTL on
+/// `expires_at`, and wait until it is active. Like [`create_tables`], safe to repeat.
+pub async fn create_dedupe_table(client: &Client, table: &str) -> Result<(), StoreError> {
+    create(
+        client,
+        table,
+        &[(DEDUPE_KEY, KeyType::Hash)],
+        &[],
+        &[(DEDUPE_KEY, ScalarAttributeType::S)],
+    )
+    .await?;
+    wait_active(client, table).await?;
+    enable_ttl(client, table).await
+}
+
 fn build_error(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("cannot build a table definition: {e}"))
 }
@@ -131,7 +149,8 @@ async fn create(
         .create_table()
         .table_name(table)
         .billing_mode(BillingMode::PayPerRequest)
-        .set_global_secondary_indexes(Some(indexes.to_vec()));
+        // DynamoDB refuses an empty index list; a table without indexes sends none.
+        .set_global_secondary_indexes((!indexes.is_empty()).then(|| indexes.to_vec()));
     for (name, key_type) in keys {
         request = request.key_schema(key(name, key_type.clone())?);
     }
