@@ -1,5 +1,6 @@
-//! The HTTP API as one axum [`Router`]: the same routes behind `threadbox dev`'s local server and,
-//! later, inside Lambda. It holds no process concerns (no listener, signals or logging setup).
+//! The HTTP API as one axum [`Router`]: the same routes behind `threadbox dev`'s local server and
+//! inside Lambda, where each function serves its [`RouteGroup`]s through `lambda_http`. It holds no
+//! process concerns (no listener, signals or logging setup).
 //!
 //! - `threads`: resolve, pause, resume, reset, and reading sessions and events;
 //! - `sandbox`: exec and files;
@@ -39,11 +40,52 @@ use crate::usecases::Threadbox;
 /// The largest JSON body any route accepts; file uploads have their own, larger limit.
 pub const MAX_JSON_BODY: usize = 1024 * 1024;
 
+/// The API's routes in groups, so that each Lambda function serves only its own share and
+/// `threadbox dev` serves them all. Every group answers the same way: same auth, limits and errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteGroup {
+    /// `POST /v1/threads/{id}/resolve` and `/reset`: bring a thread's sandbox up.
+    Resolve,
+    /// `GET /v1/threads`, `GET /v1/threads/{id}` and `GET /v1/threads/{id}/events`.
+    Read,
+    /// `POST /v1/threads/{id}/pause`.
+    Pause,
+    /// `POST /v1/threads/{id}/resume`.
+    Resume,
+    /// `POST /v1/threads/{id}/exec` and `GET/PUT/DELETE /v1/threads/{id}/files/{path}`.
+    Sandbox,
+}
+
+impl RouteGroup {
+    pub const ALL: [RouteGroup; 5] = [
+        RouteGroup::Resolve,
+        RouteGroup::Read,
+        RouteGroup::Pause,
+        RouteGroup::Resume,
+        RouteGroup::Sandbox,
+    ];
+
+    fn routes(self) -> Router<Threadbox> {
+        match self {
+            RouteGroup::Resolve => threads::resolve_routes(),
+            RouteGroup::Read => threads::read_routes(),
+            RouteGroup::Pause => threads::pause_routes(),
+            RouteGroup::Resume => threads::resume_routes(),
+            RouteGroup::Sandbox => sandbox::routes(),
+        }
+    }
+}
+
 /// Every route. `/healthz` is public; everything under `/v1` needs an API key when `auth` has any.
 pub fn router(tb: Threadbox, auth: ApiAuth) -> Router {
-    let api = Router::new()
-        .merge(threads::routes())
-        .merge(sandbox::routes())
+    router_for(tb, auth, &RouteGroup::ALL)
+}
+
+/// `/healthz` and the routes of `groups`; any other path is a 404 in the API's error shape.
+pub fn router_for(tb: Threadbox, auth: ApiAuth, groups: &[RouteGroup]) -> Router {
+    let api = groups
+        .iter()
+        .fold(Router::new(), |api, group| api.merge(group.routes()))
         // A route layer runs only for matched routes, so unknown paths stay plain 404s.
         .route_layer(middleware::from_fn_with_state(auth, auth::require));
     Router::new()

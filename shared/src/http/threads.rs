@@ -19,15 +19,27 @@ const MAX_PAGE: usize = 500;
 const DEFAULT_EVENTS_PAGE: usize = 100;
 const MAX_EVENTS_PAGE: usize = 1000;
 
-pub(crate) fn routes() -> Router<Threadbox> {
+/// Bringing a thread's sandbox up: resolve, and reset (a fresh one).
+pub(crate) fn resolve_routes() -> Router<Threadbox> {
+    Router::new()
+        .route("/v1/threads/{thread_id}/resolve", post(resolve))
+        .route("/v1/threads/{thread_id}/reset", post(reset))
+}
+
+/// Reading sessions and their events.
+pub(crate) fn read_routes() -> Router<Threadbox> {
     Router::new()
         .route("/v1/threads", get(list))
         .route("/v1/threads/{thread_id}", get(show))
         .route("/v1/threads/{thread_id}/events", get(events))
-        .route("/v1/threads/{thread_id}/resolve", post(resolve))
-        .route("/v1/threads/{thread_id}/pause", post(pause))
-        .route("/v1/threads/{thread_id}/resume", post(resume))
-        .route("/v1/threads/{thread_id}/reset", post(reset))
+}
+
+pub(crate) fn pause_routes() -> Router<Threadbox> {
+    Router::new().route("/v1/threads/{thread_id}/pause", post(pause))
+}
+
+pub(crate) fn resume_routes() -> Router<Threadbox> {
+    Router::new().route("/v1/threads/{thread_id}/resume", post(resume))
 }
 
 /// A session as the API shows it: the record plus how long it has been idle.
