@@ -10,6 +10,8 @@
 //!   fan-out target and the connect/disconnect/message routes as plain functions.
 //! - `http` (feature `http`): the HTTP API as an axum router, the same in `threadbox dev` and Lambda.
 //! - `slack` (feature `slack`): the Slack app's ingress, worker and status fan-out target.
+//! - `lambda` (feature `lambda`): what every Lambda function shares: clients built from the
+//!   environment, JSON logs, the HTTP router served through `lambda_http`.
 //! - `testing` (feature `testing`): an in-memory provider, a manual clock and the conformance
 //!   suites every adapter must pass.
 
@@ -18,6 +20,8 @@ pub mod domain;
 pub mod fanout;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "lambda")]
+pub mod lambda;
 #[cfg(feature = "live")]
 pub mod live;
 pub mod ports;

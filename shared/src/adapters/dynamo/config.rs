@@ -57,7 +57,8 @@ impl DynamoConfig {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
 
-    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+    /// The same, reading through `get` instead of the process environment (tests, other sources).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let required = |var: &'static str| match get(var) {
             Some(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
             _ => Err(ConfigError::Missing(var)),

@@ -1,0 +1,43 @@
+//! What every Lambda function shares (feature `lambda`), so each function's `main.rs` only wires:
+//!
+//! - `env`: [`Env`], where settings come from, and [`SetupError`], a start-up failure that names
+//!   the variable at fault (never its value: some are secrets);
+//! - `settings`: [`Settings`], the use cases' settings read from the environment;
+//! - `wiring`: building the clients once per process: [`aws_config`], [`threadbox`] (DynamoDB
+//!   store, SQS lifecycle queue, the provider `THREADBOX_PROVIDER` names, the system clock),
+//!   [`dedupe`] and [`api_auth`];
+//! - `logging`: [`init_tracing`], JSON logs whose lines carry their spans' fields (`thread_id`,
+//!   `sandbox_id`, the invocation's `requestId`);
+//! - `http`: [`run_http`], the shared axum router served through `lambda_http`.
+//!
+//! # Environment
+//!
+//! | variable | default | used by |
+//! |---|---|---|
+//! | `THREADBOX_SESSIONS_TABLE`, `THREADBOX_EVENTS_TABLE` | required | every function that uses the store |
+//! | `THREADBOX_DUE_SHARDS`, `THREADBOX_EVENT_RETENTION_DAYS` | 8, 30 | the same (see `adapters::dynamo`) |
+//! | `THREADBOX_LIFECYCLE_QUEUE_URL`, `THREADBOX_LIFECYCLE_DLQ_URL` | required | the same: the outbox sends there |
+//! | `THREADBOX_IDLE_PAUSE_SECS` | 600 | pause after this long idle |
+//! | `THREADBOX_RETENTION_SECS` | 604800 (7 days) | destroy after this long idle |
+//! | `THREADBOX_PROVIDER` (+ `E2B_*`) | `runc` | `e2b` in production (see `adapters::e2b`) |
+//! | `THREADBOX_RUNC_STATE_DIR` | `/tmp/threadbox-runc` | runc only (the local loop) |
+//! | `THREADBOX_API_KEYS` | required | HTTP functions: bearer keys, comma-separated |
+//! | `THREADBOX_DEDUPE_TABLE` | required | fanout |
+//! | `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL` | `info` | every function |
+//!
+//! AWS endpoints, region and credentials come from the SDK's standard settings only.
+
+mod env;
+mod http;
+mod logging;
+mod settings;
+mod wiring;
+
+/// What a function's `main` returns: any error, boxed (the runtime's own error type).
+pub use lambda_http::Error;
+
+pub use env::{Env, SetupError};
+pub use http::{run_http, thread_id_in_path, traced};
+pub use logging::init_tracing;
+pub use settings::Settings;
+pub use wiring::{api_auth, aws_config, dedupe, threadbox};

@@ -1,0 +1,158 @@
+//! The use cases' settings in a Lambda function, read once at start-up.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::env::{Env, SetupError};
+use crate::adapters::dynamo::DynamoConfig;
+use crate::adapters::provider_config::{ConfigError, ProviderConfig};
+use crate::adapters::sqs::SqsQueueUrls;
+use crate::domain::Timers;
+use crate::usecases::Config;
+
+pub const LIFECYCLE_QUEUE_URL_VAR: &str = "THREADBOX_LIFECYCLE_QUEUE_URL";
+pub const LIFECYCLE_DLQ_URL_VAR: &str = "THREADBOX_LIFECYCLE_DLQ_URL";
+pub const IDLE_PAUSE_VAR: &str = "THREADBOX_IDLE_PAUSE_SECS";
+pub const RETENTION_VAR: &str = "THREADBOX_RETENTION_SECS";
+pub const RUNC_STATE_DIR_VAR: &str = "THREADBOX_RUNC_STATE_DIR";
+
+/// Where the runc provider keeps its state when the environment does not say. Only the local
+/// loop runs runc, and /tmp is the one writable place a Lambda sandbox has.
+const DEFAULT_RUNC_STATE_DIR: &str = "/tmp/threadbox-runc";
+/// A month, as the longest idle pause; far longer only hides a misplaced unit.
+const MAX_IDLE_PAUSE_SECS: u64 = 30 * 24 * 3600;
+/// A year, as the longest retention.
+const MAX_RETENTION_SECS: u64 = 365 * 24 * 3600;
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub dynamo: DynamoConfig,
+    pub lifecycle_queue: SqsQueueUrls,
+    /// Its `Debug` redacts the E2B key.
+    pub provider: ProviderConfig,
+    pub runc_state_dir: PathBuf,
+    pub use_cases: Config,
+}
+
+impl Settings {
+    pub fn from_env(env: &Env) -> Result<Self, SetupError> {
+        let dynamo = DynamoConfig::from_lookup(|name| env.raw(name))?;
+        let lifecycle_queue = SqsQueueUrls {
+            queue_url: env.required(LIFECYCLE_QUEUE_URL_VAR)?,
+            dead_letter_url: env.required(LIFECYCLE_DLQ_URL_VAR)?,
+        };
+        let provider = ProviderConfig::from_lookup(|name| env.raw(name))?;
+        let runc_state_dir = PathBuf::from(
+            env.get(RUNC_STATE_DIR_VAR)
+                .unwrap_or_else(|| DEFAULT_RUNC_STATE_DIR.to_owned()),
+        );
+        let defaults = Timers::default();
+        let idle_pause = env.whole_number(
+            IDLE_PAUSE_VAR,
+            defaults.idle_pause.as_secs(),
+            1..=MAX_IDLE_PAUSE_SECS,
+        )?;
+        let retention = env.whole_number(
+            RETENTION_VAR,
+            defaults.retention.as_secs(),
+            1..=MAX_RETENTION_SECS,
+        )?;
+        if idle_pause >= retention {
+            return Err(ConfigError::Invalid {
+                variable: IDLE_PAUSE_VAR,
+                reason: format!(
+                    "{idle_pause} s must be shorter than {RETENTION_VAR} ({retention} s): a \
+                     sandbox is paused before it is destroyed"
+                ),
+            }
+            .into());
+        }
+        let use_cases = Config {
+            timers: Timers {
+                idle_pause: Duration::from_secs(idle_pause),
+                retention: Duration::from_secs(retention),
+                ..defaults
+            },
+            ..Config::default()
+        };
+        Ok(Self {
+            dynamo,
+            lifecycle_queue,
+            provider,
+            runc_state_dir,
+            use_cases,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: [(&str, &str); 4] = [
+        ("THREADBOX_SESSIONS_TABLE", "s"),
+        ("THREADBOX_EVENTS_TABLE", "e"),
+        (LIFECYCLE_QUEUE_URL_VAR, "https://sqs/q.fifo"),
+        (LIFECYCLE_DLQ_URL_VAR, "https://sqs/q-dlq.fifo"),
+    ];
+
+    fn with(extra: &[(&'static str, &'static str)]) -> Result<Settings, SetupError> {
+        let mut pairs = BASE.to_vec();
+        pairs.extend_from_slice(extra);
+        Settings::from_env(&Env::from_pairs(&pairs))
+    }
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let settings = with(&[]).unwrap();
+        assert_eq!(settings.dynamo, DynamoConfig::new("s", "e"));
+        assert_eq!(settings.lifecycle_queue.queue_url, "https://sqs/q.fifo");
+        assert_eq!(settings.provider.name(), "runc");
+        assert_eq!(settings.use_cases.timers, Timers::default());
+        assert_eq!(
+            settings.runc_state_dir,
+            PathBuf::from(DEFAULT_RUNC_STATE_DIR)
+        );
+    }
+
+    #[test]
+    fn every_missing_or_bad_variable_is_named() {
+        for missing in BASE.map(|(name, _)| name) {
+            let pairs: Vec<_> = BASE.into_iter().filter(|(n, _)| *n != missing).collect();
+            let err = Settings::from_env(&Env::from_pairs(&pairs)).unwrap_err();
+            assert!(err.to_string().contains(missing), "{missing}: {err}");
+        }
+        let err = with(&[(IDLE_PAUSE_VAR, "10m")]).unwrap_err().to_string();
+        assert!(err.contains(IDLE_PAUSE_VAR), "{err}");
+        let err = with(&[(IDLE_PAUSE_VAR, "600"), (RETENTION_VAR, "600")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must be shorter than"), "{err}");
+        let err = with(&[("THREADBOX_PROVIDER", "docker")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("THREADBOX_PROVIDER"), "{err}");
+    }
+
+    #[test]
+    fn e2b_settings_are_read_and_the_key_stays_out_of_debug() {
+        let settings = with(&[
+            ("THREADBOX_PROVIDER", "e2b"),
+            ("E2B_API_KEY", "e2b_secret_value_123"),
+            (IDLE_PAUSE_VAR, "60"),
+            (RETENTION_VAR, "3600"),
+        ])
+        .unwrap();
+        assert_eq!(settings.provider.name(), "e2b");
+        assert_eq!(
+            settings.use_cases.timers.idle_pause,
+            Duration::from_secs(60)
+        );
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("e2b_secret_value_123"), "{shown}");
+        let err = with(&[("THREADBOX_PROVIDER", "e2b")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("E2B_API_KEY"), "{err}");
+    }
+}

@@ -1,0 +1,104 @@
+//! Building a function's clients from the environment, once per process (in `main`, before the
+//! runtime starts polling), so that every invocation reuses the same connections.
+
+use std::sync::Arc;
+
+use super::env::{Env, SetupError};
+use super::settings::Settings;
+use crate::adapters::aws::{load_config, ClientSettings, SdkConfig};
+use crate::adapters::dynamo::{DynamoDedupe, DynamoSessionStore};
+use crate::adapters::e2b::E2bProvider;
+use crate::adapters::provider_config::{ConfigError, ProviderConfig};
+use crate::adapters::runc::{RuncConfig, RuncProvider};
+use crate::adapters::sqs::SqsQueue;
+use crate::http::ApiAuth;
+use crate::ports::{SandboxProvider, SystemClock};
+use crate::usecases::Threadbox;
+
+pub const API_KEYS_VAR: &str = "THREADBOX_API_KEYS";
+
+/// The AWS SDK's configuration from its standard settings, with the adapters' timeouts and
+/// retries (see `adapters::aws`). Make every client of the process from this one value.
+pub async fn aws_config() -> SdkConfig {
+    load_config(&ClientSettings::default()).await
+}
+
+/// The use cases over DynamoDB, the SQS lifecycle queue, the configured sandbox provider and the
+/// system clock.
+pub async fn threadbox(sdk: &SdkConfig, env: &Env) -> Result<Threadbox, SetupError> {
+    let settings = Settings::from_env(env)?;
+    let provider = provider(&settings).await?;
+    Ok(Threadbox::new(
+        Arc::new(DynamoSessionStore::from_sdk_config(sdk, settings.dynamo)),
+        provider,
+        Arc::new(SqsQueue::from_sdk_config(sdk, settings.lifecycle_queue)),
+        Arc::new(SystemClock),
+        settings.use_cases,
+    ))
+}
+
+async fn provider(settings: &Settings) -> Result<Arc<dyn SandboxProvider>, SetupError> {
+    let failed = |provider: &'static str| move |error| SetupError::Provider { provider, error };
+    Ok(match &settings.provider {
+        ProviderConfig::Runc => Arc::new(
+            RuncProvider::open(RuncConfig::new(&settings.runc_state_dir))
+                .await
+                .map_err(failed("runc"))?,
+        ),
+        ProviderConfig::E2b(config) => {
+            Arc::new(E2bProvider::new((**config).clone()).map_err(failed("e2b"))?)
+        }
+    })
+}
+
+/// The fan-out's memory of what each target has (`THREADBOX_DEDUPE_TABLE`).
+pub fn dedupe(sdk: &SdkConfig, env: &Env) -> Result<DynamoDedupe, SetupError> {
+    let table = env.required(DynamoDedupe::TABLE_VAR)?;
+    Ok(DynamoDedupe::from_sdk_config(sdk, table))
+}
+
+/// The API keys HTTP callers must present (`THREADBOX_API_KEYS`, comma-separated). Required: a
+/// function behind API Gateway is on the internet, and the API's keyless mode is for loopback.
+pub fn api_auth(env: &Env) -> Result<ApiAuth, SetupError> {
+    let keys = env.required(API_KEYS_VAR)?;
+    let auth = ApiAuth::new(keys.split(','));
+    if !auth.is_enabled() {
+        return Err(ConfigError::Invalid {
+            variable: API_KEYS_VAR,
+            reason: "holds no key (only commas and blanks)".into(),
+        }
+        .into());
+    }
+    Ok(auth)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_keys_are_required_and_never_shown() {
+        let err = api_auth(&Env::from_pairs(&[])).unwrap_err().to_string();
+        assert_eq!(err, "THREADBOX_API_KEYS is not set");
+        let err = api_auth(&Env::from_pairs(&[(API_KEYS_VAR, " , ")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("holds no key"), "{err}");
+        let auth = api_auth(&Env::from_pairs(&[(API_KEYS_VAR, "k-one,k-two")])).unwrap();
+        assert!(auth.accepts(b"k-one") && auth.accepts(b"k-two"));
+        assert!(!format!("{auth:?}").contains("k-one"));
+    }
+
+    #[tokio::test]
+    async fn the_dedupe_table_is_required() {
+        let sdk = SdkConfig::builder().build();
+        let err = dedupe(&sdk, &Env::from_pairs(&[])).unwrap_err().to_string();
+        assert_eq!(err, "THREADBOX_DEDUPE_TABLE is not set");
+        let store = dedupe(
+            &sdk,
+            &Env::from_pairs(&[(DynamoDedupe::TABLE_VAR, "tb-dedupe")]),
+        )
+        .unwrap();
+        assert_eq!(store.table(), "tb-dedupe");
+    }
+}
