@@ -85,27 +85,26 @@ impl ClientError {
         }
     }
 
-    /// A transport failure, with the underlying causes spelled out: reqwest's own message is
-    /// just "error sending request", the useful part ("Connection refused") is in its sources.
+    /// A transport failure, named by its root cause: reqwest's own message only repeats the URL
+    /// ("error sending request for url …"), the useful part ("Connection refused") is the
+    /// innermost source.
     pub(crate) fn unreachable(url: &str, error: &reqwest::Error) -> Self {
-        let mut detail = String::new();
-        let mut source: Option<&dyn std::error::Error> = Some(error);
-        while let Some(cause) = source {
-            let text = cause.to_string();
-            if !detail.contains(&text) {
-                if !detail.is_empty() {
-                    detail.push_str(": ");
-                }
-                detail.push_str(&text);
-            }
-            source = cause.source();
+        let mut root: &dyn std::error::Error = error;
+        while let Some(cause) = root.source() {
+            root = cause;
         }
-        let hint = if error.is_timeout() {
-            " (timed out; the API may be overloaded, try again)"
+        let (detail, hint) = if error.is_timeout() {
+            (
+                "timed out".to_owned(),
+                " (the API may be overloaded; try again)",
+            )
         } else if error.is_connect() {
-            " (is `threadbox dev` running? set --url or THREADBOX_URL to reach another)"
+            (
+                format!("cannot connect: {root}"),
+                " (is `threadbox dev` running? set --url or THREADBOX_URL to reach another)",
+            )
         } else {
-            ""
+            (root.to_string(), "")
         };
         ClientError::Unreachable {
             url: url.to_owned(),
