@@ -256,3 +256,71 @@ async fn without_the_websocket_the_dashboard_polls() {
     let connection = browser.find("#connection").await.unwrap();
     assert_eq!(browser.text(&connection).await, "polling every 2 s");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_what_slack_would_have_been_sent() {
+    let Some(dashboard) = start("dashboard_shows_what_slack_would_have_been_sent", &[]).await
+    else {
+        return;
+    };
+    let Dashboard { browser, dev, .. } = &dashboard;
+    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+    browser.goto(&format!("{}/", dev.url)).await;
+    browser
+        .wait_for_text("#sink-empty", "Nothing posted yet.", WAIT, context)
+        .await;
+
+    // A message in a Slack thread, through the signed ingress, as Slack would post it; the
+    // reply goes to the local sink (dev has no bot token).
+    let sent = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .args(["slack", "send", "--url", &dev.url, "--data-dir"])
+        .arg(dev.data_dir())
+        .args(["--thread", "slack:T1:C42:1700000000.000100"])
+        .arg("```\necho hello from the sink\n```")
+        .env_remove("SLACK_SIGNING_SECRET")
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+
+    // The reply shows in the sink panel, and the Slack thread in the thread list.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        if let Some(list) = browser.find("#sink-messages").await {
+            if browser.text(&list).await.contains("hello from the sink") {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reply in the sink panel\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let meta = browser
+        .find("#sink-messages li .meta")
+        .await
+        .expect("a message with its place");
+    assert!(
+        browser
+            .text(&meta)
+            .await
+            .starts_with("#C42 · thread 1700000000.000100"),
+        "{}",
+        browser.text(&meta).await
+    );
+    browser
+        .wait_for_text(
+            "tr[data-thread=\"slack:T1:C42:1700000000.000100\"] .badge",
+            "active",
+            WAIT,
+            context,
+        )
+        .await;
+}

@@ -540,8 +540,10 @@
       backgroundError(error);
       return;
     }
+    // Oldest first from the API; shown newest first. Status messages are edited in place
+    // (chat.update), so an edit must redraw too.
     const messages = (answer && answer.messages) || [];
-    const fingerprint = JSON.stringify(messages.map((m) => m.id || m.ts || m.text));
+    const fingerprint = messages.map((m) => m.ts + "@" + m.updated_at).join(",");
     $("sink").hidden = false;
     if (fingerprint === state.sinkSeen) return;
     state.sinkSeen = fingerprint;
@@ -552,12 +554,17 @@
         const item = document.createElement("li");
         const meta = document.createElement("div");
         meta.className = "meta";
-        const where = [message.channel, message.thread_ts].filter(Boolean).join(" · thread ");
-        const at = message.at ? new Date(message.at).toLocaleTimeString() : "";
-        meta.textContent = [where, at].filter(Boolean).join(" — ");
+        const parts = ["#" + message.channel];
+        if (message.thread_ts) parts.push("thread " + message.thread_ts);
+        const posted = new Date(message.posted_at);
+        parts.push(posted.toLocaleTimeString());
+        if (message.edits > 0) parts.push("edited " + (message.edits === 1 ? "once" : message.edits + " times"));
+        meta.textContent = parts.join(" · ");
+        meta.title = "posted " + posted.toISOString() + ", ts " + message.ts;
         const text = document.createElement("p");
         text.className = "text";
-        text.textContent = message.text || "";
+        text.textContent = message.text;
+        item.dataset.ts = message.ts;
         item.append(meta, text);
         return item;
       });
