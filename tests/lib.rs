@@ -1,8 +1,11 @@
-//! Shared set-up for the integration tests in `tests/`: fresh backends on temporary files, and
-//! (feature `aws`) on fresh DynamoDB tables and SQS queues.
+//! Shared set-up for the integration tests in `tests/`: fresh backends on temporary files,
+//! (feature `aws`) on fresh DynamoDB tables and SQS queues, and (feature `lambda`) the Lambda
+//! functions' event fixtures and harness.
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "lambda")]
+pub mod lambda;
 
 use std::sync::Arc;
 

@@ -1,0 +1,351 @@
+//! fanout: the lifecycle queue's consumer, delivering each event to every target once.
+//!
+//! SQS hands the function a batch of records from the FIFO lifecycle queue. Each record's body
+//! should be one `LifecycleEvent`; the shared fan-out core delivers it to every target, skipping
+//! targets that already have it (dedupe on `{target}:{event_id}` in DynamoDB), and says what to
+//! do with the record. The handler turns that into SQS's partial batch response:
+//!
+//! - delivered: not reported, so SQS deletes it;
+//! - a target asked to retry, or the body is not an event: reported in `batchItemFailures`, so
+//!   SQS makes it visible again; after the queue's `maxReceiveCount` receives it moves to the
+//!   dead-letter queue, where an operator can look at it and re-drive it;
+//! - the later records of a group whose earlier record failed: reported too, undelivered, as
+//!   FIFO order requires (the fan-out core's `deliver_batch`).
+//!
+//! The invocation itself never fails: one bad record never sends a whole batch back.
+//!
+//! Targets today: the log (every delivery is a JSON log line with the thread and sandbox). The
+//! Slack status and WebSocket subscriber targets join here when their DynamoDB-backed stores and
+//! senders exist; the dedupe keeps each target's deliveries apart, so adding one is safe.
+
+use std::convert::Infallible;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use lambda_runtime::LambdaEvent;
+use threadbox_shared::fanout::{Fanout, FanoutRecord, RecordOutcome};
+use tracing::Instrument;
+
+/// The SQS system attribute holding a FIFO record's group (threadbox's thread id).
+const GROUP_ATTRIBUTE: &str = "MessageGroupId";
+
+/// The handler, holding the fan-out core (targets and dedupe store).
+#[derive(Clone)]
+pub struct FanoutHandler {
+    fanout: Fanout,
+}
+
+impl FanoutHandler {
+    pub fn new(fanout: Fanout) -> Self {
+        Self { fanout }
+    }
+
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, Infallible> {
+        let records = &event.payload.records;
+        let span = tracing::info_span!("batch", records = records.len());
+        let outcomes = self
+            .fanout
+            .deliver_batch(&records.iter().map(as_fanout_record).collect::<Vec<_>>())
+            .instrument(span.clone())
+            .await;
+
+        let mut response = SqsBatchResponse::default();
+        for (record, outcome) in records.iter().zip(outcomes) {
+            // Lambda always sets the message id. Should one be missing, the empty identifier makes
+            // Lambda retry the whole batch, which is the only safe answer for a record that
+            // cannot be named.
+            let message_id = record.message_id.as_deref().unwrap_or_default();
+            let _entered = span.enter();
+            match &outcome {
+                RecordOutcome::Delivered => continue,
+                RecordOutcome::Retry { retry_after } => tracing::info!(
+                    message_id,
+                    retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
+                    "record left for a retry"
+                ),
+                RecordOutcome::Poison { reason } => tracing::warn!(
+                    message_id,
+                    receive_count = receive_count(record),
+                    %reason,
+                    "record cannot be delivered; it goes to the dead-letter queue after its last receive"
+                ),
+            }
+            response.add_failure(message_id);
+        }
+        span.in_scope(|| tracing::info!(failed = response.batch_item_failures.len(), "batch done"));
+        Ok(response)
+    }
+}
+
+/// What the fan-out core needs of a record. A standard (non-FIFO) record has no group; its own
+/// id stands in, so it orders with nothing else.
+fn as_fanout_record(record: &SqsMessage) -> FanoutRecord<'_> {
+    let group_id = record
+        .attributes
+        .get(GROUP_ATTRIBUTE)
+        .or(record.message_id.as_ref())
+        .map_or("", String::as_str);
+    FanoutRecord {
+        group_id,
+        body: record.body.as_deref().unwrap_or_default(),
+    }
+}
+
+fn receive_count(record: &SqsMessage) -> u32 {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use async_trait::async_trait;
+    use serde_json::{json, Value};
+    use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoDedupe};
+    use threadbox_shared::adapters::sqlite::SqliteDedupe;
+    use threadbox_shared::adapters::sqs::create_fifo_queue;
+    use threadbox_shared::domain::LifecycleEvent;
+    use threadbox_shared::fanout::{DeliveryError, FanoutTarget, LogTarget};
+    use threadbox_shared::ports::DedupeStore;
+    use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
+    use threadbox_tests::lambda::{context_with_deadline, fixture_json};
+
+    use super::*;
+
+    /// Remembers the event ids it was given; fails the first delivery of `fail_once`.
+    #[derive(Default)]
+    struct Recorder {
+        seen: Mutex<Vec<String>>,
+        fail_once: Mutex<Option<String>>,
+    }
+
+    #[async_trait]
+    impl FanoutTarget for Recorder {
+        fn name(&self) -> &str {
+            "recorder"
+        }
+
+        async fn deliver(&self, event: &LifecycleEvent) -> Result<(), DeliveryError> {
+            let mut fail = self.fail_once.lock().unwrap();
+            if fail.as_deref() == Some(event.event_id.as_str()) {
+                *fail = None;
+                return Err(DeliveryError::retry("the target is busy"));
+            }
+            self.seen.lock().unwrap().push(event.event_id.clone());
+            Ok(())
+        }
+    }
+
+    impl Recorder {
+        fn seen(&self) -> Vec<String> {
+            self.seen.lock().unwrap().clone()
+        }
+    }
+
+    fn handler(dedupe: Arc<dyn DedupeStore>) -> (FanoutHandler, Arc<Recorder>) {
+        let recorder = Arc::new(Recorder::default());
+        let fanout = Fanout::new(dedupe, vec![Arc::new(LogTarget), recorder.clone()]);
+        (FanoutHandler::new(fanout), recorder)
+    }
+
+    fn sqlite_dedupe() -> (Arc<dyn DedupeStore>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteDedupe::open(dir.path().join("dedupe.db")).unwrap();
+        (Arc::new(store), dir)
+    }
+
+    fn invocation(payload: Value) -> LambdaEvent<SqsEvent> {
+        let event: SqsEvent = serde_json::from_value(payload).expect("an SQS event");
+        LambdaEvent::new(event, context_with_deadline(Duration::from_secs(30)))
+    }
+
+    fn failed_ids(response: &SqsBatchResponse) -> Vec<String> {
+        response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone())
+            .collect()
+    }
+
+    /// The fixture's event ids, in order (the malformed record has none).
+    const E1: &str = "7d0f3c52-8a1e-4e8e-9a57-1b2c3d4e5f60";
+    const E2: &str = "7d0f3c52-8a1e-4e8e-9a57-1b2c3d4e5f61";
+    const MALFORMED: &str = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e02";
+
+    #[tokio::test]
+    async fn a_malformed_record_fails_alone() {
+        let (dedupe, _dir) = sqlite_dedupe();
+        let (handler, recorder) = handler(dedupe);
+        let response = handler
+            .handle(invocation(fixture_json("sqs-lifecycle-batch.json")))
+            .await
+            .unwrap();
+        assert_eq!(failed_ids(&response), vec![MALFORMED]);
+        assert_eq!(recorder.seen(), vec![E1, E2]);
+        // The answer is what Lambda reads: `{"batchItemFailures":[{"itemIdentifier":...}]}`.
+        assert_eq!(
+            serde_json::to_value(&response).unwrap(),
+            json!({ "batchItemFailures": [{ "itemIdentifier": MALFORMED }] })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_redelivered_batch_reaches_each_target_once() {
+        let (dedupe, _dir) = sqlite_dedupe();
+        let (handler, recorder) = handler(dedupe);
+        for _ in 0..2 {
+            handler
+                .handle(invocation(fixture_json("sqs-lifecycle-batch.json")))
+                .await
+                .unwrap();
+        }
+        assert_eq!(recorder.seen(), vec![E1, E2]);
+    }
+
+    #[tokio::test]
+    async fn a_retry_holds_back_the_rest_of_its_group_and_nothing_else() {
+        let (dedupe, _dir) = sqlite_dedupe();
+        let (handler, recorder) = handler(dedupe);
+        *recorder.fail_once.lock().unwrap() = Some(E1.to_owned());
+        let response = handler
+            .handle(invocation(fixture_json("sqs-lifecycle-batch.json")))
+            .await
+            .unwrap();
+        let first = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e01";
+        let third = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e03";
+        // E2 shares E1's group (thread): it waits, undelivered, so order holds.
+        assert_eq!(failed_ids(&response), vec![first, MALFORMED, third]);
+        assert!(recorder.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_empty_batch_is_an_empty_answer() {
+        let (dedupe, _dir) = sqlite_dedupe();
+        let (handler, _) = handler(dedupe);
+        let response = handler
+            .handle(invocation(json!({ "Records": [] })))
+            .await
+            .unwrap();
+        assert!(response.batch_item_failures.is_empty());
+    }
+
+    /// The SQS event source mapping, emulated against a real queue: receive a batch, call the
+    /// handler, delete what it did not report; reported records come back after their
+    /// visibility timeout, and the queue's redrive policy moves them to the dead-letter queue
+    /// after `maxReceiveCount` receives. Dedupe is the real DynamoDB adapter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_malformed_record_reaches_the_dead_letter_queue() {
+        if !aws_configured("a_malformed_record_reaches_the_dead_letter_queue") {
+            return;
+        }
+        const MAX_RECEIVES: u32 = 2;
+        let sdk = sdk_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let urls = create_fifo_queue(&sqs, &unique_name("fanout"), MAX_RECEIVES)
+            .await
+            .unwrap();
+        let table = unique_name("dedupe");
+        let dedupe = DynamoDedupe::from_sdk_config(&sdk, &table);
+        create_dedupe_table(dedupe.client(), &table).await.unwrap();
+        let (handler, recorder) = handler(Arc::new(dedupe));
+
+        let fixture = fixture_json("sqs-lifecycle-batch.json");
+        for record in fixture["Records"].as_array().unwrap() {
+            sqs.send_message()
+                .queue_url(&urls.queue_url)
+                .message_body(record["body"].as_str().unwrap())
+                .message_group_id(record["attributes"]["MessageGroupId"].as_str().unwrap())
+                .message_deduplication_id(
+                    record["attributes"]["MessageDeduplicationId"]
+                        .as_str()
+                        .unwrap(),
+                )
+                .send()
+                .await
+                .unwrap();
+        }
+
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut dead = Vec::new();
+        while dead.is_empty() && Instant::now() < deadline {
+            let received = sqs
+                .receive_message()
+                .queue_url(&urls.queue_url)
+                .max_number_of_messages(10)
+                .visibility_timeout(1)
+                .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+                .send()
+                .await
+                .unwrap()
+                .messages
+                .unwrap_or_default();
+            if !received.is_empty() {
+                let records: Vec<Value> = received.iter().map(as_lambda_record).collect();
+                let response = handler
+                    .handle(invocation(json!({ "Records": records })))
+                    .await
+                    .unwrap();
+                let failed = failed_ids(&response);
+                for message in &received {
+                    let id = message.message_id().unwrap();
+                    if !failed.iter().any(|f| f == id) {
+                        sqs.delete_message()
+                            .queue_url(&urls.queue_url)
+                            .receipt_handle(message.receipt_handle().unwrap())
+                            .send()
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            dead = sqs
+                .receive_message()
+                .queue_url(&urls.dead_letter_url)
+                .max_number_of_messages(10)
+                .send()
+                .await
+                .unwrap()
+                .messages
+                .unwrap_or_default();
+        }
+        assert_eq!(dead.len(), 1, "the malformed record is dead-lettered");
+        assert_eq!(
+            dead[0].body(),
+            fixture["Records"][1]["body"].as_str(),
+            "and it is that record"
+        );
+        assert_eq!(
+            recorder.seen(),
+            vec![E1, E2],
+            "the others were delivered once"
+        );
+    }
+
+    /// An SDK message as the event source mapping hands it to the function.
+    fn as_lambda_record(message: &aws_sdk_sqs::types::Message) -> Value {
+        let attributes: HashMap<&str, &str> = message
+            .attributes()
+            .map(|a| a.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
+            .unwrap_or_default();
+        json!({
+            "messageId": message.message_id(),
+            "receiptHandle": message.receipt_handle(),
+            "body": message.body(),
+            "attributes": attributes,
+            "messageAttributes": {},
+            "md5OfBody": message.md5_of_body(),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:threadbox-lifecycle.fifo",
+            "awsRegion": "us-east-1",
+        })
+    }
+}

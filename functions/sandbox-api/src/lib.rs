@@ -1,0 +1,112 @@
+//! sandbox-api: commands and files in a thread's sandbox, creating or resuming it as needed.
+//!
+//! Serves `POST /v1/threads/{id}/exec` and `GET/PUT/DELETE /v1/threads/{id}/files/{path}`.
+//! Binary file bodies cross API Gateway base64-encoded both ways (`lambda_http` decodes the
+//! request and encodes non-text responses). Two limits of the path through API Gateway, stricter
+//! than the router's own: a request or response of at most 6 MB (Lambda's synchronous payload
+//! limit) and an answer within 30 s (the HTTP API's integration timeout), so long commands and
+//! big files belong to the worker and to direct provider access, not this route.
+
+use axum::Router;
+use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
+use threadbox_shared::usecases::Threadbox;
+
+/// The route groups this function serves.
+pub const ROUTES: &[RouteGroup] = &[RouteGroup::Sandbox];
+
+/// The handler: the shared router restricted to [`ROUTES`].
+pub fn app(tb: Threadbox, auth: ApiAuth) -> Router {
+    router_for(tb, auth, ROUTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+    use threadbox_tests::lambda::{fixture_json, invoke_http, LocalThreadbox};
+
+    use super::*;
+
+    fn local() -> (LocalThreadbox, Router) {
+        let local = LocalThreadbox::new();
+        let router = app(local.tb.clone(), LocalThreadbox::auth());
+        (local, router)
+    }
+
+    #[tokio::test]
+    async fn the_exec_event_runs_the_command_from_its_json_body() {
+        let (local, router) = local();
+        let answer = invoke_http(router, &fixture_json("apigw-http-exec.json")).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.json());
+        let result = answer.json();
+        assert_eq!(result["exit_code"], 0);
+        // The in-memory provider echoes the command line it ran.
+        assert_eq!(result["stdout"], "echo hello from lambda");
+        assert_eq!(local.provider.creates(), 1, "first use creates the sandbox");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_body_is_a_400_that_says_what_is_wrong() {
+        let (local, router) = local();
+        let answer = invoke_http(
+            router.clone(),
+            &fixture_json("apigw-http-exec-malformed.json"),
+        )
+        .await;
+        assert_eq!(answer.status, 400);
+        assert_eq!(answer.error_code(), "invalid_json");
+        let message = answer.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(message.contains("malformed JSON body"), "{message}");
+
+        let mut wrong_shape = fixture_json("apigw-http-exec.json");
+        wrong_shape["body"] = Value::from(r#"{"cmd": "ls", "argv": ["ls"]}"#);
+        let answer = invoke_http(router.clone(), &wrong_shape).await;
+        assert_eq!(answer.status, 400);
+        assert_eq!(answer.error_code(), "invalid_request");
+
+        let mut untyped = fixture_json("apigw-http-exec.json");
+        untyped["headers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("content-type");
+        let answer = invoke_http(router, &untyped).await;
+        assert_eq!(answer.status, 415);
+        assert_eq!(local.provider.creates(), 0, "bad input changes nothing");
+    }
+
+    #[tokio::test]
+    async fn a_binary_file_round_trips_through_base64() {
+        let (_local, router) = local();
+        let put = invoke_http(router.clone(), &fixture_json("apigw-http-file-put.json")).await;
+        assert_eq!(put.status, 200, "{:?}", put.json());
+        assert_eq!(put.json()["path"], "/home/user/notes/data.bin");
+
+        let expected: Vec<u8> = [&[0u8, 1, 2, 255, 254, 10][..], b"threadbox"].concat();
+        assert_eq!(put.json()["size"], expected.len());
+        let get = invoke_http(router, &fixture_json("apigw-http-file-get.json")).await;
+        assert_eq!(get.status, 200);
+        assert!(
+            get.base64_encoded,
+            "binary answers are base64 for API Gateway"
+        );
+        assert_eq!(get.header("content-type"), Some("application/octet-stream"));
+        assert_eq!(get.body, expected);
+    }
+
+    #[tokio::test]
+    async fn path_traversal_is_refused_before_the_sandbox_is_touched() {
+        let (local, router) = local();
+        // Plain `..` segments never reach the router: `lambda_http` builds the request URI with
+        // URL parsing, which resolves dot segments (as clients and API Gateway do). Encoded
+        // slashes survive that, are decoded into the file path, and are caught there.
+        let mut event = fixture_json("apigw-http-file-get.json");
+        event["rawPath"] =
+            Value::from("/v1/threads/agent-42/files/home/user/..%2F..%2Fetc%2Fpasswd");
+        let answer = invoke_http(router, &event).await;
+        assert_eq!(answer.status, 400);
+        assert_eq!(answer.error_code(), "invalid_path");
+        assert_eq!(local.provider.creates(), 0);
+    }
+}

@@ -1,0 +1,163 @@
+//! Test support for the Lambda functions (feature `lambda`): the event fixtures in
+//! `tests/fixtures/` (the same files `cargo lambda invoke --data-file` sends), an HTTP function's
+//! router driven through `lambda_http` exactly as the runtime drives it, and a Threadbox on the
+//! embedded backends for handlers that only need the ports.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use lambda_http::request::LambdaRequest;
+use lambda_http::tower::ServiceExt;
+use lambda_http::{Adapter, Context, LambdaEvent};
+use serde_json::Value;
+use threadbox_shared::http::ApiAuth;
+use threadbox_shared::testing::{InMemoryProvider, ManualClock};
+use threadbox_shared::usecases::{Config, Threadbox};
+
+use crate::SqliteBackend;
+
+/// The API key the HTTP fixtures present (and the local loop's `THREADBOX_API_KEYS`).
+pub const FIXTURE_API_KEY: &str = "local-dev-key";
+
+/// `tests/fixtures/`, from any crate of the workspace.
+pub fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// A fixture's text.
+pub fn fixture(name: &str) -> String {
+    let path = fixtures_dir().join(name);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display()))
+}
+
+/// A fixture as JSON, to edit before use.
+pub fn fixture_json(name: &str) -> Value {
+    serde_json::from_str(&fixture(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+/// An invocation context whose deadline is `remaining` from now, as the runtime gives one.
+pub fn context_with_deadline(remaining: Duration) -> Context {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let mut context = Context::default();
+    context.request_id = "test-request-id".into();
+    context.deadline = (now + remaining).as_millis() as u64;
+    context
+}
+
+/// What API Gateway would send back to the client.
+#[derive(Debug)]
+pub struct ApiAnswer {
+    pub status: u16,
+    pub headers: serde_json::Map<String, Value>,
+    /// The body as the client receives it (decoded when the function base64-encoded it).
+    pub body: Vec<u8>,
+    pub base64_encoded: bool,
+}
+
+impl ApiAnswer {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// The API's error code, checking the error shape on the way.
+    pub fn error_code(&self) -> String {
+        let body = self.json();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "an error without a message: {body}"
+        );
+        body["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(Value::as_str)
+    }
+}
+
+/// Send an API Gateway HTTP API (v2) event through `router` the way `lambda_http::run` does:
+/// deserialize the event, convert it to a request, call the router, convert the response to
+/// the event's answer and serialize it; then read that answer as API Gateway would.
+pub async fn invoke_http(router: axum::Router, event: &Value) -> ApiAnswer {
+    let request: LambdaRequest = serde_json::from_value(event.clone())
+        .unwrap_or_else(|e| panic!("not an API Gateway event: {e}"));
+    let response = Adapter::from(router)
+        .oneshot(LambdaEvent::new(request, Context::default()))
+        .await
+        .unwrap_or_else(|e: std::convert::Infallible| match e {});
+    let answer = serde_json::to_value(response).expect("the answer serializes");
+    let base64_encoded = answer["isBase64Encoded"].as_bool().unwrap_or(false);
+    let text = answer["body"].as_str().unwrap_or_default();
+    let body = if base64_encoded {
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .expect("a base64 body")
+    } else {
+        text.as_bytes().to_vec()
+    };
+    ApiAnswer {
+        status: answer["statusCode"].as_u64().expect("statusCode") as u16,
+        headers: answer["headers"].as_object().cloned().unwrap_or_default(),
+        body,
+        base64_encoded,
+    }
+}
+
+/// A Threadbox on a temporary SQLite file, the in-memory provider and a manual clock: what a
+/// handler test needs when the handler only uses the ports.
+pub struct LocalThreadbox {
+    pub tb: Threadbox,
+    pub provider: Arc<InMemoryProvider>,
+    pub clock: Arc<ManualClock>,
+    pub backend: SqliteBackend,
+}
+
+impl LocalThreadbox {
+    pub fn new() -> Self {
+        let backend = SqliteBackend::new();
+        let provider = InMemoryProvider::new();
+        let clock = Arc::new(ManualClock::default());
+        let config = Config {
+            settle_poll: Duration::from_millis(5),
+            ..Config::default()
+        };
+        let tb = Threadbox::new(
+            backend.store.clone(),
+            provider.clone(),
+            backend.events.clone(),
+            clock.clone(),
+            config,
+        );
+        Self {
+            tb,
+            provider,
+            clock,
+            backend,
+        }
+    }
+
+    /// The keys the fixtures present.
+    pub fn auth() -> ApiAuth {
+        ApiAuth::new([FIXTURE_API_KEY])
+    }
+}
+
+impl Default for LocalThreadbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
