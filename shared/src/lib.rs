@@ -12,12 +12,15 @@
 //! - `slack` (feature `slack`): the Slack app's ingress, worker and status fan-out target.
 //! - `lambda` (feature `lambda`): what every Lambda function shares: clients built from the
 //!   environment, JSON logs, the HTTP router served through `lambda_http`.
+//! - [`fault`]: fault points where crash tests kill the process (armed only with the
+//!   `fault-injection` feature).
 //! - `testing` (feature `testing`): an in-memory provider, a manual clock and the conformance
 //!   suites every adapter must pass.
 
 pub mod adapters;
 pub mod domain;
 pub mod fanout;
+pub mod fault;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "lambda")]

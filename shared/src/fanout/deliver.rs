@@ -175,6 +175,7 @@ impl Fanout {
             );
             return Err(error);
         }
+        crate::fault::point_for("after-deliver", target.name());
         // The target has it. Failing to record that only risks one repeat later, which is
         // better than failing the record and repeating it for certain.
         if let Err(error) = self.dedupe.claim(&key, self.ttl).await {

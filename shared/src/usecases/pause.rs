@@ -119,13 +119,16 @@ impl Threadbox {
     ) -> Result<PauseOutcome, UseCaseError> {
         let sandbox_id = claimed.sandbox_id.clone().unwrap_or_default();
         match self.provider.pause(&sandbox_id).await {
-            Ok(()) => match self
-                .step(&claimed, Command::PauseSucceeded, cause, None, |_| {})
-                .await?
-            {
-                Step::Moved(s) => Ok(PauseOutcome::Paused(s)),
-                Step::NoOp | Step::Conflict => Ok(PauseOutcome::Changed),
-            },
+            Ok(()) => {
+                crate::fault::point("after-provider-pause");
+                match self
+                    .step(&claimed, Command::PauseSucceeded, cause, None, |_| {})
+                    .await?
+                {
+                    Step::Moved(s) => Ok(PauseOutcome::Paused(s)),
+                    Step::NoOp | Step::Conflict => Ok(PauseOutcome::Changed),
+                }
+            }
             Err(ProviderError::Conflict(why)) => {
                 // The provider is running a command we did not know about: stay active.
                 tracing::info!(thread_id = %claimed.thread_id, %why, "pause refused by the provider; staying active");

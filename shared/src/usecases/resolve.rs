@@ -297,6 +297,7 @@ impl Threadbox {
             }
         };
         tracing::info!(thread_id = %claimed.thread_id, sandbox_id = %created.sandbox_id, generation = claimed.generation, "sandbox created");
+        crate::fault::point("after-provider-create");
         let now = self.clock.now();
         let step = self
             .step(&claimed, Command::CreateSucceeded, cause, None, |s| {
