@@ -72,6 +72,16 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_JANITOR_INTERVAL", default_value = "60s", value_parser = duration::parse)]
     pub janitor_interval: Duration,
 
+    /// How long one worker may keep a thread creating, pausing, resuming or deleting; past it the
+    /// janitor takes the worker for dead and recovers the thread.
+    #[arg(long, env = "THREADBOX_LEASE", default_value = "2m", value_parser = duration::parse)]
+    pub lease: Duration,
+
+    /// How long a lifecycle event waits before it is delivered again when a fan-out target asked
+    /// to retry or the process stopped mid-delivery (the lifecycle queue's visibility timeout).
+    #[arg(long, env = "THREADBOX_FANOUT_RETRY", default_value = "30s", value_parser = duration::parse)]
+    pub fanout_retry: Duration,
+
     /// API keys callers must present as `Authorization: Bearer <key>`, comma-separated.
     /// None means no authentication (loopback only).
     #[arg(
@@ -87,6 +97,9 @@ impl DevArgs {
     fn validate(&self) -> anyhow::Result<()> {
         if self.janitor_interval < Duration::from_secs(1) {
             bail!("--janitor-interval must be at least 1s");
+        }
+        if self.lease < Duration::from_secs(1) || self.fanout_retry < Duration::from_secs(1) {
+            bail!("--lease and --fanout-retry must be at least 1s");
         }
         if self.idle_pause.is_zero() {
             bail!("--idle-pause must be more than zero");
@@ -146,7 +159,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         timers: Timers {
             idle_pause: args.idle_pause,
             retention: args.retention,
-            ..Timers::default()
+            lease: args.lease,
         },
         ..Config::default()
     };
@@ -212,7 +225,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         vec![Arc::new(LogTarget), subscribers.clone(), slack.target];
     let fanout = Fanout::new(dedupe, targets);
     let consumer = tokio::spawn(
-        LifecycleConsumer::new(queue, fanout, ConsumerConfig::default()).run(shutdown.subscribe()),
+        LifecycleConsumer::new(
+            queue,
+            fanout,
+            ConsumerConfig {
+                visibility: args.fanout_retry,
+                ..ConsumerConfig::default()
+            },
+        )
+        .run(shutdown.subscribe()),
     );
 
     let work = tokio::spawn(slack.work.run(shutdown.subscribe()));
@@ -353,6 +374,8 @@ mod tests {
         let err = args.validate().unwrap_err().to_string();
         assert!(err.contains("shorter than --retention (7d)"), "{err}");
         let args = parse(&["--janitor-interval", "100ms"]).unwrap();
+        assert!(args.validate().is_err());
+        let args = parse(&["--lease", "500ms"]).unwrap();
         assert!(args.validate().is_err());
     }
 }
