@@ -71,6 +71,8 @@ pub struct DevServer {
     pub http: reqwest::Client,
     data_dir: PathBuf,
     stderr_path: PathBuf,
+    /// False once the process died on purpose and its sandboxes are left for the next start.
+    cleanup: bool,
     _tmp: tempfile::TempDir,
 }
 
@@ -83,8 +85,18 @@ impl DevServer {
 
     /// `start`, with environment variables set (`Some`) or removed (`None`) for the server.
     pub async fn start_with_env(args: &[&str], env: &[(&str, Option<&str>)]) -> DevServer {
+        Self::start_in(None, args, env).await
+    }
+
+    /// `start_with_env` over the caller's data directory (`None`: a temporary one), so a test
+    /// can start a server again on what a crashed one left.
+    pub async fn start_in(
+        data_dir: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, Option<&str>)],
+    ) -> DevServer {
         let tmp = tempfile::tempdir().unwrap();
-        let data_dir = tmp.path().join("data");
+        let data_dir = data_dir.map_or_else(|| tmp.path().join("data"), Path::to_path_buf);
         let stderr_path = tmp.path().join("dev.stderr");
         let mut command = Command::new(env!("CARGO_BIN_EXE_threadbox"));
         for (name, value) in env {
@@ -129,6 +141,7 @@ impl DevServer {
                 .unwrap(),
             data_dir,
             stderr_path,
+            cleanup: true,
             _tmp: tmp,
         };
         match rx.recv_timeout(Duration::from_secs(60)) {
@@ -179,11 +192,37 @@ impl DevServer {
     fn runc_root(&self) -> PathBuf {
         self.data_dir.join("sandboxes").join("runc")
     }
+
+    /// The server's process id, to read its `/proc` entries.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait (up to `timeout`) for the process to die on its own, as a fault point makes it, and
+    /// leave its sandboxes for the next start. Returns how it ended and its stderr.
+    pub fn wait_for_death(mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.cleanup = false;
+                return (status, self.stderr());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "threadbox dev did not die within {timeout:?}; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 impl Drop for DevServer {
     fn drop(&mut self) {
         stop(&mut self.child);
+        if !self.cleanup {
+            return;
+        }
         // The sandboxes of live threads outlive the process by design; a test must not leave
         // them behind.
         let root = self.runc_root();
