@@ -3,9 +3,10 @@
 //! - resolve of an active thread on the embedded SQLite store: median and p99 latency, and store
 //!   round trips per call (target: one read and at most one conditional write);
 //! - a janitor sweep over 100,000 sessions of which 1% are due: wall time and rows read
-//!   (target: rows read proportional to the due work, not to all sessions).
+//!   (target: rows read proportional to the due work, not to all sessions); with the `dynamo`
+//!   feature, also the DynamoDB read units the same sweep would cost (see `dynamo_read_units`).
 //!
-//! Run: `cargo bench -p threadbox-shared --bench session_core --features testing`
+//! Run: `cargo bench -p threadbox-shared --bench session_core --features testing,dynamo`
 //! (`THREADBOX_BENCH_SESSIONS` changes the table size.)
 
 use std::sync::Arc;
@@ -146,6 +147,13 @@ async fn sweep_due(path: &std::path::Path, sessions: usize) {
     }
     store.bulk_insert(batch).await.unwrap();
     let built = build.elapsed();
+    #[cfg(feature = "dynamo")]
+    let read_units = dynamo_read_units(
+        &store,
+        now,
+        SweepOptions::for_duration(Duration::ZERO).page_size,
+    )
+    .await;
 
     let before = store.stats();
     let started = Instant::now();
@@ -171,4 +179,96 @@ async fn sweep_due(path: &std::path::Path, sessions: usize) {
     println!("  index queries   {}", after.reads - before.reads);
     println!("  writes          {}", after.writes - before.writes);
     println!("  paused          {}", report.paused);
+    #[cfg(feature = "dynamo")]
+    read_units.print();
+    #[cfg(not(feature = "dynamo"))]
+    println!("  DynamoDB read units: build with --features dynamo for the estimate");
+}
+
+/// What the same sweep would read from DynamoDB, in read units.
+#[cfg(feature = "dynamo")]
+struct ReadUnits {
+    shards: u32,
+    due_queries: usize,
+    due_items: usize,
+    mean_item_bytes: f64,
+    due_units: f64,
+    unsent_units: f64,
+}
+
+#[cfg(feature = "dynamo")]
+impl ReadUnits {
+    fn print(&self) {
+        println!(
+            "  DynamoDB read units for the same sweep (estimate; GSI queries are eventually consistent: 0.5 unit per 4 KB)"
+        );
+        println!(
+            "    due index      {:.1} units: {} queries over {} shards, {} items of {:.0} bytes on average",
+            self.due_units, self.due_queries, self.shards, self.due_items, self.mean_item_bytes
+        );
+        println!(
+            "    unsent index   {:.1} units: {} empty queries (one per shard, the outbox re-drive)",
+            self.unsent_units, self.shards
+        );
+        println!(
+            "    total          {:.1} read units ({:.3} per due session)",
+            self.due_units + self.unsent_units,
+            (self.due_units + self.unsent_units) / self.due_items.max(1) as f64
+        );
+    }
+}
+
+/// The DynamoDB store's sweep makes one `due` query per page per shard of the `due` index (an
+/// `ALL` projection, so each entry is the whole item) and one `unsent` query per shard. This
+/// reads the due records the SQLite sweep is about to see, places each in the shard the DynamoDB
+/// store would ([`ThreadId::shard`] over its default shard count), pages them as the sweep
+/// does, and prices every page by DynamoDB's rules (`adapters::dynamo::capacity`).
+#[cfg(feature = "dynamo")]
+async fn dynamo_read_units(
+    store: &SqliteSessionStore,
+    now: threadbox_shared::domain::Millis,
+    page_size: usize,
+) -> ReadUnits {
+    use threadbox_shared::adapters::dynamo::{
+        query_read_units, session_item_bytes, Consistency, DEFAULT_SHARDS,
+    };
+    let shards = DEFAULT_SHARDS;
+    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards as usize];
+    for shard in 0..store.shard_count() {
+        let mut cursor = None;
+        loop {
+            let page = store.due(shard, now, 1000, cursor.take()).await.unwrap();
+            for s in &page.items {
+                by_shard[s.thread_id.shard(shards) as usize].push(session_item_bytes(s, shards));
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+    }
+    let (mut due_queries, mut due_units, mut due_items, mut bytes) = (0, 0.0, 0, 0);
+    for items in &by_shard {
+        // An empty shard still costs one query; a full page asks for the next one.
+        let pages: Vec<&[usize]> = if items.is_empty() {
+            vec![&[]]
+        } else {
+            items.chunks(page_size).collect()
+        };
+        for page in pages {
+            due_queries += 1;
+            due_units += query_read_units(page.iter().copied(), Consistency::Eventual);
+            due_items += page.len();
+            bytes += page.iter().sum::<usize>();
+        }
+    }
+    let unsent_units = shards as f64 * query_read_units([], Consistency::Eventual);
+    ReadUnits {
+        shards,
+        due_queries,
+        due_items,
+        mean_item_bytes: bytes as f64 / due_items.max(1) as f64,
+        due_units,
+        unsent_units,
+    }
 }

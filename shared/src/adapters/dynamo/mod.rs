@@ -75,6 +75,7 @@
 //! read is. That is safe here: the janitor's claims are conditional on the version it read, an
 //! outbox re-drive is deduplicated by event id, and listed items are fetched consistently.
 
+mod capacity;
 mod config;
 mod dedupe;
 mod errors;
@@ -82,6 +83,7 @@ mod items;
 mod schema;
 mod session_store;
 
+pub use capacity::{query_read_units, session_item_bytes, Consistency, READ_BLOCK_BYTES};
 pub use config::{ConfigError, DynamoConfig, DEFAULT_EVENT_RETENTION, DEFAULT_SHARDS};
 pub use dedupe::DynamoDedupe;
 pub use schema::{create_dedupe_table, create_tables, DUE_INDEX, LIST_INDEX, UNSENT_INDEX};
