@@ -66,6 +66,19 @@ impl ContainerCgroup {
             .and_then(|n| n.trim().parse().ok())
     }
 
+    /// The memory the container's cgroup is charged for now, page cache included: v1's
+    /// `memory.usage_in_bytes`, v2's `memory.current`.
+    pub fn memory_bytes(&self) -> io::Result<u64> {
+        let file = match self.version {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
+        };
+        fs::read_to_string(self.dir.join(file))?
+            .trim()
+            .parse()
+            .map_err(|e| io::Error::other(format!("{file}: {e}")))
+    }
+
     /// Host pids of every process in the container.
     pub fn procs(&self) -> io::Result<Vec<i32>> {
         Ok(fs::read_to_string(self.dir.join("cgroup.procs"))?

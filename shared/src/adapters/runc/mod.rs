@@ -160,6 +160,19 @@ impl RuncProvider {
         &self.config
     }
 
+    /// The memory a live sandbox's cgroup is charged for now (page cache included), in bytes:
+    /// what the benchmarks report per idle and per paused sandbox.
+    pub async fn memory_usage(&self, sandbox_id: &str) -> Result<u64, ProviderError> {
+        self.existing_bundle(sandbox_id)?;
+        let slot = self.slot(sandbox_id);
+        let cgroup = self.container_cgroup(sandbox_id, &slot).await?.ok_or_else(|| {
+            ProviderError::Unsupported("this host does not show the container's cgroup".into())
+        })?;
+        cgroup
+            .memory_bytes()
+            .map_err(|e| ProviderError::Internal(format!("reading {sandbox_id}'s memory: {e}")))
+    }
+
     fn slot(&self, id: &str) -> Arc<Slot> {
         self.slots
             .lock()
