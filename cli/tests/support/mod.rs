@@ -5,6 +5,7 @@
 // Each test crate uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod load;
 pub mod webdriver;
 
 use std::io::{BufRead, BufReader};
@@ -181,6 +182,20 @@ impl DevServer {
         let status = response.status();
         let text = response.text().await.unwrap();
         assert!(status.is_success(), "POST {path}: {status} {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// GET and return the JSON answer, asserting a 2xx status.
+    pub async fn get(&self, path: &str) -> Value {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}; stderr:\n{}", self.stderr()));
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        assert!(status.is_success(), "GET {path}: {status} {text}");
         serde_json::from_str(&text).unwrap()
     }
 
