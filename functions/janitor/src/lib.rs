@@ -37,6 +37,11 @@ pub const RECONCILE_EVERY_VAR: &str = "THREADBOX_RECONCILE_EVERY_MINUTES";
 pub const BUDGET_VAR: &str = "THREADBOX_SWEEP_BUDGET_SECS";
 pub const MARGIN_VAR: &str = "THREADBOX_SWEEP_MARGIN_SECS";
 
+/// A deadline this far in the past is not an overdue invocation but a placeholder: Lambda always
+/// sends a real one, while emulators may not (`cargo lambda watch` sends a fixed 600000, ten
+/// minutes after the epoch, and `Context::default()` has 0).
+const PLACEHOLDER_AGE: Duration = Duration::from_secs(3600);
+
 /// How a run spends its time, and how often it reconciles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Schedule {
@@ -88,14 +93,15 @@ impl Schedule {
         scheduled.div_euclid(60) % self.reconcile_every as i64 == 0
     }
 
-    /// How long a run may start work for, given the invocation's deadline (epoch milliseconds;
-    /// 0 when the runtime gave none) and the time now.
+    /// How long a run may start work for, given the invocation's deadline (epoch milliseconds)
+    /// and the time now. Without a real deadline (0, or a placeholder long past), the budget.
     pub fn time_to_work(&self, deadline_ms: u64, now: SystemTime) -> Duration {
-        if deadline_ms == 0 {
+        let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let deadline = Duration::from_millis(deadline_ms);
+        if deadline + PLACEHOLDER_AGE < now {
             return self.budget;
         }
-        let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-        Duration::from_millis(deadline_ms)
+        deadline
             .saturating_sub(now)
             .saturating_sub(self.margin)
             .min(self.budget)
@@ -240,8 +246,10 @@ mod tests {
         );
         // Less time left than the margin: start nothing.
         assert_eq!(schedule.time_to_work(deadline_in(5), now), Duration::ZERO);
-        // No deadline given (a test context): the budget.
+        // No deadline given (a test context), or cargo lambda watch's fixed placeholder: the
+        // budget.
         assert_eq!(schedule.time_to_work(0, now), Duration::from_secs(45));
+        assert_eq!(schedule.time_to_work(600_000, now), Duration::from_secs(45));
     }
 
     #[test]
