@@ -109,3 +109,38 @@ stop_moto() {
   fi
   MOTO_PID=""
 }
+
+# The Lambda tools, pinned, from PyPI into one virtualenv under target/: cargo-lambda (the local
+# loop's `cargo lambda watch` and `invoke`; `sam build` runs its `build`, with the zig it brings)
+# and aws-sam-cli (`sam validate --lint`, `sam build`, `sam deploy`). Only the two commands go on
+# PATH, through target/lambda-tools/bin, so the virtualenv's python does not shadow the system's.
+CARGO_LAMBDA_VERSION="1.9.2"
+SAM_CLI_VERSION="1.170.0"
+LAMBDA_VENV="target/lambda-venv"
+LAMBDA_TOOLS_BIN="target/lambda-tools/bin"
+
+ensure_lambda_tools() {
+  if ! "$LAMBDA_VENV/bin/python" -c "
+import importlib.metadata as m, sys
+sys.exit(m.version('cargo-lambda') != '$CARGO_LAMBDA_VERSION' or m.version('aws-sam-cli') != '$SAM_CLI_VERSION')
+" 2>/dev/null; then
+    say "installing cargo-lambda==$CARGO_LAMBDA_VERSION and aws-sam-cli==$SAM_CLI_VERSION into $LAMBDA_VENV (a few minutes, once)"
+    rm -rf "$LAMBDA_VENV"
+    if ! python3 -m venv "$LAMBDA_VENV" >/dev/null 2>&1; then
+      rm -rf "$LAMBDA_VENV"
+      apt_install python3-venv
+      python3 -m venv "$LAMBDA_VENV"
+    fi
+    "$LAMBDA_VENV/bin/pip" install --disable-pip-version-check --progress-bar off \
+      "cargo-lambda==$CARGO_LAMBDA_VERSION" "aws-sam-cli==$SAM_CLI_VERSION" 2>&1 \
+      | grep -E '^(Collecting|Successfully)' >&2 || true
+    "$LAMBDA_VENV/bin/python" -c "import importlib.metadata as m; m.version('cargo-lambda'); m.version('aws-sam-cli')"
+  fi
+  mkdir -p "$LAMBDA_TOOLS_BIN"
+  ln -sf "$PWD/$LAMBDA_VENV/bin/cargo-lambda" "$LAMBDA_TOOLS_BIN/cargo-lambda"
+  ln -sf "$PWD/$LAMBDA_VENV/bin/sam" "$LAMBDA_TOOLS_BIN/sam"
+  export PATH="$PWD/$LAMBDA_TOOLS_BIN:$PATH"
+  # SAM CLI would otherwise ask about telemetry and phone home on every command.
+  export SAM_CLI_TELEMETRY=0
+  echo "cargo-lambda $(cargo lambda --version 2>/dev/null | awk '{print $2}'), $(sam --version)" >&2
+}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test, with everything the tests need installed first. CI runs exactly this.
+# Every test, with everything the tests need installed first (runc, Chromium, cargo-nextest, moto,
+# cargo-lambda and aws-sam-cli). CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -12,12 +13,16 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 ensure_moto
+ensure_lambda_tools
 
 say "format check"
 cargo fmt --all -- --check
 
 say "lint"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+say "SAM template (sam validate --lint)"
+sam validate --lint --template-file infra/template.yaml --region us-east-1
 
 say "moto's server (DynamoDB and SQS for the AWS adapters' tests)"
 trap stop_moto EXIT
@@ -26,6 +31,8 @@ start_moto
 say "tests"
 # The sandbox tests skip on a machine that cannot run runc; here that would hide a broken set-up.
 export THREADBOX_REQUIRE_SANDBOXES=1
+# The same for the local Lambda loop test, which needs cargo-lambda (installed above).
+export THREADBOX_REQUIRE_LAMBDA=1
 # Nextest exits 4 when a filter matches no test; an unfiltered workspace run always has tests,
 # so any non-zero status here is a real failure.
 cargo nextest run --workspace --all-features --no-fail-fast
