@@ -161,3 +161,71 @@ impl Default for LocalThreadbox {
         Self::new()
     }
 }
+
+/// The AWS resources the functions' environment names, created on whatever endpoint the SDK's
+/// standard settings point at (moto's server locally). Used by the local-loop test and by the
+/// `lambda_local_resources` example the README's local loop runs.
+#[cfg(feature = "aws")]
+pub mod local {
+    use threadbox_shared::adapters::aws::SdkConfig;
+    use threadbox_shared::adapters::dynamo::{
+        create_dedupe_table, create_tables, DynamoConfig, DynamoSessionStore,
+    };
+    use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueueUrls};
+
+    /// Receives before a lifecycle record moves to the dead-letter queue, as in the template.
+    pub const MAX_RECEIVES: u32 = 5;
+
+    #[derive(Clone, Debug)]
+    pub struct LocalResources {
+        pub sessions_table: String,
+        pub events_table: String,
+        pub dedupe_table: String,
+        pub lifecycle: SqsQueueUrls,
+    }
+
+    impl LocalResources {
+        /// Create `{prefix}-sessions`, `{prefix}-events` and `{prefix}-dedupe`, and the FIFO queue
+        /// `{prefix}-lifecycle.fifo` with its dead-letter queue. Existing ones are kept, so this
+        /// is safe to run again.
+        pub async fn create(sdk: &SdkConfig, prefix: &str) -> Result<Self, String> {
+            let config =
+                DynamoConfig::new(format!("{prefix}-sessions"), format!("{prefix}-events"));
+            let store = DynamoSessionStore::from_sdk_config(sdk, config.clone());
+            create_tables(store.client(), &config)
+                .await
+                .map_err(|e| e.to_string())?;
+            let dedupe_table = format!("{prefix}-dedupe");
+            create_dedupe_table(store.client(), &dedupe_table)
+                .await
+                .map_err(|e| e.to_string())?;
+            let sqs = aws_sdk_sqs::Client::new(sdk);
+            let lifecycle = create_fifo_queue(&sqs, &format!("{prefix}-lifecycle"), MAX_RECEIVES)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Self {
+                sessions_table: config.sessions_table,
+                events_table: config.events_table,
+                dedupe_table,
+                lifecycle,
+            })
+        }
+
+        /// The functions' variables for these resources.
+        pub fn env(&self) -> Vec<(&'static str, String)> {
+            vec![
+                ("THREADBOX_SESSIONS_TABLE", self.sessions_table.clone()),
+                ("THREADBOX_EVENTS_TABLE", self.events_table.clone()),
+                ("THREADBOX_DEDUPE_TABLE", self.dedupe_table.clone()),
+                (
+                    "THREADBOX_LIFECYCLE_QUEUE_URL",
+                    self.lifecycle.queue_url.clone(),
+                ),
+                (
+                    "THREADBOX_LIFECYCLE_DLQ_URL",
+                    self.lifecycle.dead_letter_url.clone(),
+                ),
+            ]
+        }
+    }
+}
