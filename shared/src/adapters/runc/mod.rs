@@ -165,9 +165,12 @@ impl RuncProvider {
     pub async fn memory_usage(&self, sandbox_id: &str) -> Result<u64, ProviderError> {
         self.existing_bundle(sandbox_id)?;
         let slot = self.slot(sandbox_id);
-        let cgroup = self.container_cgroup(sandbox_id, &slot).await?.ok_or_else(|| {
-            ProviderError::Unsupported("this host does not show the container's cgroup".into())
-        })?;
+        let cgroup = self
+            .container_cgroup(sandbox_id, &slot)
+            .await?
+            .ok_or_else(|| {
+                ProviderError::Unsupported("this host does not show the container's cgroup".into())
+            })?;
         cgroup
             .memory_bytes()
             .map_err(|e| ProviderError::Internal(format!("reading {sandbox_id}'s memory: {e}")))
