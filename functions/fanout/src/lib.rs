@@ -45,28 +45,33 @@ impl FanoutHandler {
     ) -> Result<SqsBatchResponse, Infallible> {
         let records = &event.payload.records;
         let span = tracing::info_span!("batch", records = records.len());
+        let batch: Vec<FanoutRecord<'_>> = records.iter().map(as_fanout_record).collect();
         let outcomes = self
             .fanout
-            .deliver_batch(&records.iter().map(as_fanout_record).collect::<Vec<_>>())
+            .deliver_batch(&batch)
             .instrument(span.clone())
             .await;
 
         let mut response = SqsBatchResponse::default();
-        for (record, outcome) in records.iter().zip(outcomes) {
+        for ((record, fanout_record), outcome) in records.iter().zip(&batch).zip(outcomes) {
             // Lambda always sets the message id. Should one be missing, the empty identifier makes
             // Lambda retry the whole batch, which is the only safe answer for a record that
             // cannot be named.
             let message_id = record.message_id.as_deref().unwrap_or_default();
+            // The group is the thread id (on a FIFO queue), even when the body is unreadable.
+            let thread_id = fanout_record.group_id;
             let _entered = span.enter();
             match &outcome {
                 RecordOutcome::Delivered => continue,
                 RecordOutcome::Retry { retry_after } => tracing::info!(
                     message_id,
+                    thread_id,
                     retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
                     "record left for a retry"
                 ),
                 RecordOutcome::Poison { reason } => tracing::warn!(
                     message_id,
+                    thread_id,
                     receive_count = receive_count(record),
                     %reason,
                     "record cannot be delivered; it goes to the dead-letter queue after its last receive"

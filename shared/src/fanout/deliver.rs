@@ -98,7 +98,14 @@ impl Fanout {
     }
 
     /// Deliver one event to every target that does not have it yet. Targets run concurrently:
-    /// a slow Slack does not hold up WebSocket subscribers.
+    /// a slow Slack does not hold up WebSocket subscribers. Everything logged on the way names
+    /// the thread, the sandbox and the event (the span's fields).
+    #[tracing::instrument(skip_all, fields(
+        thread_id = %event.thread_id,
+        sandbox_id = event.sandbox_id.as_deref().unwrap_or(""),
+        event_id = %event.event_id,
+        seq = event.seq,
+    ))]
     pub async fn deliver(&self, event: &LifecycleEvent) -> RecordOutcome {
         let results = join_all(
             self.targets
