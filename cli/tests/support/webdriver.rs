@@ -151,6 +151,27 @@ impl Browser {
         answer["value"][ELEMENT_KEY].as_str().map(str::to_owned)
     }
 
+    /// The element's text, or `None` when the page re-rendered it away since it was found
+    /// (a "stale element reference"): the dashboard redraws rows as events arrive.
+    pub async fn try_text(&self, element: &str) -> Option<String> {
+        let response = self
+            .http
+            .get(format!("{}/element/{element}/text", self.session))
+            .send()
+            .await
+            .unwrap();
+        let ok = response.status().is_success();
+        let answer: Value = response.json().await.unwrap_or_default();
+        if !ok {
+            assert_eq!(
+                answer["value"]["error"], "stale element reference",
+                "{answer}"
+            );
+            return None;
+        }
+        Some(answer["value"].as_str().unwrap_or_default().to_owned())
+    }
+
     pub async fn text(&self, element: &str) -> String {
         let answer = self
             .call(
@@ -205,11 +226,13 @@ impl Browser {
         let mut last = None;
         loop {
             if let Some(element) = self.find(css).await {
-                let shown = self.text(&element).await;
-                if shown == text {
-                    return element;
+                // A stale element was redrawn between find and read: look again.
+                if let Some(shown) = self.try_text(&element).await {
+                    if shown == text {
+                        return element;
+                    }
+                    last = Some(shown);
                 }
-                last = Some(shown);
             }
             assert!(
                 Instant::now() < deadline,
