@@ -53,7 +53,11 @@ command_line="cargo bench --workspace --bench '*' --features $(IFS=,; echo "${fe
   echo "memory:   $(free -h | awk '/^Mem:/ {print $2 " total, " $7 " available"}')"
   echo "kernel:   $(uname -sr)"
   echo "os:       $(. /etc/os-release && echo "$PRETTY_NAME")"
-  echo "cgroups:  $(stat -fc %T /sys/fs/cgroup) at /sys/fs/cgroup"
+  if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+    echo "cgroups:  v2 (unified)"
+  else
+    echo "cgroups:  v1 or hybrid (memory controller on v1)"
+  fi
   echo "runc:     $(runc --version | head -n 1)"
   echo "rustc:    $(rustc --version)"
   echo "moto:     $MOTO_VERSION (DynamoDB and SQS stand-in, on loopback)"
