@@ -369,3 +369,35 @@ mod dedupe_conformance {
         concurrent_claims_have_exactly_one_winner,
     );
 }
+
+/// The Slack status store suite against `DynamoSlackStatusStore`, each test on its own table.
+#[cfg(feature = "slack")]
+mod slack_status_conformance {
+    use std::sync::Arc;
+
+    use threadbox_shared::adapters::dynamo::{create_slack_status_table, DynamoSlackStatusStore};
+    use threadbox_shared::testing::slack_status_conformance as suite;
+    use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
+
+    macro_rules! slack_status_suite {
+        ($($name:ident),* $(,)?) => {$(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                if !aws_configured(stringify!($name)) {
+                    return;
+                }
+                let table = unique_name("slack-status");
+                let store = DynamoSlackStatusStore::from_sdk_config(&sdk_config().await, &table);
+                create_slack_status_table(store.client(), &table)
+                    .await
+                    .expect("create the Slack status table");
+                suite::$name(Arc::new(store)).await;
+            }
+        )*};
+    }
+
+    slack_status_suite!(
+        a_later_event_replaces_an_earlier_one_never_the_reverse,
+        racing_writers_leave_the_latest_event,
+    );
+}

@@ -109,3 +109,26 @@ mod dedupe_conformance {
         concurrent_claims_have_exactly_one_winner,
     );
 }
+
+#[cfg(feature = "slack")]
+mod slack_status_conformance {
+    use std::sync::Arc;
+    use threadbox_shared::adapters::sqlite::SqliteSlackStatusStore;
+    use threadbox_shared::testing::slack_status_conformance as suite;
+
+    macro_rules! slack_status_suite {
+        ($($name:ident),* $(,)?) => {$(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let dir = tempfile::tempdir().unwrap();
+                let store = SqliteSlackStatusStore::open(dir.path().join("status.db")).unwrap();
+                suite::$name(Arc::new(store)).await;
+            }
+        )*};
+    }
+
+    slack_status_suite!(
+        a_later_event_replaces_an_earlier_one_never_the_reverse,
+        racing_writers_leave_the_latest_event,
+    );
+}

@@ -22,3 +22,6 @@ pub mod e2b_fake;
 
 #[cfg(all(any(test, feature = "testing"), feature = "slack"))]
 pub mod slack_fake;
+
+#[cfg(feature = "slack")]
+pub mod slack_status_conformance;

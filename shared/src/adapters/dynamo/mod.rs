@@ -4,7 +4,8 @@
 //! # Tables (mirror this exactly in the SAM template)
 //!
 //! Every table uses on-demand billing (`PAY_PER_REQUEST`). The session and event tables' names come
-//! from [`DynamoConfig`]; the dedupe table's from `THREADBOX_DEDUPE_TABLE`.
+//! from [`DynamoConfig`]; the dedupe table's from `THREADBOX_DEDUPE_TABLE`, the Slack status
+//! table's from `THREADBOX_SLACK_STATUS_TABLE`.
 //!
 //! **Sessions table**: one item per thread.
 //!
@@ -55,6 +56,15 @@
 //! No indexes. TTL is enabled on `expires_at` (epoch seconds). Claims are conditional on the key
 //! being absent or expired, so TTL's lag never lets a key count twice or stick past its expiry.
 //!
+//! **Slack status table** ([`DynamoSlackStatusStore`], feature `slack`): which Slack message shows
+//! each thread's status.
+//!
+//! | | attribute | type |
+//! |---|---|---|
+//! | partition key | `thread_id` | S |
+//!
+//! Attributes `channel` (S), `ts` (S), `seq` (N). No indexes, no TTL (one small item per thread).
+//!
 //! # Requests per call
 //!
 //! | call | requests |
@@ -68,6 +78,7 @@
 //! | `mark_sent` | 1 conditional `UpdateItem` per event, 8 at a time |
 //! | `list` | 1 `Query` of `by_thread` + 1 `BatchGetItem` per page (at most 100) |
 //! | dedupe `claim` / `contains` / `release` | 1 conditional `PutItem` / `GetItem` / `DeleteItem` |
+//! | Slack status `get` / `put` | 1 `GetItem` (strongly consistent) / 1 conditional `PutItem` |
 //!
 //! So resolving an active thread is two requests: one read, one conditional write.
 //!
@@ -82,9 +93,15 @@ mod errors;
 mod items;
 mod schema;
 mod session_store;
+#[cfg(feature = "slack")]
+mod slack_status;
 
 pub use capacity::{query_read_units, session_item_bytes, Consistency, READ_BLOCK_BYTES};
 pub use config::{ConfigError, DynamoConfig, DEFAULT_EVENT_RETENTION, DEFAULT_SHARDS};
 pub use dedupe::DynamoDedupe;
+#[cfg(feature = "slack")]
+pub use schema::create_slack_status_table;
 pub use schema::{create_dedupe_table, create_tables, DUE_INDEX, LIST_INDEX, UNSENT_INDEX};
 pub use session_store::DynamoSessionStore;
+#[cfg(feature = "slack")]
+pub use slack_status::DynamoSlackStatusStore;

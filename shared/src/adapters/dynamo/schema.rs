@@ -112,6 +112,21 @@ pub async fn create_dedupe_table(client: &Client, table: &str) -> Result<(), Sto
     enable_ttl(client, table).await
 }
 
+/// Create the Slack status table (partition key `thread_id`, on-demand billing) and wait until
+/// it is active. Safe to repeat.
+#[cfg(feature = "slack")]
+pub async fn create_slack_status_table(client: &Client, table: &str) -> Result<(), StoreError> {
+    create(
+        client,
+        table,
+        &[(attr::THREAD_ID, KeyType::Hash)],
+        &[],
+        &[(attr::THREAD_ID, ScalarAttributeType::S)],
+    )
+    .await?;
+    wait_active(client, table).await
+}
+
 fn build_error(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("cannot build a table definition: {e}"))
 }

@@ -1,0 +1,121 @@
+//! `DynamoSlackStatusStore`: which Slack message shows each thread's status, on one DynamoDB
+//! table (partition key `thread_id`), for the Slack status fan-out target in Lambda.
+//!
+//! `put` is one conditional `PutItem` on `attribute_not_exists(thread_id) OR seq <= :seq`: a
+//! later event replaces the record, an older one arriving late (a re-drive) never does, and an
+//! equal one may (a status message re-posted under a new ts shows the same event).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use serde::{Deserialize, Serialize};
+use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
+
+use super::errors::unavailable;
+use super::schema::attr;
+use crate::domain::ThreadId;
+use crate::ports::StoreError;
+use crate::slack::{SlackStatusStore, StatusMessage};
+
+/// One row: the thread and its status message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct StatusItem {
+    thread_id: ThreadId,
+    channel: String,
+    ts: String,
+    seq: u64,
+}
+
+/// The Slack status store on DynamoDB. Cheap to clone; build one per process.
+#[derive(Clone, Debug)]
+pub struct DynamoSlackStatusStore {
+    client: Client,
+    table: Arc<str>,
+}
+
+impl DynamoSlackStatusStore {
+    /// The variable naming the table in a deployed function's environment.
+    pub const TABLE_VAR: &'static str = "THREADBOX_SLACK_STATUS_TABLE";
+
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: Arc::from(table.into()),
+        }
+    }
+
+    /// A store whose client is built from the SDK configuration (see `adapters::aws::load_config`).
+    pub fn from_sdk_config(sdk: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
+        Self::new(Client::new(sdk), table)
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+#[async_trait]
+impl SlackStatusStore for DynamoSlackStatusStore {
+    async fn get(&self, thread_id: &ThreadId) -> Result<Option<StatusMessage>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(self.table.as_ref())
+            .key(attr::THREAD_ID, AttributeValue::S(thread_id.to_string()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable(&format!("GetItem {}", self.table), e))?;
+        let Some(item) = output.item else {
+            return Ok(None);
+        };
+        let row: StatusItem = from_item(item).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "Slack status item of {thread_id} in {} is malformed: {e}",
+                self.table
+            ))
+        })?;
+        Ok(Some(StatusMessage {
+            channel: row.channel,
+            ts: row.ts,
+            seq: row.seq,
+        }))
+    }
+
+    async fn put(&self, thread_id: &ThreadId, message: &StatusMessage) -> Result<bool, StoreError> {
+        let item = to_item(StatusItem {
+            thread_id: thread_id.clone(),
+            channel: message.channel.clone(),
+            ts: message.ts.clone(),
+            seq: message.seq,
+        })
+        .map_err(|e| StoreError::Unavailable(format!("encoding {thread_id}'s status: {e}")))?;
+        let result = self
+            .client
+            .put_item()
+            .table_name(self.table.as_ref())
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#thread) OR #seq <= :seq")
+            .expression_attribute_names("#thread", attr::THREAD_ID)
+            .expression_attribute_names("#seq", attr::SEQ)
+            .expression_attribute_values(":seq", AttributeValue::N(message.seq.to_string()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(unavailable(&format!("PutItem {}", self.table), e)),
+        }
+    }
+}
