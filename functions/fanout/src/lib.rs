@@ -14,9 +14,11 @@
 //!
 //! The invocation itself never fails: one bad record never sends a whole batch back.
 //!
-//! Targets today: the log (every delivery is a JSON log line with the thread and sandbox). The
-//! Slack status and WebSocket subscriber targets join here when their DynamoDB-backed stores and
-//! senders exist; the dedupe keeps each target's deliveries apart, so adding one is safe.
+//! Targets: the log (every delivery is a JSON log line with the thread and sandbox), and, when the
+//! function has a Slack bot token, the Slack status message of each Slack thread (edited in
+//! place; its record in DynamoDB). The WebSocket subscribers target joins when its DynamoDB
+//! subscription store and `PostToConnection` sender exist; the dedupe keeps each target's
+//! deliveries apart, so adding one never repeats what the others delivered.
 
 use std::convert::Infallible;
 
@@ -240,6 +242,49 @@ mod tests {
             .await
             .unwrap();
         assert!(response.batch_item_failures.is_empty());
+    }
+
+    /// With a bot token the fanout function adds the Slack status target: a Slack thread gets
+    /// one status message, edited in place as its events arrive, and a redelivery posts nothing.
+    #[tokio::test]
+    async fn slack_threads_get_one_status_message_edited_in_place() {
+        use threadbox_shared::adapters::sqlite::SqliteSlackStatusStore;
+        use threadbox_shared::slack::client::{BotToken, SlackClientConfig, SlackWebClient};
+        use threadbox_shared::slack::SlackStatusTarget;
+        use threadbox_shared::testing::slack_fake::SlackFake;
+
+        let (dedupe, dir) = sqlite_dedupe();
+        let slack = SlackFake::start("xoxb-fanout").await;
+        let api = SlackWebClient::new(
+            SlackClientConfig::new(BotToken::new("xoxb-fanout").unwrap())
+                .with_api_url(&slack.api_url())
+                .unwrap(),
+        )
+        .unwrap();
+        let store = SqliteSlackStatusStore::open(dir.path().join("status.db")).unwrap();
+        let target = SlackStatusTarget::new(Arc::new(api), Arc::new(store));
+        let handler = FanoutHandler::new(Fanout::new(
+            dedupe,
+            vec![Arc::new(LogTarget), Arc::new(target)],
+        ));
+        for _ in 0..2 {
+            let response = handler
+                .handle(invocation(fixture_json("sqs-lifecycle-batch.json")))
+                .await
+                .unwrap();
+            assert_eq!(failed_ids(&response), vec![MALFORMED]);
+        }
+        let messages = slack.messages();
+        let status: Vec<_> = messages
+            .iter()
+            .filter(|m| m.channel == "C0001" && m.thread_ts.as_deref() == Some("1700000000.000100"))
+            .collect();
+        assert_eq!(status.len(), 1, "one status message: {messages:?}");
+        assert_eq!(
+            status[0].history.len(),
+            1,
+            "edited once, for the second event"
+        );
     }
 
     /// The SQS event source mapping, emulated against a real queue: receive a batch, call the

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use fanout::FanoutHandler;
 use lambda_runtime::service_fn;
-use threadbox_shared::fanout::{Fanout, LogTarget};
+use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_shared::lambda::{self, Env};
 
 #[tokio::main]
@@ -12,7 +12,11 @@ async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
     let env = Env::process();
     let sdk = lambda::aws_config().await;
+    let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
+    if let Some(slack) = lambda::slack_status_target(&sdk, &env)? {
+        targets.push(Arc::new(slack));
+    }
     let dedupe = Arc::new(lambda::dedupe(&sdk, &env)?);
-    let handler = FanoutHandler::new(Fanout::new(dedupe, vec![Arc::new(LogTarget)]));
+    let handler = FanoutHandler::new(Fanout::new(dedupe, targets));
     lambda_runtime::run(service_fn(|event| handler.handle(event))).await
 }

@@ -8,7 +8,8 @@
 //!   [`dedupe`] and [`api_auth`];
 //! - `logging`: [`init_tracing`], JSON logs whose lines carry their spans' fields (`thread_id`,
 //!   `sandbox_id`, the invocation's `requestId`);
-//! - `http`: [`run_http`], the shared axum router served through `lambda_http`.
+//! - `http`: [`run_http`], the shared axum router served through `lambda_http`;
+//! - `slack`: the Slack app's work queue, signing secret, Web API client and status target.
 //!
 //! # Environment
 //!
@@ -22,7 +23,11 @@
 //! | `THREADBOX_PROVIDER` (+ `E2B_*`) | `runc` | `e2b` in production (see `adapters::e2b`) |
 //! | `THREADBOX_RUNC_STATE_DIR` | `/tmp/threadbox-runc` | runc only (the local loop) |
 //! | `THREADBOX_API_KEYS` | required | HTTP functions: bearer keys, comma-separated |
-//! | `THREADBOX_DEDUPE_TABLE` | required | fanout |
+//! | `THREADBOX_DEDUPE_TABLE` | required | fanout, slack-events, worker |
+//! | `THREADBOX_WORK_QUEUE_URL`, `THREADBOX_WORK_DLQ_URL` | required | slack-events, worker |
+//! | `SLACK_SIGNING_SECRET` | required | slack-events |
+//! | `SLACK_BOT_TOKEN`, `SLACK_API_URL` | required, Slack's | worker; fanout (optional: without it, no Slack target) |
+//! | `THREADBOX_SLACK_STATUS_TABLE` | required with a bot token | fanout |
 //! | `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL` | `info` | every function |
 //!
 //! AWS endpoints, region and credentials come from the SDK's standard settings only.
@@ -31,6 +36,7 @@ mod env;
 mod http;
 mod logging;
 mod settings;
+mod slack;
 mod wiring;
 
 /// What a function's `main` returns: any error, boxed (the runtime's own error type).
@@ -40,4 +46,5 @@ pub use env::{Env, SetupError};
 pub use http::{run_http, thread_id_in_path, traced};
 pub use logging::init_tracing;
 pub use settings::Settings;
+pub use slack::{signing_secret, slack_api, slack_status_target, work_queue};
 pub use wiring::{api_auth, aws_config, dedupe, threadbox};

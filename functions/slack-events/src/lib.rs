@@ -1,0 +1,148 @@
+//! slack-events: `POST /slack/events`, the Slack Events API's request URL.
+//!
+//! The shared ingress does the whole job within Slack's three seconds: verify the `v0`
+//! signature on the raw body (a bad or stale one is a 401), answer `url_verification` with its
+//! challenge, drop an event id seen before (Slack's retries), and queue the message on the FIFO
+//! work queue (one group per thread) for the worker; then a 200. API Gateway hands the body over
+//! byte for byte (JSON is not base64-encoded), so the signature is checked on what Slack signed.
+
+use axum::Router;
+use threadbox_shared::slack::{router, SlackIngress};
+
+/// The handler: the ingress's one route.
+pub fn app(ingress: SlackIngress) -> Router {
+    router(ingress)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::Value;
+    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
+    use threadbox_shared::ports::DurableQueue;
+    use threadbox_shared::slack::{SigningSecret, WorkItem};
+    use threadbox_shared::testing::ManualClock;
+    use threadbox_tests::lambda::{fixture_json, invoke_http};
+
+    use super::*;
+
+    /// The secret the Slack fixtures are signed with, at the manual clock's start.
+    const FIXTURE_SECRET: &str = "fixture-signing-secret-not-a-real-one";
+
+    struct Local {
+        router: Router,
+        work: Arc<SqliteQueue>,
+        clock: Arc<ManualClock>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn local() -> Local {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("threadbox.db");
+        let work = Arc::new(SqliteQueue::open(&path, "work", QueueConfig::default()).unwrap());
+        let clock = Arc::new(ManualClock::default());
+        let ingress = SlackIngress::new(
+            SigningSecret::new(FIXTURE_SECRET),
+            Arc::new(SqliteDedupe::open(&path).unwrap()),
+            work.clone(),
+            clock.clone(),
+        );
+        Local {
+            router: app(ingress),
+            work,
+            clock,
+            _dir: dir,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_mention_is_queued_once_for_its_thread() {
+        let local = local();
+        let event = fixture_json("apigw-http-slack-app-mention.json");
+        let answer = invoke_http(local.router.clone(), &event).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.json());
+        assert_eq!(answer.json()["outcome"], "accepted");
+        let thread = "slack:T0001:C0001:1767225590.000100";
+        assert_eq!(answer.json()["thread_id"], thread);
+
+        // Slack retries when the ack is slow: the same event id is acknowledged, not queued.
+        let mut retry = event.clone();
+        retry["headers"]["x-slack-retry-num"] = Value::from("1");
+        retry["headers"]["x-slack-retry-reason"] = Value::from("http_timeout");
+        let answer = invoke_http(local.router, &retry).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.json()["outcome"], "duplicate");
+
+        let queued = local
+            .work
+            .receive(10, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(queued.len(), 1);
+        assert_eq!(queued[0].group_id, thread);
+        let WorkItem::Message(message) = serde_json::from_str(&queued[0].body).unwrap() else {
+            panic!("a message: {}", queued[0].body);
+        };
+        assert!(message.addressed);
+        assert!(
+            message.text.contains("echo hello from slack"),
+            "{}",
+            message.text
+        );
+    }
+
+    #[tokio::test]
+    async fn url_verification_is_answered_with_the_challenge() {
+        let local = local();
+        let event = fixture_json("apigw-http-slack-url-verification.json");
+        let answer = invoke_http(local.router, &event).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(
+            answer.json()["challenge"],
+            "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_signatures_stale_requests_and_bad_bodies_change_nothing() {
+        let local = local();
+        let event = fixture_json("apigw-http-slack-app-mention.json");
+
+        // One byte of the body changed after signing.
+        let mut tampered = event.clone();
+        let body = tampered["body"].as_str().unwrap().replace("hello", "HELLO");
+        tampered["body"] = Value::from(body);
+        let answer = invoke_http(local.router.clone(), &tampered).await;
+        assert_eq!(answer.status, 401);
+        assert!(answer.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not match"));
+
+        let mut unsigned = event.clone();
+        unsigned["headers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("x-slack-signature");
+        let answer = invoke_http(local.router.clone(), &unsigned).await;
+        assert_eq!(answer.status, 401);
+
+        // A replay ten minutes later.
+        local.clock.advance(Duration::from_secs(600));
+        let answer = invoke_http(local.router, &event).await;
+        assert_eq!(answer.status, 401);
+        assert!(answer.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("away from now"));
+
+        assert!(local
+            .work
+            .receive(10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -1,0 +1,25 @@
+//! Wiring only: the use cases, Slack's Web API, the dedupe table and the work queue from the
+//! environment, once, then the handler.
+
+use std::sync::Arc;
+
+use lambda_runtime::service_fn;
+use threadbox_shared::lambda::{self, Env};
+use threadbox_shared::slack::{SlackWorker, SlackWorkerConfig};
+use worker::WorkHandler;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda::Error> {
+    lambda::init_tracing();
+    let env = Env::process();
+    let sdk = lambda::aws_config().await;
+    let worker = SlackWorker::new(
+        lambda::threadbox(&sdk, &env).await?,
+        Arc::new(lambda::slack_api(&env)?),
+        Arc::new(lambda::dedupe(&sdk, &env)?),
+        Arc::new(lambda::work_queue(&sdk, &env)?),
+        SlackWorkerConfig::default(),
+    );
+    let handler = WorkHandler::new(worker);
+    lambda_runtime::run(service_fn(|event| handler.handle(event))).await
+}

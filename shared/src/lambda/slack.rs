@@ -1,0 +1,124 @@
+//! The Slack app's clients for the Lambda functions: the work queue between `slack-events` and
+//! `worker`, the signing secret, the Web API client, and the status store the fan-out's Slack
+//! target keeps its messages in.
+
+use std::sync::Arc;
+
+use super::env::{Env, SetupError};
+use crate::adapters::aws::SdkConfig;
+use crate::adapters::dynamo::DynamoSlackStatusStore;
+use crate::adapters::provider_config::ConfigError;
+use crate::adapters::sqs::{SqsQueue, SqsQueueUrls};
+use crate::slack::client::{BotToken, SlackClientConfig, SlackWebClient};
+use crate::slack::{SigningSecret, SlackStatusTarget};
+
+pub const WORK_QUEUE_URL_VAR: &str = "THREADBOX_WORK_QUEUE_URL";
+pub const WORK_DLQ_URL_VAR: &str = "THREADBOX_WORK_DLQ_URL";
+pub const SIGNING_SECRET_VAR: &str = "SLACK_SIGNING_SECRET";
+pub const BOT_TOKEN_VAR: &str = "SLACK_BOT_TOKEN";
+pub const API_URL_VAR: &str = "SLACK_API_URL";
+
+/// The FIFO work queue (`THREADBOX_WORK_QUEUE_URL`, `THREADBOX_WORK_DLQ_URL`): Slack messages
+/// from the ingress to the worker, and replies the worker has to post later.
+pub fn work_queue(sdk: &SdkConfig, env: &Env) -> Result<SqsQueue, SetupError> {
+    Ok(SqsQueue::from_sdk_config(
+        sdk,
+        SqsQueueUrls {
+            queue_url: env.required(WORK_QUEUE_URL_VAR)?,
+            dead_letter_url: env.required(WORK_DLQ_URL_VAR)?,
+        },
+    ))
+}
+
+/// The app's signing secret (`SLACK_SIGNING_SECRET`), which every request from Slack is checked
+/// against.
+pub fn signing_secret(env: &Env) -> Result<SigningSecret, SetupError> {
+    let raw = env.required(SIGNING_SECRET_VAR)?;
+    SigningSecret::new(&raw).ok_or_else(|| ConfigError::Missing(SIGNING_SECRET_VAR).into())
+}
+
+/// The Web API client (`SLACK_BOT_TOKEN`, and `SLACK_API_URL` to point elsewhere than Slack).
+pub fn slack_api(env: &Env) -> Result<SlackWebClient, SetupError> {
+    let token =
+        BotToken::new(&env.required(BOT_TOKEN_VAR)?).ok_or(ConfigError::Missing(BOT_TOKEN_VAR))?;
+    let mut config = SlackClientConfig::new(token);
+    if let Some(url) = env.get(API_URL_VAR) {
+        config = config
+            .with_api_url(&url)
+            .map_err(|e| ConfigError::Invalid {
+                variable: API_URL_VAR,
+                reason: e.to_string(),
+            })?;
+    }
+    SlackWebClient::new(config).map_err(|e| {
+        ConfigError::Invalid {
+            variable: BOT_TOKEN_VAR,
+            reason: format!("cannot build the Slack client: {e}"),
+        }
+        .into()
+    })
+}
+
+/// The fan-out's Slack target (one status message per thread, edited in place), when the
+/// function has a bot token; `None` without one, so a deployment without Slack fans out to the
+/// other targets only. With a token the status table (`THREADBOX_SLACK_STATUS_TABLE`) is required.
+pub fn slack_status_target(
+    sdk: &SdkConfig,
+    env: &Env,
+) -> Result<Option<SlackStatusTarget>, SetupError> {
+    if env.get(BOT_TOKEN_VAR).is_none() {
+        return Ok(None);
+    }
+    let table = env.required(DynamoSlackStatusStore::TABLE_VAR)?;
+    let store = DynamoSlackStatusStore::from_sdk_config(sdk, table);
+    Ok(Some(SlackStatusTarget::new(
+        Arc::new(slack_api(env)?),
+        Arc::new(store),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_slack_setting_is_named_when_missing_or_bad() {
+        let err = signing_secret(&Env::from_pairs(&[(SIGNING_SECRET_VAR, "  ")]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "SLACK_SIGNING_SECRET is not set");
+        assert!(signing_secret(&Env::from_pairs(&[(SIGNING_SECRET_VAR, "s3cr3t")])).is_ok());
+
+        let err = slack_api(&Env::from_pairs(&[])).unwrap_err().to_string();
+        assert_eq!(err, "SLACK_BOT_TOKEN is not set");
+        let err = slack_api(&Env::from_pairs(&[
+            (BOT_TOKEN_VAR, "xoxb-1"),
+            (API_URL_VAR, "not a url"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("SLACK_API_URL is invalid"), "{err}");
+        let shown = format!(
+            "{:?}",
+            slack_api(&Env::from_pairs(&[(BOT_TOKEN_VAR, "xoxb-secret-token")])).unwrap()
+        );
+        assert!(!shown.contains("xoxb-secret-token"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn the_status_target_needs_a_token_and_then_its_table() {
+        let sdk = SdkConfig::builder().build();
+        assert!(slack_status_target(&sdk, &Env::from_pairs(&[]))
+            .unwrap()
+            .is_none());
+        let err = slack_status_target(&sdk, &Env::from_pairs(&[(BOT_TOKEN_VAR, "xoxb-1")]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(err, "THREADBOX_SLACK_STATUS_TABLE is not set");
+        let err = work_queue(&sdk, &Env::from_pairs(&[(WORK_QUEUE_URL_VAR, "https://q")]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "THREADBOX_WORK_DLQ_URL is not set");
+    }
+}
