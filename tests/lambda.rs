@@ -169,7 +169,8 @@ impl Default for LocalThreadbox {
 pub mod local {
     use threadbox_shared::adapters::aws::SdkConfig;
     use threadbox_shared::adapters::dynamo::{
-        create_dedupe_table, create_tables, DynamoConfig, DynamoSessionStore,
+        create_dedupe_table, create_slack_status_table, create_tables, DynamoConfig,
+        DynamoSessionStore,
     };
     use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueueUrls};
 
@@ -181,13 +182,15 @@ pub mod local {
         pub sessions_table: String,
         pub events_table: String,
         pub dedupe_table: String,
+        pub slack_status_table: String,
         pub lifecycle: SqsQueueUrls,
+        pub work: SqsQueueUrls,
     }
 
     impl LocalResources {
-        /// Create `{prefix}-sessions`, `{prefix}-events` and `{prefix}-dedupe`, and the FIFO queue
-        /// `{prefix}-lifecycle.fifo` with its dead-letter queue. Existing ones are kept, so this
-        /// is safe to run again.
+        /// Create the tables `{prefix}-sessions`, `-events`, `-dedupe` and `-slack-status`, and
+        /// the FIFO queues `{prefix}-lifecycle.fifo` and `{prefix}-work.fifo` with their
+        /// dead-letter queues. Existing ones are kept, so this is safe to run again.
         pub async fn create(sdk: &SdkConfig, prefix: &str) -> Result<Self, String> {
             let config =
                 DynamoConfig::new(format!("{prefix}-sessions"), format!("{prefix}-events"));
@@ -199,15 +202,24 @@ pub mod local {
             create_dedupe_table(store.client(), &dedupe_table)
                 .await
                 .map_err(|e| e.to_string())?;
+            let slack_status_table = format!("{prefix}-slack-status");
+            create_slack_status_table(store.client(), &slack_status_table)
+                .await
+                .map_err(|e| e.to_string())?;
             let sqs = aws_sdk_sqs::Client::new(sdk);
             let lifecycle = create_fifo_queue(&sqs, &format!("{prefix}-lifecycle"), MAX_RECEIVES)
+                .await
+                .map_err(|e| e.to_string())?;
+            let work = create_fifo_queue(&sqs, &format!("{prefix}-work"), MAX_RECEIVES)
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(Self {
                 sessions_table: config.sessions_table,
                 events_table: config.events_table,
                 dedupe_table,
+                slack_status_table,
                 lifecycle,
+                work,
             })
         }
 
@@ -225,6 +237,12 @@ pub mod local {
                     "THREADBOX_LIFECYCLE_DLQ_URL",
                     self.lifecycle.dead_letter_url.clone(),
                 ),
+                (
+                    "THREADBOX_SLACK_STATUS_TABLE",
+                    self.slack_status_table.clone(),
+                ),
+                ("THREADBOX_WORK_QUEUE_URL", self.work.queue_url.clone()),
+                ("THREADBOX_WORK_DLQ_URL", self.work.dead_letter_url.clone()),
             ]
         }
     }
