@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-FUNCTIONS=(resolve-session pause resume sandbox-api janitor fanout)
+FUNCTIONS=(resolve-session pause resume sandbox-api janitor fanout slack-events worker)
 packages=()
 for f in "${FUNCTIONS[@]}"; do packages+=(-p "$f"); done
 say "release build of ${FUNCTIONS[*]} (one cargo invocation; slow the first time on 2 cores)"

@@ -10,8 +10,10 @@
 //! The first invocation is what each function would cheaply get first: `GET /healthz` through API
 //! Gateway's event for the HTTP functions (no backend call), a scheduled event on a minute that
 //! does not reconcile for the janitor (it re-drives and queries due work: 16 DynamoDB queries),
-//! and the three-record fixture batch for fanout (dedupe reads and writes). DynamoDB and SQS are
-//! moto's server; the E2B provider is configured but never called.
+//! the three-record fixture batch for fanout (dedupe reads and writes, Slack status messages),
+//! Slack's `url_verification` signed now for slack-events, and one `help` message for the worker
+//! (a dedupe claim and a reply). DynamoDB and SQS are moto's server, Slack's Web API is the Slack
+//! fake on 127.0.0.1; the E2B provider is configured but never called.
 //!
 //! Run it with `scripts/bench-lambda.sh`, which builds the release binaries in one cargo
 //! invocation and starts moto first. Targets: under 15 MiB and under 50 ms.
@@ -24,22 +26,28 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use threadbox_shared::slack::SigningSecret;
+use threadbox_shared::testing::slack_fake::SlackFake;
 use threadbox_tests::aws::{sdk_config, unique_name};
 use threadbox_tests::lambda::fixture_json;
 use threadbox_tests::lambda::local::LocalResources;
 
-const FUNCTIONS: [&str; 6] = [
+const FUNCTIONS: [&str; 8] = [
     "resolve-session",
     "pause",
     "resume",
     "sandbox-api",
     "janitor",
     "fanout",
+    "slack-events",
+    "worker",
 ];
 const RUNS: usize = 5;
 const SIZE_TARGET_MIB: f64 = 15.0;
 const COLD_START_TARGET: Duration = Duration::from_millis(50);
 const API_KEY: &str = "bench-api-key";
+const SIGNING_SECRET: &str = "bench-signing-secret";
+const BOT_TOKEN: &str = "xoxb-bench";
 
 /// What the fake Runtime API saw, as it happened.
 enum Seen {
@@ -69,6 +77,32 @@ fn first_event(function: &str) -> Value {
             event
         }
         "fanout" => fixture_json("sqs-lifecycle-batch.json"),
+        "slack-events" => {
+            // Slack's url_verification, signed now (the fixture's signature is for a fixed time).
+            let mut event = fixture_json("apigw-http-slack-url-verification.json");
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64;
+            let body = event["body"].as_str().unwrap().to_owned();
+            let secret = SigningSecret::new(SIGNING_SECRET).unwrap();
+            event["headers"]["x-slack-request-timestamp"] = json!(now.to_string());
+            event["headers"]["x-slack-signature"] = json!(secret.sign(now, body.as_bytes()));
+            event
+        }
+        "worker" => {
+            // One `help` in a thread: a dedupe claim, then one reply posted to the Slack fake.
+            let mut batch = fixture_json("sqs-work-batch.json");
+            let mut record = batch["Records"][2].clone();
+            let mut message: Value =
+                serde_json::from_str(record["body"].as_str().unwrap()).unwrap();
+            message["text"] = json!("help");
+            message["event_id"] = json!(unique_name("ev"));
+            message["ts"] = json!(format!("{}.000100", std::process::id()));
+            record["body"] = json!(message.to_string());
+            batch["Records"] = json!([record]);
+            batch
+        }
         _ => {
             let mut event = fixture_json("apigw-http-resolve.json");
             event["rawPath"] = json!("/healthz");
@@ -269,6 +303,9 @@ fn main() {
             LocalResources::create(&sdk_config().await, &unique_name("bench")).await
         })
         .expect("create the tables and queues in moto");
+    // Slack's Web API for the worker's reply and fanout's status messages: the fake, on
+    // 127.0.0.1, served by this runtime's threads while the functions run.
+    let slack = runtime.block_on(SlackFake::start(BOT_TOKEN));
     let mut env: Vec<(String, String)> = resources
         .env()
         .into_iter()
@@ -280,10 +317,13 @@ fn main() {
         // Never called by these invocations; a closed port if it ever were.
         ("E2B_API_URL", "http://127.0.0.1:9"),
         ("THREADBOX_API_KEYS", API_KEY),
+        ("SLACK_SIGNING_SECRET", SIGNING_SECRET),
+        ("SLACK_BOT_TOKEN", BOT_TOKEN),
         ("RUST_LOG", "warn"),
     ] {
         env.push((name.to_owned(), value.to_owned()));
     }
+    env.push(("SLACK_API_URL".to_owned(), slack.api_url()));
     for name in [
         "AWS_ENDPOINT_URL",
         "AWS_REGION",
