@@ -401,3 +401,61 @@ mod slack_status_conformance {
         racing_writers_leave_the_latest_event,
     );
 }
+
+/// The subscription store suite against `DynamoSubscriptionStore`, each test on its own table.
+mod subscription_conformance {
+    use std::sync::Arc;
+
+    use threadbox_shared::adapters::dynamo::{create_subscriptions_table, DynamoSubscriptionStore};
+    use threadbox_shared::testing::subscription_conformance as suite;
+    use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
+
+    macro_rules! subscription_suite {
+        ($($name:ident),* $(,)?) => {$(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                if !aws_configured(stringify!($name)) {
+                    return;
+                }
+                let table = unique_name("subscriptions");
+                let store = DynamoSubscriptionStore::from_sdk_config(&sdk_config().await, &table);
+                create_subscriptions_table(store.client(), &table)
+                    .await
+                    .expect("create the subscriptions table");
+                suite::$name(Arc::new(store)).await;
+            }
+        )*};
+    }
+
+    subscription_suite!(
+        connections_are_recorded_and_removed_with_their_subscriptions,
+        subscribe_needs_a_connection_and_resubscribing_moves_the_position,
+        subscribers_are_found_by_thread,
+        advance_is_a_compare_and_set,
+        advance_many_moves_only_the_named_and_up_to_date,
+        concurrent_advances_have_one_winner,
+        reusing_a_connection_id_starts_clean,
+    );
+}
+
+/// `ApiGatewaySender` against moto's Management API: a post and a close reach it (moto answers
+/// every connection id; the 410 mapping is unit-tested in the adapter).
+mod apigw_sender {
+    use threadbox_shared::adapters::apigw::ApiGatewaySender;
+    use threadbox_shared::ports::{ConnectionSender, Frame};
+    use threadbox_tests::aws::{aws_configured, sdk_config};
+
+    #[tokio::test]
+    async fn post_to_connection_and_close_reach_the_management_api() {
+        if !aws_configured("post_to_connection_and_close_reach_the_management_api") {
+            return;
+        }
+        let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap();
+        let sender = ApiGatewaySender::from_sdk_config(&sdk_config().await, &endpoint);
+        sender
+            .send("conn-1", &Frame::from(r#"{"type":"pong"}"#))
+            .await
+            .expect("PostToConnection");
+        sender.close("conn-1").await.expect("DeleteConnection");
+    }
+}

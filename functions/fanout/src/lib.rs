@@ -16,9 +16,10 @@
 //!
 //! Targets: the log (every delivery is a JSON log line with the thread and sandbox), and, when the
 //! function has a Slack bot token, the Slack status message of each Slack thread (edited in
-//! place; its record in DynamoDB). The WebSocket subscribers target joins when its DynamoDB
-//! subscription store and `PostToConnection` sender exist; the dedupe keeps each target's
-//! deliveries apart, so adding one never repeats what the others delivered.
+//! place; its record in DynamoDB), and, when `THREADBOX_SUBSCRIPTIONS_TABLE` and
+//! `THREADBOX_WS_CALLBACK_URL` are set, the WebSocket subscribers of each thread (the
+//! `DynamoSubscriptionStore` and `PostToConnection`). The dedupe keeps each target's deliveries
+//! apart, so adding one never repeats what the others delivered.
 
 use std::convert::Infallible;
 

@@ -1,4 +1,6 @@
-//! Wiring only: the dedupe table and the targets from the environment, once, then the handler.
+//! Wiring only: the dedupe table and the targets (log, Slack status when a bot token is set,
+//! WebSocket subscribers when the subscriptions table and callback URL are set) from the
+//! environment, once, then the handler.
 
 use std::sync::Arc;
 
@@ -15,6 +17,9 @@ async fn main() -> Result<(), lambda::Error> {
     let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
     if let Some(slack) = lambda::slack_status_target(&sdk, &env)? {
         targets.push(Arc::new(slack));
+    }
+    if let Some(live) = lambda::live_target(&sdk, &env)? {
+        targets.push(Arc::new(live));
     }
     let dedupe = Arc::new(lambda::dedupe(&sdk, &env)?);
     let handler = FanoutHandler::new(Fanout::new(dedupe, targets));

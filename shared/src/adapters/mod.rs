@@ -15,6 +15,9 @@ pub mod dynamo;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 
+#[cfg(feature = "apigw")]
+pub mod apigw;
+
 #[cfg(feature = "e2b")]
 pub mod e2b;
 

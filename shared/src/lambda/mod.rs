@@ -9,7 +9,8 @@
 //! - `logging`: [`init_tracing`], JSON logs whose lines carry their spans' fields (`thread_id`,
 //!   `sandbox_id`, the invocation's `requestId`);
 //! - `http`: [`run_http`], the shared axum router served through `lambda_http`;
-//! - `slack`: the Slack app's work queue, signing secret, Web API client and status target.
+//! - `slack`: the Slack app's work queue, signing secret, Web API client and status target;
+//! - `live`: the WebSocket gateway (`ws`) and the subscribers target (`fanout`).
 //!
 //! # Environment
 //!
@@ -28,12 +29,15 @@
 //! | `SLACK_SIGNING_SECRET` | required | slack-events |
 //! | `SLACK_BOT_TOKEN`, `SLACK_API_URL` | required, Slack's | worker; fanout (optional: without it, no Slack target) |
 //! | `THREADBOX_SLACK_STATUS_TABLE` | required with a bot token | fanout |
+//! | `THREADBOX_SUBSCRIPTIONS_TABLE`, `THREADBOX_WS_CALLBACK_URL` | required by ws; optional for fanout (both or neither: its WebSocket target) | ws, fanout |
+//! | `THREADBOX_TOKEN_SECRET` | required | ws: checks subscription tokens (≥ 32 bytes) |
 //! | `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL` | `info` | every function |
 //!
 //! AWS endpoints, region and credentials come from the SDK's standard settings only.
 
 mod env;
 mod http;
+mod live;
 mod logging;
 mod settings;
 mod slack;
@@ -44,6 +48,7 @@ pub use lambda_http::Error;
 
 pub use env::{Env, SetupError};
 pub use http::{run_http, thread_id_in_path, traced};
+pub use live::{live_gateway, live_target, subscribers, token_key, TOKEN_SECRET_VAR};
 pub use logging::init_tracing;
 pub use settings::Settings;
 pub use slack::{signing_secret, slack_api, slack_status_target, work_queue};

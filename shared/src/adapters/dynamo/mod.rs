@@ -65,6 +65,21 @@
 //!
 //! Attributes `channel` (S), `ts` (S), `seq` (N). No indexes, no TTL (one small item per thread).
 //!
+//! **Subscriptions table** ([`DynamoSubscriptionStore`], feature `live`): live-events connections
+//! and their subscriptions, keyed as `ports::subscription_store` documents.
+//!
+//! | | attribute | type |
+//! |---|---|---|
+//! | partition key | `pk` (`conn#{connection_id}`) | S |
+//! | sort key | `sk` (`conn`, or `sub#{thread_id}`) | S |
+//!
+//! | GSI | partition key | sort key | projection | why |
+//! |---|---|---|---|---|
+//! | `by_thread` | `thread_id` (S) | `connection_id` (S) | `ALL` | a thread's subscribers, for fan-out (sparse) |
+//!
+//! TTL is enabled on `ttl` (epoch seconds: the token's expiry plus an hour), so connections whose
+//! `$disconnect` never ran age out.
+//!
 //! # Requests per call
 //!
 //! | call | requests |
@@ -95,6 +110,8 @@ mod schema;
 mod session_store;
 #[cfg(feature = "slack")]
 mod slack_status;
+#[cfg(feature = "live")]
+mod subscriptions;
 
 pub use capacity::{query_read_units, session_item_bytes, Consistency, READ_BLOCK_BYTES};
 pub use config::{ConfigError, DynamoConfig, DEFAULT_EVENT_RETENTION, DEFAULT_SHARDS};
@@ -102,6 +119,10 @@ pub use dedupe::DynamoDedupe;
 #[cfg(feature = "slack")]
 pub use schema::create_slack_status_table;
 pub use schema::{create_dedupe_table, create_tables, DUE_INDEX, LIST_INDEX, UNSENT_INDEX};
+#[cfg(feature = "live")]
+pub use schema::{create_subscriptions_table, SUBSCRIBERS_INDEX};
 pub use session_store::DynamoSessionStore;
 #[cfg(feature = "slack")]
 pub use slack_status::DynamoSlackStatusStore;
+#[cfg(feature = "live")]
+pub use subscriptions::DynamoSubscriptionStore;

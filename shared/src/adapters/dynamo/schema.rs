@@ -127,6 +127,39 @@ pub async fn create_slack_status_table(client: &Client, table: &str) -> Result<(
     wait_active(client, table).await
 }
 
+/// Subscriptions table: every subscription of a thread, by connection id (sparse: only
+/// subscription items carry `thread_id`).
+#[cfg(feature = "live")]
+pub const SUBSCRIBERS_INDEX: &str = "by_thread";
+
+/// Create the live-events subscriptions table (partition `pk`, sort `sk`, the sparse
+/// [`SUBSCRIBERS_INDEX`] on `thread_id`/`connection_id`, on-demand billing) with TTL on `ttl`,
+/// and wait until it is active. Safe to repeat. The schema is spelled out in
+/// `ports::subscription_store`.
+#[cfg(feature = "live")]
+pub async fn create_subscriptions_table(client: &Client, table: &str) -> Result<(), StoreError> {
+    use super::subscriptions::attr as sub;
+    create(
+        client,
+        table,
+        &[(sub::PK, KeyType::Hash), (sub::SK, KeyType::Range)],
+        &[index(
+            SUBSCRIBERS_INDEX,
+            (sub::THREAD_ID, sub::CONNECTION_ID),
+            ProjectionType::All,
+        )?],
+        &[
+            (sub::PK, ScalarAttributeType::S),
+            (sub::SK, ScalarAttributeType::S),
+            (sub::THREAD_ID, ScalarAttributeType::S),
+            (sub::CONNECTION_ID, ScalarAttributeType::S),
+        ],
+    )
+    .await?;
+    wait_active(client, table).await?;
+    enable_ttl_on(client, table, sub::TTL).await
+}
+
 fn build_error(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("cannot build a table definition: {e}"))
 }
@@ -214,6 +247,11 @@ async fn wait_active(client: &Client, table: &str) -> Result<(), StoreError> {
 
 /// TTL removes old events (garbage), never anything the state machine times by.
 async fn enable_ttl(client: &Client, table: &str) -> Result<(), StoreError> {
+    enable_ttl_on(client, table, attr::EXPIRES_AT).await
+}
+
+/// Turn on TTL on `attribute` (epoch seconds), unless it is already on.
+async fn enable_ttl_on(client: &Client, table: &str, attribute: &str) -> Result<(), StoreError> {
     let described = client
         .describe_time_to_live()
         .table_name(table)
@@ -235,7 +273,7 @@ async fn enable_ttl(client: &Client, table: &str) -> Result<(), StoreError> {
         .time_to_live_specification(
             TimeToLiveSpecification::builder()
                 .enabled(true)
-                .attribute_name(attr::EXPIRES_AT)
+                .attribute_name(attribute)
                 .build()
                 .map_err(build_error)?,
         )

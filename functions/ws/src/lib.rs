@@ -1,0 +1,325 @@
+//! ws: API Gateway's WebSocket API, one function for every route.
+//!
+//! The route key of the event picks the action of the transport-free `LiveGateway`:
+//!
+//! - `$connect`: the `token` query parameter is checked and the connection recorded with what
+//!   the token grants. A missing, malformed, forged or expired token is refused with 401 (API
+//!   Gateway then refuses the upgrade with that status); a store failure with 503.
+//! - `$disconnect`: the connection and its subscriptions are forgotten.
+//! - `$default` (and any other route, such as a `subscribe` route selected by
+//!   `$request.body.action`): one client message (`subscribe` with replay from `after_seq`,
+//!   `unsubscribe`, `ping`). Replies and replayed events go back through `PostToConnection`,
+//!   the same way live events do, so they share one order; a message the server cannot use is
+//!   answered with an error frame and the connection stays open. Binary frames are not part of
+//!   the protocol and are answered as a message that is not JSON.
+//!
+//! A 500 answer means a store or `PostToConnection` failure; the client may send again.
+
+use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
+use aws_lambda_events::encodings::Body;
+use lambda_runtime::LambdaEvent;
+use std::convert::Infallible;
+use threadbox_shared::live::LiveGateway;
+
+/// The handler, holding the live-events gateway (subscription store, sender, event log, key).
+#[derive(Clone)]
+pub struct WsHandler {
+    gateway: LiveGateway,
+}
+
+fn answer(status: i64, body: &str) -> ApiGatewayProxyResponse {
+    let mut response = ApiGatewayProxyResponse::default();
+    response.status_code = status;
+    response.body = Some(Body::Text(body.to_owned()));
+    response
+}
+
+impl WsHandler {
+    pub fn new(gateway: LiveGateway) -> Self {
+        Self { gateway }
+    }
+
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<ApiGatewayWebsocketProxyRequest>,
+    ) -> Result<ApiGatewayProxyResponse, Infallible> {
+        let request = event.payload;
+        let context = &request.request_context;
+        let route = context.route_key.as_deref().unwrap_or("$default");
+        let Some(connection_id) = context.connection_id.as_deref() else {
+            tracing::warn!(route, "WebSocket event without a connection id");
+            return Ok(answer(400, "no connection id"));
+        };
+        let span = tracing::info_span!("ws", route, connection_id);
+        let _entered = span.enter();
+        Ok(match route {
+            "$connect" => {
+                let token = request.query_string_parameters.first("token");
+                match self.gateway.connect(connection_id, token).await {
+                    Ok(_) => answer(200, "connected"),
+                    Err(e) if e.is_unauthorized() => {
+                        tracing::info!(code = e.code(), "live-events connection refused");
+                        answer(401, e.code())
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot record the connection");
+                        answer(503, e.code())
+                    }
+                }
+            }
+            "$disconnect" => match self.gateway.disconnect(connection_id).await {
+                Ok(()) => answer(200, "disconnected"),
+                Err(e) => {
+                    // The record's TTL removes it eventually; fan-out forgets it on its first 410.
+                    tracing::warn!(error = %e, "cannot forget the connection");
+                    answer(500, "unavailable")
+                }
+            },
+            _ => {
+                let body = match (&request.body, request.is_base64_encoded) {
+                    (Some(text), false) => text.as_str(),
+                    _ => "",
+                };
+                match self.gateway.message(connection_id, body).await {
+                    Ok(()) => answer(200, "ok"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "live-events message not handled");
+                        answer(500, "unavailable")
+                    }
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use lambda_runtime::LambdaEvent;
+    use serde_json::Value;
+    use threadbox_shared::adapters::sqlite::SqliteSubscriptionStore;
+    use threadbox_shared::domain::{ThreadId, ThreadScope};
+    use threadbox_shared::live::{InProcessSender, Subscribers, TokenKey, TokenSecret};
+    use threadbox_shared::ports::{Clock, Frame, SubscriptionStore};
+    use threadbox_tests::lambda::{context_with_deadline, fixture_json, LocalThreadbox};
+    use tokio::sync::mpsc::Receiver;
+
+    use super::*;
+
+    /// The fixtures' connection id and the thread the message fixture subscribes to.
+    const CONNECTION: &str = "L0SM9cOFvHcCIhw=";
+    const THREAD: &str = "t-ws-fixture";
+
+    struct Local {
+        handler: WsHandler,
+        local: LocalThreadbox,
+        key: TokenKey,
+        subscriptions: Arc<SqliteSubscriptionStore>,
+        sender: Arc<InProcessSender>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn local() -> Local {
+        let local = LocalThreadbox::new();
+        let dir = tempfile::tempdir().unwrap();
+        let subscriptions =
+            Arc::new(SqliteSubscriptionStore::open(dir.path().join("live.sqlite")).unwrap());
+        let sender = Arc::new(InProcessSender::default());
+        let key = TokenKey::new(TokenSecret::new("ws-fixture-secret-0123456789abcdef").unwrap());
+        let subscribers = Subscribers::new(
+            subscriptions.clone(),
+            sender.clone(),
+            local.backend.store.clone(),
+            local.clock.clone(),
+        );
+        Local {
+            handler: WsHandler::new(LiveGateway::new(Arc::new(subscribers), key.clone())),
+            local,
+            key,
+            subscriptions,
+            sender,
+            _dir: dir,
+        }
+    }
+
+    impl Local {
+        fn token(&self, scope: ThreadScope) -> String {
+            self.key
+                .mint(scope, Duration::from_secs(600), self.local.clock.now())
+                .unwrap()
+                .token
+        }
+
+        async fn invoke(&self, event: &Value) -> ApiGatewayProxyResponse {
+            let payload = serde_json::from_value(event.clone()).expect("a WebSocket event");
+            let context = context_with_deadline(Duration::from_secs(30));
+            self.handler
+                .handle(LambdaEvent::new(payload, context))
+                .await
+                .unwrap()
+        }
+    }
+
+    fn connect_with(token: Option<&str>) -> Value {
+        let mut event = fixture_json("apigw-ws-connect.json");
+        match token {
+            Some(token) => {
+                event["queryStringParameters"]["token"] = token.into();
+                event["multiValueQueryStringParameters"]["token"] = serde_json::json!([token]);
+            }
+            None => {
+                event["queryStringParameters"] = Value::Null;
+                event["multiValueQueryStringParameters"] = Value::Null;
+            }
+        }
+        event
+    }
+
+    fn frames(rx: &mut Receiver<Frame>) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Ok(frame) = rx.try_recv() {
+            out.push(serde_json::from_str(&frame).unwrap());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn connect_subscribe_replay_and_disconnect_from_the_fixtures() {
+        let l = local();
+        let thread = ThreadId::parse(THREAD).unwrap();
+        l.local.tb.resolve(&thread).await.unwrap();
+        let mut rx = l.sender.register(CONNECTION);
+
+        let token = l.token(ThreadScope::only([thread.clone()]).unwrap());
+        let connected = l.invoke(&connect_with(Some(&token))).await;
+        assert_eq!(connected.status_code, 200);
+        let recorded = l
+            .subscriptions
+            .connection(CONNECTION)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(recorded.scope.allows(&thread));
+
+        let message = fixture_json("apigw-ws-message.json");
+        assert_eq!(l.invoke(&message).await.status_code, 200);
+        let got = frames(&mut rx);
+        assert_eq!(got[0]["type"], "subscribed", "{got:?}");
+        assert_eq!(got[0]["thread_id"], THREAD);
+        assert_eq!(got[0]["after_seq"], 0);
+        let seqs: Vec<u64> = got[1..]
+            .iter()
+            .map(|f| {
+                assert_eq!(f["type"], "event");
+                f["event"]["seq"].as_u64().unwrap()
+            })
+            .collect();
+        let last_seq = got[0]["last_seq"].as_u64().unwrap();
+        assert!(last_seq >= 1);
+        assert_eq!(
+            seqs,
+            (1..=last_seq).collect::<Vec<_>>(),
+            "replayed in order"
+        );
+        assert_eq!(
+            l.subscriptions
+                .subscription(CONNECTION, &thread)
+                .await
+                .unwrap()
+                .unwrap()
+                .last_seq,
+            last_seq
+        );
+
+        let disconnected = l.invoke(&fixture_json("apigw-ws-disconnect.json")).await;
+        assert_eq!(disconnected.status_code, 200);
+        assert!(l
+            .subscriptions
+            .connection(CONNECTION)
+            .await
+            .unwrap()
+            .is_none());
+        assert!(l
+            .subscriptions
+            .subscribers(&thread)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn connections_without_a_good_token_are_refused_with_401() {
+        let l = local();
+        let other_key =
+            TokenKey::new(TokenSecret::new("another-secret-0123456789abcdefghij").unwrap());
+        let forged = other_key
+            .mint(
+                ThreadScope::Any,
+                Duration::from_secs(600),
+                l.local.clock.now(),
+            )
+            .unwrap()
+            .token;
+        let expired = l.token(ThreadScope::Any);
+        for (event, why) in [
+            (
+                fixture_json("apigw-ws-connect.json"),
+                "the fixture's placeholder",
+            ),
+            (connect_with(None), "no token"),
+            (connect_with(Some(&forged)), "signed with another secret"),
+        ] {
+            let answer = l.invoke(&event).await;
+            assert_eq!(answer.status_code, 401, "{why}");
+            assert!(l
+                .subscriptions
+                .connection(CONNECTION)
+                .await
+                .unwrap()
+                .is_none());
+        }
+        l.local.clock.advance(Duration::from_secs(601));
+        assert_eq!(
+            l.invoke(&connect_with(Some(&expired))).await.status_code,
+            401
+        );
+        assert!(l
+            .subscriptions
+            .connection(CONNECTION)
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn bad_messages_get_an_error_frame_and_change_nothing() {
+        let l = local();
+        let mut rx = l.sender.register(CONNECTION);
+        let token = l.token(ThreadScope::only([ThreadId::parse("t-other").unwrap()]).unwrap());
+        assert_eq!(l.invoke(&connect_with(Some(&token))).await.status_code, 200);
+
+        let mut message = fixture_json("apigw-ws-message.json");
+        let not_allowed = l.invoke(&message).await;
+        assert_eq!(not_allowed.status_code, 200, "answered on the socket");
+        message["body"] = "{not json".into();
+        assert_eq!(l.invoke(&message).await.status_code, 200);
+        message["body"] = r#"{"action":"ping"}"#.into();
+        assert_eq!(l.invoke(&message).await.status_code, 200);
+
+        let got = frames(&mut rx);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0]["type"], "error");
+        assert_eq!(got[0]["thread_id"], THREAD);
+        assert_eq!(got[1]["type"], "error");
+        assert_eq!(got[1]["code"], "bad_json");
+        assert_eq!(got[2]["type"], "pong");
+        assert!(l
+            .subscriptions
+            .subscriptions_of(CONNECTION)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+}
