@@ -319,6 +319,11 @@ fn main() {
         ("THREADBOX_API_KEYS", API_KEY),
         ("SLACK_SIGNING_SECRET", SIGNING_SECRET),
         ("SLACK_BOT_TOKEN", BOT_TOKEN),
+        // sandbox-api signs live-events tokens with it.
+        (
+            "THREADBOX_TOKEN_SECRET",
+            "bench-token-secret-of-at-least-32-bytes",
+        ),
         ("RUST_LOG", "warn"),
     ] {
         env.push((name.to_owned(), value.to_owned()));

@@ -1,6 +1,8 @@
 //! sandbox-api: commands and files in a thread's sandbox, creating or resuming it as needed.
 //!
-//! Serves `POST /v1/threads/{id}/exec` and `GET/PUT/DELETE /v1/threads/{id}/files/{path}`.
+//! Serves `POST /v1/threads/{id}/exec` and `GET/PUT/DELETE /v1/threads/{id}/files/{path}`, and
+//! `POST /v1/tokens`, which mints live-events tokens for the WebSocket API: it takes the same API
+//! key as running commands, and an agent that runs commands is who subscribes to their events.
 //! Binary file bodies cross API Gateway base64-encoded both ways (`lambda_http` decodes the
 //! request and encodes non-text responses). Two limits of the path through API Gateway, stricter
 //! than the router's own: a request or response of at most 6 MB (Lambda's synchronous payload
@@ -8,15 +10,18 @@
 //! big files belong to the worker and to direct provider access, not this route.
 
 use axum::Router;
-use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
+use threadbox_shared::http::{router_for, token_routes, ApiAuth, RouteGroup};
+use threadbox_shared::live::TokenKey;
 use threadbox_shared::usecases::Threadbox;
 
 /// The route groups this function serves.
 pub const ROUTES: &[RouteGroup] = &[RouteGroup::Sandbox];
 
-/// The handler: the shared router restricted to [`ROUTES`].
-pub fn app(tb: Threadbox, auth: ApiAuth) -> Router {
-    router_for(tb, auth, ROUTES)
+/// The handler: the shared router restricted to [`ROUTES`], plus the token route signed with
+/// `tokens` (the WebSocket function verifies with the same secret).
+pub fn app(tb: Threadbox, auth: ApiAuth, tokens: TokenKey) -> Router {
+    let clock = tb.clock.clone();
+    router_for(tb, auth.clone(), ROUTES).merge(token_routes(tokens, clock, auth))
 }
 
 #[cfg(test)]
@@ -26,9 +31,16 @@ mod tests {
 
     use super::*;
 
+    fn token_key() -> TokenKey {
+        TokenKey::new(
+            threadbox_shared::live::TokenSecret::new("a-test-secret-of-at-least-32-bytes!!")
+                .unwrap(),
+        )
+    }
+
     fn local() -> (LocalThreadbox, Router) {
         let local = LocalThreadbox::new();
-        let router = app(local.tb.clone(), LocalThreadbox::auth());
+        let router = app(local.tb.clone(), LocalThreadbox::auth(), token_key());
         (local, router)
     }
 
@@ -108,5 +120,26 @@ mod tests {
         assert_eq!(answer.status, 400);
         assert_eq!(answer.error_code(), "invalid_path");
         assert_eq!(local.provider.creates(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_token_event_mints_a_token_the_websocket_side_accepts() {
+        let (local, router) = local();
+        let answer = invoke_http(router.clone(), &fixture_json("apigw-http-tokens.json")).await;
+        assert_eq!(answer.status, 201, "{:?}", answer.json());
+        let token = answer.json()["token"].as_str().unwrap().to_owned();
+        let claims = token_key()
+            .verify(&token, local.tb.clock.now())
+            .expect("the minted token verifies with the same secret");
+        let thread = threadbox_shared::domain::ThreadId::parse("agent-42").unwrap();
+        assert!(claims.scope.allows(&thread), "{claims:?}");
+
+        let mut keyless = fixture_json("apigw-http-tokens.json");
+        keyless["headers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("authorization");
+        let answer = invoke_http(router, &keyless).await;
+        assert_eq!(answer.status, 401, "minting needs the API key");
     }
 }

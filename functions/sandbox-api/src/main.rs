@@ -9,5 +9,6 @@ async fn main() -> Result<(), lambda::Error> {
     let sdk = lambda::aws_config().await;
     let tb = lambda::threadbox(&sdk, &env).await?;
     let auth = lambda::api_auth(&env)?;
-    lambda::run_http(sandbox_api::app(tb, auth)).await
+    let tokens = lambda::token_key(&env)?;
+    lambda::run_http(sandbox_api::app(tb, auth, tokens)).await
 }
