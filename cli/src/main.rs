@@ -4,6 +4,7 @@ mod client;
 mod dev;
 mod duration;
 mod exit;
+mod secret_file;
 mod slack;
 mod threads;
 mod token;

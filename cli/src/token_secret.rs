@@ -8,33 +8,16 @@
 //!
 //! The secret is read from the environment, never from a flag: command lines show up in `ps`.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use threadbox_shared::live::TokenSecret;
+
+use crate::secret_file;
+pub use crate::secret_file::SecretSource;
 
 pub const SECRET_ENV: &str = "THREADBOX_TOKEN_SECRET";
 pub const SECRET_FILE: &str = "token-secret";
-
-/// Where the secret came from, for the banner.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    Environment,
-    File(PathBuf),
-    Created(PathBuf),
-}
-
-impl std::fmt::Display for SecretSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SecretSource::Environment => write!(f, "{SECRET_ENV}"),
-            SecretSource::File(path) => write!(f, "{}", path.display()),
-            SecretSource::Created(path) => write!(f, "{} (new)", path.display()),
-        }
-    }
-}
 
 /// The secret from the environment, else from the data directory (created there if missing).
 pub fn load(data_dir: &Path) -> anyhow::Result<(TokenSecret, SecretSource)> {
@@ -48,46 +31,18 @@ fn load_with(
     if let Some(value) = from_env.filter(|v| !v.trim().is_empty()) {
         let secret =
             TokenSecret::new(value).with_context(|| format!("{SECRET_ENV} is not usable"))?;
-        return Ok((secret, SecretSource::Environment));
+        return Ok((secret, SecretSource::Environment(SECRET_ENV)));
     }
     let path = data_dir.join(SECRET_FILE);
-    if let Some(secret) = read(&path)? {
-        return Ok((secret, SecretSource::File(path)));
-    }
-    let secret = TokenSecret::generate().context("generating a token secret")?;
-    let created = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path);
-    match created {
-        Ok(mut file) => {
-            file.write_all(secret.expose().as_bytes())
-                .and_then(|()| file.sync_all())
-                .with_context(|| format!("writing {}", path.display()))?;
-            Ok((secret, SecretSource::Created(path)))
-        }
-        // Another process made it first: use theirs, so both sign alike.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match read(&path)? {
-            Some(secret) => Ok((secret, SecretSource::File(path))),
-            None => bail!(
-                "{} appeared empty while being created; try again",
-                path.display()
-            ),
-        },
-        Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
-    }
-}
-
-fn read(path: &Path) -> anyhow::Result<Option<TokenSecret>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) if text.trim().is_empty() => Ok(None),
-        Ok(text) => TokenSecret::new(text)
-            .map(Some)
-            .with_context(|| format!("{} does not hold a usable token secret", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
+    let generate = || {
+        TokenSecret::generate()
+            .map(|secret| secret.expose().to_owned())
+            .context("generating a token secret")
+    };
+    let (text, source) = secret_file::read_or_create(&path, generate)?;
+    let secret = TokenSecret::new(text)
+        .with_context(|| format!("{} does not hold a usable token secret", path.display()))?;
+    Ok((secret, source))
 }
 
 #[cfg(test)]
@@ -114,7 +69,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let value = "an-environment-secret-of-32-bytes-or-more";
         let (secret, source) = load_with(dir.path(), Some(value)).unwrap();
-        assert_eq!(source, SecretSource::Environment);
+        assert_eq!(source, SecretSource::Environment(SECRET_ENV));
         assert_eq!(secret.expose(), value);
         assert!(!dir.path().join(SECRET_FILE).exists());
         let err = load_with(dir.path(), Some("short")).unwrap_err();

@@ -43,7 +43,8 @@ use self::consumer::{ConsumerConfig, LifecycleConsumer};
 use self::shutdown::Shutdown;
 use self::ws::LiveSocket;
 use crate::duration;
-use crate::token_secret::{self, SecretSource};
+use crate::secret_file::SecretSource;
+use crate::token_secret;
 
 /// The lifecycle queue's name in the database (the Lambda side calls its SQS queue the same).
 const LIFECYCLE_QUEUE: &str = "lifecycle";

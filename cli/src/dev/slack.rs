@@ -25,7 +25,8 @@ use threadbox_shared::slack::{
 use threadbox_shared::usecases::Threadbox;
 
 use super::work::{WorkConfig, WorkLoop};
-use crate::slack::secret::{self, SecretSource, SECRET_ENV};
+use crate::secret_file::SecretSource;
+use crate::slack::secret::{self, SECRET_ENV};
 
 /// Where replies go, for the banner.
 pub enum Outgoing {
@@ -61,7 +62,7 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
     let mut routes = Router::new();
     let (api, outgoing): (Arc<dyn SlackApi>, Outgoing) = match client_config {
         Some(config) => {
-            if secret_source != SecretSource::Environment {
+            if !matches!(secret_source, SecretSource::Environment(_)) {
                 tracing::warn!(
                     "SLACK_BOT_TOKEN is set but SLACK_SIGNING_SECRET is not: requests from Slack \
                      itself will fail the signature check; set it to the app's signing secret"

@@ -6,33 +6,15 @@
 //! file. Real Slack requests will not match a made-up secret; dev warns when a bot token is set
 //! without the real secret.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use threadbox_shared::slack::SigningSecret;
+
+use crate::secret_file::{self, SecretSource};
 
 pub const SECRET_ENV: &str = "SLACK_SIGNING_SECRET";
 pub const SECRET_FILE: &str = "slack-signing-secret";
-
-/// Where the secret came from, for the banner.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    Environment,
-    File(PathBuf),
-    Created(PathBuf),
-}
-
-impl std::fmt::Display for SecretSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SecretSource::Environment => write!(f, "{SECRET_ENV}"),
-            SecretSource::File(path) => write!(f, "{}", path.display()),
-            SecretSource::Created(path) => write!(f, "{} (new)", path.display()),
-        }
-    }
-}
 
 /// For `threadbox dev`: the environment's secret, else the data directory's (made if missing).
 pub fn load_or_create(
@@ -40,41 +22,21 @@ pub fn load_or_create(
     from_env: Option<&str>,
 ) -> anyhow::Result<(SigningSecret, SecretSource)> {
     if let Some(secret) = from_env.and_then(SigningSecret::new) {
-        return Ok((secret, SecretSource::Environment));
+        return Ok((secret, SecretSource::Environment(SECRET_ENV)));
     }
     let path = data_dir.join(SECRET_FILE);
-    if let Some(secret) = read(&path)? {
-        return Ok((secret, SecretSource::File(path)));
-    }
     // 244 random bits from the OS, as hex, via two v4 UUIDs (uuid is built already).
-    let value = format!(
-        "{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    );
-    let created = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path);
-    match created {
-        Ok(mut file) => {
-            file.write_all(value.as_bytes())
-                .and_then(|()| file.sync_all())
-                .with_context(|| format!("writing {}", path.display()))?;
-            let secret = SigningSecret::new(&value).expect("a generated secret is not blank");
-            Ok((secret, SecretSource::Created(path)))
-        }
-        // Another process made it first: use theirs.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match read(&path)? {
-            Some(secret) => Ok((secret, SecretSource::File(path))),
-            None => bail!(
-                "{} appeared empty while being created; try again",
-                path.display()
-            ),
-        },
-        Err(e) => Err(e).with_context(|| format!("creating {}", path.display())),
-    }
+    let generate = || {
+        Ok(format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        ))
+    };
+    let (text, source) = secret_file::read_or_create(&path, generate)?;
+    let secret = SigningSecret::new(&text)
+        .with_context(|| format!("{} does not hold a signing secret", path.display()))?;
+    Ok((secret, source))
 }
 
 /// For `threadbox slack send`: the given secret, else the data directory's.
@@ -93,11 +55,7 @@ pub fn load(data_dir: &Path, given: Option<&str>) -> anyhow::Result<SigningSecre
 }
 
 fn read(path: &Path) -> anyhow::Result<Option<SigningSecret>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(SigningSecret::new(&text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
+    Ok(secret_file::read(path)?.and_then(|text| SigningSecret::new(&text)))
 }
 
 #[cfg(test)]
@@ -128,7 +86,7 @@ mod tests {
     fn the_environment_wins_and_a_missing_secret_says_where_it_looked() {
         let dir = tempfile::tempdir().unwrap();
         let (secret, source) = load_or_create(dir.path(), Some("from-env")).unwrap();
-        assert_eq!(source, SecretSource::Environment);
+        assert_eq!(source, SecretSource::Environment(SECRET_ENV));
         assert_eq!(
             secret.sign(1, b"x"),
             SigningSecret::new("from-env").unwrap().sign(1, b"x")
