@@ -119,6 +119,61 @@ impl SqliteSessionStore {
     }
 }
 
+impl SqliteSessionStore {
+    /// Write `session` and its `events` in one transaction, on the condition its statement
+    /// carries: no row yet (`expected_version` None, an insert) or the row still at
+    /// `expected_version` (an update). False when the condition failed or an event id was
+    /// already used; nothing is written then.
+    async fn write_conditionally(
+        &self,
+        session: &Session,
+        events: &[LifecycleEvent],
+        expected_version: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let json = encode(session)?;
+        let rows = events
+            .iter()
+            .map(|e| Ok((e.clone(), encode(e)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let s = session.clone();
+        let shard = session.thread_id.shard(self.shards);
+        self.count_write();
+        self.db
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let (id, version, status, due) = (
+                    s.thread_id.as_str(),
+                    s.version as i64,
+                    s.status.as_str(),
+                    s.next_action_at.map(|m| m.0),
+                );
+                let changed = match expected_version {
+                    None => tx.execute(
+                        "INSERT INTO sessions (thread_id, version, status, shard, next_action_at, record)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (thread_id) DO NOTHING",
+                        params![id, version, status, shard, due, json],
+                    )?,
+                    Some(expected) => tx.execute(
+                        "UPDATE sessions SET version = ?2, status = ?3, shard = ?4, next_action_at = ?5, record = ?6
+                         WHERE thread_id = ?1 AND version = ?7",
+                        params![id, version, status, shard, due, json, expected as i64],
+                    )?,
+                };
+                if changed == 0 {
+                    return Ok(false);
+                }
+                match insert_events(&tx, &rows) {
+                    Err(e) if is_constraint(&e) => return Ok(false),
+                    other => other?,
+                }
+                tx.commit()?;
+                Ok(true)
+            })
+            .await
+            .map_err(store_error)
+    }
+}
+
 fn store_error(err: DatabaseError) -> StoreError {
     match err {
         DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
@@ -153,12 +208,6 @@ fn insert_events(
         ])?;
     }
     Ok(())
-}
-
-/// What a conditional write found.
-enum WriteOutcome {
-    Written,
-    Conflict,
 }
 
 fn is_constraint(err: &rusqlite::Error) -> bool {
@@ -204,45 +253,10 @@ impl SessionStore for SqliteSessionStore {
         session: &Session,
         events: &[LifecycleEvent],
     ) -> Result<(), StoreError> {
-        let json = encode(session)?;
-        let rows = events
-            .iter()
-            .map(|e| Ok((e.clone(), encode(e)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let s = session.clone();
-        let shard = session.thread_id.shard(self.shards);
-        self.count_write();
-        let outcome = self
-            .db
-            .call(move |conn| {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let inserted = tx.execute(
-                    "INSERT INTO sessions (thread_id, version, status, shard, next_action_at, record)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (thread_id) DO NOTHING",
-                    params![
-                        s.thread_id.as_str(),
-                        s.version as i64,
-                        s.status.as_str(),
-                        shard,
-                        s.next_action_at.map(|m| m.0),
-                        json
-                    ],
-                )?;
-                if inserted == 0 {
-                    return Ok(WriteOutcome::Conflict);
-                }
-                match insert_events(&tx, &rows) {
-                    Err(e) if is_constraint(&e) => return Ok(WriteOutcome::Conflict),
-                    other => other?,
-                }
-                tx.commit()?;
-                Ok(WriteOutcome::Written)
-            })
-            .await
-            .map_err(store_error)?;
-        match outcome {
-            WriteOutcome::Written => Ok(()),
-            WriteOutcome::Conflict => Err(StoreError::AlreadyExists(session.thread_id.clone())),
+        if self.write_conditionally(session, events, None).await? {
+            Ok(())
+        } else {
+            Err(StoreError::AlreadyExists(session.thread_id.clone()))
         }
     }
 
@@ -257,49 +271,16 @@ impl SessionStore for SqliteSessionStore {
             expected_version + 1,
             "save must bump the version by one"
         );
-        let json = encode(session)?;
-        let rows = events
-            .iter()
-            .map(|e| Ok((e.clone(), encode(e)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let s = session.clone();
-        let shard = session.thread_id.shard(self.shards);
-        self.count_write();
-        let outcome = self
-            .db
-            .call(move |conn| {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let updated = tx.execute(
-                    "UPDATE sessions SET version = ?2, status = ?3, shard = ?4, next_action_at = ?5, record = ?6
-                     WHERE thread_id = ?1 AND version = ?7",
-                    params![
-                        s.thread_id.as_str(),
-                        s.version as i64,
-                        s.status.as_str(),
-                        shard,
-                        s.next_action_at.map(|m| m.0),
-                        json,
-                        expected_version as i64
-                    ],
-                )?;
-                if updated == 0 {
-                    return Ok(WriteOutcome::Conflict);
-                }
-                match insert_events(&tx, &rows) {
-                    Err(e) if is_constraint(&e) => return Ok(WriteOutcome::Conflict),
-                    other => other?,
-                }
-                tx.commit()?;
-                Ok(WriteOutcome::Written)
-            })
-            .await
-            .map_err(store_error)?;
-        match outcome {
-            WriteOutcome::Written => Ok(()),
-            WriteOutcome::Conflict => Err(StoreError::VersionConflict {
+        if self
+            .write_conditionally(session, events, Some(expected_version))
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(StoreError::VersionConflict {
                 thread_id: session.thread_id.clone(),
                 expected: expected_version,
-            }),
+            })
         }
     }
 
