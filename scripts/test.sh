@@ -25,6 +25,14 @@ cargo fmt --all -- --check
 say "lint"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+say "each package on its own features"
+# The lint above builds everything with every feature on, which hides a function (or the shared
+# crate on its defaults) that no longer compiles with only the features it asks for.
+for package in $(cargo metadata --no-deps --format-version 1 \
+    | python3 -c 'import json, sys; print(*sorted(p["name"] for p in json.load(sys.stdin)["packages"]))'); do
+  cargo check --quiet -p "$package" --all-targets
+done
+
 say "SAM template (sam validate --lint)"
 sam validate --lint --template-file infra/template.yaml --region us-east-1
 
@@ -37,6 +45,11 @@ say "tests"
 export THREADBOX_REQUIRE_SANDBOXES=1
 # The same for the local Lambda loop test, which needs cargo-lambda (installed above).
 export THREADBOX_REQUIRE_LAMBDA=1
+# First under cargo test, a Rust developer's first command: the tests must not depend on
+# nextest's process per test. Then under nextest, whose summary closes the run.
+cargo test --workspace --all-features --no-fail-fast --quiet
+
+say "tests under nextest"
 # Nextest exits 4 when a filter matches no test; an unfiltered workspace run always has tests,
 # so any non-zero status here is a real failure.
 cargo nextest run --workspace --all-features --no-fail-fast
