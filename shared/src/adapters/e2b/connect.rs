@@ -1,5 +1,5 @@
 //! The Connect protocol's streaming envelope with the JSON codec, and the messages of envd's
-//! `process.Process` service (contract §3.3).
+//! `process.Process` service (docs/e2b.md §7).
 //!
 //! A stream is a sequence of frames `[flags u8][length u32 big-endian][payload]`. Flag `0x02`
 //! marks the end-of-stream frame, which is always last and carries `{}` on success or

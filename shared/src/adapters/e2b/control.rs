@@ -1,4 +1,4 @@
-//! The control plane: E2B's REST API for a sandbox's lifecycle (contract §1 and §5).
+//! The control plane: E2B's REST API for a sandbox's lifecycle (docs/e2b.md §1 and §2).
 //!
 //! Paths as E2B's current SDK uses them: `POST /v2/sandboxes` (with an `Idempotency-Key`),
 //! `POST /v2/sandboxes/{id}/connect`, `GET /v2/sandboxes` (paged by `X-Next-Token`), and the

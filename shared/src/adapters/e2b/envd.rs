@@ -1,4 +1,4 @@
-//! The data plane: envd, the agent inside each sandbox (contract §3).
+//! The data plane: envd, the agent inside each sandbox (docs/e2b.md §6 to §8).
 //!
 //! Commands run through `process.Process/Start`, a Connect server-streaming call with the JSON
 //! codec; files move through envd's `/files` REST endpoint as raw bytes. Every request carries

@@ -1,9 +1,9 @@
 //! Directory listing, stat, mkdir, remove, glob and grep, as small scripts run through envd's
 //! process API.
 //!
-//! Why not envd's `filesystem.Filesystem` RPCs: the contract names them but does not describe
-//! their messages, and guessing a protobuf schema is worse than running the tools every E2B
-//! template has (bash, GNU find, grep). Quoting cannot go wrong because nothing is quoted: each
+//! Why not envd's `filesystem.Filesystem` RPCs: their messages are documented only in envd's
+//! protobuf sources (docs/e2b.md §8), and guessing a protobuf schema is worse than running the
+//! tools every E2B template has (bash, GNU find, grep). Quoting cannot go wrong because nothing is quoted: each
 //! script is a constant, and the caller's path or pattern reaches it as a positional argument
 //! (`bash -c SCRIPT threadbox ARG...`), never spliced into shell text. Output is NUL-separated,
 //! so any byte a file name may hold (newline included) survives.

@@ -1,4 +1,4 @@
-//! Control-plane retries, the way E2B's own SDK does them (contract §5, "Retries").
+//! Control-plane retries, the way E2B's own SDK does them (docs/e2b.md §5).
 //!
 //! - A `Should-Retry` header, when present, decides alone: `true` (trimmed, any case) retries
 //!   whatever the status, 500 included; any other value never retries.

@@ -1,5 +1,5 @@
 //! The fake's control plane: E2B's REST API with the status codes and error bodies of the
-//! contract's status matrix (§1.11) and the v2 create/connect of §5.
+//! status matrix of docs/e2b.md §3 and the v2 create/connect of §2.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -628,7 +628,7 @@ fn query_unescape(s: &str) -> Option<String> {
 }
 
 /// The list's `metadata` value, already decoded once by the query parser: unescape it, split it
-/// into pairs, unescape each key and value (contract §1.3).
+/// into pairs, unescape each key and value (docs/e2b.md §2).
 fn parse_metadata_filter(raw: &str) -> Option<BTreeMap<String, String>> {
     let whole = query_unescape(raw)?;
     let mut out = BTreeMap::new();

@@ -1,6 +1,6 @@
 //! A contract fake of E2B: its control plane and envd, served by axum on 127.0.0.1, built from
-//! `reference/e2b-contract.md` (the status matrix of §1.11, the v2 endpoints and idempotency of
-//! §5, the envd protocol of §3).
+//! `docs/e2b.md` (the v2 endpoints and idempotency of §2, the status matrix of §3, the envd
+//! protocol of §6 to §8).
 //!
 //! Two listeners, as in E2B: the API (`api_url`) and envd (`envd_url`, reached the way E2B's
 //! SDK reaches the shared sandbox host: one base URL, the sandbox named by the `E2b-Sandbox-Id`
@@ -146,7 +146,7 @@ impl Fault {
         }
     }
 
-    /// E2B's rate limiter tripping (contract §4.1): 429 with `RateLimit-*` and `Retry-After`.
+    /// E2B's rate limiter tripping (docs/e2b.md §5): 429 with `RateLimit-*` and `Retry-After`.
     pub fn rate_limited(retry_after_secs: u64) -> Self {
         Self::json(429, "Rate limit exceeded")
             .with_header("RateLimit-Limit", "20000")

@@ -12,7 +12,7 @@ use crate::domain::Millis;
 
 use super::{FakeOptions, Fault, RecordedRequest, Route};
 
-/// E2B's internal states (contract §2.1): `pausing` shows as paused, `killing` as gone.
+/// E2B's internal states (docs/e2b.md §3): `pausing` shows as paused, `killing` as gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FakeState {
     Running,
@@ -148,7 +148,7 @@ impl World {
 }
 
 impl Inner {
-    /// E2B's evictor (contract §2.3): at its deadline a running sandbox is paused when it was
+    /// E2B's evictor (docs/e2b.md §4): at its deadline a running sandbox is paused when it was
     /// created with `autoPause`, killed otherwise.
     fn evict(&mut self, now: Millis) {
         let due: Vec<String> = self
