@@ -6,11 +6,15 @@
 //! do with the record. The handler turns that into SQS's partial batch response:
 //!
 //! - delivered: not reported, so SQS deletes it;
-//! - a target asked to retry, or the body is not an event: reported in `batchItemFailures`, so
-//!   SQS makes it visible again; after the queue's `maxReceiveCount` receives it moves to the
-//!   dead-letter queue, where an operator can look at it and re-drive it;
+//! - a target asked to retry: reported in `batchItemFailures`, and visible again after the
+//!   `retry_after` the target asked for (Slack's `Retry-After`), else a short back-off
+//!   (`ChangeMessageVisibility` on that record only); after the queue's `maxReceiveCount`
+//!   receives it moves to the dead-letter queue, where an operator can look at it and re-drive it;
+//! - a body that is not an event, or that a target refuses for good: sent to the dead-letter
+//!   queue at once (it can never succeed);
 //! - the later records of a group whose earlier record failed: reported too, undelivered, as
-//!   FIFO order requires (the fan-out core's `deliver_batch`).
+//!   FIFO order requires (the fan-out core's `deliver_batch`), and made visible again at once so
+//!   only the failed record's wait holds the group (see `threadbox_shared::lambda::batch`).
 //!
 //! The invocation itself never fails: one bad record never sends a whole batch back.
 //!
@@ -22,24 +26,39 @@
 //! apart, so adding one never repeats what the others delivered.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
 use threadbox_shared::fanout::{Fanout, FanoutRecord, RecordOutcome};
+use threadbox_shared::lambda::batch::{settle, BatchRecord, Disposition, RecordSettler};
 use tracing::Instrument;
 
 /// The SQS system attribute holding a FIFO record's group (threadbox's thread id).
 const GROUP_ATTRIBUTE: &str = "MessageGroupId";
+const DEDUP_ATTRIBUTE: &str = "MessageDeduplicationId";
 
 /// The handler, holding the fan-out core (targets and dedupe store).
 #[derive(Clone)]
 pub struct FanoutHandler {
     fanout: Fanout,
+    settler: Option<Arc<dyn RecordSettler>>,
 }
 
 impl FanoutHandler {
+    /// A handler that reports failures only (the queue's own timeouts apply); see
+    /// [`Self::with_settler`].
     pub fn new(fanout: Fanout) -> Self {
-        Self { fanout }
+        Self {
+            fanout,
+            settler: None,
+        }
+    }
+
+    /// Settle records through `settler` (the lifecycle queue) before returning.
+    pub fn with_settler(mut self, settler: Arc<dyn RecordSettler>) -> Self {
+        self.settler = Some(settler);
+        self
     }
 
     pub async fn handle(
@@ -55,31 +74,71 @@ impl FanoutHandler {
             .instrument(span.clone())
             .await;
 
-        let mut response = SqsBatchResponse::default();
+        // The core answers a held-back record `Retry` too; it is the one after its group's
+        // first failure in this batch.
+        let mut failed_groups: Vec<&str> = Vec::new();
+        let mut dispositions = Vec::with_capacity(outcomes.len());
         for ((record, fanout_record), outcome) in records.iter().zip(&batch).zip(outcomes) {
-            // Lambda always sets the message id. Should one be missing, the empty identifier makes
-            // Lambda retry the whole batch, which is the only safe answer for a record that
-            // cannot be named.
             let message_id = record.message_id.as_deref().unwrap_or_default();
-            // The group is the thread id (on a FIFO queue), even when the body is unreadable.
             let thread_id = fanout_record.group_id;
             let _entered = span.enter();
-            match &outcome {
-                RecordOutcome::Delivered => continue,
-                RecordOutcome::Retry { retry_after } => tracing::info!(
-                    message_id,
-                    thread_id,
-                    retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
-                    "record left for a retry"
-                ),
-                RecordOutcome::Poison { reason } => tracing::warn!(
-                    message_id,
-                    thread_id,
-                    receive_count = receive_count(record),
-                    %reason,
-                    "record cannot be delivered; it goes to the dead-letter queue after its last receive"
-                ),
+            let disposition = if failed_groups.contains(&thread_id) {
+                Disposition::HeldBack
+            } else {
+                match outcome {
+                    RecordOutcome::Delivered => Disposition::Done,
+                    RecordOutcome::Retry { retry_after } => {
+                        tracing::info!(
+                            message_id,
+                            thread_id,
+                            retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
+                            "record left for a retry"
+                        );
+                        Disposition::Failed { retry_after }
+                    }
+                    RecordOutcome::Poison { reason } => {
+                        tracing::warn!(
+                            message_id,
+                            thread_id,
+                            receive_count = receive_count(record),
+                            %reason,
+                            "record cannot be delivered"
+                        );
+                        Disposition::Poison { reason }
+                    }
+                }
+            };
+            if disposition.blocks_group() {
+                failed_groups.push(thread_id);
             }
+            dispositions.push(disposition);
+        }
+        let settled: Vec<BatchRecord<'_>> = records
+            .iter()
+            .zip(&batch)
+            .map(|(record, fanout_record)| {
+                let message_id = record.message_id.as_deref().unwrap_or_default();
+                BatchRecord {
+                    message_id,
+                    receipt: record.receipt_handle.as_deref().unwrap_or_default(),
+                    group_id: fanout_record.group_id,
+                    dedup_id: record
+                        .attributes
+                        .get(DEDUP_ATTRIBUTE)
+                        .map_or(message_id, String::as_str),
+                    body: fanout_record.body,
+                    receive_count: receive_count(record),
+                }
+            })
+            .collect();
+        // Lambda always sets the message id. Should one be missing, the empty identifier makes
+        // Lambda retry the whole batch, which is the only safe answer for a record that cannot
+        // be named.
+        let failed = settle(self.settler.as_deref(), &settled, &dispositions)
+            .instrument(span.clone())
+            .await;
+        let mut response = SqsBatchResponse::default();
+        for message_id in failed {
             response.add_failure(message_id);
         }
         span.in_scope(|| tracing::info!(failed = response.batch_item_failures.len(), "batch done"));
@@ -106,7 +165,7 @@ fn receive_count(record: &SqsMessage) -> u32 {
         .attributes
         .get("ApproximateReceiveCount")
         .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(1)
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ async fn main() -> Result<(), lambda::Error> {
         targets.push(Arc::new(live));
     }
     let dedupe = Arc::new(lambda::dedupe(&sdk, &env)?);
-    let handler = FanoutHandler::new(Fanout::new(dedupe, targets));
+    // The lifecycle queue settles each batch's records (visibility, dead letters).
+    let queue = Arc::new(lambda::lifecycle_queue(&sdk, &env)?);
+    let handler = FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(queue);
     lambda_runtime::run(service_fn(|event| handler.handle(event))).await
 }

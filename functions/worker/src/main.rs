@@ -13,13 +13,15 @@ async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
     let env = Env::process();
     let sdk = lambda::aws_config().await;
+    let work_queue = Arc::new(lambda::work_queue(&sdk, &env)?);
     let worker = SlackWorker::new(
         lambda::threadbox(&sdk, &env).await?,
         Arc::new(lambda::slack_api(&env)?),
         Arc::new(lambda::dedupe(&sdk, &env)?),
-        Arc::new(lambda::work_queue(&sdk, &env)?),
+        work_queue.clone(),
         SlackWorkerConfig::default(),
     );
-    let handler = WorkHandler::new(worker);
+    // The same queue settles each batch's records (visibility, dead letters).
+    let handler = WorkHandler::new(worker).with_settler(work_queue);
     lambda_runtime::run(service_fn(|event| handler.handle(event))).await
 }

@@ -10,7 +10,9 @@
 //!   `sandbox_id`, the invocation's `requestId`);
 //! - `http`: [`run_http`], the shared axum router served through `lambda_http`;
 //! - `slack`: the Slack app's work queue, signing secret, Web API client and status target;
-//! - `live`: the WebSocket gateway (`ws`) and the subscribers target (`fanout`).
+//! - `live`: the WebSocket gateway (`ws`) and the subscribers target (`fanout`);
+//! - `batch`: settling an SQS batch (visibility per record, poison to the dead-letter queue,
+//!   the invocation's deadline) for `worker` and `fanout`.
 //!
 //! # Environment
 //!
@@ -35,6 +37,7 @@
 //!
 //! AWS endpoints, region and credentials come from the SDK's standard settings only.
 
+pub mod batch;
 mod env;
 mod http;
 mod live;
@@ -52,4 +55,5 @@ pub use live::{live_gateway, live_target, subscribers, token_key, TOKEN_SECRET_V
 pub use logging::init_tracing;
 pub use settings::Settings;
 pub use slack::{signing_secret, slack_api, slack_status_target, work_queue};
+pub use wiring::lifecycle_queue;
 pub use wiring::{api_auth, aws_config, dedupe, threadbox};

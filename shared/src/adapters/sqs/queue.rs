@@ -375,6 +375,52 @@ impl DurableQueue for SqsQueue {
 }
 
 impl SqsQueue {
+    /// `ChangeMessageVisibility` on one received message of the queue: it becomes visible again
+    /// after `visibility` (0: at once). What a Lambda consumer uses to honour a `Retry-After` on
+    /// the one record that asked for it, and to give back records it held back or never
+    /// started, instead of leaving them hidden for the queue's whole visibility timeout.
+    pub async fn change_visibility(
+        &self,
+        receipt: &str,
+        visibility: Duration,
+    ) -> Result<(), QueueError> {
+        if receipt.is_empty() {
+            return Err(QueueError::StaleReceipt(String::new()));
+        }
+        match self
+            .client
+            .change_message_visibility()
+            .queue_url(&self.urls.queue_url)
+            .receipt_handle(receipt)
+            .visibility_timeout(visibility_secs(visibility))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(is_stale) => {
+                Err(QueueError::StaleReceipt(receipt.to_owned()))
+            }
+            Err(e) => Err(unavailable("ChangeMessageVisibility", e)),
+        }
+    }
+
+    /// Send one message straight to the dead-letter queue (same group, body and deduplication
+    /// id), for a record that can never be handled: it need not wait out `maxReceiveCount`
+    /// receives, holding its thread's later records back each time.
+    pub async fn send_to_dead_letter(&self, message: &OutgoingMessage) -> Result<(), QueueError> {
+        message.validate()?;
+        self.client
+            .send_message()
+            .queue_url(&self.urls.dead_letter_url)
+            .message_body(&message.body)
+            .message_group_id(&message.group_id)
+            .message_deduplication_id(&message.dedup_id)
+            .send()
+            .await
+            .map_err(|e| unavailable("SendMessage (dead-letter queue)", e))?;
+        Ok(())
+    }
+
     /// Make listed dead letters visible again, so the next listing (or a redrive) sees them at
     /// once. Not fatal when it fails: they come back by themselves when the peek ends.
     async fn give_back_dead_letters(&self, listed: &[Message]) {
