@@ -178,7 +178,7 @@ mod tests {
     use serde_json::{json, Value};
     use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoDedupe};
     use threadbox_shared::adapters::sqlite::SqliteDedupe;
-    use threadbox_shared::adapters::sqs::create_fifo_queue;
+    use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueue};
     use threadbox_shared::domain::LifecycleEvent;
     use threadbox_shared::fanout::{DeliveryError, FanoutTarget, LogTarget};
     use threadbox_shared::ports::DedupeStore;
@@ -187,11 +187,13 @@ mod tests {
 
     use super::*;
 
-    /// Remembers the event ids it was given; fails the first delivery of `fail_once`.
+    /// Remembers the event ids it was given; fails the first delivery of `fail_once`, asking
+    /// to be retried after `retry_after` when set.
     #[derive(Default)]
     struct Recorder {
         seen: Mutex<Vec<String>>,
         fail_once: Mutex<Option<String>>,
+        retry_after: Mutex<Option<Duration>>,
     }
 
     #[async_trait]
@@ -204,7 +206,10 @@ mod tests {
             let mut fail = self.fail_once.lock().unwrap();
             if fail.as_deref() == Some(event.event_id.as_str()) {
                 *fail = None;
-                return Err(DeliveryError::retry("the target is busy"));
+                return Err(match *self.retry_after.lock().unwrap() {
+                    Some(after) => DeliveryError::retry_after("the target is busy", after),
+                    None => DeliveryError::retry("the target is busy"),
+                });
             }
             self.seen.lock().unwrap().push(event.event_id.clone());
             Ok(())
@@ -438,6 +443,171 @@ mod tests {
             vec![E1, E2],
             "the others were delivered once"
         );
+    }
+
+    /// Receive up to ten messages as the event source mapping does, hidden for `visibility`.
+    async fn receive(
+        sqs: &aws_sdk_sqs::Client,
+        url: &str,
+        visibility: i32,
+    ) -> Vec<aws_sdk_sqs::types::Message> {
+        sqs.receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(visibility)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default()
+    }
+
+    /// Delete what the handler did not report, as the event source mapping does.
+    async fn delete_unreported(
+        sqs: &aws_sdk_sqs::Client,
+        url: &str,
+        received: &[aws_sdk_sqs::types::Message],
+        failed: &[String],
+    ) {
+        for message in received {
+            if !failed.iter().any(|f| f == message.message_id().unwrap()) {
+                sqs.delete_message()
+                    .queue_url(url)
+                    .receipt_handle(message.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    fn receive_count_of(message: &aws_sdk_sqs::types::Message) -> u32 {
+        message
+            .attributes()
+            .and_then(|a| {
+                a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
+            })
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Against moto's SQS, with the event source mapping emulated and a queue visibility far
+    /// longer than the test: a target's `retry_after` (2 s) is applied to the failed record
+    /// alone with `ChangeMessageVisibility`, the record held back behind it is given back at
+    /// once (so only the failed record's wait blocks the group), and the malformed record goes
+    /// to the dead-letter queue at once, after one receive, not after `maxReceiveCount`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retry_after_holds_only_the_failed_record_and_poison_is_dead_lettered_at_once() {
+        if !aws_configured(
+            "retry_after_holds_only_the_failed_record_and_poison_is_dead_lettered_at_once",
+        ) {
+            return;
+        }
+        const QUEUE_VISIBILITY: i32 = 600;
+        let sdk = sdk_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let urls = create_fifo_queue(&sqs, &unique_name("fanout-retry"), 5)
+            .await
+            .unwrap();
+        let (dedupe, _dir) = sqlite_dedupe();
+        let (handler, recorder) = handler(dedupe);
+        let handler = handler.with_settler(Arc::new(SqsQueue::new(sqs.clone(), urls.clone())));
+        *recorder.fail_once.lock().unwrap() = Some(E1.to_owned());
+        *recorder.retry_after.lock().unwrap() = Some(Duration::from_secs(2));
+        send_fixture(&sqs, &urls.queue_url).await;
+
+        let started = Instant::now();
+        let received = receive(&sqs, &urls.queue_url, QUEUE_VISIBILITY).await;
+        assert_eq!(received.len(), 3, "the whole fixture in one batch");
+        let records: Vec<Value> = received.iter().map(as_lambda_record).collect();
+        let response = handler
+            .handle(invocation(json!({ "Records": records })))
+            .await
+            .unwrap();
+        let failed = failed_ids(&response);
+        let first = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e01";
+        let third = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e03";
+        let id_of = |fixture_id: &str| {
+            let index = [first, MALFORMED, third]
+                .iter()
+                .position(|i| *i == fixture_id)
+                .unwrap();
+            received[index].message_id().unwrap().to_owned()
+        };
+        assert_eq!(
+            failed,
+            vec![id_of(first), id_of(third)],
+            "E1 failed, E2 held back"
+        );
+        delete_unreported(&sqs, &urls.queue_url, &received, &failed).await;
+
+        let dead = receive(&sqs, &urls.dead_letter_url, 30).await;
+        assert_eq!(dead.len(), 1, "the malformed record, dead-lettered at once");
+        let fixture = fixture_json("sqs-lifecycle-batch.json");
+        assert_eq!(dead[0].body(), fixture["Records"][1]["body"].as_str());
+
+        // Within the 2 s the group stays blocked by E1 alone; then both come back together,
+        // long before the queue's 600 s visibility would have let them.
+        let mut again = Vec::new();
+        while again.is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "E1 never came back"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            again = receive(&sqs, &urls.queue_url, QUEUE_VISIBILITY).await;
+        }
+        assert!(
+            started.elapsed() >= Duration::from_millis(1_500),
+            "the retry_after was waited"
+        );
+        let bodies: Vec<Value> = again
+            .iter()
+            .map(|m| serde_json::from_str(m.body().unwrap()).unwrap())
+            .collect();
+        assert_eq!(
+            bodies
+                .iter()
+                .map(|b| b["event_id"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            vec![E1, E2],
+            "in order"
+        );
+        assert_eq!(
+            again.iter().map(receive_count_of).collect::<Vec<_>>(),
+            vec![2, 2],
+            "received once before, each"
+        );
+        let records: Vec<Value> = again.iter().map(as_lambda_record).collect();
+        let response = handler
+            .handle(invocation(json!({ "Records": records })))
+            .await
+            .unwrap();
+        assert!(failed_ids(&response).is_empty());
+        assert_eq!(
+            recorder.seen(),
+            vec![E1, E2],
+            "each delivered once, in order"
+        );
+    }
+
+    async fn send_fixture(sqs: &aws_sdk_sqs::Client, url: &str) {
+        let fixture = fixture_json("sqs-lifecycle-batch.json");
+        for record in fixture["Records"].as_array().unwrap() {
+            sqs.send_message()
+                .queue_url(url)
+                .message_body(record["body"].as_str().unwrap())
+                .message_group_id(record["attributes"]["MessageGroupId"].as_str().unwrap())
+                .message_deduplication_id(
+                    record["attributes"]["MessageDeduplicationId"]
+                        .as_str()
+                        .unwrap(),
+                )
+                .send()
+                .await
+                .unwrap();
+        }
     }
 
     /// An SDK message as the event source mapping hands it to the function.
