@@ -31,7 +31,8 @@ use std::sync::Arc;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
 use threadbox_shared::fanout::{Fanout, FanoutRecord, RecordOutcome};
-use threadbox_shared::lambda::batch::{settle, BatchRecord, Disposition, RecordSettler};
+pub use threadbox_shared::lambda::batch::BatchSettler;
+use threadbox_shared::lambda::batch::{settle, BatchRecord, Disposition};
 use tracing::Instrument;
 
 /// The SQS system attribute holding a FIFO record's group (threadbox's thread id).
@@ -42,7 +43,7 @@ const DEDUP_ATTRIBUTE: &str = "MessageDeduplicationId";
 #[derive(Clone)]
 pub struct FanoutHandler {
     fanout: Fanout,
-    settler: Option<Arc<dyn RecordSettler>>,
+    settler: Option<BatchSettler>,
 }
 
 impl FanoutHandler {
@@ -56,7 +57,7 @@ impl FanoutHandler {
     }
 
     /// Settle records through `settler` (the lifecycle queue) before returning.
-    pub fn with_settler(mut self, settler: Arc<dyn RecordSettler>) -> Self {
+    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
         self.settler = Some(settler);
         self
     }
@@ -134,7 +135,7 @@ impl FanoutHandler {
         // Lambda always sets the message id. Should one be missing, the empty identifier makes
         // Lambda retry the whole batch, which is the only safe answer for a record that cannot
         // be named.
-        let failed = settle(self.settler.as_deref(), &settled, &dispositions)
+        let failed = settle(self.settler.as_ref(), &settled, &dispositions)
             .instrument(span.clone())
             .await;
         let mut response = SqsBatchResponse::default();
@@ -194,6 +195,7 @@ mod tests {
         seen: Mutex<Vec<String>>,
         fail_once: Mutex<Option<String>>,
         retry_after: Mutex<Option<Duration>>,
+        fail_always: Mutex<Option<String>>,
     }
 
     #[async_trait]
@@ -203,6 +205,12 @@ mod tests {
         }
 
         async fn deliver(&self, event: &LifecycleEvent) -> Result<(), DeliveryError> {
+            if self.fail_always.lock().unwrap().as_deref() == Some(event.event_id.as_str()) {
+                return Err(DeliveryError::retry_after(
+                    "the target is down",
+                    Duration::ZERO,
+                ));
+            }
             let mut fail = self.fail_once.lock().unwrap();
             if fail.as_deref() == Some(event.event_id.as_str()) {
                 *fail = None;
@@ -512,7 +520,10 @@ mod tests {
             .unwrap();
         let (dedupe, _dir) = sqlite_dedupe();
         let (handler, recorder) = handler(dedupe);
-        let handler = handler.with_settler(Arc::new(SqsQueue::new(sqs.clone(), urls.clone())));
+        let handler = handler.with_settler(BatchSettler::new(Arc::new(SqsQueue::new(
+            sqs.clone(),
+            urls.clone(),
+        ))));
         *recorder.fail_once.lock().unwrap() = Some(E1.to_owned());
         *recorder.retry_after.lock().unwrap() = Some(Duration::from_secs(2));
         send_fixture(&sqs, &urls.queue_url).await;
@@ -590,6 +601,67 @@ mod tests {
             vec![E1, E2],
             "each delivered once, in order"
         );
+    }
+
+    /// Against moto's SQS: a record that keeps failing is dead-lettered after its own attempts
+    /// (two here), while the record held back behind it, received as often, is not: it is
+    /// delivered once the failing one is out of the way. The queue's `maxReceiveCount` (3 here)
+    /// would have dead-lettered both: the held-back record's receive count rises with every
+    /// retry of the one ahead of it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_back_record_is_not_dead_lettered_with_the_record_ahead_of_it() {
+        if !aws_configured("a_held_back_record_is_not_dead_lettered_with_the_record_ahead_of_it") {
+            return;
+        }
+        let sdk = sdk_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let urls = create_fifo_queue(&sqs, &unique_name("fanout-held"), 3)
+            .await
+            .unwrap();
+        let (dedupe, _dir) = sqlite_dedupe();
+        let (handler, recorder) = handler(dedupe.clone());
+        let settler = BatchSettler::new(Arc::new(SqsQueue::new(sqs.clone(), urls.clone())))
+            .with_attempt_limit(dedupe, "lifecycle", 2);
+        let handler = handler.with_settler(settler);
+        *recorder.fail_always.lock().unwrap() = Some(E1.to_owned());
+        send_fixture(&sqs, &urls.queue_url).await;
+
+        let mut counts_of_e2 = Vec::new();
+        for _ in 0..8 {
+            let received = receive(&sqs, &urls.queue_url, 600).await;
+            if received.is_empty() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            for message in &received {
+                if message.body().unwrap().contains(E2) {
+                    counts_of_e2.push(receive_count_of(message));
+                }
+            }
+            let records: Vec<Value> = received.iter().map(as_lambda_record).collect();
+            let response = handler
+                .handle(invocation(json!({ "Records": records })))
+                .await
+                .unwrap();
+            delete_unreported(&sqs, &urls.queue_url, &received, &failed_ids(&response)).await;
+            if recorder.seen() == vec![E2.to_owned()] {
+                break;
+            }
+        }
+        assert_eq!(recorder.seen(), vec![E2], "E2 delivered, after E1 left");
+        assert_eq!(
+            counts_of_e2,
+            vec![1, 2, 3],
+            "E2 was received as often as E1 failed"
+        );
+        let dead: Vec<String> = receive(&sqs, &urls.dead_letter_url, 30)
+            .await
+            .iter()
+            .map(|m| m.body().unwrap().to_owned())
+            .collect();
+        assert_eq!(dead.len(), 2, "E1 and the malformed record: {dead:?}");
+        assert!(dead.iter().any(|b| b.contains(E1)));
+        assert!(!dead.iter().any(|b| b.contains(E2)));
     }
 
     async fn send_fixture(sqs: &aws_sdk_sqs::Client, url: &str) {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use fanout::FanoutHandler;
 use lambda_runtime::service_fn;
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
+use threadbox_shared::lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
 use threadbox_shared::lambda::{self, Env};
 
 #[tokio::main]
@@ -22,8 +23,14 @@ async fn main() -> Result<(), lambda::Error> {
         targets.push(Arc::new(live));
     }
     let dedupe = Arc::new(lambda::dedupe(&sdk, &env)?);
-    // The lifecycle queue settles each batch's records (visibility, dead letters).
+    // The lifecycle queue settles each batch's records (visibility, dead letters), and the
+    // dedupe table counts each record's own attempts.
     let queue = Arc::new(lambda::lifecycle_queue(&sdk, &env)?);
-    let handler = FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(queue);
+    let settler = BatchSettler::new(queue).with_attempt_limit(
+        dedupe.clone(),
+        "lifecycle",
+        DEFAULT_MAX_ATTEMPTS,
+    );
+    let handler = FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(settler);
     lambda_runtime::run(service_fn(|event| handler.handle(event))).await
 }

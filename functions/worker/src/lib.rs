@@ -27,8 +27,9 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::join_all;
 use lambda_runtime::LambdaEvent;
 use threadbox_shared::fanout::RecordOutcome;
+pub use threadbox_shared::lambda::batch::BatchSettler;
 use threadbox_shared::lambda::batch::{
-    invocation_deadline, may_start, settle, BatchRecord, Disposition, RecordSettler,
+    invocation_deadline, may_start, settle, BatchRecord, Disposition,
 };
 use threadbox_shared::slack::{SlackWorker, SlackWorkerConfig, REPLY_MARGIN};
 use tracing::Instrument;
@@ -44,7 +45,7 @@ pub const SETTLE_MARGIN: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct WorkHandler {
     worker: SlackWorker,
-    settler: Option<Arc<dyn RecordSettler>>,
+    settler: Option<BatchSettler>,
     start_reserve: Duration,
 }
 
@@ -65,7 +66,7 @@ impl WorkHandler {
     }
 
     /// Settle records through `settler` (the work queue) before returning.
-    pub fn with_settler(mut self, settler: Arc<dyn RecordSettler>) -> Self {
+    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
         self.settler = Some(settler);
         self
     }
@@ -111,7 +112,7 @@ impl WorkHandler {
                 ),
             }
         }
-        let failed = settle(self.settler.as_deref(), &batch, &dispositions)
+        let failed = settle(self.settler.as_ref(), &batch, &dispositions)
             .instrument(span.clone())
             .await;
         let mut response = SqsBatchResponse::default();

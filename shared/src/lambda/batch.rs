@@ -14,22 +14,96 @@
 //! | held back (after a failure in its group) | yes | visibility 0: the group stays blocked by the failed record alone, so only that record's wait applies |
 //! | not started (too little time left) | yes | visibility 0: the next invocation takes it at once |
 //!
-//! A held-back record is received again with its group's failed record, so its receive count
-//! rises with that record's retries; poison going straight to the dead-letter queue keeps that
-//! to the retries of records that can still succeed. A change that fails is logged and the
-//! record keeps the queue's own timeout: never worse than without it.
+//! **Dead-lettering counts a record's own attempts, not its receives.** A held-back record is
+//! received again with its group's failed record (SQS hands a group's messages out together),
+//! so its `ApproximateReceiveCount` rises with every retry of the record ahead of it; with the
+//! queue's `maxReceiveCount` as the limit it would be dead-lettered without ever being tried.
+//! So the settler counts the attempts a record really had (one conditional write per attempt in
+//! the dedupe store, `attempt:{scope}:{message id}:{n}`) and moves a record to the dead-letter
+//! queue itself once it failed [`DEFAULT_MAX_ATTEMPTS`] times; the queue's `maxReceiveCount`
+//! (50 in the template) is only the backstop for a handler that could not settle at all.
+//!
+//! A change that fails is logged and the record keeps the queue's own timeout and redrive:
+//! never worse than without it.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::adapters::sqs::SqsQueue;
-use crate::ports::{OutgoingMessage, QueueError};
+use crate::ports::{DedupeStore, OutgoingMessage, QueueError};
 
 /// The first retry's wait when the failure did not say how long (doubled per receive).
 pub const BASE_BACKOFF: Duration = Duration::from_secs(5);
 /// The longest back-off, and the longest `retry_after` honoured.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
+/// Failed attempts of its own after which a record is dead-lettered.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// How long attempt counts are kept: the queues keep a message four days.
+const ATTEMPT_MEMORY: Duration = Duration::from_secs(4 * 24 * 3600);
+
+/// Settles a batch's records on their queue, counting each record's own attempts.
+#[derive(Clone)]
+pub struct BatchSettler {
+    queue: Arc<dyn RecordSettler>,
+    attempts: Option<AttemptCount>,
+}
+
+#[derive(Clone)]
+struct AttemptCount {
+    store: Arc<dyn DedupeStore>,
+    scope: String,
+    max: u32,
+}
+
+impl BatchSettler {
+    /// Settle on `queue`; without [`Self::with_attempt_limit`] failed records are left to the
+    /// queue's redrive policy.
+    pub fn new(queue: Arc<dyn RecordSettler>) -> Self {
+        Self {
+            queue,
+            attempts: None,
+        }
+    }
+
+    /// Dead-letter a record after `max` failed attempts of its own, counted in `store` under
+    /// `scope` (the queue's name: message ids are unique per queue).
+    pub fn with_attempt_limit(
+        mut self,
+        store: Arc<dyn DedupeStore>,
+        scope: impl Into<String>,
+        max: u32,
+    ) -> Self {
+        self.attempts = Some(AttemptCount {
+            store,
+            scope: scope.into(),
+            max: max.max(1),
+        });
+        self
+    }
+
+    /// Record one more failed attempt of `message_id`; true when that was its last allowed.
+    /// A store failure counts as not the last (the redrive policy remains the backstop).
+    async fn attempts_exhausted(&self, message_id: &str) -> bool {
+        let Some(count) = &self.attempts else {
+            return false;
+        };
+        for n in 1..=count.max {
+            let key = format!("attempt:{}:{message_id}:{n}", count.scope);
+            match count.store.claim(&key, ATTEMPT_MEMORY).await {
+                Ok(true) => return n >= count.max,
+                Ok(false) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, message_id, "could not count the record's attempt");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
 
 /// One record of the batch, as settling needs it.
 #[derive(Clone, Debug)]
@@ -116,7 +190,7 @@ pub fn retry_wait(retry_after: Option<Duration>, receive_count: u32) -> Duration
 /// report in `batchItemFailures`, in record order. Without a settler every record that is not
 /// done is reported and nothing else happens (the queue's own timeouts and redrive apply).
 pub async fn settle(
-    settler: Option<&dyn RecordSettler>,
+    settler: Option<&BatchSettler>,
     records: &[BatchRecord<'_>],
     dispositions: &[Disposition],
 ) -> Vec<String> {
@@ -126,38 +200,20 @@ pub async fn settle(
             (Disposition::Done, _) => false,
             (_, None) => true,
             (Disposition::Poison { reason }, Some(settler)) => {
-                let message = OutgoingMessage {
-                    group_id: record.group_id.to_owned(),
-                    dedup_id: record.dedup_id.to_owned(),
-                    body: record.body.to_owned(),
-                };
-                match settler.dead_letter(&message).await {
-                    Ok(()) => {
-                        tracing::warn!(
-                            message_id = record.message_id,
-                            thread_id = record.group_id,
-                            %reason,
-                            "record cannot be handled: sent to the dead-letter queue"
-                        );
-                        false
-                    }
-                    Err(error) => {
-                        tracing::warn!(
-                            message_id = record.message_id,
-                            %error,
-                            "could not dead-letter a poison record; the redrive policy will"
-                        );
-                        true
-                    }
-                }
+                !dead_letter(settler.queue.as_ref(), record, reason).await
             }
             (Disposition::Failed { retry_after }, Some(settler)) => {
-                let wait = retry_wait(*retry_after, record.receive_count);
-                change(settler, record, wait).await;
-                true
+                if settler.attempts_exhausted(record.message_id).await {
+                    let reason = "it failed every attempt it was allowed";
+                    !dead_letter(settler.queue.as_ref(), record, reason).await
+                } else {
+                    let wait = retry_wait(*retry_after, record.receive_count);
+                    change(settler.queue.as_ref(), record, wait).await;
+                    true
+                }
             }
             (Disposition::HeldBack | Disposition::NotStarted, Some(settler)) => {
-                change(settler, record, Duration::ZERO).await;
+                change(settler.queue.as_ref(), record, Duration::ZERO).await;
                 true
             }
         };
@@ -166,6 +222,34 @@ pub async fn settle(
         }
     }
     failures
+}
+
+/// Send the record to the dead-letter queue; true when it is there (Lambda may delete it).
+async fn dead_letter(queue: &dyn RecordSettler, record: &BatchRecord<'_>, reason: &str) -> bool {
+    let message = OutgoingMessage {
+        group_id: record.group_id.to_owned(),
+        dedup_id: record.dedup_id.to_owned(),
+        body: record.body.to_owned(),
+    };
+    match queue.dead_letter(&message).await {
+        Ok(()) => {
+            tracing::warn!(
+                message_id = record.message_id,
+                thread_id = record.group_id,
+                reason,
+                "record sent to the dead-letter queue"
+            );
+            true
+        }
+        Err(error) => {
+            tracing::warn!(
+                message_id = record.message_id,
+                %error,
+                "could not dead-letter the record; the queue's redrive policy will"
+            );
+            false
+        }
+    }
 }
 
 async fn change(settler: &dyn RecordSettler, record: &BatchRecord<'_>, visibility: Duration) {
