@@ -26,7 +26,6 @@
 //! apart, so adding one never repeats what the others delivered.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;

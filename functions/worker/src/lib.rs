@@ -20,7 +20,6 @@
 //! a body that is not work goes straight to the dead-letter queue.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
