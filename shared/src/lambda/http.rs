@@ -6,19 +6,46 @@
 //! base64-encoded). Routing is the router's own: API Gateway's path parameters are not needed,
 //! because the router reads the same values from the path.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
+use lambda_http::tower::ServiceExt;
 use tracing::Instrument;
+
+use super::refresh::Rebuilt;
 
 use crate::domain::ThreadId;
 
 /// Run `router` as this function's handler until the Lambda runtime stops the process.
 pub async fn run_http(router: Router) -> Result<(), lambda_http::Error> {
     lambda_http::run(traced(router)).await
+}
+
+/// Like [`run_http`], with the router rebuilt when the function's secrets change (see
+/// `refresh`). A 401 answer marks the secrets stale: the caller may hold a key rotated in since
+/// the last fetch (at most one fetch a minute follows from that, whoever asks).
+pub async fn run_http_rebuilt(router: Arc<Rebuilt<Router>>) -> Result<(), lambda_http::Error> {
+    lambda_http::run(lambda_http::service_fn(
+        move |request: lambda_http::Request| {
+            let router = router.clone();
+            async move {
+                let current = traced((*router.current().await).clone());
+                let response = current
+                    .oneshot(request)
+                    .await
+                    .unwrap_or_else(|never| match never {});
+                if response.status() == axum::http::StatusCode::UNAUTHORIZED {
+                    router.secrets().mark_stale();
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        },
+    ))
+    .await
 }
 
 /// Wrap every request in a span naming the thread it is about, and log its outcome once.

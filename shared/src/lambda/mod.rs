@@ -35,6 +35,11 @@
 //! | `THREADBOX_TOKEN_SECRET` | required | ws: checks subscription tokens (≥ 32 bytes) |
 //! | `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL` | `info` | every function |
 //!
+//! Each secret variable (`E2B_API_KEY`, `THREADBOX_API_KEYS`, `SLACK_SIGNING_SECRET`,
+//! `SLACK_BOT_TOKEN`, `THREADBOX_TOKEN_SECRET`) may instead be given by reference as
+//! `<VAR>_SECRET_ID` (a Secrets Manager secret's name or ARN), as the SAM template does; see `secrets`.
+//! `THREADBOX_SECRETS_REFRESH_SECS` (900) is how often they are fetched again.
+//!
 //! AWS endpoints, region and credentials come from the SDK's standard settings only.
 
 pub mod batch;
@@ -42,6 +47,8 @@ mod env;
 mod http;
 mod live;
 mod logging;
+pub mod refresh;
+pub mod secrets;
 mod settings;
 mod slack;
 mod wiring;
@@ -50,9 +57,11 @@ mod wiring;
 pub use lambda_http::Error;
 
 pub use env::{Env, SetupError};
-pub use http::{run_http, thread_id_in_path, traced};
+pub use http::{run_http, run_http_rebuilt, thread_id_in_path, traced};
 pub use live::{live_gateway, live_target, subscribers, token_key, TOKEN_SECRET_VAR};
 pub use logging::init_tracing;
+pub use refresh::Rebuilt;
+pub use secrets::SecretSet;
 pub use settings::Settings;
 pub use slack::{signing_secret, slack_api, slack_status_target, work_queue};
 pub use wiring::lifecycle_queue;
