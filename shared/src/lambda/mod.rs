@@ -57,7 +57,9 @@ mod wiring;
 pub use lambda_http::Error;
 
 pub use env::{Env, SetupError};
-pub use http::{run_http, run_http_rebuilt, thread_id_in_path, traced};
+pub use http::{
+    for_api_gateway, run_http, run_http_rebuilt, thread_id_in_path, traced, GATEWAY_EXEC_LIMIT,
+};
 pub use live::{live_gateway, live_target, subscribers, token_key, TOKEN_SECRET_VAR};
 pub use logging::init_tracing;
 pub use refresh::Rebuilt;
