@@ -15,11 +15,14 @@ async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
     let sdk = lambda::aws_config().await;
     let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let watched = secrets.clone();
     let handler = Rebuilt::new(secrets, move |env: Env| {
         let sdk = sdk.clone();
+        let secrets = watched.clone();
         async move {
             let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
-            if let Some(slack) = lambda::slack_status_target(&sdk, &env)? {
+            // A refused token sends the function to Secrets Manager for the rotated one.
+            if let Some(slack) = lambda::slack_status_target_watched(&sdk, &env, Some(&secrets))? {
                 targets.push(Arc::new(slack));
             }
             if let Some(live) = lambda::live_target(&sdk, &env)? {

@@ -14,14 +14,17 @@ async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
     let sdk = lambda::aws_config().await;
     let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let watched = secrets.clone();
     let handler = Rebuilt::new(secrets, move |env: Env| {
         let sdk = sdk.clone();
+        let secrets = watched.clone();
         async move {
             let work_queue = Arc::new(lambda::work_queue(&sdk, &env)?);
             let dedupe = Arc::new(lambda::dedupe(&sdk, &env)?);
             let worker = SlackWorker::new(
                 lambda::threadbox(&sdk, &env).await?,
-                Arc::new(lambda::slack_api(&env)?),
+                // A refused token sends the function to Secrets Manager for the rotated one.
+                lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env)?), secrets),
                 dedupe.clone(),
                 work_queue.clone(),
                 SlackWorkerConfig::default(),

@@ -65,6 +65,9 @@ pub use logging::init_tracing;
 pub use refresh::Rebuilt;
 pub use secrets::SecretSet;
 pub use settings::Settings;
-pub use slack::{signing_secret, slack_api, slack_status_target, work_queue};
+pub use slack::{
+    signing_secret, slack_api, slack_status_target, slack_status_target_watched, watch_slack_auth,
+    work_queue,
+};
 pub use wiring::lifecycle_queue;
 pub use wiring::{api_auth, aws_config, dedupe, threadbox};

@@ -151,6 +151,11 @@ impl SecretSet {
         self.stale.store(true, Ordering::SeqCst);
     }
 
+    /// Whether a client reported an authentication failure since the last fetch.
+    pub fn marked_stale(&self) -> bool {
+        self.stale.load(Ordering::SeqCst)
+    }
+
     /// Whether the values are due for a fetch: older than the refresh period, or marked stale
     /// and at least [`MIN_REFRESH_GAP`] old (a caller with a wrong key must not be able to
     /// make every request a Secrets Manager call).
