@@ -502,14 +502,14 @@ mod tests {
         use threadbox_shared::ports::DedupeStore;
 
         let local = local().await;
-        assert!(local
-            .dedupe
-            .claim(
-                "slack:msg:C0001:1767225500.000001",
-                Duration::from_secs(3600)
-            )
-            .await
-            .unwrap());
+        let key = "slack:msg:C0001:1767225500.000001";
+        for marker in [key.to_owned(), format!("{key}:owner:Evm-1")] {
+            assert!(local
+                .dedupe
+                .claim(&marker, Duration::from_secs(3600))
+                .await
+                .unwrap());
+        }
         let batch = [record(
             "m-1",
             "1767225500.000001",
@@ -524,6 +524,39 @@ mod tests {
         assert!(failed_ids(&response).is_empty());
         assert_eq!(runs_of(&local, "echo fresh"), 1);
         let replies = replies_in(&local.slack, "1767225500.000001");
+        assert_eq!(replies.len(), 1, "{replies:?}");
+        assert!(!replies[0].contains("interrupted"), "{replies:?}");
+    }
+    /// Slack sends two events for one mention (`app_mention` and `message`); the second finding
+    /// the first's claim is a duplicate even while the first still runs its command: no
+    /// "interrupted" reply, no second run.
+    #[tokio::test]
+    async fn the_twin_event_of_a_running_message_is_a_quiet_duplicate() {
+        let local = local().await;
+        local
+            .threadbox
+            .provider
+            .set_exec_delay(Duration::from_millis(600));
+        let ts = "1767225600.000001";
+        let first = [record("m-1", ts, ts, "```bash\necho twin\n```")];
+        let twin = [record("m-2", ts, ts, "```bash\necho twin\n```")];
+        let handler = local.handler.clone();
+        let running = tokio::spawn({
+            let event = batch_of(&first, Duration::from_secs(120));
+            async move { handler.handle(event).await }
+        });
+        while runs_of(&local, "echo twin") == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let response = local
+            .handler
+            .handle(batch_of(&twin, Duration::from_secs(120)))
+            .await
+            .unwrap();
+        assert!(failed_ids(&response).is_empty());
+        running.await.unwrap().unwrap();
+        assert_eq!(runs_of(&local, "echo twin"), 1);
+        let replies = replies_in(&local.slack, ts);
         assert_eq!(replies.len(), 1, "{replies:?}");
         assert!(!replies[0].contains("interrupted"), "{replies:?}");
     }

@@ -13,14 +13,16 @@
 //!
 //! | key | written | on a redelivery that finds it |
 //! |---|---|---|
-//! | `slack:msg:{channel}:{ts}` | before anything is done | (alone) nothing with effects had started: run the message again |
+//! | `slack:msg:{channel}:{ts}` | before anything is done | taken by the twin event (no `owner` marker of this event): a duplicate, even while the twin still runs |
+//! | `…:owner:{event_id}` | right after the claim | (without `started`) nothing with effects had started: run the message again |
 //! | `…:started` | just before the first effect (a command, a pause, a file copy) | the effect may have happened: reply once that the message was interrupted, and do not re-run it |
 //! | `…:done` | after the last reply | a duplicate (a retry, the twin event): nothing to do |
 //!
 //! Read-only commands (`status`, `files`, `help`) never write `started`, so an interrupted one is
-//! simply run again. The one window left is between Slack accepting the last reply and `done`
-//! being written (milliseconds): a crash exactly there makes the redelivery say "interrupted" for
-//! a message that had finished; Slack's `chat.postMessage` has no idempotency key to close it.
+//! simply run again. Two windows are left, each between two writes (milliseconds): a crash
+//! between the claim and its `owner` marker makes the redelivery a silent duplicate, and one
+//! between Slack accepting the last reply and `done` makes it say "interrupted" for a message
+//! that had finished (Slack's `chat.postMessage` has no idempotency key to close that one).
 //!
 //! [`SlackWorker::handle_body_by`] takes a deadline (the Lambda invocation's): a code block's
 //! timeout is cut to what is left, and a block that no longer fits is not started; its reply
@@ -160,9 +162,17 @@ impl SlackWorker {
         }
         let key = format!("slack:msg:{}:{}", message.channel, message.ts);
         let memory = self.config.message_memory;
+        // Which event took the claim: its twin (the other event Slack sends for one mention)
+        // finding the claim is a duplicate, even while the first still runs; only a redelivery
+        // of the same event reads the progress markers.
+        let owner = format!("{OWNER}:{}", message.event_id);
         match self.dedupe.claim(&key, memory).await {
-            Ok(true) => {}
-            Ok(false) => match self.earlier_run(&key).await {
+            Ok(true) => self.mark(&key, &owner).await,
+            Ok(false) => match self.earlier_run(&key, &owner).await {
+                Ok(EarlierRun::Twin) => {
+                    tracing::debug!("message claimed by its twin event; nothing to do");
+                    return RecordOutcome::Delivered;
+                }
                 Ok(EarlierRun::Finished) => {
                     tracing::debug!("message already handled (a retry, or its twin mention event)");
                     return RecordOutcome::Delivered;
@@ -189,8 +199,14 @@ impl SlackWorker {
     }
 
     /// What became of the run that claimed this message first.
-    async fn earlier_run(&self, key: &str) -> Result<EarlierRun, crate::ports::StoreError> {
-        if self.dedupe.contains(&format!("{key}:{DONE}")).await? {
+    async fn earlier_run(
+        &self,
+        key: &str,
+        owner: &str,
+    ) -> Result<EarlierRun, crate::ports::StoreError> {
+        if !self.dedupe.contains(&format!("{key}:{owner}")).await? {
+            Ok(EarlierRun::Twin)
+        } else if self.dedupe.contains(&format!("{key}:{DONE}")).await? {
             Ok(EarlierRun::Finished)
         } else if self.dedupe.contains(&format!("{key}:{STARTED}")).await? {
             Ok(EarlierRun::Interrupted)
@@ -466,12 +482,15 @@ impl SlackWorker {
 
 /// What a redelivered message's earlier run got to.
 enum EarlierRun {
+    /// Another event for the same message (Slack's twin) took the claim.
+    Twin,
     Finished,
     NotStarted,
     Interrupted,
 }
 
 /// Progress markers after the message's claim key (see the module docs).
+const OWNER: &str = "owner";
 const STARTED: &str = "started";
 const DONE: &str = "done";
 const INTERRUPTED: &str = "interrupted";
