@@ -560,4 +560,33 @@ mod tests {
         assert_eq!(replies.len(), 1, "{replies:?}");
         assert!(!replies[0].contains("interrupted"), "{replies:?}");
     }
+    /// A reply queued after a rate limit is posted once, even when its record is delivered again
+    /// after the worker posted it (it died before the queue heard).
+    #[tokio::test]
+    async fn a_deferred_reply_is_posted_once_under_redelivery() {
+        let local = local().await;
+        let ts = "1767225700.000001";
+        let mut reply = record("m-r", ts, ts, "unused");
+        reply["body"] = json!(json!({
+            "kind": "reply",
+            "thread_id": format!("slack:T0001:C0001:{ts}"),
+            "channel": "C0001",
+            "thread_ts": ts,
+            "text": "the deferred reply",
+            "reply_id": "Evm-1:reply:1",
+        })
+        .to_string());
+        for _ in 0..2 {
+            let response = local
+                .handler
+                .handle(batch_of(
+                    std::slice::from_ref(&reply),
+                    Duration::from_secs(120),
+                ))
+                .await
+                .unwrap();
+            assert!(failed_ids(&response).is_empty());
+        }
+        assert_eq!(replies_in(&local.slack, ts), vec!["the deferred reply"]);
+    }
 }

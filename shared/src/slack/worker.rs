@@ -461,15 +461,34 @@ impl SlackWorker {
         }
     }
 
-    /// Post a reply that was queued after a rate limit.
+    /// Post a reply that was queued after a rate limit, once: it is recorded as posted right
+    /// after Slack takes it, so a redelivery (the worker died before the queue heard) skips it.
     async fn post_pending(&self, reply: PendingReply) -> RecordOutcome {
+        let posted_key = reply
+            .reply_id
+            .as_ref()
+            .map(|id| format!("slack:reply-posted:{id}"));
+        if let Some(key) = &posted_key {
+            match self.dedupe.contains(key).await {
+                Ok(true) => return RecordOutcome::Delivered,
+                Ok(false) => {}
+                Err(error) => return retry(format!("dedupe store: {error}")),
+            }
+        }
         let post = PostMessage {
             channel: reply.channel,
             thread_ts: reply.thread_ts,
             text: reply.text,
         };
         match self.api.post_message(&post).await {
-            Ok(_) => RecordOutcome::Delivered,
+            Ok(_) => {
+                if let Some(key) = &posted_key {
+                    if let Err(error) = self.dedupe.claim(key, self.config.message_memory).await {
+                        tracing::warn!(%error, "reply posted but not recorded as posted");
+                    }
+                }
+                RecordOutcome::Delivered
+            }
             Err(error) if error.is_retryable() => RecordOutcome::Retry {
                 retry_after: error.retry_after(),
             },
@@ -577,15 +596,17 @@ impl<'a> Replies<'a> {
             }
         };
         tracing::info!(%error, "reply deferred to the work queue");
+        let reply_id = format!("{}:reply:{}", self.message.event_id, self.sent);
         let item = WorkItem::Reply(PendingReply {
             thread_id: self.message.thread_id.clone(),
             channel: post.channel,
             thread_ts: post.thread_ts,
             text: post.text,
+            reply_id: Some(reply_id.clone()),
         });
         let queued = OutgoingMessage {
             group_id: item.group_id().to_owned(),
-            dedup_id: format!("{}:reply:{}", self.message.event_id, self.sent),
+            dedup_id: reply_id,
             body: serde_json::to_string(&item).expect("work items serialise"),
         };
         if let Err(error) = self.worker.queue.send(&[queued]).await {
