@@ -174,8 +174,9 @@ pub mod local {
     };
     use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueueUrls};
 
-    /// Receives before a lifecycle record moves to the dead-letter queue, as in the template.
-    pub const MAX_RECEIVES: u32 = 5;
+    /// Receives before the queue itself dead-letters a record, as in the template: only the
+    /// backstop, since the consumers dead-letter a record after its own failed attempts.
+    pub const MAX_RECEIVES: u32 = 50;
 
     #[derive(Clone, Debug)]
     pub struct LocalResources {

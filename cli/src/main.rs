@@ -2,6 +2,7 @@
 
 mod client;
 mod dev;
+mod dlq;
 mod duration;
 mod exit;
 mod secret_file;
@@ -38,6 +39,8 @@ enum Command {
     Token(token::TokenArgs),
     /// Try the Slack app without Slack: `slack send` posts a signed event to `threadbox dev`.
     Slack(slack::SlackArgs),
+    /// A deployed stack's dead-letter queues, through SQS: `dlq list`, `dlq redrive`.
+    Dlq(dlq::DlqArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -60,6 +63,7 @@ fn main() -> std::process::ExitCode {
             Command::Slack(args) => slack::run(args)
                 .await
                 .map(|()| std::process::ExitCode::SUCCESS),
+            Command::Dlq(args) => dlq::run(args).await,
         }
     });
     match result {

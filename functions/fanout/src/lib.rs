@@ -6,11 +6,15 @@
 //! do with the record. The handler turns that into SQS's partial batch response:
 //!
 //! - delivered: not reported, so SQS deletes it;
-//! - a target asked to retry, or the body is not an event: reported in `batchItemFailures`, so
-//!   SQS makes it visible again; after the queue's `maxReceiveCount` receives it moves to the
-//!   dead-letter queue, where an operator can look at it and re-drive it;
+//! - a target asked to retry: reported in `batchItemFailures`, and visible again after the
+//!   `retry_after` the target asked for (Slack's `Retry-After`), else a short back-off
+//!   (`ChangeMessageVisibility` on that record only); after the queue's `maxReceiveCount`
+//!   receives it moves to the dead-letter queue, where an operator can look at it and re-drive it;
+//! - a body that is not an event, or that a target refuses for good: sent to the dead-letter
+//!   queue at once (it can never succeed);
 //! - the later records of a group whose earlier record failed: reported too, undelivered, as
-//!   FIFO order requires (the fan-out core's `deliver_batch`).
+//!   FIFO order requires (the fan-out core's `deliver_batch`), and made visible again at once so
+//!   only the failed record's wait holds the group (see `threadbox_shared::lambda::batch`).
 //!
 //! The invocation itself never fails: one bad record never sends a whole batch back.
 //!
@@ -26,20 +30,35 @@ use std::convert::Infallible;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_runtime::LambdaEvent;
 use threadbox_shared::fanout::{Fanout, FanoutRecord, RecordOutcome};
+pub use threadbox_shared::lambda::batch::BatchSettler;
+use threadbox_shared::lambda::batch::{settle, BatchRecord, Disposition};
 use tracing::Instrument;
 
 /// The SQS system attribute holding a FIFO record's group (threadbox's thread id).
 const GROUP_ATTRIBUTE: &str = "MessageGroupId";
+const DEDUP_ATTRIBUTE: &str = "MessageDeduplicationId";
 
 /// The handler, holding the fan-out core (targets and dedupe store).
 #[derive(Clone)]
 pub struct FanoutHandler {
     fanout: Fanout,
+    settler: Option<BatchSettler>,
 }
 
 impl FanoutHandler {
+    /// A handler that reports failures only (the queue's own timeouts apply); see
+    /// [`Self::with_settler`].
     pub fn new(fanout: Fanout) -> Self {
-        Self { fanout }
+        Self {
+            fanout,
+            settler: None,
+        }
+    }
+
+    /// Settle records through `settler` (the lifecycle queue) before returning.
+    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
+        self.settler = Some(settler);
+        self
     }
 
     pub async fn handle(
@@ -55,31 +74,71 @@ impl FanoutHandler {
             .instrument(span.clone())
             .await;
 
-        let mut response = SqsBatchResponse::default();
+        // The core answers a held-back record `Retry` too; it is the one after its group's
+        // first failure in this batch.
+        let mut failed_groups: Vec<&str> = Vec::new();
+        let mut dispositions = Vec::with_capacity(outcomes.len());
         for ((record, fanout_record), outcome) in records.iter().zip(&batch).zip(outcomes) {
-            // Lambda always sets the message id. Should one be missing, the empty identifier makes
-            // Lambda retry the whole batch, which is the only safe answer for a record that
-            // cannot be named.
             let message_id = record.message_id.as_deref().unwrap_or_default();
-            // The group is the thread id (on a FIFO queue), even when the body is unreadable.
             let thread_id = fanout_record.group_id;
             let _entered = span.enter();
-            match &outcome {
-                RecordOutcome::Delivered => continue,
-                RecordOutcome::Retry { retry_after } => tracing::info!(
-                    message_id,
-                    thread_id,
-                    retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
-                    "record left for a retry"
-                ),
-                RecordOutcome::Poison { reason } => tracing::warn!(
-                    message_id,
-                    thread_id,
-                    receive_count = receive_count(record),
-                    %reason,
-                    "record cannot be delivered; it goes to the dead-letter queue after its last receive"
-                ),
+            let disposition = if failed_groups.contains(&thread_id) {
+                Disposition::HeldBack
+            } else {
+                match outcome {
+                    RecordOutcome::Delivered => Disposition::Done,
+                    RecordOutcome::Retry { retry_after } => {
+                        tracing::info!(
+                            message_id,
+                            thread_id,
+                            retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
+                            "record left for a retry"
+                        );
+                        Disposition::Failed { retry_after }
+                    }
+                    RecordOutcome::Poison { reason } => {
+                        tracing::warn!(
+                            message_id,
+                            thread_id,
+                            receive_count = receive_count(record),
+                            %reason,
+                            "record cannot be delivered"
+                        );
+                        Disposition::Poison { reason }
+                    }
+                }
+            };
+            if disposition.blocks_group() {
+                failed_groups.push(thread_id);
             }
+            dispositions.push(disposition);
+        }
+        let settled: Vec<BatchRecord<'_>> = records
+            .iter()
+            .zip(&batch)
+            .map(|(record, fanout_record)| {
+                let message_id = record.message_id.as_deref().unwrap_or_default();
+                BatchRecord {
+                    message_id,
+                    receipt: record.receipt_handle.as_deref().unwrap_or_default(),
+                    group_id: fanout_record.group_id,
+                    dedup_id: record
+                        .attributes
+                        .get(DEDUP_ATTRIBUTE)
+                        .map_or(message_id, String::as_str),
+                    body: fanout_record.body,
+                    receive_count: receive_count(record),
+                }
+            })
+            .collect();
+        // Lambda always sets the message id. Should one be missing, the empty identifier makes
+        // Lambda retry the whole batch, which is the only safe answer for a record that cannot
+        // be named.
+        let failed = settle(self.settler.as_ref(), &settled, &dispositions)
+            .instrument(span.clone())
+            .await;
+        let mut response = SqsBatchResponse::default();
+        for message_id in failed {
             response.add_failure(message_id);
         }
         span.in_scope(|| tracing::info!(failed = response.batch_item_failures.len(), "batch done"));
@@ -106,7 +165,7 @@ fn receive_count(record: &SqsMessage) -> u32 {
         .attributes
         .get("ApproximateReceiveCount")
         .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(1)
 }
 
 #[cfg(test)]
@@ -119,7 +178,7 @@ mod tests {
     use serde_json::{json, Value};
     use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoDedupe};
     use threadbox_shared::adapters::sqlite::SqliteDedupe;
-    use threadbox_shared::adapters::sqs::create_fifo_queue;
+    use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueue};
     use threadbox_shared::domain::LifecycleEvent;
     use threadbox_shared::fanout::{DeliveryError, FanoutTarget, LogTarget};
     use threadbox_shared::ports::DedupeStore;
@@ -128,11 +187,14 @@ mod tests {
 
     use super::*;
 
-    /// Remembers the event ids it was given; fails the first delivery of `fail_once`.
+    /// Remembers the event ids it was given; fails the first delivery of `fail_once`, asking
+    /// to be retried after `retry_after` when set.
     #[derive(Default)]
     struct Recorder {
         seen: Mutex<Vec<String>>,
         fail_once: Mutex<Option<String>>,
+        retry_after: Mutex<Option<Duration>>,
+        fail_always: Mutex<Option<String>>,
     }
 
     #[async_trait]
@@ -142,10 +204,19 @@ mod tests {
         }
 
         async fn deliver(&self, event: &LifecycleEvent) -> Result<(), DeliveryError> {
+            if self.fail_always.lock().unwrap().as_deref() == Some(event.event_id.as_str()) {
+                return Err(DeliveryError::retry_after(
+                    "the target is down",
+                    Duration::ZERO,
+                ));
+            }
             let mut fail = self.fail_once.lock().unwrap();
             if fail.as_deref() == Some(event.event_id.as_str()) {
                 *fail = None;
-                return Err(DeliveryError::retry("the target is busy"));
+                return Err(match *self.retry_after.lock().unwrap() {
+                    Some(after) => DeliveryError::retry_after("the target is busy", after),
+                    None => DeliveryError::retry("the target is busy"),
+                });
             }
             self.seen.lock().unwrap().push(event.event_id.clone());
             Ok(())
@@ -379,6 +450,235 @@ mod tests {
             vec![E1, E2],
             "the others were delivered once"
         );
+    }
+
+    /// Receive up to ten messages as the event source mapping does, hidden for `visibility`.
+    async fn receive(
+        sqs: &aws_sdk_sqs::Client,
+        url: &str,
+        visibility: i32,
+    ) -> Vec<aws_sdk_sqs::types::Message> {
+        sqs.receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(visibility)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default()
+    }
+
+    /// Delete what the handler did not report, as the event source mapping does.
+    async fn delete_unreported(
+        sqs: &aws_sdk_sqs::Client,
+        url: &str,
+        received: &[aws_sdk_sqs::types::Message],
+        failed: &[String],
+    ) {
+        for message in received {
+            if !failed.iter().any(|f| f == message.message_id().unwrap()) {
+                sqs.delete_message()
+                    .queue_url(url)
+                    .receipt_handle(message.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    fn receive_count_of(message: &aws_sdk_sqs::types::Message) -> u32 {
+        message
+            .attributes()
+            .and_then(|a| {
+                a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
+            })
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Against moto's SQS, with the event source mapping emulated and a queue visibility far
+    /// longer than the test: a target's `retry_after` (2 s) is applied to the failed record
+    /// alone with `ChangeMessageVisibility`, the record held back behind it is given back at
+    /// once (so only the failed record's wait blocks the group), and the malformed record goes
+    /// to the dead-letter queue at once, after one receive, not after `maxReceiveCount`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retry_after_holds_only_the_failed_record_and_poison_is_dead_lettered_at_once() {
+        if !aws_configured(
+            "retry_after_holds_only_the_failed_record_and_poison_is_dead_lettered_at_once",
+        ) {
+            return;
+        }
+        const QUEUE_VISIBILITY: i32 = 600;
+        let sdk = sdk_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let urls = create_fifo_queue(&sqs, &unique_name("fanout-retry"), 5)
+            .await
+            .unwrap();
+        let (dedupe, _dir) = sqlite_dedupe();
+        let (handler, recorder) = handler(dedupe);
+        let handler = handler.with_settler(BatchSettler::new(Arc::new(SqsQueue::new(
+            sqs.clone(),
+            urls.clone(),
+        ))));
+        *recorder.fail_once.lock().unwrap() = Some(E1.to_owned());
+        *recorder.retry_after.lock().unwrap() = Some(Duration::from_secs(2));
+        send_fixture(&sqs, &urls.queue_url).await;
+
+        let started = Instant::now();
+        let received = receive(&sqs, &urls.queue_url, QUEUE_VISIBILITY).await;
+        assert_eq!(received.len(), 3, "the whole fixture in one batch");
+        let records: Vec<Value> = received.iter().map(as_lambda_record).collect();
+        let response = handler
+            .handle(invocation(json!({ "Records": records })))
+            .await
+            .unwrap();
+        let failed = failed_ids(&response);
+        let first = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e01";
+        let third = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e03";
+        let id_of = |fixture_id: &str| {
+            let index = [first, MALFORMED, third]
+                .iter()
+                .position(|i| *i == fixture_id)
+                .unwrap();
+            received[index].message_id().unwrap().to_owned()
+        };
+        assert_eq!(
+            failed,
+            vec![id_of(first), id_of(third)],
+            "E1 failed, E2 held back"
+        );
+        delete_unreported(&sqs, &urls.queue_url, &received, &failed).await;
+
+        let dead = receive(&sqs, &urls.dead_letter_url, 30).await;
+        assert_eq!(dead.len(), 1, "the malformed record, dead-lettered at once");
+        let fixture = fixture_json("sqs-lifecycle-batch.json");
+        assert_eq!(dead[0].body(), fixture["Records"][1]["body"].as_str());
+
+        // Within the 2 s the group stays blocked by E1 alone; then both come back together,
+        // long before the queue's 600 s visibility would have let them.
+        let mut again = Vec::new();
+        while again.is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "E1 never came back"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            again = receive(&sqs, &urls.queue_url, QUEUE_VISIBILITY).await;
+        }
+        assert!(
+            started.elapsed() >= Duration::from_millis(1_500),
+            "the retry_after was waited"
+        );
+        let bodies: Vec<Value> = again
+            .iter()
+            .map(|m| serde_json::from_str(m.body().unwrap()).unwrap())
+            .collect();
+        assert_eq!(
+            bodies
+                .iter()
+                .map(|b| b["event_id"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            vec![E1, E2],
+            "in order"
+        );
+        assert_eq!(
+            again.iter().map(receive_count_of).collect::<Vec<_>>(),
+            vec![2, 2],
+            "received once before, each"
+        );
+        let records: Vec<Value> = again.iter().map(as_lambda_record).collect();
+        let response = handler
+            .handle(invocation(json!({ "Records": records })))
+            .await
+            .unwrap();
+        assert!(failed_ids(&response).is_empty());
+        assert_eq!(
+            recorder.seen(),
+            vec![E1, E2],
+            "each delivered once, in order"
+        );
+    }
+
+    /// Against moto's SQS: a record that keeps failing is dead-lettered after its own attempts
+    /// (two here), while the record held back behind it, received as often, is not: it is
+    /// delivered once the failing one is out of the way. The queue's `maxReceiveCount` (3 here)
+    /// would have dead-lettered both: the held-back record's receive count rises with every
+    /// retry of the one ahead of it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_back_record_is_not_dead_lettered_with_the_record_ahead_of_it() {
+        if !aws_configured("a_held_back_record_is_not_dead_lettered_with_the_record_ahead_of_it") {
+            return;
+        }
+        let sdk = sdk_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let urls = create_fifo_queue(&sqs, &unique_name("fanout-held"), 3)
+            .await
+            .unwrap();
+        let (dedupe, _dir) = sqlite_dedupe();
+        let (handler, recorder) = handler(dedupe.clone());
+        let settler = BatchSettler::new(Arc::new(SqsQueue::new(sqs.clone(), urls.clone())))
+            .with_attempt_limit(dedupe, "lifecycle", 2);
+        let handler = handler.with_settler(settler);
+        *recorder.fail_always.lock().unwrap() = Some(E1.to_owned());
+        send_fixture(&sqs, &urls.queue_url).await;
+
+        let mut counts_of_e2 = Vec::new();
+        for _ in 0..8 {
+            let received = receive(&sqs, &urls.queue_url, 600).await;
+            if received.is_empty() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            for message in &received {
+                if message.body().unwrap().contains(E2) {
+                    counts_of_e2.push(receive_count_of(message));
+                }
+            }
+            let records: Vec<Value> = received.iter().map(as_lambda_record).collect();
+            let response = handler
+                .handle(invocation(json!({ "Records": records })))
+                .await
+                .unwrap();
+            delete_unreported(&sqs, &urls.queue_url, &received, &failed_ids(&response)).await;
+            if recorder.seen() == vec![E2.to_owned()] {
+                break;
+            }
+        }
+        assert_eq!(recorder.seen(), vec![E2], "E2 delivered, after E1 left");
+        assert_eq!(
+            counts_of_e2,
+            vec![1, 2, 3],
+            "E2 was received as often as E1 failed"
+        );
+        let dead: Vec<String> = receive(&sqs, &urls.dead_letter_url, 30)
+            .await
+            .iter()
+            .map(|m| m.body().unwrap().to_owned())
+            .collect();
+        assert_eq!(dead.len(), 2, "E1 and the malformed record: {dead:?}");
+        assert!(dead.iter().any(|b| b.contains(E1)));
+        assert!(!dead.iter().any(|b| b.contains(E2)));
+    }
+
+    async fn send_fixture(sqs: &aws_sdk_sqs::Client, url: &str) {
+        let fixture = fixture_json("sqs-lifecycle-batch.json");
+        for record in fixture["Records"].as_array().unwrap() {
+            sqs.send_message()
+                .queue_url(url)
+                .message_body(record["body"].as_str().unwrap())
+                .message_group_id(record["attributes"]["MessageGroupId"].as_str().unwrap())
+                .message_deduplication_id(
+                    record["attributes"]["MessageDeduplicationId"]
+                        .as_str()
+                        .unwrap(),
+                )
+                .send()
+                .await
+                .unwrap();
+        }
     }
 
     /// An SDK message as the event source mapping hands it to the function.

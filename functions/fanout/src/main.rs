@@ -7,21 +7,43 @@ use std::sync::Arc;
 use fanout::FanoutHandler;
 use lambda_runtime::service_fn;
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_shared::lambda::{self, Env};
+use threadbox_shared::lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
+use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
-    let env = Env::process();
     let sdk = lambda::aws_config().await;
-    let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
-    if let Some(slack) = lambda::slack_status_target(&sdk, &env)? {
-        targets.push(Arc::new(slack));
-    }
-    if let Some(live) = lambda::live_target(&sdk, &env)? {
-        targets.push(Arc::new(live));
-    }
-    let dedupe = Arc::new(lambda::dedupe(&sdk, &env)?);
-    let handler = FanoutHandler::new(Fanout::new(dedupe, targets));
-    lambda_runtime::run(service_fn(|event| handler.handle(event))).await
+    let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let watched = secrets.clone();
+    let handler = Rebuilt::new(secrets, move |env: Env| {
+        let sdk = sdk.clone();
+        let secrets = watched.clone();
+        async move {
+            let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
+            // A refused token sends the function to Secrets Manager for the rotated one.
+            if let Some(slack) = lambda::slack_status_target_watched(&sdk, &env, Some(&secrets))? {
+                targets.push(Arc::new(slack));
+            }
+            if let Some(live) = lambda::live_target(&sdk, &env)? {
+                targets.push(Arc::new(live));
+            }
+            let dedupe = Arc::new(lambda::dedupe(&sdk, &env)?);
+            // The lifecycle queue settles each batch's records (visibility, dead letters), and
+            // the dedupe table counts each record's own attempts.
+            let queue = Arc::new(lambda::lifecycle_queue(&sdk, &env)?);
+            let settler = BatchSettler::new(queue).with_attempt_limit(
+                dedupe.clone(),
+                "lifecycle",
+                DEFAULT_MAX_ATTEMPTS,
+            );
+            Ok(FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(settler))
+        }
+    })
+    .await?;
+    lambda_runtime::run(service_fn(|event| {
+        let handler = handler.clone();
+        async move { handler.current().await.handle(event).await }
+    }))
+    .await
 }

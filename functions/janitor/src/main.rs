@@ -1,17 +1,28 @@
-//! Wiring only: clients and the schedule from the environment, once, then the handler.
+//! Wiring only: clients (the E2B key fetched from Secrets Manager when given by reference) and
+//! the schedule from the environment, then the handler, rebuilt when the secret changes.
 
 use janitor::{Janitor, Schedule};
 use lambda_runtime::service_fn;
-use threadbox_shared::lambda::{self, Env};
+use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
-    let env = Env::process();
     let sdk = lambda::aws_config().await;
-    let janitor = Janitor::new(
-        lambda::threadbox(&sdk, &env).await?,
-        Schedule::from_env(&env)?,
-    );
-    lambda_runtime::run(service_fn(|event| janitor.handle(event))).await
+    let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let janitor = Rebuilt::new(secrets, move |env: Env| {
+        let sdk = sdk.clone();
+        async move {
+            Ok(Janitor::new(
+                lambda::threadbox(&sdk, &env).await?,
+                Schedule::from_env(&env)?,
+            ))
+        }
+    })
+    .await?;
+    lambda_runtime::run(service_fn(|event| {
+        let janitor = janitor.clone();
+        async move { janitor.current().await.handle(event).await }
+    }))
+    .await
 }

@@ -1,13 +1,20 @@
-//! Wiring only: clients from the environment, once, then the router through `lambda_http`.
+//! Wiring only: clients from the environment (secrets fetched from Secrets Manager when given
+//! by reference), then the router through `lambda_http`, rebuilt when a secret changes.
 
-use threadbox_shared::lambda::{self, Env};
+use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
-    let env = Env::process();
     let sdk = lambda::aws_config().await;
-    let tb = lambda::threadbox(&sdk, &env).await?;
-    let auth = lambda::api_auth(&env)?;
-    lambda::run_http(resume::app(tb, auth)).await
+    let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let router = Rebuilt::new(secrets, move |env: Env| {
+        let sdk = sdk.clone();
+        async move {
+            let tb = lambda::threadbox(&sdk, &env).await?;
+            Ok(resume::app(tb, lambda::api_auth(&env)?))
+        }
+    })
+    .await?;
+    lambda::run_http_rebuilt(router).await
 }

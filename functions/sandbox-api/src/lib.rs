@@ -142,4 +142,88 @@ mod tests {
         let answer = invoke_http(router, &keyless).await;
         assert_eq!(answer.status, 401, "minting needs the API key");
     }
+    /// Behind API Gateway an exec whose timeout the gateway cannot wait for is refused in
+    /// threadbox's shape, naming the limit and what to do instead, and nothing runs; one with a
+    /// timeout inside the limit runs. `threadbox dev`'s router (without the gateway's limits)
+    /// keeps its 10 minutes.
+    #[tokio::test]
+    async fn an_exec_timeout_over_the_gateways_limit_is_a_400_naming_it() {
+        use threadbox_shared::lambda::for_api_gateway;
+
+        let (local, router) = local();
+        let mut long = fixture_json("apigw-http-exec.json");
+        long["body"] = Value::from(r#"{"cmd": "sleep 40", "timeout_ms": 60000}"#);
+        let answer = invoke_http(for_api_gateway(router.clone()), &long).await;
+        assert_eq!(answer.status, 400, "{:?}", answer.json());
+        assert_eq!(answer.error_code(), "exec_timeout_over_gateway_limit");
+        let message = answer.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            message.contains("25000") && message.contains("background"),
+            "{message}"
+        );
+        assert_eq!(local.provider.creates(), 0, "nothing ran");
+
+        let answer = invoke_http(
+            for_api_gateway(router.clone()),
+            &fixture_json("apigw-http-exec.json"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "5 s fits: {:?}", answer.json());
+
+        // No timeout given: the gateway's limit becomes it, and the command runs.
+        let mut untimed = fixture_json("apigw-http-exec.json");
+        untimed["body"] = Value::from(r#"{"cmd": "echo untimed"}"#);
+        let answer = invoke_http(for_api_gateway(router.clone()), &untimed).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.json());
+        assert_eq!(answer.json()["stdout"], "echo untimed");
+
+        // The local router keeps its own limits.
+        let answer = invoke_http(router, &long).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.json());
+    }
+
+    /// A file read whose answer Lambda could not return (over 6 MB once base64-encoded) is
+    /// threadbox's 413 naming the limit, not the gateway's bare error; a smaller one passes.
+    #[tokio::test]
+    async fn a_file_over_the_lambda_payload_limit_is_threadboxs_413() {
+        use threadbox_shared::lambda::for_api_gateway;
+
+        let (local, router) = local();
+        let thread = threadbox_shared::domain::ThreadId::parse("agent-42").unwrap();
+        local.tb.resolve(&thread).await.unwrap();
+        let path = "/home/user/notes/data.bin";
+        local
+            .tb
+            .write_file(&thread, path, &vec![7u8; 4_600_000])
+            .await
+            .unwrap();
+        let answer = invoke_http(
+            for_api_gateway(router.clone()),
+            &fixture_json("apigw-http-file-get.json"),
+        )
+        .await;
+        assert_eq!(answer.status, 413);
+        assert_eq!(answer.error_code(), "payload_too_large");
+        let message = answer.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(message.contains("6 MB"), "{message}");
+
+        local
+            .tb
+            .write_file(&thread, path, &vec![7u8; 4_000_000])
+            .await
+            .unwrap();
+        let answer = invoke_http(
+            for_api_gateway(router),
+            &fixture_json("apigw-http-file-get.json"),
+        )
+        .await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body.len(), 4_000_000);
+    }
 }

@@ -1,14 +1,21 @@
-//! Wiring only: clients from the environment, once, then the router through `lambda_http`.
+//! Wiring only: clients from the environment (secrets fetched from Secrets Manager when given
+//! by reference), then the router through `lambda_http`, rebuilt when a secret changes.
 
-use threadbox_shared::lambda::{self, Env};
+use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
-    let env = Env::process();
     let sdk = lambda::aws_config().await;
-    let tb = lambda::threadbox(&sdk, &env).await?;
-    let auth = lambda::api_auth(&env)?;
-    let tokens = lambda::token_key(&env)?;
-    lambda::run_http(sandbox_api::app(tb, auth, tokens)).await
+    let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let router = Rebuilt::new(secrets, move |env: Env| {
+        let sdk = sdk.clone();
+        async move {
+            let tb = lambda::threadbox(&sdk, &env).await?;
+            let auth = lambda::api_auth(&env)?;
+            Ok(sandbox_api::app(tb, auth, lambda::token_key(&env)?))
+        }
+    })
+    .await?;
+    lambda::run_http_rebuilt(router).await
 }

@@ -5,32 +5,75 @@
 //! The queue is FIFO with one group per thread, and Lambda may hand one batch several records of
 //! a thread and records of several threads. Threads run concurrently (a long command in one does
 //! not hold up the others); a thread's own records run one after another, and once one of them
-//! fails, the rest of that thread's records are reported undelivered with it, so a thread's work
-//! never runs out of order. Only failed records are reported in `batchItemFailures`: a body that
-//! is not work fails alone and reaches the dead-letter queue after its last receive. The
-//! invocation itself never fails.
+//! fails, the rest of that thread's records are held back, so a thread's work never runs out of
+//! order. The invocation itself never fails.
+//!
+//! **The deadline.** The handler reads the invocation's deadline from the Lambda context and
+//! starts a record only while at least `start_reserve` (by default a code block's limit plus the
+//! reply and settling margins) is left; the records it does not start are reported and made
+//! visible again at once, so the next invocation takes them. A started record's later code
+//! blocks get what is left of the time (see `SlackWorker::handle_body_by`), so the function
+//! does not time out mid-command; if it dies anyway, the redelivery says so (the worker's claims).
+//!
+//! **Settling** (`threadbox_shared::lambda::batch`): a failed record waits its `retry_after`
+//! (`ChangeMessageVisibility` on that record only), held-back records are given back at once, and
+//! a body that is not work goes straight to the dead-letter queue.
 
 use std::convert::Infallible;
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::join_all;
 use lambda_runtime::LambdaEvent;
 use threadbox_shared::fanout::RecordOutcome;
-use threadbox_shared::slack::SlackWorker;
+pub use threadbox_shared::lambda::batch::BatchSettler;
+use threadbox_shared::lambda::batch::{
+    invocation_deadline, may_start, settle, BatchRecord, Disposition,
+};
+use threadbox_shared::slack::{SlackWorker, SlackWorkerConfig, REPLY_MARGIN};
 use tracing::Instrument;
 
 /// The SQS system attribute holding a FIFO record's group (threadbox's thread id).
 const GROUP_ATTRIBUTE: &str = "MessageGroupId";
+const DEDUP_ATTRIBUTE: &str = "MessageDeduplicationId";
+const RECEIVE_COUNT_ATTRIBUTE: &str = "ApproximateReceiveCount";
+/// Kept back from the invocation's deadline for settling the batch (a few SQS calls).
+pub const SETTLE_MARGIN: Duration = Duration::from_secs(5);
 
 /// The handler, holding the shared worker (the use cases, Slack's API, dedupe, the work queue).
 #[derive(Clone)]
 pub struct WorkHandler {
     worker: SlackWorker,
+    settler: Option<BatchSettler>,
+    start_reserve: Duration,
 }
 
 impl WorkHandler {
+    /// A handler that reports failures only (the queue's own timeouts apply); see
+    /// [`Self::with_settler`].
     pub fn new(worker: SlackWorker) -> Self {
-        Self { worker }
+        Self {
+            worker,
+            settler: None,
+            start_reserve: Self::default_reserve(&SlackWorkerConfig::default()),
+        }
+    }
+
+    /// What a record needs left to start: one code block's limit, the replies and settling.
+    pub fn default_reserve(config: &SlackWorkerConfig) -> Duration {
+        config.exec_timeout + REPLY_MARGIN + SETTLE_MARGIN
+    }
+
+    /// Settle records through `settler` (the work queue) before returning.
+    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
+        self.settler = Some(settler);
+        self
+    }
+
+    /// Start a record only while this much of the invocation is left.
+    pub fn with_start_reserve(mut self, reserve: Duration) -> Self {
+        self.start_reserve = reserve;
+        self
     }
 
     pub async fn handle(
@@ -38,39 +81,57 @@ impl WorkHandler {
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, Infallible> {
         let records = &event.payload.records;
+        let deadline = invocation_deadline(event.context.deadline);
         let span = tracing::info_span!("batch", records = records.len());
-        let outcomes = self.run_by_thread(records).instrument(span.clone()).await;
+        let dispositions = self
+            .run_by_thread(records, deadline)
+            .instrument(span.clone())
+            .await;
 
-        let mut response = SqsBatchResponse::default();
-        let _entered = span.enter();
-        for (record, outcome) in records.iter().zip(outcomes) {
-            // An empty identifier makes Lambda retry the whole batch: the only safe answer for a
-            // record that cannot be named (Lambda always sets the id).
-            let message_id = record.message_id.as_deref().unwrap_or_default();
-            match &outcome {
-                RecordOutcome::Delivered => continue,
-                RecordOutcome::Retry { retry_after } => tracing::info!(
-                    message_id,
-                    thread_id = group_of(record),
+        let batch: Vec<BatchRecord<'_>> = records.iter().map(batch_record).collect();
+        for (record, disposition) in batch.iter().zip(&dispositions) {
+            let _entered = span.enter();
+            match disposition {
+                Disposition::Done | Disposition::Poison { .. } => {}
+                Disposition::Failed { retry_after } => tracing::info!(
+                    message_id = record.message_id,
+                    thread_id = record.group_id,
                     retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
                     "work left for a retry"
                 ),
-                RecordOutcome::Poison { reason } => tracing::warn!(
-                    message_id,
-                    thread_id = group_of(record),
-                    %reason,
-                    "work cannot be done; it goes to the dead-letter queue after its last receive"
+                Disposition::HeldBack => tracing::info!(
+                    message_id = record.message_id,
+                    thread_id = record.group_id,
+                    "work held back behind its thread's failed record"
+                ),
+                Disposition::NotStarted => tracing::info!(
+                    message_id = record.message_id,
+                    thread_id = record.group_id,
+                    "work not started: too little of the invocation was left"
                 ),
             }
+        }
+        let failed = settle(self.settler.as_ref(), &batch, &dispositions)
+            .instrument(span.clone())
+            .await;
+        let mut response = SqsBatchResponse::default();
+        for message_id in failed {
+            // An empty identifier makes Lambda retry the whole batch: the only safe answer for a
+            // record that cannot be named (Lambda always sets the id).
             response.add_failure(message_id);
         }
-        tracing::info!(failed = response.batch_item_failures.len(), "batch done");
+        span.in_scope(|| tracing::info!(failed = response.batch_item_failures.len(), "batch done"));
         Ok(response)
     }
 
-    /// Each record's outcome, in record order: threads concurrently, each thread's records in
-    /// order, and a thread's records after a failure failed undelivered.
-    async fn run_by_thread(&self, records: &[SqsMessage]) -> Vec<RecordOutcome> {
+    /// Each record's disposition, in record order: threads concurrently, each thread's records
+    /// in order, a record started only while the reserve is left, and a thread's records after
+    /// one that failed or did not start held back.
+    async fn run_by_thread(
+        &self,
+        records: &[SqsMessage],
+        deadline: Option<Instant>,
+    ) -> Vec<Disposition> {
         let mut threads: Vec<(&str, Vec<usize>)> = Vec::new();
         for (index, record) in records.iter().enumerate() {
             let group = group_of(record);
@@ -79,25 +140,33 @@ impl WorkHandler {
                 None => threads.push((group, vec![index])),
             }
         }
+        let work_deadline = deadline.map(|d| d.checked_sub(SETTLE_MARGIN).unwrap_or(d));
         let per_thread = join_all(threads.into_iter().map(|(_, indexes)| async move {
-            let mut outcomes = Vec::with_capacity(indexes.len());
-            let mut held_back = false;
+            let mut dispositions = Vec::with_capacity(indexes.len());
+            let mut blocked = false;
             for index in indexes {
-                let outcome = if held_back {
-                    RecordOutcome::Retry { retry_after: None }
+                let disposition = if blocked {
+                    Disposition::HeldBack
+                } else if !may_start(deadline, self.start_reserve) {
+                    Disposition::NotStarted
                 } else {
                     let body = records[index].body.as_deref().unwrap_or_default();
-                    self.worker.handle_body(body).await
+                    match self.worker.handle_body_by(body, work_deadline).await {
+                        RecordOutcome::Delivered => Disposition::Done,
+                        RecordOutcome::Retry { retry_after } => Disposition::Failed { retry_after },
+                        RecordOutcome::Poison { reason } => Disposition::Poison { reason },
+                    }
                 };
-                held_back |= outcome.is_failure();
-                outcomes.push((index, outcome));
+                blocked |= disposition.blocks_group();
+                dispositions.push((index, disposition));
             }
-            outcomes
+            dispositions
         }))
         .await;
-        let mut outcomes: Vec<(usize, RecordOutcome)> = per_thread.into_iter().flatten().collect();
-        outcomes.sort_by_key(|(index, _)| *index);
-        outcomes.into_iter().map(|(_, outcome)| outcome).collect()
+        let mut dispositions: Vec<(usize, Disposition)> =
+            per_thread.into_iter().flatten().collect();
+        dispositions.sort_by_key(|(index, _)| *index);
+        dispositions.into_iter().map(|(_, d)| d).collect()
     }
 }
 
@@ -108,6 +177,25 @@ fn group_of(record: &SqsMessage) -> &str {
         .get(GROUP_ATTRIBUTE)
         .or(record.message_id.as_ref())
         .map_or("", String::as_str)
+}
+
+fn batch_record(record: &SqsMessage) -> BatchRecord<'_> {
+    let message_id = record.message_id.as_deref().unwrap_or_default();
+    BatchRecord {
+        message_id,
+        receipt: record.receipt_handle.as_deref().unwrap_or_default(),
+        group_id: group_of(record),
+        dedup_id: record
+            .attributes
+            .get(DEDUP_ATTRIBUTE)
+            .map_or(message_id, String::as_str),
+        body: record.body.as_deref().unwrap_or_default(),
+        receive_count: record
+            .attributes
+            .get(RECEIVE_COUNT_ATTRIBUTE)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1),
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +219,7 @@ mod tests {
         handler: WorkHandler,
         slack: SlackFake,
         threadbox: LocalThreadbox,
+        dedupe: Arc<SqliteDedupe>,
         _dir: tempfile::TempDir,
     }
 
@@ -142,10 +231,11 @@ mod tests {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("work.db");
+        let dedupe = Arc::new(SqliteDedupe::open(&path).unwrap());
         let worker = SlackWorker::new(
             threadbox.tb.clone(),
             Arc::new(SlackWebClient::new(config).unwrap()),
-            Arc::new(SqliteDedupe::open(&path).unwrap()),
+            dedupe.clone(),
             Arc::new(SqliteQueue::open(&path, "work", QueueConfig::default()).unwrap()),
             SlackWorkerConfig::default(),
         );
@@ -153,8 +243,52 @@ mod tests {
             handler: WorkHandler::new(worker),
             slack,
             threadbox,
+            dedupe,
             _dir: dir,
         }
+    }
+
+    /// One work record: a message `ts` in the thread rooted at `thread_ts` of channel C0001.
+    fn record(message_id: &str, thread_ts: &str, ts: &str, text: &str) -> Value {
+        let mut record = fixture_json("sqs-work-batch.json")["Records"][0].clone();
+        let mut body: Value = serde_json::from_str(record["body"].as_str().unwrap()).unwrap();
+        let thread = format!("slack:T0001:C0001:{thread_ts}");
+        let event_id = format!("Ev{message_id}");
+        body["event_id"] = json!(event_id);
+        body["thread_id"] = json!(thread);
+        body["ts"] = json!(ts);
+        body["reply_thread_ts"] = json!(thread_ts);
+        body["text"] = json!(text);
+        record["messageId"] = json!(message_id);
+        record["body"] = json!(body.to_string());
+        record["attributes"]["MessageGroupId"] = json!(thread);
+        record["attributes"]["MessageDeduplicationId"] = json!(event_id);
+        record
+    }
+
+    fn batch_of(records: &[Value], remaining: Duration) -> LambdaEvent<SqsEvent> {
+        let event: SqsEvent =
+            serde_json::from_value(json!({ "Records": records })).expect("an SQS event");
+        LambdaEvent::new(event, context_with_deadline(remaining))
+    }
+
+    fn replies_in(slack: &SlackFake, thread_ts: &str) -> Vec<String> {
+        slack
+            .messages()
+            .into_iter()
+            .filter(|m| m.channel == "C0001" && m.thread_ts.as_deref() == Some(thread_ts))
+            .map(|m| m.text)
+            .collect()
+    }
+
+    fn runs_of(local: &Local, needle: &str) -> usize {
+        local
+            .threadbox
+            .provider
+            .commands()
+            .iter()
+            .filter(|c| c.contains(needle))
+            .count()
     }
 
     fn invocation(payload: Value) -> LambdaEvent<SqsEvent> {
@@ -234,5 +368,225 @@ mod tests {
             failed_ids(&response),
             vec![MALFORMED, "9a1b2c3d-0000-4e5f-8a9b-000000000004"]
         );
+    }
+    /// A batch that would outrun the invocation: the second record of a thread is not started
+    /// once less than the reserve is left, and is reported (not run, not claimed); another
+    /// thread's record, started at once, runs.
+    #[tokio::test]
+    async fn records_are_not_started_when_too_little_time_is_left() {
+        let mut local = local().await;
+        local.handler = local
+            .handler
+            .clone()
+            .with_start_reserve(Duration::from_secs(39));
+        local
+            .threadbox
+            .provider
+            .set_exec_delay(Duration::from_millis(1_500));
+        let batch = [
+            record(
+                "m-1",
+                "1767225100.000001",
+                "1767225100.000001",
+                "```bash\necho first\n```",
+            ),
+            record(
+                "m-2",
+                "1767225100.000001",
+                "1767225100.000002",
+                "```bash\necho second\n```",
+            ),
+            record(
+                "m-3",
+                "1767225200.000001",
+                "1767225200.000001",
+                "```bash\necho other thread\n```",
+            ),
+        ];
+        let response = local
+            .handler
+            .handle(batch_of(&batch, Duration::from_secs(40)))
+            .await
+            .unwrap();
+        assert_eq!(failed_ids(&response), vec!["m-2"]);
+        assert_eq!(runs_of(&local, "echo first"), 1);
+        assert_eq!(runs_of(&local, "echo other thread"), 1);
+        assert_eq!(runs_of(&local, "echo second"), 0, "not started");
+
+        // The next invocation, with time to spare, runs it: nothing was claimed for it.
+        local.threadbox.provider.set_exec_delay(Duration::ZERO);
+        let response = local
+            .handler
+            .handle(batch_of(&batch[1..2], Duration::from_secs(120)))
+            .await
+            .unwrap();
+        assert!(failed_ids(&response).is_empty());
+        assert_eq!(runs_of(&local, "echo second"), 1);
+    }
+
+    /// A started message's code block gets only what is left of the invocation; with less than
+    /// the minimum left it is not run, and the reply says so (the message is answered, once).
+    #[tokio::test]
+    async fn a_code_block_that_no_longer_fits_is_not_started_and_the_reply_says_so() {
+        let mut local = local().await;
+        local.handler = local.handler.clone().with_start_reserve(Duration::ZERO);
+        let batch = [record(
+            "m-1",
+            "1767225300.000001",
+            "1767225300.000001",
+            "```bash\necho late\n```",
+        )];
+        // 16 s: less the settling and reply margins, 1 s is left for the block.
+        let response = local
+            .handler
+            .handle(batch_of(&batch, Duration::from_secs(16)))
+            .await
+            .unwrap();
+        assert!(failed_ids(&response).is_empty(), "answered, so done");
+        assert_eq!(runs_of(&local, "echo late"), 0);
+        let replies = replies_in(&local.slack, "1767225300.000001");
+        assert_eq!(replies.len(), 1, "{replies:?}");
+        assert!(replies[0].contains("was not run"), "{replies:?}");
+    }
+
+    /// The worker dies mid-command (its invocation is dropped while the command runs, as a
+    /// timeout or a crash would stop it). The redelivered message is not run again, and its
+    /// thread gets exactly one reply saying it was interrupted; a further redelivery says nothing.
+    #[tokio::test]
+    async fn a_worker_killed_mid_command_answers_interrupted_once_and_never_reruns() {
+        let local = local().await;
+        local
+            .threadbox
+            .provider
+            .set_exec_delay(Duration::from_secs(30));
+        let batch = [record(
+            "m-1",
+            "1767225400.000001",
+            "1767225400.000001",
+            "```bash\necho long job\n```",
+        )];
+        let handler = local.handler.clone();
+        let event = batch_of(&batch, Duration::from_secs(120));
+        let running = tokio::spawn(async move { handler.handle(event).await });
+        let started = std::time::Instant::now();
+        while runs_of(&local, "echo long job") == 0 {
+            assert!(started.elapsed() < Duration::from_secs(10), "never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        running.abort();
+        assert!(
+            running.await.unwrap_err().is_cancelled(),
+            "killed mid-command"
+        );
+        assert!(replies_in(&local.slack, "1767225400.000001").is_empty());
+
+        local.threadbox.provider.set_exec_delay(Duration::ZERO);
+        for _ in 0..2 {
+            let response = local
+                .handler
+                .handle(batch_of(&batch, Duration::from_secs(120)))
+                .await
+                .unwrap();
+            assert!(failed_ids(&response).is_empty());
+        }
+        assert_eq!(runs_of(&local, "echo long job"), 1, "never re-run");
+        let replies = replies_in(&local.slack, "1767225400.000001");
+        assert_eq!(replies.len(), 1, "exactly one reply: {replies:?}");
+        assert!(replies[0].contains("interrupted"), "{replies:?}");
+    }
+
+    /// A message whose claim was taken but whose run stopped before doing anything (no
+    /// `started` marker) is known not to have started: the redelivery runs it, once.
+    #[tokio::test]
+    async fn a_claimed_message_that_never_started_is_run_on_redelivery() {
+        use threadbox_shared::ports::DedupeStore;
+
+        let local = local().await;
+        let key = "slack:msg:C0001:1767225500.000001";
+        for marker in [key.to_owned(), format!("{key}:owner:Evm-1")] {
+            assert!(local
+                .dedupe
+                .claim(&marker, Duration::from_secs(3600))
+                .await
+                .unwrap());
+        }
+        let batch = [record(
+            "m-1",
+            "1767225500.000001",
+            "1767225500.000001",
+            "```bash\necho fresh\n```",
+        )];
+        let response = local
+            .handler
+            .handle(batch_of(&batch, Duration::from_secs(120)))
+            .await
+            .unwrap();
+        assert!(failed_ids(&response).is_empty());
+        assert_eq!(runs_of(&local, "echo fresh"), 1);
+        let replies = replies_in(&local.slack, "1767225500.000001");
+        assert_eq!(replies.len(), 1, "{replies:?}");
+        assert!(!replies[0].contains("interrupted"), "{replies:?}");
+    }
+    /// Slack sends two events for one mention (`app_mention` and `message`); the second finding
+    /// the first's claim is a duplicate even while the first still runs its command: no
+    /// "interrupted" reply, no second run.
+    #[tokio::test]
+    async fn the_twin_event_of_a_running_message_is_a_quiet_duplicate() {
+        let local = local().await;
+        local
+            .threadbox
+            .provider
+            .set_exec_delay(Duration::from_millis(600));
+        let ts = "1767225600.000001";
+        let first = [record("m-1", ts, ts, "```bash\necho twin\n```")];
+        let twin = [record("m-2", ts, ts, "```bash\necho twin\n```")];
+        let handler = local.handler.clone();
+        let running = tokio::spawn({
+            let event = batch_of(&first, Duration::from_secs(120));
+            async move { handler.handle(event).await }
+        });
+        while runs_of(&local, "echo twin") == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let response = local
+            .handler
+            .handle(batch_of(&twin, Duration::from_secs(120)))
+            .await
+            .unwrap();
+        assert!(failed_ids(&response).is_empty());
+        running.await.unwrap().unwrap();
+        assert_eq!(runs_of(&local, "echo twin"), 1);
+        let replies = replies_in(&local.slack, ts);
+        assert_eq!(replies.len(), 1, "{replies:?}");
+        assert!(!replies[0].contains("interrupted"), "{replies:?}");
+    }
+    /// A reply queued after a rate limit is posted once, even when its record is delivered again
+    /// after the worker posted it (it died before the queue heard).
+    #[tokio::test]
+    async fn a_deferred_reply_is_posted_once_under_redelivery() {
+        let local = local().await;
+        let ts = "1767225700.000001";
+        let mut reply = record("m-r", ts, ts, "unused");
+        reply["body"] = json!(json!({
+            "kind": "reply",
+            "thread_id": format!("slack:T0001:C0001:{ts}"),
+            "channel": "C0001",
+            "thread_ts": ts,
+            "text": "the deferred reply",
+            "reply_id": "Evm-1:reply:1",
+        })
+        .to_string());
+        for _ in 0..2 {
+            let response = local
+                .handler
+                .handle(batch_of(
+                    std::slice::from_ref(&reply),
+                    Duration::from_secs(120),
+                ))
+                .await
+                .unwrap();
+            assert!(failed_ids(&response).is_empty());
+        }
+        assert_eq!(replies_in(&local.slack, ts), vec!["the deferred reply"]);
     }
 }

@@ -4,22 +4,45 @@
 use std::sync::Arc;
 
 use lambda_runtime::service_fn;
-use threadbox_shared::lambda::{self, Env};
+use threadbox_shared::lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
+use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
 use threadbox_shared::slack::{SlackWorker, SlackWorkerConfig};
 use worker::WorkHandler;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
-    let env = Env::process();
     let sdk = lambda::aws_config().await;
-    let worker = SlackWorker::new(
-        lambda::threadbox(&sdk, &env).await?,
-        Arc::new(lambda::slack_api(&env)?),
-        Arc::new(lambda::dedupe(&sdk, &env)?),
-        Arc::new(lambda::work_queue(&sdk, &env)?),
-        SlackWorkerConfig::default(),
-    );
-    let handler = WorkHandler::new(worker);
-    lambda_runtime::run(service_fn(|event| handler.handle(event))).await
+    let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let watched = secrets.clone();
+    let handler = Rebuilt::new(secrets, move |env: Env| {
+        let sdk = sdk.clone();
+        let secrets = watched.clone();
+        async move {
+            let work_queue = Arc::new(lambda::work_queue(&sdk, &env)?);
+            let dedupe = Arc::new(lambda::dedupe(&sdk, &env)?);
+            let worker = SlackWorker::new(
+                lambda::threadbox(&sdk, &env).await?,
+                // A refused token sends the function to Secrets Manager for the rotated one.
+                lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env)?), secrets),
+                dedupe.clone(),
+                work_queue.clone(),
+                SlackWorkerConfig::default(),
+            );
+            // The same queue settles each batch's records (visibility, dead letters), and the
+            // dedupe table counts each record's own attempts.
+            let settler = BatchSettler::new(work_queue).with_attempt_limit(
+                dedupe,
+                "work",
+                DEFAULT_MAX_ATTEMPTS,
+            );
+            Ok(WorkHandler::new(worker).with_settler(settler))
+        }
+    })
+    .await?;
+    lambda_runtime::run(service_fn(|event| {
+        let handler = handler.clone();
+        async move { handler.current().await.handle(event).await }
+    }))
+    .await
 }

@@ -35,6 +35,16 @@ impl Env {
         }
     }
 
+    /// This environment with `values` set over it (secrets fetched by reference).
+    pub fn overlay(self, values: std::collections::BTreeMap<&'static str, String>) -> Self {
+        if values.is_empty() {
+            return self;
+        }
+        Self {
+            lookup: Box::new(move |name| values.get(name).cloned().or_else(|| (self.lookup)(name))),
+        }
+    }
+
     /// The raw value, as adapters with their own parsing (`E2bConfig`, `DynamoConfig`) read it.
     pub fn raw(&self, name: &str) -> Option<String> {
         (self.lookup)(name)

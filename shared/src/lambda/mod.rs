@@ -10,7 +10,9 @@
 //!   `sandbox_id`, the invocation's `requestId`);
 //! - `http`: [`run_http`], the shared axum router served through `lambda_http`;
 //! - `slack`: the Slack app's work queue, signing secret, Web API client and status target;
-//! - `live`: the WebSocket gateway (`ws`) and the subscribers target (`fanout`).
+//! - `live`: the WebSocket gateway (`ws`) and the subscribers target (`fanout`);
+//! - `batch`: settling an SQS batch (visibility per record, poison to the dead-letter queue,
+//!   the invocation's deadline) for `worker` and `fanout`.
 //!
 //! # Environment
 //!
@@ -33,12 +35,20 @@
 //! | `THREADBOX_TOKEN_SECRET` | required | ws: checks subscription tokens (≥ 32 bytes) |
 //! | `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL` | `info` | every function |
 //!
+//! Each secret variable (`E2B_API_KEY`, `THREADBOX_API_KEYS`, `SLACK_SIGNING_SECRET`,
+//! `SLACK_BOT_TOKEN`, `THREADBOX_TOKEN_SECRET`) may instead be given by reference as
+//! `<VAR>_SECRET_ID` (a Secrets Manager secret's name or ARN), as the SAM template does; see `secrets`.
+//! `THREADBOX_SECRETS_REFRESH_SECS` (900) is how often they are fetched again.
+//!
 //! AWS endpoints, region and credentials come from the SDK's standard settings only.
 
+pub mod batch;
 mod env;
 mod http;
 mod live;
 mod logging;
+pub mod refresh;
+pub mod secrets;
 mod settings;
 mod slack;
 mod wiring;
@@ -47,9 +57,17 @@ mod wiring;
 pub use lambda_http::Error;
 
 pub use env::{Env, SetupError};
-pub use http::{run_http, thread_id_in_path, traced};
+pub use http::{
+    for_api_gateway, run_http, run_http_rebuilt, thread_id_in_path, traced, GATEWAY_EXEC_LIMIT,
+};
 pub use live::{live_gateway, live_target, subscribers, token_key, TOKEN_SECRET_VAR};
 pub use logging::init_tracing;
+pub use refresh::Rebuilt;
+pub use secrets::SecretSet;
 pub use settings::Settings;
-pub use slack::{signing_secret, slack_api, slack_status_target, work_queue};
+pub use slack::{
+    signing_secret, slack_api, slack_status_target, slack_status_target_watched, watch_slack_auth,
+    work_queue,
+};
+pub use wiring::lifecycle_queue;
 pub use wiring::{api_auth, aws_config, dedupe, threadbox};

@@ -35,12 +35,16 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_env(env: &Env) -> Result<Self, SetupError> {
-        let dynamo = DynamoConfig::from_lookup(|name| env.raw(name))?;
-        let lifecycle_queue = SqsQueueUrls {
+    pub fn lifecycle_queue_from_env(env: &Env) -> Result<SqsQueueUrls, SetupError> {
+        Ok(SqsQueueUrls {
             queue_url: env.required(LIFECYCLE_QUEUE_URL_VAR)?,
             dead_letter_url: env.required(LIFECYCLE_DLQ_URL_VAR)?,
-        };
+        })
+    }
+
+    pub fn from_env(env: &Env) -> Result<Self, SetupError> {
+        let dynamo = DynamoConfig::from_lookup(|name| env.raw(name))?;
+        let lifecycle_queue = Self::lifecycle_queue_from_env(env)?;
         let provider = ProviderConfig::from_lookup(|name| env.raw(name))?;
         let runc_state_dir = PathBuf::from(
             env.get(RUNC_STATE_DIR_VAR)

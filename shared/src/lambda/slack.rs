@@ -5,10 +5,14 @@
 use std::sync::Arc;
 
 use super::env::{Env, SetupError};
+use super::secrets::SecretSet;
 use crate::adapters::aws::SdkConfig;
 use crate::adapters::dynamo::DynamoSlackStatusStore;
 use crate::adapters::provider_config::ConfigError;
 use crate::adapters::sqs::{SqsQueue, SqsQueueUrls};
+use crate::slack::api::{
+    ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage,
+};
 use crate::slack::client::{BotToken, SlackClientConfig, SlackWebClient};
 use crate::slack::{SigningSecret, SlackStatusTarget};
 
@@ -66,15 +70,72 @@ pub fn slack_status_target(
     sdk: &SdkConfig,
     env: &Env,
 ) -> Result<Option<SlackStatusTarget>, SetupError> {
+    slack_status_target_watched(sdk, env, None)
+}
+
+/// [`slack_status_target`], whose Slack client marks `secrets` stale when Slack refuses the
+/// token (see [`watch_slack_auth`]).
+pub fn slack_status_target_watched(
+    sdk: &SdkConfig,
+    env: &Env,
+    secrets: Option<&Arc<SecretSet>>,
+) -> Result<Option<SlackStatusTarget>, SetupError> {
     if env.get(BOT_TOKEN_VAR).is_none() {
         return Ok(None);
     }
     let table = env.required(DynamoSlackStatusStore::TABLE_VAR)?;
     let store = DynamoSlackStatusStore::from_sdk_config(sdk, table);
-    Ok(Some(SlackStatusTarget::new(
-        Arc::new(slack_api(env)?),
-        Arc::new(store),
-    )))
+    let mut api: Arc<dyn SlackApi> = Arc::new(slack_api(env)?);
+    if let Some(secrets) = secrets {
+        api = watch_slack_auth(api, secrets.clone());
+    }
+    Ok(Some(SlackStatusTarget::new(api, Arc::new(store))))
+}
+
+/// `api`, marking `secrets` stale whenever Slack refuses the bot token (`invalid_auth`,
+/// `not_authed`, `token_revoked`): the token may have been rotated in Secrets Manager since it
+/// was fetched, and the next invocation fetches it again (at most once a minute).
+pub fn watch_slack_auth(api: Arc<dyn SlackApi>, secrets: Arc<SecretSet>) -> Arc<dyn SlackApi> {
+    Arc::new(AuthWatched { api, secrets })
+}
+
+struct AuthWatched {
+    api: Arc<dyn SlackApi>,
+    secrets: Arc<SecretSet>,
+}
+
+impl AuthWatched {
+    fn seen<T>(&self, result: Result<T, SlackError>) -> Result<T, SlackError> {
+        if let Err(SlackError::Api { code, .. }) = &result {
+            if matches!(
+                code,
+                ApiErrorCode::InvalidAuth | ApiErrorCode::NotAuthed | ApiErrorCode::TokenRevoked
+            ) {
+                tracing::warn!(%code, "Slack refused the bot token; fetching it again");
+                self.secrets.mark_stale();
+            }
+        }
+        result
+    }
+}
+
+#[async_trait::async_trait]
+impl SlackApi for AuthWatched {
+    async fn post_message(&self, message: &PostMessage) -> Result<Posted, SlackError> {
+        self.seen(self.api.post_message(message).await)
+    }
+
+    async fn update_message(&self, update: &UpdateMessage) -> Result<(), SlackError> {
+        self.seen(self.api.update_message(update).await)
+    }
+
+    async fn file_info(&self, file_id: &str) -> Result<SlackFile, SlackError> {
+        self.seen(self.api.file_info(file_id).await)
+    }
+
+    async fn download_file(&self, url: &str, max_bytes: u64) -> Result<Vec<u8>, SlackError> {
+        self.seen(self.api.download_file(url, max_bytes).await)
+    }
 }
 
 #[cfg(test)]
@@ -103,6 +164,33 @@ mod tests {
             slack_api(&Env::from_pairs(&[(BOT_TOKEN_VAR, "xoxb-secret-token")])).unwrap()
         );
         assert!(!shown.contains("xoxb-secret-token"), "{shown}");
+    }
+
+    /// Slack refusing the token marks the secrets stale (the token may have been rotated);
+    /// other failures do not.
+    #[tokio::test]
+    async fn a_refused_token_marks_the_secrets_stale() {
+        use crate::testing::slack_fake::{Fault, SlackFake};
+
+        let slack = SlackFake::start("xoxb-good").await;
+        let sdk = SdkConfig::builder().build();
+        let secrets = SecretSet::fetch(&sdk, &Env::from_pairs(&[])).await.unwrap();
+        let env = Env::from_pairs(&[
+            (BOT_TOKEN_VAR, "xoxb-good"),
+            (API_URL_VAR, &slack.api_url()),
+        ]);
+        let api = watch_slack_auth(Arc::new(slack_api(&env).unwrap()), secrets.clone());
+        let post = PostMessage {
+            channel: "C1".into(),
+            thread_ts: None,
+            text: "hello".into(),
+        };
+        slack.fail_next("chat.postMessage", Fault::Error("channel_not_found".into()));
+        assert!(api.post_message(&post).await.is_err());
+        assert!(!secrets.marked_stale(), "not an authentication failure");
+        slack.fail_next("chat.postMessage", Fault::Error("invalid_auth".into()));
+        assert!(api.post_message(&post).await.is_err());
+        assert!(secrets.marked_stale());
     }
 
     #[tokio::test]

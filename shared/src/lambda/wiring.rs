@@ -51,6 +51,15 @@ async fn provider(settings: &Settings) -> Result<Arc<dyn SandboxProvider>, Setup
     })
 }
 
+/// The lifecycle queue (`THREADBOX_LIFECYCLE_QUEUE_URL`, `THREADBOX_LIFECYCLE_DLQ_URL`), for the
+/// fan-out to settle its records (visibility, dead letters).
+pub fn lifecycle_queue(sdk: &SdkConfig, env: &Env) -> Result<SqsQueue, SetupError> {
+    Ok(SqsQueue::from_sdk_config(
+        sdk,
+        Settings::lifecycle_queue_from_env(env)?,
+    ))
+}
+
 /// The fan-out's memory of what each target has (`THREADBOX_DEDUPE_TABLE`).
 pub fn dedupe(sdk: &SdkConfig, env: &Env) -> Result<DynamoDedupe, SetupError> {
     let table = env.required(DynamoDedupe::TABLE_VAR)?;

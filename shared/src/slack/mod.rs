@@ -36,4 +36,4 @@ pub use signature::{SignatureError, SigningSecret};
 pub use status::SlackStatusTarget;
 pub use status_store::{SlackStatusStore, StatusMessage};
 pub use work::{IncomingMessage, PendingReply, WorkItem, WORK_QUEUE};
-pub use worker::{SlackWorker, SlackWorkerConfig};
+pub use worker::{SlackWorker, SlackWorkerConfig, MIN_BLOCK_TIME, REPLY_MARGIN};

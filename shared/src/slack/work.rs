@@ -50,6 +50,11 @@ pub struct PendingReply {
     pub channel: String,
     pub thread_ts: Option<String>,
     pub text: String,
+    /// The reply's identity (`{event_id}:reply:{n}`, also its queue dedup id): once posted it is
+    /// recorded, so a redelivery after a crash does not post it again. Absent in replies queued
+    /// before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_id: Option<String>,
 }
 
 impl WorkItem {

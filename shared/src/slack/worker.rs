@@ -6,9 +6,30 @@
 //! which also folds the `app_mention` and the `message` event Slack sends for one mention into
 //! one run. A reply that meets a rate limit waits out `Retry-After` briefly, and past that goes
 //! back on the work queue as a reply of its own, so retrying it never re-runs the command.
+//!
+//! A worker can die mid-message (a Lambda timeout, an out-of-memory kill), and the queue then
+//! hands the message out again. Three markers in the dedupe store make that redelivery's outcome
+//! clear, so every message gets its answer exactly once:
+//!
+//! | key | written | on a redelivery that finds it |
+//! |---|---|---|
+//! | `slack:msg:{channel}:{ts}` | before anything is done | taken by the twin event (no `owner` marker of this event): a duplicate, even while the twin still runs |
+//! | `…:owner:{event_id}` | right after the claim | (without `started`) nothing with effects had started: run the message again |
+//! | `…:started` | just before the first effect (a command, a pause, a file copy) | the effect may have happened: reply once that the message was interrupted, and do not re-run it |
+//! | `…:done` | after the last reply | a duplicate (a retry, the twin event): nothing to do |
+//!
+//! Read-only commands (`status`, `files`, `help`) never write `started`, so an interrupted one is
+//! simply run again. Two windows are left, each between two writes (milliseconds): a crash
+//! between the claim and its `owner` marker makes the redelivery a silent duplicate, and one
+//! between Slack accepting the last reply and `done` makes it say "interrupted" for a message
+//! that had finished (Slack's `chat.postMessage` has no idempotency key to close that one).
+//!
+//! [`SlackWorker::handle_body_by`] takes a deadline (the Lambda invocation's): a code block's
+//! timeout is cut to what is left, and a block that no longer fits is not started; its reply
+//! says so.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::api::{PostMessage, SlackApi, SlackError, SlackFile};
 use super::command::{self, CodeBlock, Command, Language};
@@ -88,8 +109,15 @@ impl SlackWorker {
     /// Handle one work-queue body. Never fails the whole batch: a body that is not work is
     /// poison (dead-lettered), and failures before anything ran ask for a retry.
     pub async fn handle_body(&self, body: &str) -> RecordOutcome {
+        self.handle_body_by(body, None).await
+    }
+
+    /// [`Self::handle_body`], finishing by `deadline`: each code block's timeout is cut to what
+    /// is left of it (less [`REPLY_MARGIN`] for the replies), and a block with less than
+    /// [`MIN_BLOCK_TIME`] left is not started.
+    pub async fn handle_body_by(&self, body: &str, deadline: Option<Instant>) -> RecordOutcome {
         match serde_json::from_str::<WorkItem>(body) {
-            Ok(item) => self.handle(item).await,
+            Ok(item) => self.handle_by(item, deadline).await,
             Err(error) => RecordOutcome::Poison {
                 reason: format!("the record is not a work item: {error}"),
             },
@@ -97,6 +125,10 @@ impl SlackWorker {
     }
 
     pub async fn handle(&self, item: WorkItem) -> RecordOutcome {
+        self.handle_by(item, None).await
+    }
+
+    async fn handle_by(&self, item: WorkItem, deadline: Option<Instant>) -> RecordOutcome {
         match item {
             WorkItem::Message(message) => {
                 let span = tracing::info_span!(
@@ -104,13 +136,17 @@ impl SlackWorker {
                     thread_id = %message.thread_id,
                     event_id = %message.event_id
                 );
-                tracing::Instrument::instrument(self.handle_message(message), span).await
+                tracing::Instrument::instrument(self.handle_message(message, deadline), span).await
             }
             WorkItem::Reply(reply) => self.post_pending(reply).await,
         }
     }
 
-    async fn handle_message(&self, message: IncomingMessage) -> RecordOutcome {
+    async fn handle_message(
+        &self,
+        message: IncomingMessage,
+        deadline: Option<Instant>,
+    ) -> RecordOutcome {
         let command = command::parse(&message.text);
         let has_files = !message.files.is_empty();
         if !message.addressed {
@@ -125,22 +161,86 @@ impl SlackWorker {
             }
         }
         let key = format!("slack:msg:{}:{}", message.channel, message.ts);
-        match self.dedupe.claim(&key, self.config.message_memory).await {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::debug!("message already handled (a retry, or its twin mention event)");
-                return RecordOutcome::Delivered;
-            }
+        let memory = self.config.message_memory;
+        // Which event took the claim: its twin (the other event Slack sends for one mention)
+        // finding the claim is a duplicate, even while the first still runs; only a redelivery
+        // of the same event reads the progress markers.
+        let owner = format!("{OWNER}:{}", message.event_id);
+        match self.dedupe.claim(&key, memory).await {
+            Ok(true) => self.mark(&key, &owner).await,
+            Ok(false) => match self.earlier_run(&key, &owner).await {
+                Ok(EarlierRun::Twin) => {
+                    tracing::debug!("message claimed by its twin event; nothing to do");
+                    return RecordOutcome::Delivered;
+                }
+                Ok(EarlierRun::Finished) => {
+                    tracing::debug!("message already handled (a retry, or its twin mention event)");
+                    return RecordOutcome::Delivered;
+                }
+                // Claimed, but nothing with effects began: running it now runs it once.
+                Ok(EarlierRun::NotStarted) => {
+                    tracing::info!("an earlier run stopped before doing anything; running it")
+                }
+                Ok(EarlierRun::Interrupted) => return self.interrupted(&message, &key).await,
+                Err(error) => return retry(format!("dedupe store: {error}")),
+            },
             Err(error) => return retry(format!("dedupe store: {error}")),
         }
-        let mut replies = Replies::new(self, &message);
+        let mut replies = Replies::new(self, &message, &key, deadline);
         if has_files {
+            replies.start().await;
             let text = self.copy_files(&message.thread_id, &message.files).await;
             replies.send(text).await;
         }
         self.run(&message.thread_id, command, has_files, &mut replies)
             .await;
+        self.mark(&key, DONE).await;
         RecordOutcome::Delivered
+    }
+
+    /// What became of the run that claimed this message first.
+    async fn earlier_run(
+        &self,
+        key: &str,
+        owner: &str,
+    ) -> Result<EarlierRun, crate::ports::StoreError> {
+        if !self.dedupe.contains(&format!("{key}:{owner}")).await? {
+            Ok(EarlierRun::Twin)
+        } else if self.dedupe.contains(&format!("{key}:{DONE}")).await? {
+            Ok(EarlierRun::Finished)
+        } else if self.dedupe.contains(&format!("{key}:{STARTED}")).await? {
+            Ok(EarlierRun::Interrupted)
+        } else {
+            Ok(EarlierRun::NotStarted)
+        }
+    }
+
+    /// The message was being acted on when its worker died: say so in the thread, once, and do
+    /// not act again (the command may have run, in part or in full).
+    async fn interrupted(&self, message: &IncomingMessage, key: &str) -> RecordOutcome {
+        match self
+            .dedupe
+            .claim(&format!("{key}:{INTERRUPTED}"), self.config.message_memory)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return RecordOutcome::Delivered,
+            Err(error) => return retry(format!("dedupe store: {error}")),
+        }
+        tracing::warn!("the worker stopped while acting on this message; it is not run again");
+        let mut replies = Replies::new(self, message, key, None);
+        replies.send(INTERRUPTED_REPLY.to_owned()).await;
+        self.mark(key, DONE).await;
+        RecordOutcome::Delivered
+    }
+
+    /// Write `{key}:{marker}`. A failure is logged, not fatal: the marker only sharpens what a
+    /// redelivery says.
+    async fn mark(&self, key: &str, marker: &str) {
+        let key = format!("{key}:{marker}");
+        if let Err(error) = self.dedupe.claim(&key, self.config.message_memory).await {
+            tracing::warn!(%error, marker, "could not record the message's progress");
+        }
     }
 
     async fn run(
@@ -153,14 +253,28 @@ impl SlackWorker {
         match command {
             Command::Run(blocks) => {
                 for block in blocks {
-                    let text = self.run_block(thread_id, block).await;
+                    let Some(timeout) = replies.time_for_block(self.config.exec_timeout) else {
+                        replies.send(OUT_OF_TIME_REPLY.to_owned()).await;
+                        continue;
+                    };
+                    replies.start().await;
+                    let text = self.run_block(thread_id, block, timeout).await;
                     replies.send(text).await;
                 }
             }
             Command::Status => replies.send(self.status(thread_id).await).await,
-            Command::Pause => replies.send(self.pause(thread_id).await).await,
-            Command::Resume => replies.send(self.resume(thread_id).await).await,
-            Command::Reset => replies.send(self.reset(thread_id).await).await,
+            Command::Pause => {
+                replies.start().await;
+                replies.send(self.pause(thread_id).await).await
+            }
+            Command::Resume => {
+                replies.start().await;
+                replies.send(self.resume(thread_id).await).await
+            }
+            Command::Reset => {
+                replies.start().await;
+                replies.send(self.reset(thread_id).await).await
+            }
             Command::Files(path) => {
                 replies
                     .send(self.files(thread_id, path.as_deref()).await)
@@ -182,7 +296,7 @@ impl SlackWorker {
         }
     }
 
-    async fn run_block(&self, thread_id: &ThreadId, block: CodeBlock) -> String {
+    async fn run_block(&self, thread_id: &ThreadId, block: CodeBlock, timeout: Duration) -> String {
         let interpreter = match block.language {
             Language::Runnable(interpreter) => interpreter,
             Language::Unsupported(language) => {
@@ -198,7 +312,7 @@ impl SlackWorker {
             cwd: None,
             env: Default::default(),
             stdin: None,
-            timeout: self.config.exec_timeout,
+            timeout,
             output_cap: DEFAULT_OUTPUT_CAP,
         };
         // `exec` holds the sandbox for the command's duration, so it is never paused mid-run.
@@ -347,15 +461,34 @@ impl SlackWorker {
         }
     }
 
-    /// Post a reply that was queued after a rate limit.
+    /// Post a reply that was queued after a rate limit, once: it is recorded as posted right
+    /// after Slack takes it, so a redelivery (the worker died before the queue heard) skips it.
     async fn post_pending(&self, reply: PendingReply) -> RecordOutcome {
+        let posted_key = reply
+            .reply_id
+            .as_ref()
+            .map(|id| format!("slack:reply-posted:{id}"));
+        if let Some(key) = &posted_key {
+            match self.dedupe.contains(key).await {
+                Ok(true) => return RecordOutcome::Delivered,
+                Ok(false) => {}
+                Err(error) => return retry(format!("dedupe store: {error}")),
+            }
+        }
         let post = PostMessage {
             channel: reply.channel,
             thread_ts: reply.thread_ts,
             text: reply.text,
         };
         match self.api.post_message(&post).await {
-            Ok(_) => RecordOutcome::Delivered,
+            Ok(_) => {
+                if let Some(key) = &posted_key {
+                    if let Err(error) = self.dedupe.claim(key, self.config.message_memory).await {
+                        tracing::warn!(%error, "reply posted but not recorded as posted");
+                    }
+                }
+                RecordOutcome::Delivered
+            }
             Err(error) if error.is_retryable() => RecordOutcome::Retry {
                 retry_after: error.retry_after(),
             },
@@ -366,20 +499,75 @@ impl SlackWorker {
     }
 }
 
-/// Posts the replies to one message, in order, each numbered for its queue dedup id.
+/// What a redelivered message's earlier run got to.
+enum EarlierRun {
+    /// Another event for the same message (Slack's twin) took the claim.
+    Twin,
+    Finished,
+    NotStarted,
+    Interrupted,
+}
+
+/// Progress markers after the message's claim key (see the module docs).
+const OWNER: &str = "owner";
+const STARTED: &str = "started";
+const DONE: &str = "done";
+const INTERRUPTED: &str = "interrupted";
+
+/// Kept back from a deadline for posting the replies after the last command.
+pub const REPLY_MARGIN: Duration = Duration::from_secs(10);
+/// A code block with less time than this left is not started.
+pub const MIN_BLOCK_TIME: Duration = Duration::from_secs(5);
+
+const INTERRUPTED_REPLY: &str = ":warning: This message was interrupted: the worker stopped while      it was running (a timeout or a crash), so it may have run in part or in full. It is not run      again, so nothing runs twice. Check with `files` or `status`, and send it again if needed.";
+const OUT_OF_TIME_REPLY: &str = ":hourglass: This code block was not run: the worker ran out of      time for this message. Send it again in a new message.";
+
+/// Posts the replies to one message, in order, each numbered for its queue dedup id; and marks
+/// the message started before its first effect.
 struct Replies<'a> {
     worker: &'a SlackWorker,
     message: &'a IncomingMessage,
+    key: &'a str,
+    deadline: Option<Instant>,
+    started: bool,
     sent: usize,
 }
 
 impl<'a> Replies<'a> {
-    fn new(worker: &'a SlackWorker, message: &'a IncomingMessage) -> Self {
+    fn new(
+        worker: &'a SlackWorker,
+        message: &'a IncomingMessage,
+        key: &'a str,
+        deadline: Option<Instant>,
+    ) -> Self {
         Self {
             worker,
             message,
+            key,
+            deadline,
+            started: false,
             sent: 0,
         }
+    }
+
+    /// Record, once, that the message is about to have effects (see the module docs).
+    async fn start(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.worker.mark(self.key, STARTED).await;
+        }
+    }
+
+    /// The timeout the next code block gets: `limit`, cut to what is left before the deadline
+    /// (less the reply margin); `None` when too little is left to start it.
+    fn time_for_block(&self, limit: Duration) -> Option<Duration> {
+        let Some(deadline) = self.deadline else {
+            return Some(limit);
+        };
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(REPLY_MARGIN);
+        (left >= MIN_BLOCK_TIME).then(|| left.min(limit))
     }
 
     async fn send(&mut self, text: String) {
@@ -408,15 +596,17 @@ impl<'a> Replies<'a> {
             }
         };
         tracing::info!(%error, "reply deferred to the work queue");
+        let reply_id = format!("{}:reply:{}", self.message.event_id, self.sent);
         let item = WorkItem::Reply(PendingReply {
             thread_id: self.message.thread_id.clone(),
             channel: post.channel,
             thread_ts: post.thread_ts,
             text: post.text,
+            reply_id: Some(reply_id.clone()),
         });
         let queued = OutgoingMessage {
             group_id: item.group_id().to_owned(),
-            dedup_id: format!("{}:reply:{}", self.message.event_id, self.sent),
+            dedup_id: reply_id,
             body: serde_json::to_string(&item).expect("work items serialise"),
         };
         if let Err(error) = self.worker.queue.send(&[queued]).await {

@@ -5,6 +5,8 @@
 //! the real providers have their own conformance suite.
 
 use std::sync::Arc;
+
+use super::eventually::eventually;
 use std::time::Duration;
 
 use crate::domain::{Cause, GonePolicy, LifecycleEvent, RejectKind, Status, ThreadId};
@@ -329,12 +331,13 @@ pub async fn the_janitor_never_acts_on_a_stale_read(h: Harness) {
     h.clock
         .advance(h.tb.config.timers.idle_pause + Duration::from_secs(1));
     let shard = thread.shard(h.tb.store.shard_count());
-    let snapshot =
-        h.tb.store
-            .due(shard, h.tb.clock.now(), 10, None)
-            .await
-            .unwrap()
-            .items;
+    // `due` reads an index (DynamoDB's `due` GSI): wait for it to show the thread.
+    let now = h.tb.clock.now();
+    let snapshot = eventually(
+        || async { h.tb.store.due(shard, now, 10, None).await.unwrap().items },
+        |items| items.len() == 1,
+    )
+    .await;
     assert_eq!(snapshot.len(), 1);
     // Activity lands between the janitor's read and its claim.
     h.tb.resolve(&thread).await.unwrap();

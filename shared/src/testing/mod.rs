@@ -1,6 +1,7 @@
 //! Test support, compiled only for tests and the `testing` feature.
 
 mod clock;
+pub mod eventually;
 mod flaky_queue;
 mod memory_provider;
 mod suites;

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use super::eventually::eventually;
+
 use crate::domain::{
     Cause, Change, Command, LifecycleEvent, Millis, Session, Status, ThreadId, Timers,
 };
@@ -171,35 +173,39 @@ pub async fn due_reads_only_due_rows_of_a_shard_in_pages(store: Arc<dyn SessionS
             expected_due.push((s.thread_id.shard(shards), s.thread_id.clone()));
         }
     }
-    let before = store.stats();
-    let mut seen = Vec::new();
-    for shard in 0..shards {
-        let mut cursor = None;
-        let mut last_at = Millis(i64::MIN);
-        loop {
-            let page = store.due(shard, Millis(10_000), 3, cursor).await.unwrap();
-            assert!(page.items.len() <= 3);
-            for s in &page.items {
-                assert_eq!(
-                    s.thread_id.shard(shards),
-                    shard,
-                    "rows come from the asked shard"
-                );
-                let at = s.next_action_at.unwrap();
-                assert!(at <= Millis(10_000) && at >= last_at, "due and ordered");
-                last_at = at;
-                seen.push((shard, s.thread_id.clone()));
-            }
-            match page.next {
-                Some(next) => cursor = Some(next),
-                None => break,
+    expected_due.sort();
+    // `due` reads an index (DynamoDB's `due` GSI): read every shard until it shows the writes.
+    let read_all = || async {
+        let before = store.stats();
+        let mut seen = Vec::new();
+        for shard in 0..shards {
+            let mut cursor = None;
+            let mut last_at = Millis(i64::MIN);
+            loop {
+                let page = store.due(shard, Millis(10_000), 3, cursor).await.unwrap();
+                assert!(page.items.len() <= 3);
+                for s in &page.items {
+                    assert_eq!(
+                        s.thread_id.shard(shards),
+                        shard,
+                        "rows come from the asked shard"
+                    );
+                    let at = s.next_action_at.unwrap();
+                    assert!(at <= Millis(10_000) && at >= last_at, "due and ordered");
+                    last_at = at;
+                    seen.push((shard, s.thread_id.clone()));
+                }
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
             }
         }
-    }
-    seen.sort();
-    expected_due.sort();
+        seen.sort();
+        (seen, store.stats().rows_read - before.rows_read)
+    };
+    let (seen, rows) = eventually(read_all, |(seen, _)| *seen == expected_due).await;
     assert_eq!(seen, expected_due);
-    let rows = store.stats().rows_read - before.rows_read;
     if rows > 0 {
         assert!(
             rows <= 20 + u64::from(shards),
@@ -225,23 +231,22 @@ pub async fn events_after_and_outbox(store: Arc<dyn SessionStore>) {
         vec![]
     );
 
-    let unsent = store.unsent_events(Millis(1_500), 10).await.unwrap();
-    assert_eq!(
-        unsent,
-        vec![e1.clone()],
-        "only events written before the cutoff"
-    );
+    // `unsent_events` reads an index (DynamoDB's `unsent` GSI): wait for it to show the writes.
+    let unsent = |cutoff: i64| {
+        let store = &store;
+        move || async move { store.unsent_events(Millis(cutoff), 10).await.unwrap() }
+    };
+    let expect_e1 = vec![e1.clone()];
+    let read = eventually(unsent(1_500), |u| *u == expect_e1).await;
+    assert_eq!(read, expect_e1, "only events written before the cutoff");
     store.mark_sent(&[e1]).await.unwrap();
+    let expect_e2 = vec![e2.clone()];
     assert_eq!(
-        store.unsent_events(Millis(5_000), 10).await.unwrap(),
-        vec![e2.clone()]
+        eventually(unsent(5_000), |u| *u == expect_e2).await,
+        expect_e2
     );
     store.mark_sent(&[e2]).await.unwrap();
-    assert!(store
-        .unsent_events(Millis(5_000), 10)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(eventually(unsent(5_000), Vec::is_empty).await.is_empty());
 }
 
 pub async fn list_pages_through_every_session(store: Arc<dyn SessionStore>) {
@@ -249,16 +254,21 @@ pub async fn list_pages_through_every_session(store: Arc<dyn SessionStore>) {
         let (s, e) = new_session(&format!("list-{i}"), 1_000);
         store.insert_new(&s, &[e]).await.unwrap();
     }
-    let mut cursor = None;
-    let mut seen = Vec::new();
-    loop {
-        let page = store.list(3, cursor).await.unwrap();
-        seen.extend(page.items.into_iter().map(|s| s.thread_id.to_string()));
-        match page.next {
-            Some(n) => cursor = Some(n),
-            None => break,
-        }
-    }
     let expected: Vec<String> = (0..7).map(|i| format!("list-{i}")).collect();
+    // `list` reads an index (DynamoDB's `by_thread` GSI): page through until it shows them all.
+    let read_all = || async {
+        let mut cursor = None;
+        let mut seen = Vec::new();
+        loop {
+            let page = store.list(3, cursor).await.unwrap();
+            seen.extend(page.items.into_iter().map(|s| s.thread_id.to_string()));
+            match page.next {
+                Some(n) => cursor = Some(n),
+                None => break,
+            }
+        }
+        seen
+    };
+    let seen = eventually(read_all, |seen| *seen == expected).await;
     assert_eq!(seen, expected);
 }

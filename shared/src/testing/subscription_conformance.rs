@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use super::eventually::eventually;
+
 use crate::domain::{Millis, ThreadId, ThreadScope};
 use crate::ports::{Connection, SubscriptionStore};
 
@@ -44,7 +46,13 @@ pub async fn connections_are_recorded_and_removed_with_their_subscriptions(
     store.remove_connection("c1").await.unwrap();
     assert_eq!(store.connection("c1").await.unwrap(), None);
     assert!(store.subscriptions_of("c1").await.unwrap().is_empty());
-    assert!(store.subscribers(&thread("t-a")).await.unwrap().is_empty());
+    let t_a = thread("t-a");
+    let left = eventually(
+        || store.subscribers(&t_a),
+        |r| r.as_ref().is_ok_and(Vec::is_empty),
+    )
+    .await;
+    assert!(left.unwrap().is_empty());
     store
         .remove_connection("c1")
         .await
@@ -98,7 +106,13 @@ pub async fn subscribers_are_found_by_thread(store: Arc<dyn SubscriptionStore>) 
     store.subscribe("c3", &a, 1).await.unwrap();
     store.subscribe("c1", &a, 0).await.unwrap();
     store.subscribe("c2", &b, 0).await.unwrap();
-    let on_a = store.subscribers(&a).await.unwrap();
+    // `subscribers` reads an index (DynamoDB's `by_thread` GSI): wait for it to show the writes.
+    let on_a = eventually(
+        || store.subscribers(&a),
+        |r| r.as_ref().is_ok_and(|v| v.len() == 2),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         on_a.iter()
             .map(|s| (s.connection_id.as_str(), s.last_seq))
@@ -106,7 +120,11 @@ pub async fn subscribers_are_found_by_thread(store: Arc<dyn SubscriptionStore>) 
         vec![("c1", 0), ("c3", 1)]
     );
     assert!(on_a.iter().all(|s| s.thread_id == a));
-    assert_eq!(store.subscribers(&b).await.unwrap().len(), 1);
+    let on_b = eventually(
+        || store.subscribers(&b),
+        |r| r.as_ref().is_ok_and(|v| v.len() == 1),
+    );
+    assert_eq!(on_b.await.unwrap().len(), 1);
     assert!(store
         .subscribers(&thread("t-none"))
         .await
@@ -163,23 +181,24 @@ pub async fn advance_many_moves_only_the_named_and_up_to_date(store: Arc<dyn Sub
         .to_vec();
     let moved = store.advance_many(&t, &named, 4, 5).await.unwrap();
     assert_eq!(moved, vec!["c-at-a", "c-at-b"]);
-    let now: Vec<_> = store
-        .subscribers(&t)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| (s.connection_id, s.last_seq))
-        .collect();
-    assert_eq!(
-        now,
-        vec![
-            ("c-ahead".to_owned(), 9),
-            ("c-at-a".to_owned(), 5),
-            ("c-at-b".to_owned(), 5),
-            ("c-at-unnamed".to_owned(), 4),
-            ("c-behind".to_owned(), 1),
-        ]
-    );
+    let expected = vec![
+        ("c-ahead".to_owned(), 9),
+        ("c-at-a".to_owned(), 5),
+        ("c-at-b".to_owned(), 5),
+        ("c-at-unnamed".to_owned(), 4),
+        ("c-behind".to_owned(), 1),
+    ];
+    let positions = || async {
+        store
+            .subscribers(&t)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.connection_id, s.last_seq))
+            .collect::<Vec<_>>()
+    };
+    let now = eventually(positions, |now| *now == expected).await;
+    assert_eq!(now, expected);
     assert_eq!(
         store
             .subscription("c-behind", &other)

@@ -23,6 +23,8 @@ const MAX_VISIBILITY_SECS: u64 = 12 * 60 * 60;
 /// How long `dead_letters` hides what it lists while it pages through the dead-letter queue;
 /// it makes them visible again when done.
 const PEEK_VISIBILITY: Duration = Duration::from_secs(10);
+/// How long a redrive hides a dead letter between receiving it and deleting it once re-sent.
+const REDRIVE_VISIBILITY: Duration = Duration::from_secs(60);
 
 /// The queue and its dead-letter queue, by URL (what SQS's API addresses queues by).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -375,6 +377,106 @@ impl DurableQueue for SqsQueue {
 }
 
 impl SqsQueue {
+    /// `ChangeMessageVisibility` on one received message of the queue: it becomes visible again
+    /// after `visibility` (0: at once). What a Lambda consumer uses to honour a `Retry-After` on
+    /// the one record that asked for it, and to give back records it held back or never
+    /// started, instead of leaving them hidden for the queue's whole visibility timeout.
+    pub async fn change_visibility(
+        &self,
+        receipt: &str,
+        visibility: Duration,
+    ) -> Result<(), QueueError> {
+        if receipt.is_empty() {
+            return Err(QueueError::StaleReceipt(String::new()));
+        }
+        match self
+            .client
+            .change_message_visibility()
+            .queue_url(&self.urls.queue_url)
+            .receipt_handle(receipt)
+            .visibility_timeout(visibility_secs(visibility))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(is_stale) => {
+                Err(QueueError::StaleReceipt(receipt.to_owned()))
+            }
+            Err(e) => Err(unavailable("ChangeMessageVisibility", e)),
+        }
+    }
+
+    /// Send one message straight to the dead-letter queue (same group, body and deduplication
+    /// id), for a record that can never be handled: it need not wait out `maxReceiveCount`
+    /// receives, holding its thread's later records back each time.
+    pub async fn send_to_dead_letter(&self, message: &OutgoingMessage) -> Result<(), QueueError> {
+        message.validate()?;
+        self.client
+            .send_message()
+            .queue_url(&self.urls.dead_letter_url)
+            .message_body(&message.body)
+            .message_group_id(&message.group_id)
+            .message_deduplication_id(&message.dedup_id)
+            .send()
+            .await
+            .map_err(|e| unavailable("SendMessage (dead-letter queue)", e))?;
+        Ok(())
+    }
+
+    /// Move up to `limit` dead letters back to the queue, oldest first within what each receive
+    /// returns (a group's messages stay in order), and return how many moved. Each is sent with
+    /// its group and body and the deduplication id `redrive:{dead-letter message id}` (the
+    /// original id may still be inside SQS's five-minute deduplication window, which would
+    /// drop the redriven copy; the consumers deduplicate on what the body says, not on this id),
+    /// then deleted from the dead-letter queue. A crash between the two leaves the message in
+    /// both; redriving it again within five minutes is dropped as a duplicate, and a later
+    /// one is deduplicated by the consumers (event id, Slack message claim).
+    pub async fn redrive_dead_letters(&self, limit: usize) -> Result<usize, QueueError> {
+        let mut moved = 0;
+        while moved < limit {
+            let mut page = self
+                .receive_raw(
+                    &self.urls.dead_letter_url,
+                    limit - moved,
+                    REDRIVE_VISIBILITY,
+                    Duration::ZERO,
+                )
+                .await?;
+            if page.is_empty() {
+                break;
+            }
+            page.sort_by_key(send_order);
+            for message in page {
+                let receipt = message.receipt_handle.clone().unwrap_or_default();
+                let dead = received(message)?;
+                let outgoing = OutgoingMessage {
+                    group_id: dead.group_id,
+                    dedup_id: format!("redrive:{}", dead.message_id),
+                    body: dead.body,
+                };
+                outgoing.validate()?;
+                self.client
+                    .send_message()
+                    .queue_url(&self.urls.queue_url)
+                    .message_body(&outgoing.body)
+                    .message_group_id(&outgoing.group_id)
+                    .message_deduplication_id(&outgoing.dedup_id)
+                    .send()
+                    .await
+                    .map_err(|e| unavailable("SendMessage (redrive)", e))?;
+                self.client
+                    .delete_message()
+                    .queue_url(&self.urls.dead_letter_url)
+                    .receipt_handle(receipt)
+                    .send()
+                    .await
+                    .map_err(|e| unavailable("DeleteMessage (dead-letter queue)", e))?;
+                moved += 1;
+            }
+        }
+        Ok(moved)
+    }
+
     /// Make listed dead letters visible again, so the next listing (or a redrive) sees them at
     /// once. Not fatal when it fails: they come back by themselves when the peek ends.
     async fn give_back_dead_letters(&self, listed: &[Message]) {

@@ -1,0 +1,305 @@
+//! Settling an SQS FIFO batch in a Lambda consumer (`worker`, `fanout`): which records to report
+//! in `batchItemFailures`, and what to tell SQS about each one before returning.
+//!
+//! Lambda's event source mapping deletes the records a handler does not report and leaves the
+//! reported ones in flight until the queue's visibility timeout ends (18 minutes for the work
+//! queue). A FIFO group is blocked while *any* of its messages is in flight, so a thread whose
+//! record failed would wait that long whatever its failure asked for. So, before returning:
+//!
+//! | disposition | reported | what SQS is told |
+//! |---|---|---|
+//! | done | no | nothing: Lambda deletes it |
+//! | failed (retry) | yes | `ChangeMessageVisibility` to its `retry_after` (Slack's or a provider's `Retry-After`), else a back-off by receive count from [`BASE_BACKOFF`] to [`MAX_BACKOFF`] |
+//! | poison | no, once sent | sent to the dead-letter queue at once (same group, body and dedup id): it can never succeed, and waiting out `maxReceiveCount` receives would hold its thread back each time |
+//! | held back (after a failure in its group) | yes | visibility 0: the group stays blocked by the failed record alone, so only that record's wait applies |
+//! | not started (too little time left) | yes | visibility 0: the next invocation takes it at once |
+//!
+//! **Dead-lettering counts a record's own attempts, not its receives.** A held-back record is
+//! received again with its group's failed record (SQS hands a group's messages out together),
+//! so its `ApproximateReceiveCount` rises with every retry of the record ahead of it; with the
+//! queue's `maxReceiveCount` as the limit it would be dead-lettered without ever being tried.
+//! So the settler counts the attempts a record really had (one conditional write per attempt in
+//! the dedupe store, `attempt:{scope}:{message id}:{n}`) and moves a record to the dead-letter
+//! queue itself once it failed [`DEFAULT_MAX_ATTEMPTS`] times; the queue's `maxReceiveCount`
+//! (50 in the template) is only the backstop for a handler that could not settle at all.
+//!
+//! A change that fails is logged and the record keeps the queue's own timeout and redrive:
+//! never worse than without it.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::adapters::sqs::SqsQueue;
+use crate::ports::{DedupeStore, OutgoingMessage, QueueError};
+
+/// The first retry's wait when the failure did not say how long (doubled per receive).
+pub const BASE_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest back-off, and the longest `retry_after` honoured.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
+/// Failed attempts of its own after which a record is dead-lettered.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// How long attempt counts are kept: the queues keep a message four days.
+const ATTEMPT_MEMORY: Duration = Duration::from_secs(4 * 24 * 3600);
+
+/// Settles a batch's records on their queue, counting each record's own attempts.
+#[derive(Clone)]
+pub struct BatchSettler {
+    queue: Arc<dyn RecordSettler>,
+    attempts: Option<AttemptCount>,
+}
+
+#[derive(Clone)]
+struct AttemptCount {
+    store: Arc<dyn DedupeStore>,
+    scope: String,
+    max: u32,
+}
+
+impl BatchSettler {
+    /// Settle on `queue`; without [`Self::with_attempt_limit`] failed records are left to the
+    /// queue's redrive policy.
+    pub fn new(queue: Arc<dyn RecordSettler>) -> Self {
+        Self {
+            queue,
+            attempts: None,
+        }
+    }
+
+    /// Dead-letter a record after `max` failed attempts of its own, counted in `store` under
+    /// `scope` (the queue's name: message ids are unique per queue).
+    pub fn with_attempt_limit(
+        mut self,
+        store: Arc<dyn DedupeStore>,
+        scope: impl Into<String>,
+        max: u32,
+    ) -> Self {
+        self.attempts = Some(AttemptCount {
+            store,
+            scope: scope.into(),
+            max: max.max(1),
+        });
+        self
+    }
+
+    /// Record one more failed attempt of `message_id`; true when that was its last allowed.
+    /// A store failure counts as not the last (the redrive policy remains the backstop).
+    async fn attempts_exhausted(&self, message_id: &str) -> bool {
+        let Some(count) = &self.attempts else {
+            return false;
+        };
+        for n in 1..=count.max {
+            let key = format!("attempt:{}:{message_id}:{n}", count.scope);
+            match count.store.claim(&key, ATTEMPT_MEMORY).await {
+                Ok(true) => return n >= count.max,
+                Ok(false) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, message_id, "could not count the record's attempt");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// One record of the batch, as settling needs it.
+#[derive(Clone, Debug)]
+pub struct BatchRecord<'a> {
+    pub message_id: &'a str,
+    pub receipt: &'a str,
+    /// The FIFO group (the thread id); a record without one stands alone.
+    pub group_id: &'a str,
+    pub dedup_id: &'a str,
+    pub body: &'a str,
+    pub receive_count: u32,
+}
+
+/// What became of one record in this invocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    Done,
+    Failed {
+        retry_after: Option<Duration>,
+    },
+    Poison {
+        reason: String,
+    },
+    /// Not tried: an earlier record of its group failed, or was not started.
+    HeldBack,
+    /// Not tried: too little of the invocation was left to start it.
+    NotStarted,
+}
+
+impl Disposition {
+    /// Whether it stops the rest of its group in this batch.
+    pub fn blocks_group(&self) -> bool {
+        !matches!(self, Disposition::Done)
+    }
+}
+
+/// What settling needs of the queue: SQS in production; a fake or none in unit tests.
+#[async_trait]
+pub trait RecordSettler: Send + Sync {
+    async fn set_visibility(&self, receipt: &str, visibility: Duration) -> Result<(), QueueError>;
+    async fn dead_letter(&self, message: &OutgoingMessage) -> Result<(), QueueError>;
+}
+
+#[async_trait]
+impl RecordSettler for SqsQueue {
+    async fn set_visibility(&self, receipt: &str, visibility: Duration) -> Result<(), QueueError> {
+        self.change_visibility(receipt, visibility).await
+    }
+
+    async fn dead_letter(&self, message: &OutgoingMessage) -> Result<(), QueueError> {
+        self.send_to_dead_letter(message).await
+    }
+}
+
+/// The invocation's deadline as an `Instant`, from the context's epoch milliseconds; `None`
+/// when the context has none (0, as `Context::default()`).
+pub fn invocation_deadline(deadline_epoch_ms: u64) -> Option<Instant> {
+    if deadline_epoch_ms == 0 {
+        return None;
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Some(Instant::now() + Duration::from_millis(deadline_epoch_ms.saturating_sub(now_ms)))
+}
+
+/// Whether a record may start: at least `reserve` left before `deadline` (always without one).
+pub fn may_start(deadline: Option<Instant>, reserve: Duration) -> bool {
+    deadline.is_none_or(|d| d.saturating_duration_since(Instant::now()) >= reserve)
+}
+
+/// The wait before a failed record is tried again.
+pub fn retry_wait(retry_after: Option<Duration>, receive_count: u32) -> Duration {
+    match retry_after {
+        Some(wait) => wait.min(MAX_BACKOFF),
+        None => {
+            let doublings = receive_count.saturating_sub(1).min(16);
+            (BASE_BACKOFF * 2u32.pow(doublings)).min(MAX_BACKOFF)
+        }
+    }
+}
+
+/// Tell SQS what became of each record (see the module docs) and return the message ids to
+/// report in `batchItemFailures`, in record order. Without a settler every record that is not
+/// done is reported and nothing else happens (the queue's own timeouts and redrive apply).
+pub async fn settle(
+    settler: Option<&BatchSettler>,
+    records: &[BatchRecord<'_>],
+    dispositions: &[Disposition],
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (record, disposition) in records.iter().zip(dispositions) {
+        let report = match (disposition, settler) {
+            (Disposition::Done, _) => false,
+            (_, None) => true,
+            (Disposition::Poison { reason }, Some(settler)) => {
+                !dead_letter(settler.queue.as_ref(), record, reason).await
+            }
+            (Disposition::Failed { retry_after }, Some(settler)) => {
+                if settler.attempts_exhausted(record.message_id).await {
+                    let reason = "it failed every attempt it was allowed";
+                    !dead_letter(settler.queue.as_ref(), record, reason).await
+                } else {
+                    let wait = retry_wait(*retry_after, record.receive_count);
+                    change(settler.queue.as_ref(), record, wait).await;
+                    true
+                }
+            }
+            (Disposition::HeldBack | Disposition::NotStarted, Some(settler)) => {
+                change(settler.queue.as_ref(), record, Duration::ZERO).await;
+                true
+            }
+        };
+        if report {
+            failures.push(record.message_id.to_owned());
+        }
+    }
+    failures
+}
+
+/// Send the record to the dead-letter queue; true when it is there (Lambda may delete it).
+async fn dead_letter(queue: &dyn RecordSettler, record: &BatchRecord<'_>, reason: &str) -> bool {
+    let message = OutgoingMessage {
+        group_id: record.group_id.to_owned(),
+        dedup_id: record.dedup_id.to_owned(),
+        body: record.body.to_owned(),
+    };
+    match queue.dead_letter(&message).await {
+        Ok(()) => {
+            tracing::warn!(
+                message_id = record.message_id,
+                thread_id = record.group_id,
+                reason,
+                "record sent to the dead-letter queue"
+            );
+            true
+        }
+        Err(error) => {
+            tracing::warn!(
+                message_id = record.message_id,
+                %error,
+                "could not dead-letter the record; the queue's redrive policy will"
+            );
+            false
+        }
+    }
+}
+
+async fn change(settler: &dyn RecordSettler, record: &BatchRecord<'_>, visibility: Duration) {
+    match settler.set_visibility(record.receipt, visibility).await {
+        Ok(()) => tracing::debug!(
+            message_id = record.message_id,
+            visibility_s = visibility.as_secs(),
+            "record's visibility changed"
+        ),
+        Err(error) => tracing::warn!(
+            message_id = record.message_id,
+            %error,
+            "could not change the record's visibility; it keeps the queue's timeout"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_wait_what_was_asked_or_back_off_by_receive_count() {
+        assert_eq!(
+            retry_wait(Some(Duration::from_secs(7)), 1),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            retry_wait(Some(Duration::from_secs(86_400)), 1),
+            MAX_BACKOFF
+        );
+        assert_eq!(retry_wait(None, 1), BASE_BACKOFF);
+        assert_eq!(retry_wait(None, 3), BASE_BACKOFF * 4);
+        assert_eq!(retry_wait(None, 40), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn the_deadline_comes_from_epoch_milliseconds() {
+        assert_eq!(invocation_deadline(0), None);
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let deadline = invocation_deadline(now_ms + 60_000).unwrap();
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(left > Duration::from_secs(58) && left <= Duration::from_secs(60));
+        assert!(may_start(Some(deadline), Duration::from_secs(30)));
+        assert!(!may_start(Some(deadline), Duration::from_secs(90)));
+        assert!(may_start(None, Duration::from_secs(90)));
+        // A deadline already past leaves nothing.
+        assert!(!may_start(invocation_deadline(1), Duration::from_millis(1)));
+    }
+}

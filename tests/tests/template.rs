@@ -1,0 +1,223 @@
+//! The SAM template checked against the code and the README, so a route cannot work locally and
+//! 404 on AWS, and the README's deploy steps cannot drift from the parameters the stack needs.
+//!
+//! Both files are read as text: the template's `HttpApi` events (`Method:` and `Path:` lines) and
+//! `Parameters:` block, the router's `.route("…", get(…).post(…))` calls in the shared crate's
+//! HTTP and Slack modules, and the README's "Run on AWS" section.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn read(relative: &str) -> String {
+    let path = repo().join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Routes the router serves only in `threadbox dev` (never deployed), with why.
+const DEV_ONLY: &[(&str, &str)] = &[
+    // The local Slack sink: in production replies go to Slack itself.
+    ("GET", "/v1/slack/sink"),
+];
+
+/// `(METHOD, path)` of every `HttpApi` event in the template, with API Gateway's `{path+}`
+/// written as axum's `{*path}`.
+fn template_routes(template: &str) -> BTreeSet<(String, String)> {
+    let mut routes = BTreeSet::new();
+    let lines: Vec<&str> = template.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim() != "Type: HttpApi" {
+            continue;
+        }
+        let mut method = None;
+        let mut path = None;
+        for next in lines.iter().skip(i + 1).take(6) {
+            let next = next.trim();
+            if let Some(m) = next.strip_prefix("Method: ") {
+                method = Some(m.trim().to_owned());
+            }
+            if let Some(p) = next.strip_prefix("Path: ") {
+                path = Some(p.trim().replace("{path+}", "{*path}"));
+            }
+        }
+        let (Some(method), Some(path)) = (method, path) else {
+            panic!(
+                "an HttpApi event without Method and Path near line {}",
+                i + 1
+            );
+        };
+        routes.insert((method.to_ascii_uppercase(), path));
+    }
+    routes
+}
+
+/// `(METHOD, path)` of every `.route(...)` in `source`; `consts` resolves paths given by name.
+fn router_routes(source: &str, consts: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+    let mut routes = BTreeSet::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(".route(") {
+        rest = &rest[at + ".route(".len()..];
+        let trimmed = rest.trim_start();
+        let (path, after) = if let Some(quoted) = trimmed.strip_prefix('"') {
+            let end = quoted.find('"').unwrap();
+            (quoted[..end].to_owned(), &quoted[end + 1..])
+        } else {
+            let end = trimmed.find(',').unwrap();
+            let name = trimmed[..end].trim();
+            let value = consts
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("route path constant {name} is not known to this test"))
+                .1;
+            (value.to_owned(), &trimmed[end + 1..])
+        };
+        // The method routers up to the next builder call.
+        let stop = [
+            ".route(",
+            ".route_layer(",
+            ".layer(",
+            ".with_state(",
+            ".merge(",
+            "\n}",
+        ]
+        .iter()
+        .filter_map(|s| after.find(s))
+        .min()
+        .unwrap_or(after.len());
+        let chain = &after[..stop];
+        for method in ["get", "post", "put", "delete", "patch"] {
+            let first = chain.trim_start_matches(|c: char| c.is_whitespace() || c == ',');
+            let bare = first.starts_with(&format!("{method}("));
+            if bare || chain.contains(&format!(".{method}(")) {
+                routes.insert((method.to_ascii_uppercase(), path.clone()));
+            }
+        }
+    }
+    routes
+}
+
+#[test]
+fn every_route_of_the_router_is_in_the_template_and_nothing_else_is() {
+    let template = template_routes(&read("infra/template.yaml"));
+    let mut router = BTreeSet::new();
+    let http = repo().join("shared/src/http");
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&http)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs") && !is_test_file(p))
+        .collect();
+    sources.push(repo().join("shared/src/slack/ingress.rs"));
+    for source in &sources {
+        let text = std::fs::read_to_string(source).unwrap();
+        // Only the code before an inline tests module.
+        let code = text.split("#[cfg(test)]\nmod tests {").next().unwrap();
+        router.extend(router_routes(code, &[("EVENTS_PATH", "/slack/events")]));
+    }
+    assert!(
+        router.contains(&("POST".into(), "/v1/threads/{thread_id}/exec".into())),
+        "the parser found the router's routes: {router:?}"
+    );
+    let deployed: BTreeSet<_> = router
+        .into_iter()
+        .filter(|(m, p)| !DEV_ONLY.iter().any(|(dm, dp)| dm == m && dp == p))
+        .collect();
+    let missing: Vec<_> = deployed.difference(&template).collect();
+    let extra: Vec<_> = template.difference(&deployed).collect();
+    assert!(
+        missing.is_empty(),
+        "routes the router serves that the template does not deploy (they would 404 on AWS): {missing:?}"
+    );
+    assert!(
+        extra.is_empty(),
+        "routes in the template that the router does not serve: {extra:?}"
+    );
+}
+
+fn is_test_file(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n == "tests.rs")
+}
+
+/// The template's parameter names, in order.
+fn template_parameters(template: &str) -> Vec<String> {
+    let block = template
+        .split("\nParameters:\n")
+        .nth(1)
+        .expect("a Parameters block");
+    block
+        .lines()
+        .take_while(|l| l.is_empty() || l.starts_with(' '))
+        .filter_map(|l| {
+            let name = l.strip_prefix("  ")?.strip_suffix(':')?;
+            (!name.starts_with(' ')).then(|| name.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_deploy_steps_match_the_templates_parameters() {
+    let template = read("infra/template.yaml");
+    let parameters = template_parameters(&template);
+    assert!(parameters.len() > 5, "{parameters:?}");
+    let readme = read("README.md");
+    let section = readme
+        .split("\n## Run on AWS\n")
+        .nth(1)
+        .expect("a Run on AWS section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let table: Vec<String> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| parameter |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(str::to_owned)
+        .collect();
+    let documented: Vec<String> = table
+        .iter()
+        .filter_map(|row| {
+            let cell = row.split('|').nth(1)?.trim();
+            Some(cell.trim_matches('`').to_owned())
+        })
+        .collect();
+    assert_eq!(
+        documented.iter().collect::<BTreeSet<_>>(),
+        parameters.iter().collect::<BTreeSet<_>>(),
+        "the README's parameter table and the template's parameters differ"
+    );
+
+    // Every secret the template asks for is created by the README's steps, under the name the
+    // table gives for it.
+    let created: BTreeSet<&str> = section
+        .lines()
+        .filter_map(|l| l.split("create-secret --name ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    let secrets: Vec<&String> = parameters
+        .iter()
+        .filter(|p| p.ends_with("Secret"))
+        .collect();
+    assert_eq!(
+        created.len(),
+        secrets.len(),
+        "one create-secret step per secret parameter: {created:?} vs {secrets:?}"
+    );
+    for secret in secrets {
+        let row = table
+            .iter()
+            .find(|r| r.contains(&format!("`{secret}`")))
+            .unwrap();
+        assert!(
+            created
+                .iter()
+                .any(|name| row.contains(&format!("`{name}`"))),
+            "the README's row for {secret} names none of the secrets its steps create: {row}"
+        );
+    }
+}
