@@ -14,6 +14,7 @@
 
 mod consumer;
 mod dashboard;
+mod data_dir;
 mod janitor;
 mod preflight;
 mod shutdown;
@@ -120,12 +121,7 @@ impl DevArgs {
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     args.validate()?;
     preflight::check()?;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
-    let data_dir = args
-        .data_dir
-        .canonicalize()
-        .with_context(|| format!("resolving {}", args.data_dir.display()))?;
+    let data_dir = data_dir::prepare(&args.data_dir)?;
 
     let db_path = data_dir.join("threadbox.db");
     let store = SqliteSessionStore::open(&db_path)
