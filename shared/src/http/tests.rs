@@ -306,6 +306,53 @@ async fn a_get_never_replaces_a_lost_sandbox() {
 }
 
 #[tokio::test]
+async fn bad_numbers_and_cursors_are_400s_not_wraps() {
+    let api = Api::new();
+    api.resolve("t1").await;
+    api.resolve("t2").await;
+    // 2^63 would wrap to a negative seq and replay the thread from its first event.
+    for after in ["9223372036854775808", "18446744073709551615"] {
+        let reply = api
+            .call(
+                Method::GET,
+                &format!("/v1/threads/t1/events?after_seq={after}"),
+            )
+            .await;
+        reply.expect_error(StatusCode::BAD_REQUEST, "invalid_query");
+        assert!(reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 9223372036854775807"));
+    }
+    for bad in ["-1", "1e3", "18446744073709551616"] {
+        api.call(
+            Method::GET,
+            &format!("/v1/threads/t1/events?after_seq={bad}"),
+        )
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "invalid_query");
+    }
+    let last = api
+        .call(
+            Method::GET,
+            "/v1/threads/t1/events?after_seq=9223372036854775807",
+        )
+        .await;
+    assert_eq!(last.status, StatusCode::OK);
+    assert_eq!(last.json()["events"], json!([]));
+
+    for cursor in ["", "%20", "a%2Fb", &"x".repeat(200)] {
+        api.call(Method::GET, &format!("/v1/threads?cursor={cursor}"))
+            .await
+            .expect_error(StatusCode::BAD_REQUEST, "invalid_query");
+    }
+    // Any thread id is a position, existing or not.
+    let page = api.call(Method::GET, "/v1/threads?cursor=t1").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert_eq!(page.json()["threads"][0]["thread_id"], "t2");
+}
+
+#[tokio::test]
 async fn show_returns_the_session_and_its_last_twenty_events() {
     let api = Api::new();
     api.resolve("t1").await;
