@@ -14,6 +14,7 @@
 
 mod consumer;
 mod dashboard;
+mod data_dir;
 mod janitor;
 mod preflight;
 mod shutdown;
@@ -33,7 +34,7 @@ use threadbox_shared::adapters::sqlite::{
 };
 use threadbox_shared::domain::Timers;
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_shared::http::{router, token_routes, ApiAuth};
+use threadbox_shared::http::{require_local, router, token_routes, ApiAuth, LocalOnly};
 use threadbox_shared::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
 use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue, SystemClock};
 use threadbox_shared::usecases::{Config, Threadbox};
@@ -120,12 +121,7 @@ impl DevArgs {
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     args.validate()?;
     preflight::check()?;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
-    let data_dir = args
-        .data_dir
-        .canonicalize()
-        .with_context(|| format!("resolving {}", args.data_dir.display()))?;
+    let data_dir = data_dir::prepare(&args.data_dir)?;
 
     let db_path = data_dir.join("threadbox.db");
     let store = SqliteSessionStore::open(&db_path)
@@ -185,7 +181,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if !auth.is_enabled() {
         tracing::warn!(
             "API authentication is off (no THREADBOX_API_KEYS): anything on this machine can \
-             use the API; browsers are limited to loopback origins"
+             use the API; requests must be addressed to loopback, and cross-site browser \
+             requests are refused"
         );
     }
     let slack = slack::setup(slack::SlackDeps {
@@ -245,11 +242,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         shutdown: shutdown.subscribe(),
     });
     let app = router(tb, auth.clone())
-        .merge(token_routes(token_key, clock, auth))
+        .merge(token_routes(token_key, clock, auth.clone()))
         .merge(live)
         .merge(slack.routes);
+    let mut app = app.merge(dashboard::routes());
+    if !auth.is_enabled() {
+        // Every route, the dashboard and the WebSocket upgrade included: without keys, only
+        // this machine's own tools, addressed to this server's own port.
+        app = app.layer(axum::middleware::from_fn_with_state(
+            LocalOnly::on_port(addr.port()),
+            require_local,
+        ));
+    }
     let stop = shutdown.clone();
-    let served = axum::serve(listener, app.merge(dashboard::routes()))
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.requested().await })
         .await;
     if served.is_err() {

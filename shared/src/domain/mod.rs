@@ -8,7 +8,7 @@ mod time;
 mod transition;
 
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
-pub use session::{Change, Hold, LifecycleEvent, Session, Timers};
+pub use session::{Change, Hold, LifecycleEvent, Session, Timers, MAX_SEQ};
 pub use status::{Cause, GonePolicy, Status};
 pub use thread_id::{InvalidThreadId, ThreadId, MAX_THREAD_ID_LEN};
 pub use time::Millis;

@@ -21,6 +21,11 @@ pub struct Hold {
     pub expires_at: Millis,
 }
 
+/// The largest sequence number there can be: stores keep them as signed 64-bit integers (SQLite
+/// has no unsigned type), so a position past this names no event. Callers' `after_seq` values are
+/// checked against it rather than wrapped into negatives that would replay from the start.
+pub const MAX_SEQ: u64 = i64::MAX as u64;
+
 /// One state change, written in the same atomic write as the session that made it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LifecycleEvent {

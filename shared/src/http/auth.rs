@@ -1,21 +1,21 @@
 //! Who may call the API: bearer API keys, compared in constant time.
 //!
 //! An empty key set turns authentication off, which `threadbox dev` does on loopback by default.
-//! With it off, one browser protection stays on: a request carrying an `Origin` header from
-//! anywhere but a loopback address is refused, so a web page the developer happens to visit can
-//! neither drive the local API cross-site (no-body POSTs like reset need no CORS preflight) nor
-//! reach it through DNS rebinding. Programs (curl, SDKs, agents) send no `Origin` and are
-//! unaffected.
+//! With it off, the API answers only what can have come from this machine's own tools (see
+//! `local_only`): a web page the developer happens to visit can neither drive the local API
+//! cross-site (no-body POSTs like reset need no CORS preflight) nor reach it through DNS
+//! rebinding. Programs (curl, SDKs, agents) are unaffected.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+use super::local_only::LocalOnly;
 
 /// The API keys a caller may present as `Authorization: Bearer <key>`.
 #[derive(Clone, Default)]
@@ -70,7 +70,7 @@ impl ApiAuth {
     /// Check a request's headers.
     fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         if !self.is_enabled() {
-            return check_origin_is_loopback(headers);
+            return LocalOnly::any_port().check(headers);
         }
         let value = headers
             .get(header::AUTHORIZATION)
@@ -93,35 +93,6 @@ impl ApiAuth {
     }
 }
 
-fn check_origin_is_loopback(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return Ok(());
-    };
-    let host = origin
-        .to_str()
-        .ok()
-        .and_then(|o| o.split_once("://"))
-        .map(|(_, rest)| rest);
-    let loopback = host.is_some_and(|h| {
-        let name = if h.starts_with('[') {
-            h.split_inclusive(']').next().unwrap_or(h)
-        } else {
-            h.split(':').next().unwrap_or(h)
-        };
-        matches!(name, "localhost" | "127.0.0.1" | "[::1]")
-    });
-    if loopback {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden_origin",
-            "authentication is off, so only loopback origins may call this API from a browser; \
-             configure API keys to allow others",
-        ))
-    }
-}
-
 /// Middleware: reject the request unless its credentials pass.
 pub(crate) async fn require(State(auth): State<ApiAuth>, request: Request, next: Next) -> Response {
     match auth.check(request.headers()) {
@@ -132,7 +103,7 @@ pub(crate) async fn require(State(auth): State<ApiAuth>, request: Request, next:
 
 #[cfg(test)]
 mod tests {
-    use axum::http::HeaderValue;
+    use axum::http::{HeaderValue, StatusCode};
 
     use super::*;
 

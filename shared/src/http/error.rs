@@ -91,7 +91,7 @@ fn status_of(error: &UseCaseError) -> StatusCode {
             RejectKind::Illegal | RejectKind::Expired => StatusCode::CONFLICT,
         },
         UseCaseError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        UseCaseError::Held(_) => StatusCode::CONFLICT,
+        UseCaseError::Held(_) | UseCaseError::NoSandbox { .. } => StatusCode::CONFLICT,
         UseCaseError::Provider(p) => match p {
             ProviderError::InvalidRequest(_) | ProviderError::Unsupported(_) => {
                 StatusCode::BAD_REQUEST

@@ -7,12 +7,14 @@
 //! - `tokens`: minting live-events subscription tokens (merged in by the caller: it holds the key);
 //! - `slack_sink` (features `slack` and `sqlite`): what `threadbox dev` would have posted to Slack;
 //! - `auth`: bearer API keys;
+//! - `local_only`: what a server without keys answers (loopback `Host`, no cross-site browsers);
 //! - `extract`: input validation with JSON errors;
 //! - `error`: every failure as `{"error": {"code", "message"}}` with the right status.
 
 mod auth;
 mod error;
 mod extract;
+mod local_only;
 mod sandbox;
 #[cfg(all(feature = "slack", feature = "sqlite"))]
 mod slack_sink;
@@ -30,6 +32,7 @@ use serde_json::{json, Value};
 
 pub use auth::ApiAuth;
 pub use error::ApiError;
+pub use local_only::{require_local, LocalOnly};
 pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
 #[cfg(all(feature = "slack", feature = "sqlite"))]
 pub use slack_sink::slack_sink_routes;

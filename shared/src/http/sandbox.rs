@@ -1,7 +1,8 @@
 //! Sandbox routes: run a command, and read, write, list, stat and remove files.
 //!
-//! Like every use of a thread, these create the thread's sandbox on first use and resume it when
-//! paused; they run under a hold so nothing pauses the sandbox underneath them.
+//! Exec and the writes (PUT, DELETE) create the thread's sandbox on first use and resume it when
+//! paused, under a hold so nothing pauses it underneath them. GETs change nothing: an unknown
+//! thread is a 404, and a file is read from the sandbox as it is, paused or not (`inspect`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -164,12 +165,12 @@ async fn read(
             "give list=true or stat=true, not both",
         )),
         (true, false) => {
-            let entries = tb.list_dir(&thread_id, &path).await?;
+            let entries = tb.peek_dir(&thread_id, &path).await?;
             Ok(Json(Listing { path, entries }).into_response())
         }
-        (false, true) => Ok(Json(tb.stat(&thread_id, &path).await?).into_response()),
+        (false, true) => Ok(Json(tb.peek_stat(&thread_id, &path).await?).into_response()),
         (false, false) => {
-            let contents = tb.read_file(&thread_id, &path).await?;
+            let contents = tb.peek_file(&thread_id, &path).await?;
             Ok((
                 [(header::CONTENT_TYPE, "application/octet-stream")],
                 contents,

@@ -224,6 +224,135 @@ async fn reset_says_the_files_are_gone() {
 }
 
 #[tokio::test]
+async fn gets_on_an_unknown_thread_are_404_and_create_nothing() {
+    let api = Api::new();
+    for uri in [
+        "/v1/threads/ghost",
+        "/v1/threads/ghost/events",
+        "/v1/threads/ghost/files/home/user/a.txt",
+        "/v1/threads/ghost/files/home/user?list=true",
+        "/v1/threads/ghost/files/home/user/a.txt?stat=true",
+    ] {
+        api.call(Method::GET, uri)
+            .await
+            .expect_error(StatusCode::NOT_FOUND, "unknown_thread");
+    }
+    assert_eq!(api.provider.creates(), 0, "no sandbox");
+    assert!(
+        api.tb.session(&tid("ghost")).await.unwrap().is_none(),
+        "no record"
+    );
+}
+
+#[tokio::test]
+async fn a_get_reads_a_paused_sandbox_without_waking_it_or_writing() {
+    let api = Api::new();
+    api.resolve("t1").await;
+    api.put("/v1/threads/t1/files/home/user/a.txt", "kept")
+        .await;
+    let paused = api.call(Method::POST, "/v1/threads/t1/pause").await;
+    assert_eq!(paused.json()["status"], "paused");
+    let before = api.tb.session(&tid("t1")).await.unwrap().unwrap();
+    let connects = api.provider.connects();
+
+    let read = api
+        .call(Method::GET, "/v1/threads/t1/files/home/user/a.txt")
+        .await;
+    assert_eq!(read.status, StatusCode::OK);
+    assert_eq!(&read.body[..], b"kept");
+    let listed = api
+        .call(Method::GET, "/v1/threads/t1/files/home/user?list=true")
+        .await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert_eq!(listed.json()["entries"][0]["name"], "a.txt");
+    let stat = api
+        .call(
+            Method::GET,
+            "/v1/threads/t1/files/home/user/a.txt?stat=true",
+        )
+        .await;
+    assert_eq!(stat.status, StatusCode::OK);
+
+    let after = api.tb.session(&tid("t1")).await.unwrap().unwrap();
+    assert_eq!(after.version, before.version, "nothing was written");
+    assert_eq!(api.provider.connects(), connects, "nothing was resumed");
+    let sandbox = before.sandbox_id.unwrap();
+    assert_eq!(
+        api.provider.state_of(&sandbox),
+        Some(crate::ports::SandboxState::Paused)
+    );
+}
+
+#[tokio::test]
+async fn a_get_never_replaces_a_lost_sandbox() {
+    let api = Api::new();
+    let first = api.resolve("t1").await;
+    let sandbox = first["sandbox_id"].as_str().unwrap().to_owned();
+    crate::ports::SandboxProvider::kill(api.provider.as_ref(), &sandbox)
+        .await
+        .unwrap();
+    let creates = api.provider.creates();
+
+    api.call(Method::GET, "/v1/threads/t1/files/home/user/a.txt")
+        .await
+        .expect_error(StatusCode::CONFLICT, "no_sandbox");
+    assert_eq!(api.provider.creates(), creates, "a GET recreates nothing");
+    // The next use that may change things does: exec recreates by the thread's policy.
+    let exec = api
+        .post_json("/v1/threads/t1/exec", r#"{"cmd": "true"}"#)
+        .await;
+    assert_eq!(exec.status, StatusCode::OK, "{}", exec.json());
+    assert_eq!(api.provider.creates(), creates + 1);
+}
+
+#[tokio::test]
+async fn bad_numbers_and_cursors_are_400s_not_wraps() {
+    let api = Api::new();
+    api.resolve("t1").await;
+    api.resolve("t2").await;
+    // 2^63 would wrap to a negative seq and replay the thread from its first event.
+    for after in ["9223372036854775808", "18446744073709551615"] {
+        let reply = api
+            .call(
+                Method::GET,
+                &format!("/v1/threads/t1/events?after_seq={after}"),
+            )
+            .await;
+        reply.expect_error(StatusCode::BAD_REQUEST, "invalid_query");
+        assert!(reply.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 9223372036854775807"));
+    }
+    for bad in ["-1", "1e3", "18446744073709551616"] {
+        api.call(
+            Method::GET,
+            &format!("/v1/threads/t1/events?after_seq={bad}"),
+        )
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "invalid_query");
+    }
+    let last = api
+        .call(
+            Method::GET,
+            "/v1/threads/t1/events?after_seq=9223372036854775807",
+        )
+        .await;
+    assert_eq!(last.status, StatusCode::OK);
+    assert_eq!(last.json()["events"], json!([]));
+
+    for cursor in ["", "%20", "a%2Fb", &"x".repeat(200)] {
+        api.call(Method::GET, &format!("/v1/threads?cursor={cursor}"))
+            .await
+            .expect_error(StatusCode::BAD_REQUEST, "invalid_query");
+    }
+    // Any thread id is a position, existing or not.
+    let page = api.call(Method::GET, "/v1/threads?cursor=t1").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert_eq!(page.json()["threads"][0]["thread_id"], "t2");
+}
+
+#[tokio::test]
 async fn show_returns_the_session_and_its_last_twenty_events() {
     let api = Api::new();
     api.resolve("t1").await;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::extract::{ApiQuery, Thread};
-use crate::domain::{LifecycleEvent, Millis, Session};
+use crate::domain::{LifecycleEvent, Millis, Session, ThreadId, MAX_SEQ};
 use crate::usecases::{SandboxHandle, Threadbox, UseCaseError};
 
 /// Events shown with a session.
@@ -157,7 +157,20 @@ async fn list(
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<ListView>, ApiError> {
     let limit = page_size("limit", query.limit, DEFAULT_PAGE, MAX_PAGE)?;
-    let page = tb.store.list(limit, query.cursor).await?;
+    // A cursor is the last thread id of the page before (keyset paging), so anything else was
+    // not handed out by this API.
+    let after = query
+        .cursor
+        .as_deref()
+        .map(ThreadId::parse)
+        .transpose()
+        .map_err(|e| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!("cursor must be the `next` value of an earlier page: {e}"),
+            )
+        })?;
+    let page = tb.store.list(limit, after.as_ref()).await?;
     let now = tb.clock.now();
     Ok(Json(ListView {
         threads: page
@@ -194,6 +207,12 @@ async fn events(
         return Err(UseCaseError::UnknownThread(thread_id).into());
     }
     let after_seq = query.after_seq.unwrap_or(0);
+    if after_seq > MAX_SEQ {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("after_seq must be at most {MAX_SEQ}; got {after_seq}"),
+        ));
+    }
     let events = tb.store.events_after(&thread_id, after_seq, limit).await?;
     let next_after_seq = events.last().map_or(after_seq, |e| e.seq);
     Ok(Json(EventsView {

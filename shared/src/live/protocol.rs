@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::domain::{LifecycleEvent, Status, ThreadId};
+use crate::domain::{LifecycleEvent, Status, ThreadId, MAX_SEQ};
 use crate::ports::Frame;
 
 /// Largest client frame read. Real ones are under 200 bytes; API Gateway caps frames at 32 KiB.
@@ -118,6 +118,12 @@ pub fn parse(text: &str) -> Result<ClientMessage, ProtocolError> {
     match action.as_str() {
         "subscribe" => {
             let body: SubscribeBody = serde_json::from_value(value.clone()).map_err(bad)?;
+            if let Some(seq) = body.after_seq.filter(|&seq| seq > MAX_SEQ) {
+                return Err(ProtocolError::new(
+                    "bad_message",
+                    format!("after_seq must be at most {MAX_SEQ}; got {seq}"),
+                ));
+            }
             Ok(ClientMessage::Subscribe {
                 thread_id: thread_id(&body.thread_id)?,
                 after_seq: body.after_seq,
@@ -230,6 +236,11 @@ mod tests {
                 r#"{"action":"subscribe","thread_id":"t1","after_seq":-1}"#,
                 "bad_message",
                 "invalid value",
+            ),
+            (
+                r#"{"action":"subscribe","thread_id":"t1","after_seq":9223372036854775808}"#,
+                "bad_message",
+                "at most 9223372036854775807",
             ),
             (
                 r#"{"action":"subscribe","thread_id":"t1","since":3}"#,

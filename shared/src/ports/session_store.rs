@@ -97,9 +97,14 @@ pub trait SessionStore: Send + Sync {
     /// Record that these events reached the lifecycle queue.
     async fn mark_sent(&self, events: &[LifecycleEvent]) -> Result<(), StoreError>;
 
-    /// All sessions, ordered by thread id, a page at a time (operators and the dashboard).
-    async fn list(&self, limit: usize, cursor: Option<String>)
-        -> Result<Page<Session>, StoreError>;
+    /// All sessions, ordered by thread id, a page at a time (operators and the dashboard): those
+    /// after `after`, the thread id a previous page's `next` named. Typed, so a cursor that is
+    /// empty or not a thread id is refused where it is read and no backend sees one.
+    async fn list(
+        &self,
+        limit: usize,
+        after: Option<&ThreadId>,
+    ) -> Result<Page<Session>, StoreError>;
 
     /// The number of index shards due work is spread over.
     fn shard_count(&self) -> u32;

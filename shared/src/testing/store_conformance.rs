@@ -230,6 +230,14 @@ pub async fn events_after_and_outbox(store: Arc<dyn SessionStore>) {
         store.events_after(&s.thread_id, 2, 10).await.unwrap(),
         vec![]
     );
+    // Past the largest seq there is nothing; in particular no wrap back to the first event.
+    for after in [crate::domain::MAX_SEQ, crate::domain::MAX_SEQ + 1, u64::MAX] {
+        assert_eq!(
+            store.events_after(&s.thread_id, after, 10).await.unwrap(),
+            vec![],
+            "after {after}"
+        );
+    }
 
     // `unsent_events` reads an index (DynamoDB's `unsent` GSI): wait for it to show the writes.
     let unsent = |cutoff: i64| {
@@ -260,10 +268,10 @@ pub async fn list_pages_through_every_session(store: Arc<dyn SessionStore>) {
         let mut cursor = None;
         let mut seen = Vec::new();
         loop {
-            let page = store.list(3, cursor).await.unwrap();
+            let page = store.list(3, cursor.as_ref()).await.unwrap();
             seen.extend(page.items.into_iter().map(|s| s.thread_id.to_string()));
             match page.next {
-                Some(n) => cursor = Some(n),
+                Some(n) => cursor = Some(ThreadId::parse(&n).expect("next names a thread")),
                 None => break,
             }
         }

@@ -13,6 +13,12 @@ pub enum UseCaseError {
     Busy { thread_id: ThreadId, status: Status },
     #[error("thread {0} is running a command or has a live hold, so it cannot be paused now")]
     Held(ThreadId),
+    /// A read that must not change anything found no sandbox it could use as things are.
+    #[error(
+        "thread {thread_id} is {status} and its sandbox cannot be read as it is; POST \
+         /v1/threads/{thread_id}/resolve (or /resume) wakes or recreates it"
+    )]
+    NoSandbox { thread_id: ThreadId, status: Status },
     #[error("sandbox provider: {0}")]
     Provider(#[from] ProviderError),
     #[error(transparent)]
@@ -33,6 +39,7 @@ impl UseCaseError {
             },
             UseCaseError::Busy { .. } => "busy",
             UseCaseError::Held(_) => "held",
+            UseCaseError::NoSandbox { .. } => "no_sandbox",
             UseCaseError::Provider(ProviderError::InvalidRequest(_)) => "invalid_request",
             UseCaseError::Provider(ProviderError::Unsupported(_)) => "unsupported",
             UseCaseError::Provider(_) => "provider_error",
@@ -49,7 +56,7 @@ impl UseCaseError {
             UseCaseError::Provider(p) => p.is_retryable(),
             UseCaseError::Store(s) => !matches!(s, StoreError::Corrupt(_)),
             UseCaseError::Queue(_) => true,
-            UseCaseError::UnknownThread(_) => false,
+            UseCaseError::UnknownThread(_) | UseCaseError::NoSandbox { .. } => false,
         }
     }
 }

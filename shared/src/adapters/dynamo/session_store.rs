@@ -563,8 +563,9 @@ impl SessionStore for DynamoSessionStore {
     async fn list(
         &self,
         limit: usize,
-        cursor: Option<String>,
+        after: Option<&ThreadId>,
     ) -> Result<Page<Session>, StoreError> {
+        let cursor = after.map(ThreadId::to_string);
         let limit = limit.clamp(1, MAX_LIST_PAGE);
         let (condition, mut values) = (
             if cursor.is_some() {

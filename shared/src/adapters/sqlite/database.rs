@@ -11,6 +11,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DatabaseError {
+    #[error("cannot create SQLite database {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot open SQLite database {path}: {source}")]
     Open {
         path: PathBuf,
@@ -51,6 +56,10 @@ impl Database {
     /// A file that is not a SQLite database gives `DatabaseError::Corrupt` naming the path.
     pub fn open(path: impl AsRef<Path>, schema: &str) -> Result<Self, DatabaseError> {
         let path = path.as_ref().to_path_buf();
+        create_private(&path).map_err(|source| DatabaseError::Create {
+            path: path.clone(),
+            source,
+        })?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -100,6 +109,22 @@ impl Database {
     }
 }
 
+/// Make a missing database file owner-only before SQLite opens it: it holds sessions, queued
+/// Slack text and command output, and SQLite gives its `-wal` and `-shm` files the database
+/// file's mode. An existing file is left as it is (`threadbox dev` checks its data directory).
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other.map(drop),
+    }
+}
+
 fn classify(path: &Path, source: rusqlite::Error) -> DatabaseError {
     use rusqlite::ErrorCode;
     let corrupt = matches!(
@@ -140,6 +165,24 @@ mod tests {
             err.to_string().contains("/nonexistent-dir/threadbox.db"),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_new_database_and_its_wal_and_shm_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("private.db");
+        let db = Database::open(&path, "CREATE TABLE IF NOT EXISTS t (x)").unwrap();
+        db.call(|c| c.execute("INSERT INTO t VALUES (1)", []))
+            .await
+            .unwrap();
+        for name in ["private.db", "private.db-wal", "private.db-shm"] {
+            let mode = std::fs::metadata(dir.path().join(name))
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{name} is {:o}", mode & 0o777);
+        }
     }
 
     #[tokio::test]

@@ -332,6 +332,11 @@ impl SessionStore for SqliteSessionStore {
         limit: usize,
     ) -> Result<Vec<LifecycleEvent>, StoreError> {
         let id = thread_id.to_string();
+        // Past the largest storable seq there is nothing; a cast would wrap it negative and
+        // replay the thread from its first event.
+        let Ok(after_seq) = i64::try_from(after_seq) else {
+            return Ok(Vec::new());
+        };
         let bodies: Vec<String> = self
             .db
             .call(move |conn| {
@@ -339,7 +344,7 @@ impl SessionStore for SqliteSessionStore {
                     "SELECT body FROM events WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )?;
                 let rows = stmt
-                    .query_map(params![id, after_seq as i64, limit as i64], |r| r.get(0))?
+                    .query_map(params![id, after_seq, limit as i64], |r| r.get(0))?
                     .collect::<rusqlite::Result<Vec<String>>>()?;
                 Ok(rows)
             })
@@ -397,9 +402,10 @@ impl SessionStore for SqliteSessionStore {
     async fn list(
         &self,
         limit: usize,
-        cursor: Option<String>,
+        after: Option<&ThreadId>,
     ) -> Result<Page<Session>, StoreError> {
-        let after = cursor.unwrap_or_default();
+        // Every thread id sorts after the empty string.
+        let after = after.map(ThreadId::to_string).unwrap_or_default();
         let limit = limit.max(1);
         let rows: Vec<String> = self
             .db

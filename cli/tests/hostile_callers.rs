@@ -1,0 +1,152 @@
+//! The real `threadbox dev` against callers that mean harm: web pages reaching the keyless local
+//! API (DNS rebinding, cross-site requests, `<img>` loads of file URLs) and bad numbers. Each
+//! attack gets its 4xx and changes nothing. Needs root and runc, like the other end-to-end tests.
+
+mod support;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+use support::{dev_missing, prerequisites_met, DevServer};
+
+/// Send `method path` with extra headers; the status and the error code, if any.
+async fn send(
+    dev: &DevServer,
+    method: reqwest::Method,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Option<String>) {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        map.insert(
+            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    let response = dev
+        .http
+        .request(method, format!("{}{path}", dev.url))
+        .headers(map)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    let code = body["error"]["code"].as_str().map(str::to_owned);
+    (status, code)
+}
+
+fn port(dev: &DevServer) -> String {
+    dev.url.rsplit(':').next().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_keys_only_this_machines_tools_get_in() {
+    if !prerequisites_met("hostile_callers", &dev_missing()) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    let get = reqwest::Method::GET;
+    let post = reqwest::Method::POST;
+    dev.post("/v1/threads/mine/resolve", None).await;
+    let rebound = format!("rebind.evil.example:{}", port(&dev));
+
+    // DNS rebinding: the page's own name in Host, no Origin (a same-origin GET from its view).
+    for path in [
+        "/v1/threads",
+        "/v1/threads/mine",
+        "/v1/threads/mine/files/home/user?list=true",
+        "/",
+        "/v1/slack/sink",
+    ] {
+        let answer = send(&dev, get.clone(), path, &[("host", &rebound)]).await;
+        assert_eq!(answer, (403, Some("forbidden_host".into())), "GET {path}");
+    }
+    let answer = send(
+        &dev,
+        post.clone(),
+        "/v1/threads/mine/reset",
+        &[("host", &rebound)],
+    )
+    .await;
+    assert_eq!(answer, (403, Some("forbidden_host".into())));
+    let wrong_port = send(&dev, get.clone(), "/v1/threads", &[("host", "127.0.0.1:1")]).await;
+    assert_eq!(wrong_port, (403, Some("forbidden_host".into())));
+
+    // A cross-site <img> of a file URL: no Origin, Sec-Fetch-Site says cross-site.
+    let img = send(
+        &dev,
+        get.clone(),
+        "/v1/threads/victim/files/home/user/secret.txt",
+        &[
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-dest", "image"),
+        ],
+    )
+    .await;
+    assert_eq!(img, (403, Some("forbidden_origin".into())));
+    // A cross-site form POST, and an opaque origin.
+    let form = send(
+        &dev,
+        post.clone(),
+        "/v1/threads/victim/resolve",
+        &[("origin", "https://evil.example")],
+    )
+    .await;
+    assert_eq!(form, (403, Some("forbidden_origin".into())));
+    let null = send(
+        &dev,
+        post.clone(),
+        "/v1/threads/victim/resolve",
+        &[("origin", "null")],
+    )
+    .await;
+    assert_eq!(null, (403, Some("forbidden_origin".into())));
+    // The live-events upgrade from a page elsewhere.
+    let upgrade = send(
+        &dev,
+        get.clone(),
+        "/v1/ws?token=anything",
+        &[
+            ("connection", "Upgrade"),
+            ("upgrade", "websocket"),
+            ("sec-websocket-version", "13"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("origin", "https://evil.example"),
+        ],
+    )
+    .await;
+    assert_eq!(upgrade, (403, Some("forbidden_origin".into())));
+
+    // Nothing of the victim's was created by any of that.
+    let victim = send(&dev, get.clone(), "/v1/threads/victim", &[]).await;
+    assert_eq!(victim, (404, Some("unknown_thread".into())));
+    // A GET of an unknown thread's file (same-origin) is a 404 that creates nothing either.
+    let unknown = send(
+        &dev,
+        get.clone(),
+        "/v1/threads/victim/files/home/user/a.txt",
+        &[],
+    )
+    .await;
+    assert_eq!(unknown, (404, Some("unknown_thread".into())));
+    let listed = dev.get("/v1/threads").await;
+    let ids: Vec<&str> = listed["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["thread_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["mine"], "{listed}");
+
+    // This machine's tools: curl (loopback Host, no browser headers), localhost, the dashboard's
+    // own same-origin requests.
+    let local = format!("localhost:{}", port(&dev));
+    for headers in [
+        vec![],
+        vec![("host", local.as_str())],
+        vec![("sec-fetch-site", "same-origin"), ("origin", &dev.url)],
+    ] {
+        let answer = send(&dev, get.clone(), "/v1/threads/mine", &headers).await;
+        assert_eq!(answer.0, 200, "{headers:?}");
+    }
+}

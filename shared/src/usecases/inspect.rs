@@ -1,0 +1,82 @@
+//! Reading a thread's sandbox as it is, for the API's GETs: a GET must change nothing, so these
+//! never create a sandbox, resume a paused one, take a hold or write the record. A thread with no
+//! record is unknown (404); one without a usable sandbox right now says so (`NoSandbox`).
+//!
+//! The runc provider reads a paused sandbox's files from the host, so reading keeps working while
+//! it is paused; a provider that cannot (E2B's data plane sleeps with the sandbox) answers
+//! `NoSandbox`, and the caller resumes first if it wants to wake it.
+
+use std::future::Future;
+
+use crate::domain::{Status, ThreadId};
+use crate::ports::{FileEntry, ProviderError};
+
+use super::error::UseCaseError;
+use super::threadbox::Threadbox;
+
+impl Threadbox {
+    /// The bytes of a file in the thread's sandbox, without waking it.
+    pub async fn peek_file(
+        &self,
+        thread_id: &ThreadId,
+        path: &str,
+    ) -> Result<Vec<u8>, UseCaseError> {
+        self.in_place(thread_id, |id| async move {
+            self.provider.read_file(&id, path).await
+        })
+        .await
+    }
+
+    /// A directory's entries in the thread's sandbox, without waking it.
+    pub async fn peek_dir(
+        &self,
+        thread_id: &ThreadId,
+        path: &str,
+    ) -> Result<Vec<FileEntry>, UseCaseError> {
+        self.in_place(thread_id, |id| async move {
+            self.provider.list_dir(&id, path).await
+        })
+        .await
+    }
+
+    /// A path's metadata in the thread's sandbox, without waking it.
+    pub async fn peek_stat(
+        &self,
+        thread_id: &ThreadId,
+        path: &str,
+    ) -> Result<FileEntry, UseCaseError> {
+        self.in_place(thread_id, |id| async move {
+            self.provider.stat(&id, path).await
+        })
+        .await
+    }
+
+    /// Run `op` on the sandbox the record names, if the thread has one it can use now.
+    async fn in_place<T, F, Fut>(&self, thread_id: &ThreadId, op: F) -> Result<T, UseCaseError>
+    where
+        F: FnOnce(String) -> Fut,
+        Fut: Future<Output = Result<T, ProviderError>>,
+    {
+        let session = self
+            .store
+            .load(thread_id)
+            .await?
+            .ok_or_else(|| UseCaseError::UnknownThread(thread_id.clone()))?;
+        let no_sandbox = || UseCaseError::NoSandbox {
+            thread_id: thread_id.clone(),
+            status: session.status,
+        };
+        let usable = matches!(
+            session.status,
+            Status::Active | Status::Paused | Status::Pausing
+        );
+        let Some(sandbox_id) = session.sandbox_id.clone().filter(|_| usable) else {
+            return Err(no_sandbox());
+        };
+        match op(sandbox_id).await {
+            // Gone or asleep: what to do about it is a write, which is not a GET's to make.
+            Err(ProviderError::Gone(_) | ProviderError::Conflict(_)) => Err(no_sandbox()),
+            other => Ok(other?),
+        }
+    }
+}
