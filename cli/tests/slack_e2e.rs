@@ -13,12 +13,13 @@ use support::{dev_missing, prerequisites_met, DevServer};
 use threadbox_shared::slack::SigningSecret;
 
 const SECRET: &str = "e2e-signing-secret";
-const API_KEY: &str = "e2e-api-key";
+const API_KEY: &str = "e2e-api-key-0123456789abcdef0123456789";
 
 async fn start() -> DevServer {
     DevServer::start_with_env(
-        &["--api-keys", API_KEY],
+        &[],
         &[
+            ("THREADBOX_API_KEYS", Some(API_KEY)),
             ("SLACK_SIGNING_SECRET", Some(SECRET)),
             ("SLACK_BOT_TOKEN", None),
             ("SLACK_API_URL", None),

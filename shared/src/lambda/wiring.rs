@@ -70,15 +70,13 @@ pub fn dedupe(sdk: &SdkConfig, env: &Env) -> Result<DynamoDedupe, SetupError> {
 /// function behind API Gateway is on the internet, and the API's keyless mode is for loopback.
 pub fn api_auth(env: &Env) -> Result<ApiAuth, SetupError> {
     let keys = env.required(API_KEYS_VAR)?;
-    let auth = ApiAuth::new(keys.split(','));
-    if !auth.is_enabled() {
-        return Err(ConfigError::Invalid {
+    ApiAuth::parse(&keys).map_err(|e| {
+        ConfigError::Invalid {
             variable: API_KEYS_VAR,
-            reason: "holds no key (only commas and blanks)".into(),
+            reason: e.to_string(),
         }
-        .into());
-    }
-    Ok(auth)
+        .into()
+    })
 }
 
 #[cfg(test)]
@@ -93,9 +91,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("holds no key"), "{err}");
-        let auth = api_auth(&Env::from_pairs(&[(API_KEYS_VAR, "k-one,k-two")])).unwrap();
-        assert!(auth.accepts(b"k-one") && auth.accepts(b"k-two"));
+        let (one, two) = ("k-one".repeat(8), "k-two".repeat(8));
+        let auth = api_auth(&Env::from_pairs(&[(API_KEYS_VAR, &format!("{one},{two}"))])).unwrap();
+        assert!(auth.accepts(one.as_bytes()) && auth.accepts(two.as_bytes()));
         assert!(!format!("{auth:?}").contains("k-one"));
+        let err = api_auth(&Env::from_pairs(&[(API_KEYS_VAR, "k-one")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least 32"), "{err}");
     }
 
     #[tokio::test]
