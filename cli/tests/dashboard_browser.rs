@@ -91,58 +91,56 @@ async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
 
     let row = format!("tr[data-thread=\"{THREAD}\"]");
     let badge_css = format!("{row} .badge");
-    let badge = browser
+    // Rows are redrawn as events arrive, so everything is read by selector, not by a handle
+    // that may have gone stale in between.
+    browser
         .wait_for_text(&badge_css, "active", WAIT, context)
         .await;
     assert_eq!(
-        browser.attribute(&badge, "class").await.as_deref(),
+        browser.attribute_of(&badge_css, "class").await.as_deref(),
         Some("badge badge-active")
     );
 
     // Open the thread's timeline, then pause it from its row.
-    let select = browser
-        .find(&format!("{row} button[data-action=\"select\"]"))
-        .await
-        .expect("the thread's name is a button");
-    browser.click(&select).await;
-    let pause = browser
-        .find(&format!("{row} button[data-action=\"pause\"]"))
-        .await
-        .expect("a Pause button");
+    browser
+        .click_on(&format!("{row} button[data-action=\"select\"]"))
+        .await;
+    let pause_css = format!("{row} button[data-action=\"pause\"]");
     assert_eq!(
-        browser.attribute(&pause, "aria-label").await.as_deref(),
+        browser
+            .attribute_of(&pause_css, "aria-label")
+            .await
+            .as_deref(),
         Some("Pause browser-demo")
     );
-    browser.click(&pause).await;
+    browser.click_on(&pause_css).await;
 
-    let badge = browser
+    browser
         .wait_for_text(&badge_css, "paused", WAIT, context)
         .await;
     assert_eq!(
-        browser.attribute(&badge, "class").await.as_deref(),
+        browser.attribute_of(&badge_css, "class").await.as_deref(),
         Some("badge badge-paused")
     );
     // The timeline has the pause, newest first, with its cause.
     browser
         .wait_for_text("#event-rows tr:first-child .badge", "paused", WAIT, context)
         .await;
-    let cause = browser
-        .find("#event-rows tr:first-child td.cause")
-        .await
-        .expect("a cause cell");
-    assert_eq!(browser.text(&cause).await, "user");
-    let newest = browser.find("#event-rows tr:first-child").await.unwrap();
-    let newest = browser.text(&newest).await;
+    assert_eq!(
+        browser.text_of("#event-rows tr:first-child td.cause").await,
+        "user"
+    );
+    let newest = browser.text_of("#event-rows tr:first-child").await;
     assert!(newest.contains("pausing →"), "{newest}");
 
     // Paused: Resume is offered, Pause is not.
-    let resume = browser
-        .find(&format!("{row} button[data-action=\"resume\"]"))
-        .await
-        .unwrap();
-    assert_eq!(browser.attribute(&resume, "disabled").await, None);
+    let resume_css = format!("{row} button[data-action=\"resume\"]");
+    assert_eq!(browser.attribute_of(&resume_css, "disabled").await, None);
     assert_eq!(
-        browser.attribute(&pause, "disabled").await.as_deref(),
+        browser
+            .attribute_of(&pause_css, "disabled")
+            .await
+            .as_deref(),
         Some("true")
     );
 
@@ -239,11 +237,9 @@ async fn without_the_websocket_the_dashboard_polls() {
     browser
         .wait_for_text(&format!("{row} .badge"), "active", WAIT, context)
         .await;
-    let select = browser
-        .find(&format!("{row} button[data-action=\"select\"]"))
-        .await
-        .unwrap();
-    browser.click(&select).await;
+    browser
+        .click_on(&format!("{row} button[data-action=\"select\"]"))
+        .await;
 
     // A pause made elsewhere shows up in the list and in the open timeline.
     dev.post("/v1/threads/polled/pause", None).await;
@@ -253,8 +249,7 @@ async fn without_the_websocket_the_dashboard_polls() {
     browser
         .wait_for_text("#event-rows tr:first-child .badge", "paused", WAIT, context)
         .await;
-    let connection = browser.find("#connection").await.unwrap();
-    assert_eq!(browser.text(&connection).await, "polling every 2 s");
+    assert_eq!(browser.text_of("#connection").await, "polling every 2 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,7 +287,12 @@ async fn dashboard_shows_what_slack_would_have_been_sent() {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         if let Some(list) = browser.find("#sink-messages").await {
-            if browser.text(&list).await.contains("hello from the sink") {
+            // Redrawn since it was found: look again on the next turn.
+            if browser
+                .try_text(&list)
+                .await
+                .is_some_and(|t| t.contains("hello from the sink"))
+            {
                 break;
             }
         }
@@ -303,17 +303,10 @@ async fn dashboard_shows_what_slack_would_have_been_sent() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let meta = browser
-        .find("#sink-messages li .meta")
-        .await
-        .expect("a message with its place");
+    let meta = browser.text_of("#sink-messages li .meta").await;
     assert!(
-        browser
-            .text(&meta)
-            .await
-            .starts_with("#C42 · thread 1700000000.000100"),
-        "{}",
-        browser.text(&meta).await
+        meta.starts_with("#C42 · thread 1700000000.000100"),
+        "{meta}"
     );
     browser
         .wait_for_text(

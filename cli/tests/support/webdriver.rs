@@ -172,6 +172,88 @@ impl Browser {
         Some(answer["value"].as_str().unwrap_or_default().to_owned())
     }
 
+    /// GET `/element/<element>/<what>`: its value, or `None` when the page redrew the element
+    /// since it was found (a "stale element reference").
+    async fn try_element_get(&self, element: &str, what: &str) -> Option<Value> {
+        let response = self
+            .http
+            .get(format!("{}/element/{element}/{what}", self.session))
+            .send()
+            .await
+            .unwrap();
+        let ok = response.status().is_success();
+        let answer: Value = response.json().await.unwrap_or_default();
+        if !ok {
+            assert_eq!(
+                answer["value"]["error"], "stale element reference",
+                "{what}: {answer}"
+            );
+            return None;
+        }
+        Some(answer["value"].clone())
+    }
+
+    /// Read `what` of the element matching `css` now, finding it again while the page keeps
+    /// redrawing it between the find and the read (the dashboard redraws rows as events and
+    /// polls arrive). Panics when nothing matches or it never holds still.
+    async fn read_css(&self, css: &str, what: &str) -> Value {
+        for _ in 0..50 {
+            let element = self
+                .find(css)
+                .await
+                .unwrap_or_else(|| panic!("nothing matches {css}"));
+            if let Some(value) = self.try_element_get(&element, what).await {
+                return value;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{css} was redrawn under every read of {what}");
+    }
+
+    /// The text of the element matching `css`, read robustly (see `read_css`).
+    pub async fn text_of(&self, css: &str) -> String {
+        self.read_css(css, "text")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// An attribute of the element matching `css`, read robustly (see `read_css`).
+    pub async fn attribute_of(&self, css: &str, name: &str) -> Option<String> {
+        self.read_css(css, &format!("attribute/{name}"))
+            .await
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    /// Click the element matching `css`, finding it again if it was redrawn first.
+    pub async fn click_on(&self, css: &str) {
+        for _ in 0..50 {
+            let element = self
+                .find(css)
+                .await
+                .unwrap_or_else(|| panic!("nothing matches {css}"));
+            let response = self
+                .http
+                .post(format!("{}/element/{element}/click", self.session))
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap();
+            if response.status().is_success() {
+                return;
+            }
+            let answer: Value = response.json().await.unwrap_or_default();
+            assert_eq!(
+                answer["value"]["error"], "stale element reference",
+                "click {css}: {answer}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{css} was redrawn under every click");
+    }
+
     pub async fn text(&self, element: &str) -> String {
         let answer = self
             .call(
