@@ -224,3 +224,30 @@ async fn post_signed(dev: &DevServer, body: &str, retry: u32) -> Value {
     assert!(response.status().is_success(), "{}", response.status());
     response.json().await.unwrap()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_with_forty_code_blocks_runs_nothing_and_gets_one_reply() {
+    if !prerequisites_met("slack_e2e", &dev_missing()) {
+        return;
+    }
+    let dev = start().await;
+    let many: String = (0..40).map(|i| format!("```echo block-{i}```\n")).collect();
+    let thread = send(&dev, "slack:T1:C7", &many);
+    let messages = wait_for(&dev, &thread, "the limit's reply", |t| {
+        t.contains("40 code blocks; I run at most 5 per message")
+    })
+    .await;
+    // Give a wrongly running worker time to post more, then check it did not.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let messages_after = sink(&dev, &thread).await;
+    assert_eq!(messages_after.len(), messages.len(), "{messages_after:#?}");
+    assert_eq!(messages.len(), 1, "one reply: {messages:#?}");
+    let shown = dev
+        .http
+        .get(format!("{}/v1/threads/{thread}", dev.url))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shown.status(), 404, "no thread, no sandbox was made for it");
+}

@@ -134,6 +134,52 @@ async fn a_code_block_runs_in_the_threads_sandbox_and_the_reply_lands_in_the_thr
 }
 
 #[tokio::test]
+async fn a_message_with_too_much_code_runs_nothing_and_says_the_limit_once() {
+    let s = setup().await;
+    // Forty blocks in one message.
+    let many: String = (0..40).map(|i| format!("```echo {i}```\n")).collect();
+    let item = mention("Ev1", "1767225602.000001", &many);
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    assert_eq!(
+        s.handle(&item).await,
+        RecordOutcome::Delivered,
+        "a redelivery"
+    );
+    assert!(
+        s.provider.commands().is_empty(),
+        "{:?}",
+        s.provider.commands()
+    );
+    assert_eq!(s.provider.creates(), 0, "not even a sandbox");
+    let replies = s.replies();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0].contains("40 code blocks; I run at most 5 per message")
+            && replies[0].contains("Nothing was run"),
+        "{}",
+        replies[0]
+    );
+
+    // One block, but more code than a message may run.
+    let long = format!("```python\nx = '{}'\n```", "a".repeat(20_001));
+    let item = mention("Ev2", "1767225602.000002", &long);
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    assert!(s.provider.commands().is_empty());
+    let replies = s.replies();
+    assert!(
+        replies[1].contains("characters of code; I run at most 20000 per message"),
+        "{}",
+        replies[1]
+    );
+
+    // Five blocks are fine.
+    let five: String = (0..5).map(|i| format!("```echo {i}```\n")).collect();
+    let item = mention("Ev3", "1767225602.000003", &five);
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    assert_eq!(s.provider.commands().len(), 5);
+}
+
+#[tokio::test]
 async fn a_redelivered_message_or_its_twin_event_never_runs_twice() {
     let s = setup().await;
     let first = mention("Ev1", "1767225601.000001", "```echo once```");
