@@ -180,6 +180,65 @@ async fn a_message_with_too_much_code_runs_nothing_and_says_the_limit_once() {
 }
 
 #[tokio::test]
+async fn messages_past_the_threads_rate_are_refused_and_told_once() {
+    use threadbox_shared::adapters::sqlite::{Database, SqliteWindowCounter};
+    use threadbox_shared::slack::{MessageRates, RateLimits};
+    use threadbox_shared::testing::ManualClock;
+
+    let s = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let counts = Database::open(dir.path().join("counts.db"), "").unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let rates = MessageRates::new(
+        Arc::new(SqliteWindowCounter::new(counts).await.unwrap()),
+        RateLimits {
+            per_thread: 2,
+            per_team: 100,
+        },
+        clock.clone(),
+    );
+    let worker = s.worker.clone().with_rates(rates);
+    let handle = |item: WorkItem| {
+        let worker = worker.clone();
+        async move {
+            worker
+                .handle_body(&serde_json::to_string(&item).unwrap())
+                .await
+        }
+    };
+    for i in 0..5 {
+        let item = mention(
+            &format!("Ev{i}"),
+            &format!("1767225603.00000{i}"),
+            "```echo hi```",
+        );
+        assert_eq!(handle(item).await, RecordOutcome::Delivered);
+    }
+    assert_eq!(
+        s.provider.commands().len(),
+        2,
+        "two ran, three were refused"
+    );
+    let replies = s.replies();
+    assert_eq!(replies.len(), 3, "two results and one notice: {replies:?}");
+    assert!(
+        replies[2].contains("Slow down: this thread has sent more than 2 messages this minute"),
+        "{}",
+        replies[2]
+    );
+    // A redelivery of a refused message is still a duplicate, not a new message.
+    let again = mention("Ev3", "1767225603.000003", "```echo hi```");
+    assert_eq!(handle(again).await, RecordOutcome::Delivered);
+    assert_eq!(s.replies().len(), 3);
+
+    // The next minute, the thread may send again.
+    clock.advance(Duration::from_secs(60));
+    let item = mention("Ev9", "1767225603.000009", "```echo hi```");
+    assert_eq!(handle(item).await, RecordOutcome::Delivered);
+    assert_eq!(s.provider.commands().len(), 3);
+}
+
+#[tokio::test]
 async fn a_redelivered_message_or_its_twin_event_never_runs_twice() {
     let s = setup().await;
     let first = mention("Ev1", "1767225601.000001", "```echo once```");

@@ -100,6 +100,15 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_WS_MAX_PER_ADDRESS", default_value_t = ws_limits::ConnectionLimits::default().per_address)]
     pub ws_max_per_address: usize,
 
+    /// Slack messages acted on per minute in one thread; past it the thread is told to slow
+    /// down, once a minute.
+    #[arg(long, env = "THREADBOX_SLACK_THREAD_RATE", default_value_t = threadbox_shared::slack::RateLimits::default().per_thread)]
+    pub slack_thread_rate: u64,
+
+    /// Slack messages acted on per minute in one workspace (team), all threads together.
+    #[arg(long, env = "THREADBOX_SLACK_TEAM_RATE", default_value_t = threadbox_shared::slack::RateLimits::default().per_team)]
+    pub slack_team_rate: u64,
+
     /// Refused: keys on the command line show in `ps` to every local user.
     #[arg(long, hide = true)]
     pub api_keys: Option<String>,
@@ -119,6 +128,11 @@ impl DevArgs {
         }
         if self.lease < Duration::from_secs(1) || self.fanout_retry < Duration::from_secs(1) {
             bail!("--lease and --fanout-retry must be at least 1s");
+        }
+        if self.slack_thread_rate == 0 || self.slack_team_rate == 0 {
+            bail!(
+                "--slack-thread-rate and --slack-team-rate must be at least 1 (messages a minute)"
+            );
         }
         if self.ws_max_per_token == 0 || self.ws_max_per_address == 0 {
             bail!("--ws-max-per-token and --ws-max-per-address must be at least 1");
@@ -216,6 +230,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         dedupe: dedupe.clone(),
         auth: auth.clone(),
         clock: clock.clone(),
+        rates: threadbox_shared::slack::RateLimits {
+            per_thread: args.slack_thread_rate,
+            per_team: args.slack_team_rate,
+        },
     })
     .await?;
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, args.port))

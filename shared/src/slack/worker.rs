@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use super::api::{PostMessage, SlackApi, SlackError, SlackFile};
 use super::command::{self, CodeBlock, Command, Language};
 use super::format::{self, escape, REPLY_BUDGET};
+use super::rate_limit::{MessageRates, Verdict};
 use super::work::{IncomingMessage, PendingReply, WorkItem};
 use crate::domain::{RejectKind, Session, ThreadId};
 use crate::fanout::RecordOutcome;
@@ -95,6 +96,8 @@ pub struct SlackWorker {
     /// The work queue, for replies that have to wait.
     queue: Arc<dyn DurableQueue>,
     config: SlackWorkerConfig,
+    /// Per-thread and per-workspace message limits; none without `with_rates`.
+    rates: Option<MessageRates>,
 }
 
 impl SlackWorker {
@@ -111,7 +114,14 @@ impl SlackWorker {
             dedupe,
             queue,
             config,
+            rates: None,
         }
+    }
+
+    /// Act on at most so many messages per thread and per workspace a minute (see `rate_limit`).
+    pub fn with_rates(mut self, rates: MessageRates) -> Self {
+        self.rates = Some(rates);
+        self
     }
 
     /// Handle one work-queue body. Never fails the whole batch: a body that is not work is
@@ -195,6 +205,20 @@ impl SlackWorker {
             Err(error) => return retry(format!("dedupe store: {error}")),
         }
         let mut replies = Replies::new(self, &message, &key, deadline);
+        if let Some(rates) = &self.rates {
+            match rates.check(&message.thread_id).await {
+                Ok(Verdict::Allowed) => {}
+                Ok(Verdict::Refused { reply }) => {
+                    if let Some(reply) = reply {
+                        replies.send(reply).await;
+                    }
+                    self.mark(&key, DONE).await;
+                    return RecordOutcome::Delivered;
+                }
+                // Nothing has run: the redelivery finds the claim without `started` and runs it.
+                Err(error) => return retry(format!("rate counter: {error}")),
+            }
+        }
         if has_files {
             replies.start().await;
             let text = self.copy_files(&message.thread_id, &message.files).await;
