@@ -19,7 +19,7 @@ use threadbox_shared::usecases::{Config, Threadbox};
 use crate::SqliteBackend;
 
 /// The API key the HTTP fixtures present (and the local loop's `THREADBOX_API_KEYS`).
-pub const FIXTURE_API_KEY: &str = "local-dev-key";
+pub const FIXTURE_API_KEY: &str = "local-dev-key-0123456789abcdef0123456789";
 
 /// `tests/fixtures/`, from any crate of the workspace.
 pub fn fixtures_dir() -> PathBuf {

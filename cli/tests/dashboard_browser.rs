@@ -32,7 +32,7 @@ struct Dashboard {
 
 /// Start `threadbox dev` with `dev_args` and a browser, or `None` when the machine cannot (see
 /// `prerequisites_met`).
-async fn start(test: &str, dev_args: &[&str]) -> Option<Dashboard> {
+async fn start(test: &str, env: &[(&str, Option<&str>)]) -> Option<Dashboard> {
     let chromium = find_program("chromium");
     let chromedriver = find_program("chromedriver");
     let mut missing = dev_missing();
@@ -46,7 +46,7 @@ async fn start(test: &str, dev_args: &[&str]) -> Option<Dashboard> {
         return None;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let dev = DevServer::start(dev_args).await;
+    let dev = DevServer::start_with_env(&[], env).await;
     let driver =
         Chromedriver::start(&chromedriver.unwrap(), &tmp.path().join("chromedriver.log")).await;
     let browser = Browser::open(&driver, &chromium.unwrap(), &tmp.path().join("profile")).await;
@@ -164,10 +164,10 @@ async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_asks_for_the_api_key_when_the_api_requires_one() {
-    const KEY: &str = "dashboard-test-key-0123456789";
+    const KEY: &str = "dashboard-test-key-0123456789abcdef";
     let Some(dashboard) = start(
         "dashboard_asks_for_the_api_key_when_the_api_requires_one",
-        &["--api-keys", KEY],
+        &[("THREADBOX_API_KEYS", Some(KEY))],
     )
     .await
     else {

@@ -27,21 +27,17 @@ use support::{dev_missing, prerequisites_met, DevServer};
 /// delivered again a second later.
 const QUICK: &[&str] = &["--lease", "2s", "--fanout-retry", "1s"];
 const SLACK_SECRET: &str = "fault-injection-signing-secret";
-const API_KEY: &str = "fault-injection-key";
+const API_KEY: &str = "fault-injection-key-0123456789abcdef01";
 
 /// Start `threadbox dev` over `data` with `THREADBOX_FAULT=fault` (or none) and Slack replies
 /// going to the local sink.
 async fn start(data: &Path, fault: Option<&str>, extra: &[&str]) -> DevServer {
-    let args: Vec<&str> = QUICK
-        .iter()
-        .chain(["--api-keys", API_KEY].iter())
-        .chain(extra)
-        .copied()
-        .collect();
+    let args: Vec<&str> = QUICK.iter().chain(extra).copied().collect();
     DevServer::start_in(
         Some(data),
         &args,
         &[
+            ("THREADBOX_API_KEYS", Some(API_KEY)),
             ("THREADBOX_FAULT", fault),
             ("SLACK_SIGNING_SECRET", Some(SLACK_SECRET)),
             ("SLACK_BOT_TOKEN", None),

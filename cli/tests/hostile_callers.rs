@@ -4,9 +4,16 @@
 
 mod support;
 
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use serde_json::Value;
+use serde_json::{json, Value};
 use support::{dev_missing, prerequisites_met, DevServer};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{client_async, WebSocketStream};
 
 /// Send `method path` with extra headers; the status and the error code, if any.
 async fn send(
@@ -149,4 +156,76 @@ async fn without_keys_only_this_machines_tools_get_in() {
         let answer = send(&dev, get.clone(), "/v1/threads/mine", &headers).await;
         assert_eq!(answer.0, 200, "{headers:?}");
     }
+}
+
+type Socket = WebSocketStream<TcpStream>;
+
+async fn open_socket(dev: &DevServer, token: &str) -> Socket {
+    let addr = dev.url.trim_start_matches("http://");
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (socket, _) = client_async(format!("ws://{addr}/v1/ws?token={token}"), stream)
+        .await
+        .expect("the upgrade itself is accepted");
+    socket
+}
+
+/// The next frame, if it comes within a second.
+async fn next_frame(socket: &mut Socket) -> Option<Message> {
+    tokio::time::timeout(Duration::from_secs(1), socket.next())
+        .await
+        .ok()
+        .flatten()
+        .map(Result::unwrap)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_cannot_open_sockets_without_end() {
+    if !prerequisites_met("hostile_callers", &dev_missing()) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    let minted = dev
+        .post(
+            "/v1/tokens",
+            Some(json!({"threads": "*", "ttl_seconds": 600})),
+        )
+        .await;
+    let token = minted["token"].as_str().unwrap().to_owned();
+
+    let mut open = Vec::new();
+    for _ in 0..20 {
+        let mut socket = open_socket(&dev, &token).await;
+        socket
+            .send(Message::text(r#"{"action":"ping"}"#))
+            .await
+            .unwrap();
+        let pong = next_frame(&mut socket).await.expect("a pong");
+        assert!(pong.to_text().unwrap().contains("pong"), "{pong:?}");
+        open.push(socket);
+    }
+    // The 21st is closed at once, saying why.
+    let mut refused = open_socket(&dev, &token).await;
+    match next_frame(&mut refused).await {
+        Some(Message::Close(Some(frame))) => {
+            assert_eq!(frame.code, CloseCode::Policy);
+            assert!(
+                frame.reason.contains("too_many_connections") && frame.reason.contains("limit 20"),
+                "{}",
+                frame.reason
+            );
+        }
+        other => panic!("expected a policy close, got {other:?}"),
+    }
+    // A freed place can be used again.
+    open.pop().unwrap().close(None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut again = open_socket(&dev, &token).await;
+    again
+        .send(Message::text(r#"{"action":"ping"}"#))
+        .await
+        .unwrap();
+    let pong = next_frame(&mut again)
+        .await
+        .expect("a pong after a place freed");
+    assert!(pong.to_text().unwrap().contains("pong"), "{pong:?}");
 }

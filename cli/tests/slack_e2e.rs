@@ -13,12 +13,13 @@ use support::{dev_missing, prerequisites_met, DevServer};
 use threadbox_shared::slack::SigningSecret;
 
 const SECRET: &str = "e2e-signing-secret";
-const API_KEY: &str = "e2e-api-key";
+const API_KEY: &str = "e2e-api-key-0123456789abcdef0123456789";
 
 async fn start() -> DevServer {
     DevServer::start_with_env(
-        &["--api-keys", API_KEY],
+        &[],
         &[
+            ("THREADBOX_API_KEYS", Some(API_KEY)),
             ("SLACK_SIGNING_SECRET", Some(SECRET)),
             ("SLACK_BOT_TOKEN", None),
             ("SLACK_API_URL", None),
@@ -222,4 +223,80 @@ async fn post_signed(dev: &DevServer, body: &str, retry: u32) -> Value {
     let response = request.send().await.unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     response.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_with_forty_code_blocks_runs_nothing_and_gets_one_reply() {
+    if !prerequisites_met("slack_e2e", &dev_missing()) {
+        return;
+    }
+    let dev = start().await;
+    let many: String = (0..40).map(|i| format!("```echo block-{i}```\n")).collect();
+    let thread = send(&dev, "slack:T1:C7", &many);
+    let messages = wait_for(&dev, &thread, "the limit's reply", |t| {
+        t.contains("40 code blocks; I run at most 5 per message")
+    })
+    .await;
+    // Give a wrongly running worker time to post more, then check it did not.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let messages_after = sink(&dev, &thread).await;
+    assert_eq!(messages_after.len(), messages.len(), "{messages_after:#?}");
+    assert_eq!(messages.len(), 1, "one reply: {messages:#?}");
+    let shown = dev
+        .http
+        .get(format!("{}/v1/threads/{thread}", dev.url))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shown.status(), 404, "no thread, no sandbox was made for it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_past_its_rate_is_told_to_slow_down_once() {
+    if !prerequisites_met("slack_e2e", &dev_missing()) {
+        return;
+    }
+    let dev = DevServer::start_with_env(
+        &["--slack-thread-rate", "2"],
+        &[
+            ("THREADBOX_API_KEYS", Some(API_KEY)),
+            ("SLACK_SIGNING_SECRET", Some(SECRET)),
+            ("SLACK_BOT_TOKEN", None),
+            ("SLACK_API_URL", None),
+        ],
+    )
+    .await;
+    // The limit counts per clock minute: start where the four messages cannot straddle two.
+    let into_minute = now_secs() % 60;
+    if into_minute > 40 {
+        tokio::time::sleep(Duration::from_secs((61 - into_minute) as u64)).await;
+    }
+    let thread = send(&dev, "slack:T1:C8", "```echo first```");
+    wait_for(&dev, &thread, "the first result", |t| {
+        t.contains("exited 0")
+    })
+    .await;
+    for text in ["```echo second```", "```echo third```", "```echo fourth```"] {
+        send(&dev, &thread, text);
+    }
+    let messages = wait_for(&dev, &thread, "the slow-down notice", |t| {
+        t.contains("Slow down: this thread has sent more than 2 messages this minute")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let texts: Vec<String> = sink(&dev, &thread)
+        .await
+        .iter()
+        .map(|m| m["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let results = texts.iter().filter(|t| t.contains("exited 0")).count();
+    let notices = texts.iter().filter(|t| t.contains("Slow down")).count();
+    assert_eq!((results, notices), (2, 1), "{texts:#?}\n{messages:#?}");
+    assert!(
+        !texts
+            .iter()
+            .any(|t| t.contains("third") || t.contains("fourth")),
+        "{texts:#?}"
+    );
 }

@@ -134,6 +134,111 @@ async fn a_code_block_runs_in_the_threads_sandbox_and_the_reply_lands_in_the_thr
 }
 
 #[tokio::test]
+async fn a_message_with_too_much_code_runs_nothing_and_says_the_limit_once() {
+    let s = setup().await;
+    // Forty blocks in one message.
+    let many: String = (0..40).map(|i| format!("```echo {i}```\n")).collect();
+    let item = mention("Ev1", "1767225602.000001", &many);
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    assert_eq!(
+        s.handle(&item).await,
+        RecordOutcome::Delivered,
+        "a redelivery"
+    );
+    assert!(
+        s.provider.commands().is_empty(),
+        "{:?}",
+        s.provider.commands()
+    );
+    assert_eq!(s.provider.creates(), 0, "not even a sandbox");
+    let replies = s.replies();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0].contains("40 code blocks; I run at most 5 per message")
+            && replies[0].contains("Nothing was run"),
+        "{}",
+        replies[0]
+    );
+
+    // One block, but more code than a message may run.
+    let long = format!("```python\nx = '{}'\n```", "a".repeat(20_001));
+    let item = mention("Ev2", "1767225602.000002", &long);
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    assert!(s.provider.commands().is_empty());
+    let replies = s.replies();
+    assert!(
+        replies[1].contains("characters of code; I run at most 20000 per message"),
+        "{}",
+        replies[1]
+    );
+
+    // Five blocks are fine.
+    let five: String = (0..5).map(|i| format!("```echo {i}```\n")).collect();
+    let item = mention("Ev3", "1767225602.000003", &five);
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    assert_eq!(s.provider.commands().len(), 5);
+}
+
+#[tokio::test]
+async fn messages_past_the_threads_rate_are_refused_and_told_once() {
+    use threadbox_shared::adapters::sqlite::{Database, SqliteWindowCounter};
+    use threadbox_shared::slack::{MessageRates, RateLimits};
+    use threadbox_shared::testing::ManualClock;
+
+    let s = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let counts = Database::open(dir.path().join("counts.db"), "").unwrap();
+    let clock = Arc::new(ManualClock::default());
+    let rates = MessageRates::new(
+        Arc::new(SqliteWindowCounter::new(counts).await.unwrap()),
+        RateLimits {
+            per_thread: 2,
+            per_team: 100,
+        },
+        clock.clone(),
+    );
+    let worker = s.worker.clone().with_rates(rates);
+    let handle = |item: WorkItem| {
+        let worker = worker.clone();
+        async move {
+            worker
+                .handle_body(&serde_json::to_string(&item).unwrap())
+                .await
+        }
+    };
+    for i in 0..5 {
+        let item = mention(
+            &format!("Ev{i}"),
+            &format!("1767225603.00000{i}"),
+            "```echo hi```",
+        );
+        assert_eq!(handle(item).await, RecordOutcome::Delivered);
+    }
+    assert_eq!(
+        s.provider.commands().len(),
+        2,
+        "two ran, three were refused"
+    );
+    let replies = s.replies();
+    assert_eq!(replies.len(), 3, "two results and one notice: {replies:?}");
+    assert!(
+        replies[2].contains("Slow down: this thread has sent more than 2 messages this minute"),
+        "{}",
+        replies[2]
+    );
+    // A redelivery of a refused message is still a duplicate, not a new message.
+    let again = mention("Ev3", "1767225603.000003", "```echo hi```");
+    assert_eq!(handle(again).await, RecordOutcome::Delivered);
+    assert_eq!(s.replies().len(), 3);
+
+    // The next minute, the thread may send again.
+    clock.advance(Duration::from_secs(60));
+    let item = mention("Ev9", "1767225603.000009", "```echo hi```");
+    assert_eq!(handle(item).await, RecordOutcome::Delivered);
+    assert_eq!(s.provider.commands().len(), 3);
+}
+
+#[tokio::test]
 async fn a_redelivered_message_or_its_twin_event_never_runs_twice() {
     let s = setup().await;
     let first = mention("Ev1", "1767225601.000001", "```echo once```");

@@ -45,7 +45,7 @@ const FUNCTIONS: [&str; 8] = [
 const RUNS: usize = 5;
 const SIZE_TARGET_MIB: f64 = 15.0;
 const COLD_START_TARGET: Duration = Duration::from_millis(50);
-const API_KEY: &str = "bench-api-key";
+const API_KEY: &str = "bench-api-key-0123456789abcdef0123456789";
 const SIGNING_SECRET: &str = "bench-signing-secret";
 const BOT_TOKEN: &str = "xoxb-bench";
 

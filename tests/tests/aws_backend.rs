@@ -370,6 +370,32 @@ mod dedupe_conformance {
     );
 }
 
+/// The window counter suite against `DynamoWindowCounter`, each test on its own dedupe table.
+mod window_counter_conformance {
+    use std::sync::Arc;
+
+    use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoWindowCounter};
+    use threadbox_shared::ports::WindowCounter;
+    use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
+
+    async fn counter(test: &str) -> Option<(Arc<dyn WindowCounter>, ())> {
+        if !aws_configured(test) {
+            return None;
+        }
+        let sdk = sdk_config().await;
+        let table = unique_name("counts");
+        create_dedupe_table(&aws_sdk_dynamodb::Client::new(&sdk), &table)
+            .await
+            .expect("create the dedupe table");
+        Some((
+            Arc::new(DynamoWindowCounter::from_sdk_config(&sdk, &table)),
+            (),
+        ))
+    }
+
+    threadbox_shared::window_counter_conformance_tests!(counter);
+}
+
 /// The Slack status store suite against `DynamoSlackStatusStore`, each test on its own table.
 #[cfg(feature = "slack")]
 mod slack_status_conformance {

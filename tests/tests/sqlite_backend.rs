@@ -87,6 +87,21 @@ fn a_corrupt_database_file_is_named_in_the_error() {
     );
 }
 
+mod window_counter_conformance {
+    use std::sync::Arc;
+    use threadbox_shared::adapters::sqlite::{Database, SqliteWindowCounter};
+    use threadbox_shared::ports::WindowCounter;
+
+    /// Counters on a fresh database file, and its directory for the test to keep.
+    async fn counter(_test: &str) -> Option<(Arc<dyn WindowCounter>, tempfile::TempDir)> {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(dir.path().join("counts.db"), "").unwrap();
+        Some((Arc::new(SqliteWindowCounter::new(db).await.unwrap()), dir))
+    }
+
+    threadbox_shared::window_counter_conformance_tests!(counter);
+}
+
 mod dedupe_conformance {
     use std::sync::Arc;
     use threadbox_shared::adapters::sqlite::SqliteDedupe;

@@ -12,6 +12,7 @@
 //! in SQLite, and the containers of live threads keep running (they are the threads' sandboxes,
 //! and the next start finds them because runc's state is on disk).
 
+mod api_keys;
 mod consumer;
 mod dashboard;
 mod data_dir;
@@ -21,6 +22,7 @@ mod shutdown;
 mod slack;
 mod work;
 mod ws;
+mod ws_limits;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -34,7 +36,7 @@ use threadbox_shared::adapters::sqlite::{
 };
 use threadbox_shared::domain::Timers;
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_shared::http::{require_local, router, token_routes, ApiAuth, LocalOnly};
+use threadbox_shared::http::{require_local, router, token_routes, LocalOnly};
 use threadbox_shared::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
 use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue, SystemClock};
 use threadbox_shared::usecases::{Config, Threadbox};
@@ -84,24 +86,56 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_FANOUT_RETRY", default_value = "30s", value_parser = duration::parse)]
     pub fanout_retry: Duration,
 
-    /// API keys callers must present as `Authorization: Bearer <key>`, comma-separated.
-    /// None means no authentication (loopback only).
-    #[arg(
-        long,
-        env = "THREADBOX_API_KEYS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub api_keys: Vec<String>,
+    /// A file of API keys callers must present as `Authorization: Bearer <key>`, one per line
+    /// or comma-separated, each at least 32 characters. The keys may instead be given in
+    /// THREADBOX_API_KEYS. Neither means no authentication, for this machine only.
+    #[arg(long, env = "THREADBOX_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+
+    /// Most live-events WebSocket connections one token may hold open at once.
+    #[arg(long, env = "THREADBOX_WS_MAX_PER_TOKEN", default_value_t = ws_limits::ConnectionLimits::default().per_token)]
+    pub ws_max_per_token: usize,
+
+    /// Most live-events WebSocket connections one client address may hold open at once.
+    #[arg(long, env = "THREADBOX_WS_MAX_PER_ADDRESS", default_value_t = ws_limits::ConnectionLimits::default().per_address)]
+    pub ws_max_per_address: usize,
+
+    /// Slack messages acted on per minute in one thread; past it the thread is told to slow
+    /// down, once a minute.
+    #[arg(long, env = "THREADBOX_SLACK_THREAD_RATE", default_value_t = threadbox_shared::slack::RateLimits::default().per_thread)]
+    pub slack_thread_rate: u64,
+
+    /// Slack messages acted on per minute in one workspace (team), all threads together.
+    #[arg(long, env = "THREADBOX_SLACK_TEAM_RATE", default_value_t = threadbox_shared::slack::RateLimits::default().per_team)]
+    pub slack_team_rate: u64,
+
+    /// Refused: keys on the command line show in `ps` to every local user.
+    #[arg(long, hide = true)]
+    pub api_keys: Option<String>,
 }
 
 impl DevArgs {
     fn validate(&self) -> anyhow::Result<()> {
+        if self.api_keys.is_some() {
+            bail!(
+                "--api-keys is not accepted: a command line shows in `ps` to every local user. \
+                 Put the keys in {} or in a file named by --api-keys-file",
+                api_keys::KEYS_ENV
+            );
+        }
         if self.janitor_interval < Duration::from_secs(1) {
             bail!("--janitor-interval must be at least 1s");
         }
         if self.lease < Duration::from_secs(1) || self.fanout_retry < Duration::from_secs(1) {
             bail!("--lease and --fanout-retry must be at least 1s");
+        }
+        if self.slack_thread_rate == 0 || self.slack_team_rate == 0 {
+            bail!(
+                "--slack-thread-rate and --slack-team-rate must be at least 1 (messages a minute)"
+            );
+        }
+        if self.ws_max_per_token == 0 || self.ws_max_per_address == 0 {
+            bail!("--ws-max-per-token and --ws-max-per-address must be at least 1");
         }
         if self.idle_pause.is_zero() {
             bail!("--idle-pause must be more than zero");
@@ -177,7 +211,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         clock.clone(),
     ));
 
-    let auth = ApiAuth::new(&args.api_keys);
+    let auth = api_keys::load(
+        std::env::var(api_keys::KEYS_ENV).ok().as_deref(),
+        args.api_keys_file.as_deref(),
+    )?;
     if !auth.is_enabled() {
         tracing::warn!(
             "API authentication is off (no THREADBOX_API_KEYS): anything on this machine can \
@@ -193,6 +230,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         dedupe: dedupe.clone(),
         auth: auth.clone(),
         clock: clock.clone(),
+        rates: threadbox_shared::slack::RateLimits {
+            per_thread: args.slack_thread_rate,
+            per_team: args.slack_team_rate,
+        },
     })
     .await?;
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, args.port))
@@ -240,6 +281,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         gateway: LiveGateway::new(subscribers, token_key.clone()),
         sender: sockets,
         shutdown: shutdown.subscribe(),
+        connections: ws_limits::ConnectionCounter::new(ws_limits::ConnectionLimits {
+            per_token: args.ws_max_per_token,
+            per_address: args.ws_max_per_address,
+        }),
     });
     let app = router(tb, auth.clone())
         .merge(token_routes(token_key, clock, auth.clone()))
@@ -255,9 +300,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         ));
     }
     let stop = shutdown.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.requested().await })
-        .await;
+    // With each connection's peer address, for the WebSocket caps.
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { shutdown.requested().await })
+    .await;
     if served.is_err() {
         // The server only returns early on an accept error: stop the loops as well.
         stop.trigger();
@@ -361,16 +410,29 @@ mod tests {
             "1d",
             "--janitor-interval",
             "5s",
-            "--api-keys",
-            "a,b",
+            "--api-keys-file",
+            "/etc/threadbox/keys",
         ])
         .unwrap();
         assert_eq!(args.port, 9000);
         assert_eq!(args.idle_pause, Duration::from_secs(90));
         assert_eq!(args.retention, Duration::from_secs(86_400));
         assert_eq!(args.janitor_interval, Duration::from_secs(5));
-        assert_eq!(args.api_keys, vec!["a", "b"]);
+        assert_eq!(
+            args.api_keys_file.as_deref(),
+            Some(Path::new("/etc/threadbox/keys"))
+        );
         args.validate().unwrap();
+    }
+
+    #[test]
+    fn keys_on_the_command_line_are_refused() {
+        let args = parse(&["--api-keys", "a-key-that-ps-would-show"]).unwrap();
+        let err = args.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("shows in `ps`") && err.contains("THREADBOX_API_KEYS"),
+            "{err}"
+        );
     }
 
     #[test]

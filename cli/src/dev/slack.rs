@@ -13,14 +13,15 @@ use anyhow::Context;
 use axum::Router;
 use threadbox_shared::adapters::sqlite::{
     Database, QueueConfig, SqliteQueue, SqliteSlackSink, SqliteSlackStatusStore,
+    SqliteWindowCounter,
 };
 use threadbox_shared::fanout::FanoutTarget;
 use threadbox_shared::http::{slack_sink_routes, ApiAuth};
 use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue};
 use threadbox_shared::slack::client::{SlackClientConfig, SlackWebClient};
 use threadbox_shared::slack::{
-    router as events_router, SlackApi, SlackIngress, SlackStatusTarget, SlackWorker,
-    SlackWorkerConfig, WORK_QUEUE,
+    router as events_router, MessageRates, RateLimits, SlackApi, SlackIngress, SlackStatusTarget,
+    SlackWorker, SlackWorkerConfig, WORK_QUEUE,
 };
 use threadbox_shared::usecases::Threadbox;
 
@@ -51,6 +52,8 @@ pub struct SlackDeps<'a> {
     pub dedupe: Arc<dyn DedupeStore>,
     pub auth: ApiAuth,
     pub clock: Arc<dyn Clock>,
+    /// Messages acted on per minute, per thread and per workspace.
+    pub rates: RateLimits,
 }
 
 pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
@@ -81,7 +84,7 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
     };
 
     let work_queue: Arc<dyn DurableQueue> = Arc::new(
-        SqliteQueue::new(deps.database, WORK_QUEUE, QueueConfig::default())
+        SqliteQueue::new(deps.database.clone(), WORK_QUEUE, QueueConfig::default())
             .await
             .context("opening the Slack work queue")?,
     );
@@ -89,7 +92,7 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
         Some(signing_secret),
         deps.dedupe.clone(),
         work_queue.clone(),
-        deps.clock,
+        deps.clock.clone(),
     );
     let status_store = SqliteSlackStatusStore::open(deps.db_path).with_context(|| {
         format!(
@@ -100,7 +103,12 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
     let target = Arc::new(SlackStatusTarget::new(api.clone(), Arc::new(status_store)));
     let worker_config = SlackWorkerConfig::default();
     let work_config = WorkConfig::for_exec_timeout(worker_config.exec_timeout);
-    let worker = SlackWorker::new(deps.tb, api, deps.dedupe, work_queue.clone(), worker_config);
+    let counter = SqliteWindowCounter::new(deps.database.clone())
+        .await
+        .context("opening the Slack rate counters")?;
+    let rates = MessageRates::new(Arc::new(counter), deps.rates, deps.clock.clone());
+    let worker = SlackWorker::new(deps.tb, api, deps.dedupe, work_queue.clone(), worker_config)
+        .with_rates(rates);
     Ok(SlackParts {
         routes: routes.merge(events_router(ingress)),
         target,

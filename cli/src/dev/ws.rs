@@ -6,10 +6,11 @@
 //! call in production, and every frame for the client (replies, replayed and live events) comes
 //! through the connection's channel in the [`InProcessSender`], so they share one order.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -21,6 +22,8 @@ use threadbox_shared::live::{InProcessSender, LiveGateway, ProtocolError, MAX_CL
 use threadbox_shared::ports::{ConnectionSender, Frame};
 use tokio::sync::{mpsc, watch};
 
+use super::ws_limits::{Admission, ConnectionCounter};
+
 /// Close codes (RFC 6455): the server is stopping; the server ended the connection on purpose.
 const GOING_AWAY: u16 = 1001;
 const POLICY: u16 = 1008;
@@ -30,6 +33,7 @@ pub struct LiveSocket {
     pub gateway: LiveGateway,
     pub sender: Arc<InProcessSender>,
     pub shutdown: watch::Receiver<bool>,
+    pub connections: ConnectionCounter,
 }
 
 pub fn routes(live: LiveSocket) -> Router {
@@ -43,6 +47,7 @@ struct WsQuery {
 
 async fn upgrade(
     State(live): State<LiveSocket>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
     query: Result<Query<WsQuery>, axum::extract::rejection::QueryRejection>,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
@@ -57,6 +62,20 @@ async fn upgrade(
         }
     };
     let token = query.ok().and_then(|Query(q)| q.token);
+    // Over a cap: upgrade and close at once with the reason, which a browser's WebSocket shows
+    // (a refused upgrade only reaches its script as a bare 1006).
+    let admission = match live
+        .connections
+        .admit(token.as_deref().unwrap_or_default(), client.ip())
+    {
+        Ok(admission) => admission,
+        Err(reason) => {
+            tracing::warn!(%client, %reason, "live-events connection refused");
+            return ws.on_upgrade(move |mut socket| async move {
+                let _ = socket.send(close(POLICY, reason)).await;
+            });
+        }
+    };
     let connection_id = uuid::Uuid::new_v4().to_string();
     // Routed before the connection is recorded, so no frame for it can find no route.
     let frames = live.sender.register(&connection_id);
@@ -76,7 +95,7 @@ async fn upgrade(
             tracing::debug!(%error, %connection_id, "WebSocket upgrade failed");
             tokio::spawn(async move { forget(&live, &connection_id).await });
         })
-        .on_upgrade(move |socket| serve(live, connection_id, socket, frames))
+        .on_upgrade(move |socket| serve(live, connection_id, socket, frames, admission))
 }
 
 /// Pump one connection: frames out from the channel, client messages in to the gateway, until
@@ -86,6 +105,8 @@ async fn serve(
     connection_id: String,
     socket: WebSocket,
     mut frames: mpsc::Receiver<Frame>,
+    // Held while the connection is open: its place under the caps.
+    _admission: Admission,
 ) {
     let (mut sink, mut stream) = socket.split();
     let stop = stopping(live.shutdown.clone());
@@ -155,10 +176,10 @@ async fn stopping(mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-fn close(code: u16, reason: &'static str) -> Message {
+fn close(code: u16, reason: impl Into<String>) -> Message {
     Message::Close(Some(CloseFrame {
         code,
-        reason: reason.into(),
+        reason: reason.into().into(),
     }))
 }
 

@@ -100,6 +100,9 @@ impl DevServer {
         let data_dir = data_dir.map_or_else(|| tmp.path().join("data"), Path::to_path_buf);
         let stderr_path = tmp.path().join("dev.stderr");
         let mut command = Command::new(env!("CARGO_BIN_EXE_threadbox"));
+        // No keys unless the test gives some: the developer's own must not leak in.
+        command.env_remove("THREADBOX_API_KEYS");
+        command.env_remove("THREADBOX_API_KEYS_FILE");
         for (name, value) in env {
             match value {
                 Some(value) => command.env(name, value),
@@ -117,7 +120,6 @@ impl DevServer {
             ])
             .arg(&data_dir)
             .args(args)
-            .env_remove("THREADBOX_API_KEYS")
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr_path).unwrap())

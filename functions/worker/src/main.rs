@@ -6,7 +6,8 @@ use std::sync::Arc;
 use lambda_runtime::service_fn;
 use threadbox_shared::lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
 use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
-use threadbox_shared::slack::{SlackWorker, SlackWorkerConfig};
+use threadbox_shared::ports::SystemClock;
+use threadbox_shared::slack::{MessageRates, SlackWorker, SlackWorkerConfig};
 use worker::WorkHandler;
 
 #[tokio::main]
@@ -28,7 +29,12 @@ async fn main() -> Result<(), lambda::Error> {
                 dedupe.clone(),
                 work_queue.clone(),
                 SlackWorkerConfig::default(),
-            );
+            )
+            .with_rates(MessageRates::new(
+                Arc::new(lambda::window_counter(&sdk, &env)?),
+                lambda::slack_rates(&env)?,
+                Arc::new(SystemClock),
+            ));
             // The same queue settles each batch's records (visibility, dead letters), and the
             // dedupe table counts each record's own attempts.
             let settler = BatchSettler::new(work_queue).with_attempt_limit(

@@ -74,6 +74,11 @@ impl ThreadId {
         self.0.starts_with("slack:")
     }
 
+    /// The Slack workspace (team id) a Slack thread belongs to.
+    pub fn slack_team(&self) -> Option<&str> {
+        self.0.strip_prefix("slack:")?.split(':').next()
+    }
+
     /// The janitor's index shard for this thread: a stable FNV-1a hash, so every process and
     /// every backend agrees without coordination.
     pub fn shard(&self, shard_count: u32) -> u32 {

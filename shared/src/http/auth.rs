@@ -17,6 +17,26 @@ use subtle::ConstantTimeEq;
 use super::error::ApiError;
 use super::local_only::LocalOnly;
 
+/// The shortest API key accepted from configuration. Keys are bearer secrets sent on every
+/// request; 32 characters of `openssl rand -hex 32` (which gives 64) is far past guessing.
+pub const MIN_API_KEY_LEN: usize = 32;
+
+/// Why a configured key list was refused. Never shows a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiKeysError {
+    #[error("holds no key (only commas, line breaks and spaces)")]
+    Empty,
+    #[error(
+        "key {position} of {count} is {length} characters long; API keys must be at least \
+         {MIN_API_KEY_LEN} (make one with `openssl rand -hex 32`)"
+    )]
+    TooShort {
+        position: usize,
+        count: usize,
+        length: usize,
+    },
+}
+
 /// The API keys a caller may present as `Authorization: Bearer <key>`.
 #[derive(Clone, Default)]
 pub struct ApiAuth {
@@ -45,6 +65,32 @@ impl ApiAuth {
             .filter(|k| !k.is_empty())
             .collect();
         Self { keys: keys.into() }
+    }
+
+    /// Keys from configuration (a variable, a secret, a file): separated by commas or line
+    /// breaks, blanks ignored, each at least [`MIN_API_KEY_LEN`] characters. An empty list is an
+    /// error here: a caller that means "no keys" says so with [`ApiAuth::disabled`].
+    pub fn parse(list: &str) -> Result<Self, ApiKeysError> {
+        let keys: Vec<&str> = list
+            .split([',', '\n'])
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .collect();
+        if keys.is_empty() {
+            return Err(ApiKeysError::Empty);
+        }
+        let count = keys.len();
+        for (i, key) in keys.iter().enumerate() {
+            let length = key.chars().count();
+            if length < MIN_API_KEY_LEN {
+                return Err(ApiKeysError::TooShort {
+                    position: i + 1,
+                    count,
+                    length,
+                });
+            }
+        }
+        Ok(Self::new(keys))
     }
 
     /// No authentication (local development only).
@@ -171,6 +217,30 @@ mod tests {
             let err = auth.check(&headers(&[(header::ORIGIN, bad)])).unwrap_err();
             assert_eq!(err.code, "forbidden_origin", "{bad}");
         }
+    }
+
+    #[test]
+    fn configured_keys_are_long_and_never_shown_in_errors() {
+        let long_a = "a".repeat(32);
+        let long_b = "b".repeat(64);
+        let auth = ApiAuth::parse(&format!(" {long_a} ,\n{long_b}\n\n")).unwrap();
+        assert!(auth.accepts(long_a.as_bytes()) && auth.accepts(long_b.as_bytes()));
+        assert_eq!(ApiAuth::parse(" , \n ").unwrap_err(), ApiKeysError::Empty);
+        let err = ApiAuth::parse(&format!("{long_a},short-secret-key")).unwrap_err();
+        assert_eq!(
+            err,
+            ApiKeysError::TooShort {
+                position: 2,
+                count: 2,
+                length: 16
+            }
+        );
+        let shown = err.to_string();
+        assert!(
+            shown.contains("at least 32") && !shown.contains("short-secret-key"),
+            "{shown}"
+        );
+        assert!(ApiAuth::parse(&"c".repeat(31)).is_err());
     }
 
     #[test]

@@ -30,7 +30,7 @@ use axum::routing::get;
 use axum::{middleware, Json, Router};
 use serde_json::{json, Value};
 
-pub use auth::ApiAuth;
+pub use auth::{ApiAuth, ApiKeysError, MIN_API_KEY_LEN};
 pub use error::ApiError;
 pub use local_only::{require_local, LocalOnly};
 pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};

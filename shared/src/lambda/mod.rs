@@ -70,4 +70,4 @@ pub use slack::{
     work_queue,
 };
 pub use wiring::lifecycle_queue;
-pub use wiring::{api_auth, aws_config, dedupe, threadbox};
+pub use wiring::{api_auth, aws_config, dedupe, slack_rates, threadbox, window_counter};

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use super::env::{Env, SetupError};
 use super::settings::Settings;
 use crate::adapters::aws::{load_config, ClientSettings, SdkConfig};
-use crate::adapters::dynamo::{DynamoDedupe, DynamoSessionStore};
+use crate::adapters::dynamo::{DynamoDedupe, DynamoSessionStore, DynamoWindowCounter};
 use crate::adapters::e2b::E2bProvider;
 use crate::adapters::provider_config::{ConfigError, ProviderConfig};
 use crate::adapters::runc::{RuncConfig, RuncProvider};
 use crate::adapters::sqs::SqsQueue;
 use crate::http::ApiAuth;
 use crate::ports::{SandboxProvider, SystemClock};
+use crate::slack::RateLimits;
 use crate::usecases::Threadbox;
 
 pub const API_KEYS_VAR: &str = "THREADBOX_API_KEYS";
@@ -66,19 +67,46 @@ pub fn dedupe(sdk: &SdkConfig, env: &Env) -> Result<DynamoDedupe, SetupError> {
     Ok(DynamoDedupe::from_sdk_config(sdk, table))
 }
 
+/// Counters for rate limits, on the dedupe table (`THREADBOX_DEDUPE_TABLE`).
+pub fn window_counter(sdk: &SdkConfig, env: &Env) -> Result<DynamoWindowCounter, SetupError> {
+    let table = env.required(DynamoDedupe::TABLE_VAR)?;
+    Ok(DynamoWindowCounter::from_sdk_config(sdk, table))
+}
+
+/// Slack messages acted on per minute (`THREADBOX_SLACK_THREAD_RATE`,
+/// `THREADBOX_SLACK_TEAM_RATE`; each optional, a positive whole number).
+pub fn slack_rates(env: &Env) -> Result<RateLimits, SetupError> {
+    let defaults = RateLimits::default();
+    let read = |variable: &'static str, default: u64| -> Result<u64, SetupError> {
+        match env.get(variable) {
+            None => Ok(default),
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(ConfigError::Invalid {
+                    variable,
+                    reason: format!("{text:?} is not a positive whole number of messages a minute"),
+                }
+                .into()),
+            },
+        }
+    };
+    Ok(RateLimits {
+        per_thread: read("THREADBOX_SLACK_THREAD_RATE", defaults.per_thread)?,
+        per_team: read("THREADBOX_SLACK_TEAM_RATE", defaults.per_team)?,
+    })
+}
+
 /// The API keys HTTP callers must present (`THREADBOX_API_KEYS`, comma-separated). Required: a
 /// function behind API Gateway is on the internet, and the API's keyless mode is for loopback.
 pub fn api_auth(env: &Env) -> Result<ApiAuth, SetupError> {
     let keys = env.required(API_KEYS_VAR)?;
-    let auth = ApiAuth::new(keys.split(','));
-    if !auth.is_enabled() {
-        return Err(ConfigError::Invalid {
+    ApiAuth::parse(&keys).map_err(|e| {
+        ConfigError::Invalid {
             variable: API_KEYS_VAR,
-            reason: "holds no key (only commas and blanks)".into(),
+            reason: e.to_string(),
         }
-        .into());
-    }
-    Ok(auth)
+        .into()
+    })
 }
 
 #[cfg(test)]
@@ -93,9 +121,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("holds no key"), "{err}");
-        let auth = api_auth(&Env::from_pairs(&[(API_KEYS_VAR, "k-one,k-two")])).unwrap();
-        assert!(auth.accepts(b"k-one") && auth.accepts(b"k-two"));
+        let (one, two) = ("k-one".repeat(8), "k-two".repeat(8));
+        let auth = api_auth(&Env::from_pairs(&[(API_KEYS_VAR, &format!("{one},{two}"))])).unwrap();
+        assert!(auth.accepts(one.as_bytes()) && auth.accepts(two.as_bytes()));
         assert!(!format!("{auth:?}").contains("k-one"));
+        let err = api_auth(&Env::from_pairs(&[(API_KEYS_VAR, "k-one")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least 32"), "{err}");
+    }
+
+    #[test]
+    fn slack_rates_default_and_refuse_nonsense() {
+        assert_eq!(
+            slack_rates(&Env::from_pairs(&[])).unwrap(),
+            RateLimits::default()
+        );
+        let set = Env::from_pairs(&[
+            ("THREADBOX_SLACK_THREAD_RATE", "3"),
+            ("THREADBOX_SLACK_TEAM_RATE", "30"),
+        ]);
+        assert_eq!(
+            slack_rates(&set).unwrap(),
+            RateLimits {
+                per_thread: 3,
+                per_team: 30
+            }
+        );
+        for bad in ["0", "-1", "ten"] {
+            let env = Env::from_pairs(&[("THREADBOX_SLACK_THREAD_RATE", bad)]);
+            let err = slack_rates(&env).unwrap_err().to_string();
+            assert!(err.contains("THREADBOX_SLACK_THREAD_RATE"), "{err}");
+        }
     }
 
     #[tokio::test]

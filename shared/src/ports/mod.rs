@@ -7,6 +7,7 @@ mod provider;
 mod queue;
 mod session_store;
 mod subscription_store;
+mod window_counter;
 
 pub use clock::{Clock, SystemClock};
 pub use connection_sender::{ConnectionSender, Frame, SendError};
@@ -15,3 +16,4 @@ pub use provider::*;
 pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage};
 pub use session_store::{Page, SessionStore, StoreError, StoreStats};
 pub use subscription_store::{Connection, Subscription, SubscriptionStore};
+pub use window_counter::WindowCounter;

@@ -8,6 +8,7 @@
 //! - `work`: what the work queue carries;
 //! - `command`: what a message asks for (code blocks, `status`, `reset`, ...);
 //! - `worker`: runs it in the thread's sandbox and replies;
+//! - `rate_limit`: messages acted on per thread and per workspace, per minute;
 //! - `format`: replies within Slack's limits;
 //! - `status` / `status_store`: the fan-out target keeping one status message per thread;
 //! - `api`: the `SlackApi` port (post, update, file info, download) and its typed errors;
@@ -23,6 +24,7 @@ pub mod command;
 pub mod events;
 pub mod format;
 pub mod ingress;
+pub mod rate_limit;
 pub mod signature;
 pub mod status;
 pub mod status_store;
@@ -32,6 +34,7 @@ pub mod worker;
 
 pub use api::{ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage};
 pub use ingress::{router, Ack, SlackIngress, EVENTS_PATH};
+pub use rate_limit::{MessageRates, RateLimits};
 pub use signature::{SignatureError, SigningSecret};
 pub use status::SlackStatusTarget;
 pub use status_store::{SlackStatusStore, StatusMessage};

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use super::api::{PostMessage, SlackApi, SlackError, SlackFile};
 use super::command::{self, CodeBlock, Command, Language};
 use super::format::{self, escape, REPLY_BUDGET};
+use super::rate_limit::{MessageRates, Verdict};
 use super::work::{IncomingMessage, PendingReply, WorkItem};
 use crate::domain::{RejectKind, Session, ThreadId};
 use crate::fanout::RecordOutcome;
@@ -63,6 +64,10 @@ pub struct SlackWorkerConfig {
     pub max_inline_wait: Duration,
     /// Entries shown by `files`.
     pub max_listing: usize,
+    /// Most code blocks one message may run; a message with more runs none.
+    pub max_blocks_per_message: usize,
+    /// Most characters of code (all blocks together) one message may run.
+    pub max_code_chars_per_message: usize,
 }
 
 impl Default for SlackWorkerConfig {
@@ -75,6 +80,10 @@ impl Default for SlackWorkerConfig {
             reply_budget: REPLY_BUDGET,
             max_inline_wait: Duration::from_secs(10),
             max_listing: 50,
+            // A 40,000-character message holds thousands of tiny blocks; five is plenty for a
+            // person, and an agent can send several messages.
+            max_blocks_per_message: 5,
+            max_code_chars_per_message: 20_000,
         }
     }
 }
@@ -87,6 +96,8 @@ pub struct SlackWorker {
     /// The work queue, for replies that have to wait.
     queue: Arc<dyn DurableQueue>,
     config: SlackWorkerConfig,
+    /// Per-thread and per-workspace message limits; none without `with_rates`.
+    rates: Option<MessageRates>,
 }
 
 impl SlackWorker {
@@ -103,7 +114,14 @@ impl SlackWorker {
             dedupe,
             queue,
             config,
+            rates: None,
         }
+    }
+
+    /// Act on at most so many messages per thread and per workspace a minute (see `rate_limit`).
+    pub fn with_rates(mut self, rates: MessageRates) -> Self {
+        self.rates = Some(rates);
+        self
     }
 
     /// Handle one work-queue body. Never fails the whole batch: a body that is not work is
@@ -187,6 +205,20 @@ impl SlackWorker {
             Err(error) => return retry(format!("dedupe store: {error}")),
         }
         let mut replies = Replies::new(self, &message, &key, deadline);
+        if let Some(rates) = &self.rates {
+            match rates.check(&message.thread_id).await {
+                Ok(Verdict::Allowed) => {}
+                Ok(Verdict::Refused { reply }) => {
+                    if let Some(reply) = reply {
+                        replies.send(reply).await;
+                    }
+                    self.mark(&key, DONE).await;
+                    return RecordOutcome::Delivered;
+                }
+                // Nothing has run: the redelivery finds the claim without `started` and runs it.
+                Err(error) => return retry(format!("rate counter: {error}")),
+            }
+        }
         if has_files {
             replies.start().await;
             let text = self.copy_files(&message.thread_id, &message.files).await;
@@ -252,6 +284,10 @@ impl SlackWorker {
     ) {
         match command {
             Command::Run(blocks) => {
+                if let Some(refusal) = self.too_much_code(&blocks) {
+                    replies.send(refusal).await;
+                    return;
+                }
                 for block in blocks {
                     let Some(timeout) = replies.time_for_block(self.config.exec_timeout) else {
                         replies.send(OUT_OF_TIME_REPLY.to_owned()).await;
@@ -294,6 +330,30 @@ impl SlackWorker {
             Command::Empty if has_files => {}
             Command::Empty => replies.send(help()).await,
         }
+    }
+
+    /// Why a message's code is over the limits, as the one reply it gets; `None` when it may run.
+    fn too_much_code(&self, blocks: &[CodeBlock]) -> Option<String> {
+        let (max_blocks, max_chars) = (
+            self.config.max_blocks_per_message,
+            self.config.max_code_chars_per_message,
+        );
+        let chars: usize = blocks.iter().map(|b| b.code.chars().count()).sum();
+        let what = if blocks.len() > max_blocks {
+            format!(
+                "{} code blocks; I run at most {max_blocks} per message",
+                blocks.len()
+            )
+        } else if chars > max_chars {
+            format!("{chars} characters of code; I run at most {max_chars} per message")
+        } else {
+            return None;
+        };
+        tracing::info!(blocks = blocks.len(), chars, "message over the code limits");
+        Some(format!(
+            ":no_entry: This message has {what}. Nothing was run. Send the code in smaller \
+             messages, or put it in a file and run that."
+        ))
     }
 
     async fn run_block(&self, thread_id: &ThreadId, block: CodeBlock, timeout: Duration) -> String {
@@ -519,8 +579,8 @@ pub const REPLY_MARGIN: Duration = Duration::from_secs(10);
 /// A code block with less time than this left is not started.
 pub const MIN_BLOCK_TIME: Duration = Duration::from_secs(5);
 
-const INTERRUPTED_REPLY: &str = ":warning: This message was interrupted: the worker stopped while      it was running (a timeout or a crash), so it may have run in part or in full. It is not run      again, so nothing runs twice. Check with `files` or `status`, and send it again if needed.";
-const OUT_OF_TIME_REPLY: &str = ":hourglass: This code block was not run: the worker ran out of      time for this message. Send it again in a new message.";
+const INTERRUPTED_REPLY: &str = ":warning: This message was interrupted: the worker stopped while it was running (a timeout or a crash), so it may have run in part or in full. It is not run again, so nothing runs twice. Check with `files` or `status`, and send it again if needed.";
+const OUT_OF_TIME_REPLY: &str = ":hourglass: This code block was not run: the worker ran out of time for this message. Send it again in a new message.";
 
 /// Posts the replies to one message, in order, each numbered for its queue dedup id; and marks
 /// the message started before its first effect.

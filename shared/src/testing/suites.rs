@@ -79,3 +79,23 @@ macro_rules! lifecycle_conformance_tests {
         }
     )*};
 }
+
+/// Every function of `window_counter_conformance`; `$make(test_name)` gives the counter to test
+/// and whatever must live as long as the test (a temporary directory), or `None` to skip:
+/// `Option<(Arc<dyn WindowCounter>, impl Any)>`.
+#[macro_export]
+macro_rules! window_counter_conformance_tests {
+    ($make:path) => {
+        $crate::window_counter_conformance_tests!(@each $make,
+            counts_start_at_one_and_each_key_counts_alone,
+            concurrent_increments_each_get_their_own_number,
+        );
+    };
+    (@each $make:path, $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some((counter, _keep)) = $make(stringify!($name)).await else { return };
+            $crate::testing::window_counter_conformance::$name(counter).await;
+        }
+    )*};
+}

@@ -112,6 +112,7 @@ mod session_store;
 mod slack_status;
 #[cfg(feature = "live")]
 mod subscriptions;
+mod window_counter;
 
 pub use capacity::{query_read_units, session_item_bytes, Consistency, READ_BLOCK_BYTES};
 pub use config::{ConfigError, DynamoConfig, DEFAULT_EVENT_RETENTION, DEFAULT_SHARDS};
@@ -126,3 +127,4 @@ pub use session_store::DynamoSessionStore;
 pub use slack_status::DynamoSlackStatusStore;
 #[cfg(feature = "live")]
 pub use subscriptions::DynamoSubscriptionStore;
+pub use window_counter::DynamoWindowCounter;

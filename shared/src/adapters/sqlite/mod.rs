@@ -10,6 +10,7 @@ mod slack_sink;
 #[cfg(feature = "slack")]
 mod slack_status;
 mod subscriptions;
+mod window_counter;
 
 pub use database::{Database, DatabaseError};
 pub use dedupe::SqliteDedupe;
@@ -20,3 +21,4 @@ pub use slack_sink::{SinkMessage, SinkQuery, SqliteSlackSink};
 #[cfg(feature = "slack")]
 pub use slack_status::SqliteSlackStatusStore;
 pub use subscriptions::SqliteSubscriptionStore;
+pub use window_counter::SqliteWindowCounter;
