@@ -229,3 +229,36 @@ async fn one_token_cannot_open_sockets_without_end() {
         .expect("a pong after a place freed");
     assert!(pong.to_text().unwrap().contains("pong"), "{pong:?}");
 }
+
+/// Code in a sandbox cannot take the server down through what it leaves: a home holding a chain
+/// of directories 30,000 deep is destroyed by a reset with the process alive (a recursive
+/// removal overflowed the stack and aborted threadbox dev, on every restart again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_tree_left_in_a_sandbox_does_not_crash_a_reset() {
+    if !prerequisites_met("hostile_callers", &dev_missing()) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    let made = dev
+        .post(
+            "/v1/threads/deep/exec",
+            Some(json!({"argv": ["python3", "-c",
+                "import os\nfor _ in range(30000):\n    os.mkdir('d'); os.chdir('d')\nprint('made')"]})),
+        )
+        .await;
+    assert_eq!(made["stdout"], "made\n", "{made}");
+    let first = dev.get("/v1/threads/deep").await["session"]["sandbox_id"].clone();
+    let reset = dev.post("/v1/threads/deep/reset", None).await;
+    assert_eq!(reset["status"], "active", "{reset}");
+    assert_ne!(reset["sandbox_id"], first, "a fresh sandbox");
+    let health = dev.get("/healthz").await;
+    assert_eq!(health["ok"], true, "the server is alive");
+    let old = first.as_str().unwrap();
+    assert!(
+        !dev.data_dir()
+            .join("sandboxes/sandboxes")
+            .join(old)
+            .exists(),
+        "the old sandbox's files are gone"
+    );
+}

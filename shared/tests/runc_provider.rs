@@ -684,3 +684,25 @@ async fn no_zombies_are_left_behind() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(our_zombies(), Vec::<String>::new());
 }
+
+/// A sandbox's home holding a chain of directories 30,000 deep is destroyed with the process
+/// alive; a recursive removal overflowed the stack and aborted the whole process there.
+#[tokio::test]
+async fn a_tree_thirty_thousand_deep_is_destroyed_without_harm() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    let made = sh(
+        &p,
+        &id,
+        "python3 -c 'import os\nfor _ in range(30000):\n    os.mkdir(\"d\"); os.chdir(\"d\")\nopen(\"leaf\", \"w\").write(\"x\")' && echo made",
+    )
+    .await;
+    assert_eq!(made.stdout, "made\n", "{made:?}");
+    p.kill(&id).await.expect("the kill succeeds");
+    assert!(
+        !fixture.config.sandboxes_dir().join(&id).exists(),
+        "the bundle is gone"
+    );
+    assert!(matches!(p.info(&id).await, Err(ProviderError::Gone(_))));
+}

@@ -115,13 +115,22 @@ impl Bundle {
             .ok()
     }
 
-    /// Delete the bundle, home included. Gone already is fine. `remove_dir_all` never follows
-    /// symlinks, so links the sandbox left in its home cannot redirect the deletion.
+    /// Delete the bundle, home included, whatever tree the sandbox left there (see `remove`:
+    /// iterative, so no depth can overflow the stack; links are removed, never followed). Gone
+    /// already is fine.
     pub fn remove(&self) -> io::Result<()> {
-        match fs::remove_dir_all(&self.dir) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
+        use std::os::unix::ffi::OsStrExt;
+        let (Some(parent), Some(name)) = (self.dir.parent(), self.dir.file_name()) else {
+            return Err(io::Error::other(
+                "a bundle directory has a parent and a name",
+            ));
+        };
+        let parent = match fs::File::open(parent) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        let name = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
+        super::remove::remove_tree_at(&parent, &name)
     }
 }
 

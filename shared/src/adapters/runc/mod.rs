@@ -33,6 +33,7 @@ mod exec;
 mod files;
 mod ids;
 mod process;
+mod remove;
 mod runtime;
 mod search;
 
