@@ -706,3 +706,76 @@ async fn a_tree_thirty_thousand_deep_is_destroyed_without_harm() {
     );
     assert!(matches!(p.info(&id).await, Err(ProviderError::Gone(_))));
 }
+
+/// The syscalls a sandbox could use to attack the kernel or another process are refused with
+/// EPERM. Unfiltered, each of these calls would fail differently (EFAULT, EBADF) or succeed.
+#[cfg(target_arch = "x86_64")]
+#[tokio::test]
+async fn seccomp_refuses_io_uring_ptrace_and_reading_other_processes() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    let script = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+calls = {
+    "io_uring_setup": (425, 1, 0),
+    "pidfd_getfd": (438, -1, 0, 0),
+    "process_vm_readv": (310, os.getpid(), 0, 0, 0, 0, 0),
+    "ptrace": (101, 0, 0, 0, 0),
+    "kcmp": (312, os.getpid(), os.getpid(), 0, 0, 0),
+    "fsopen": (430, 0, 0),
+    "perf_event_open": (298, 0, 0, -1, -1, 0),
+}
+for name, args in calls.items():
+    ctypes.set_errno(0)
+    r = libc.syscall(*args)
+    print(name, r, ctypes.get_errno())
+"#;
+    let mut request = ExecRequest::shell("");
+    request.command = threadbox_shared::ports::ExecCommand::Argv(vec![
+        "python3".into(),
+        "-c".into(),
+        script.into(),
+    ]);
+    let out = p.exec(&id, request).await.unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    for name in [
+        "io_uring_setup",
+        "pidfd_getfd",
+        "process_vm_readv",
+        "ptrace",
+        "kcmp",
+        "fsopen",
+        "perf_event_open",
+    ] {
+        assert!(
+            out.stdout.lines().any(|l| l == format!("{name} -1 1")),
+            "{name} not refused with EPERM:\n{}",
+            out.stdout
+        );
+    }
+    p.kill(&id).await.unwrap();
+}
+
+/// No core dumps, and no file larger than the limit.
+#[tokio::test]
+async fn core_dumps_are_off_and_file_size_is_capped() {
+    let fixture = fixture!(SandboxLimits {
+        file_size_bytes: 1024 * 1024,
+        ..SandboxLimits::default()
+    });
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    let limits = sh(&p, &id, "ulimit -c").await;
+    assert_eq!(limits.stdout, "0\n", "{limits:?}");
+    let big = sh(
+        &p,
+        &id,
+        "head -c 2000000 /dev/zero > big; echo status $?; stat -c %s big",
+    )
+    .await;
+    assert!(big.stdout.contains("status 153"), "SIGXFSZ: {big:?}");
+    assert!(big.stdout.ends_with("1048576\n"), "{big:?}");
+    p.kill(&id).await.unwrap();
+}

@@ -348,7 +348,12 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
                 "bounding": no_caps, "effective": no_caps, "inheritable": no_caps,
                 "permitted": no_caps, "ambient": no_caps
             },
-            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096}],
+            "rlimits": [
+                {"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096},
+                // No core dumps: a crashing process would write its memory into the home.
+                {"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
+                {"type": "RLIMIT_FSIZE", "hard": limits.file_size_bytes, "soft": limits.file_size_bytes}
+            ],
             "noNewPrivileges": true
         },
         "root": {"path": "rootfs", "readonly": true},
@@ -376,7 +381,7 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
 }
 
 /// Defense in depth on top of "uid 1000, no capabilities": refuse the syscalls an unprivileged
-/// process only needs to attack the kernel. Above all, creating a user namespace (which would
+/// process only needs to attack the kernel or other processes (at least Docker's default set). Above all, creating a user namespace (which would
 /// hand the sandbox a full capability set over its own namespaces); glibc falls back from
 /// clone3, whose flags seccomp cannot inspect, to clone when clone3 says ENOSYS.
 fn seccomp_profile() -> Value {
@@ -388,11 +393,23 @@ fn seccomp_profile() -> Value {
         "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32", "SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"],
         "syscalls": [
             {
+                // Everything Docker's default profile refuses a process without capabilities,
+                // then what it also refuses since (io_uring), the new mount API, and what lets
+                // one process read or steer another (ptrace, process_vm_*, pidfd_getfd, kcmp).
                 "names": [
-                    "add_key", "bpf", "delete_module", "finit_module", "init_module",
-                    "kexec_file_load", "kexec_load", "keyctl", "mount", "open_by_handle_at",
-                    "perf_event_open", "pivot_root", "reboot", "request_key", "setns",
-                    "swapoff", "swapon", "umount2", "userfaultfd"
+                    "acct", "add_key", "bpf", "clock_adjtime", "clock_settime",
+                    "create_module", "delete_module", "finit_module", "fsconfig", "fsmount",
+                    "fsopen", "fspick", "get_kernel_syms", "get_mempolicy", "init_module",
+                    "io_uring_enter", "io_uring_register", "io_uring_setup", "ioperm", "iopl",
+                    "kcmp", "kexec_file_load", "kexec_load", "keyctl", "lookup_dcookie",
+                    "mbind", "mount", "mount_setattr", "move_mount", "move_pages",
+                    "name_to_handle_at", "nfsservctl", "open_by_handle_at", "open_tree",
+                    "perf_event_open", "pidfd_getfd", "pivot_root", "process_madvise",
+                    "process_vm_readv", "process_vm_writev", "ptrace", "query_module",
+                    "quotactl", "quotactl_fd", "reboot", "request_key", "set_mempolicy",
+                    "setdomainname", "sethostname", "setns", "settimeofday", "stime",
+                    "swapoff", "swapon", "sysfs", "syslog", "_sysctl", "umount", "umount2",
+                    "uselib", "userfaultfd", "ustat", "vhangup", "vm86", "vm86old"
                 ],
                 "action": "SCMP_ACT_ERRNO",
                 "errnoRet": EPERM

@@ -17,6 +17,9 @@ pub struct SandboxLimits {
     pub pids: u32,
     /// Size of the `/tmp` tmpfs in bytes. Its pages also count against `memory_bytes`.
     pub tmp_bytes: u64,
+    /// Largest file any process in the sandbox may write (RLIMIT_FSIZE): past it the write fails
+    /// with EFBIG and the process gets SIGXFSZ.
+    pub file_size_bytes: u64,
 }
 
 impl Default for SandboxLimits {
@@ -26,6 +29,7 @@ impl Default for SandboxLimits {
             cpu_millicores: 1000,
             pids: 256,
             tmp_bytes: 256 * 1024 * 1024,
+            file_size_bytes: 1024 * 1024 * 1024,
         }
     }
 }
