@@ -779,3 +779,37 @@ async fn core_dumps_are_off_and_file_size_is_capped() {
     assert!(big.stdout.ends_with("1048576\n"), "{big:?}");
     p.kill(&id).await.unwrap();
 }
+
+/// A runc without the fix for a known container escape is refused at start, naming the CVE and
+/// the way out, unless the operator allows it knowingly.
+#[tokio::test]
+async fn an_unpatched_runtime_is_refused_unless_allowed() {
+    let Some(fixture) = Fixture::new(SandboxLimits::default()) else {
+        return;
+    };
+    // A stand-in runc that reports an unpatched upstream version and belongs to no package.
+    let fake = fixture._dir.path().join("old-runc");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\ncase \"$*\" in\n  *--version*) echo 'runc version 1.1.5'; echo 'commit: v1.1.5' ;;\n  *list*) echo null ;;\n  *) exit 1 ;;\nesac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut config = fixture.config.clone();
+    config.runc_binary = fake;
+    let refused = RuncProvider::open(config.clone())
+        .await
+        .err()
+        .expect("refused");
+    let message = refused.to_string();
+    assert!(
+        matches!(refused, ProviderError::Unsupported(_)),
+        "{refused:?}"
+    );
+    assert!(
+        message.contains("CVE-2024-21626") && message.contains("--allow-unpatched-runc"),
+        "{message}"
+    );
+    config.allow_unpatched_runtime = true;
+    RuncProvider::open(config).await.expect("allowed knowingly");
+}

@@ -109,6 +109,11 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_SLACK_TEAM_RATE", default_value_t = threadbox_shared::slack::RateLimits::default().per_team)]
     pub slack_team_rate: u64,
 
+    /// Run sandboxes even on a runc that lacks the fix for a known container escape (by default
+    /// threadbox dev refuses to start on one, naming the CVE and the upgrade).
+    #[arg(long, env = "THREADBOX_ALLOW_UNPATCHED_RUNC")]
+    pub allow_unpatched_runc: bool,
+
     /// Refused: keys on the command line show in `ps` to every local user.
     #[arg(long, hide = true)]
     pub api_keys: Option<String>,
@@ -182,7 +187,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let dedupe: Arc<dyn DedupeStore> = Arc::new(
         SqliteDedupe::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
     );
-    let provider = RuncProvider::open(RuncConfig::new(data_dir.join("sandboxes")))
+    let mut runc_config = RuncConfig::new(data_dir.join("sandboxes"));
+    runc_config.allow_unpatched_runtime = args.allow_unpatched_runc;
+    let provider = RuncProvider::open(runc_config)
         .await
         .context("starting the runc sandbox provider")?;
 

@@ -55,6 +55,9 @@ pub struct RuncConfig {
     /// then come to it, and the provider reaps only its own. Turn it off if something else in
     /// the process manages orphans.
     pub reap_orphans: bool,
+    /// Run even when the runc binary lacks the fix for a known container escape (see the
+    /// `version` module). Off: opening the provider refuses, naming the CVE and the upgrade.
+    pub allow_unpatched_runtime: bool,
 }
 
 impl RuncConfig {
@@ -66,6 +69,7 @@ impl RuncConfig {
             call_timeout: Duration::from_secs(30),
             file_cap: DEFAULT_FILE_CAP,
             reap_orphans: true,
+            allow_unpatched_runtime: false,
         }
     }
 

@@ -36,6 +36,7 @@ mod process;
 mod remove;
 mod runtime;
 mod search;
+mod version;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -132,6 +133,31 @@ impl RuncProvider {
                 "{e}; the runc provider needs runc (apt-get install runc)"
             ))
         })?;
+        let runtime = version::RuntimeVersion::probe(&config.runc_binary, &version);
+        let unfixed = runtime.unfixed(version::dpkg_at_least);
+        if !unfixed.is_empty() {
+            let escapes: Vec<String> = unfixed
+                .iter()
+                .map(|e| format!("{} ({})", e.cve, e.what))
+                .collect();
+            let package = runtime
+                .package
+                .as_deref()
+                .map(|p| format!(", package {p}"))
+                .unwrap_or_default();
+            let message = format!(
+                "{}{package} is not fixed against {}: upgrade runc (apt-get install \
+                 --only-upgrade runc)",
+                runtime.reported,
+                escapes.join("; ")
+            );
+            if !config.allow_unpatched_runtime {
+                return Err(ProviderError::Unsupported(format!(
+                    "{message}, or allow it knowingly (threadbox dev --allow-unpatched-runc)"
+                )));
+            }
+            tracing::warn!("{message}; running anyway because an unpatched runtime is allowed");
+        }
         let provider = Self {
             host: HostLayout::probe(),
             swap_limit: cgroup::swap_limit_supported(),
