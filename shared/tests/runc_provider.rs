@@ -813,3 +813,30 @@ async fn an_unpatched_runtime_is_refused_unless_allowed() {
     config.allow_unpatched_runtime = true;
     RuncProvider::open(config).await.expect("allowed knowingly");
 }
+
+/// An argument or environment value past the kernel's per-string limit is a bad request named as
+/// such, not a runtime failure (execve's E2BIG used to surface as a 502).
+#[tokio::test]
+async fn oversized_arguments_are_invalid_requests() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    let mut request = ExecRequest::shell("true");
+    request.command =
+        threadbox_shared::ports::ExecCommand::Argv(vec!["echo".into(), "x".repeat(130 * 1024)]);
+    let err = p.exec(&id, request).await.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::InvalidRequest(m) if m.contains("at most 131071 bytes")),
+        "{err:?}"
+    );
+    let mut request = ExecRequest::shell("true");
+    request.env.insert("BIG".into(), "v".repeat(130 * 1024));
+    assert!(matches!(
+        p.exec(&id, request).await,
+        Err(ProviderError::InvalidRequest(_))
+    ));
+    // Just under the limit still runs.
+    let fits = sh(&p, &id, &format!("echo {} | wc -c", "y".repeat(120 * 1024))).await;
+    assert_eq!(fits.stdout.trim(), (120 * 1024 + 1).to_string(), "{fits:?}");
+    p.kill(&id).await.unwrap();
+}

@@ -353,6 +353,23 @@ async fn bad_numbers_and_cursors_are_400s_not_wraps() {
 }
 
 #[tokio::test]
+async fn oversized_arguments_and_environment_are_400_naming_the_limit() {
+    let api = Api::new();
+    let big = "x".repeat(130 * 1024);
+    for body in [
+        json!({"argv": ["echo", big]}),
+        json!({"cmd": big}),
+        json!({"cmd": "true", "env": {"BIG": big}}),
+    ] {
+        let reply = api.post_json("/v1/threads/t1/exec", body.to_string()).await;
+        reply.expect_error(StatusCode::BAD_REQUEST, "invalid_request");
+        let message = reply.json()["error"]["message"].to_string();
+        assert!(message.contains("at most 131071 bytes"), "{message}");
+    }
+    assert_eq!(api.provider.creates(), 0, "refused before anything ran");
+}
+
+#[tokio::test]
 async fn show_returns_the_session_and_its_last_twenty_events() {
     let api = Api::new();
     api.resolve("t1").await;

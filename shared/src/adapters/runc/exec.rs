@@ -63,6 +63,7 @@ pub(crate) fn validate(request: &ExecRequest) -> Result<(), ProviderError> {
         }
         _ => {}
     }
+    request.check_sizes().or_else(invalid)?;
     if let Some(cwd) = &request.cwd {
         if !cwd.starts_with('/') || cwd.contains('\0') {
             return invalid(format!(
