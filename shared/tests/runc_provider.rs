@@ -840,3 +840,89 @@ async fn oversized_arguments_are_invalid_requests() {
     assert_eq!(fits.stdout.trim(), (120 * 1024 + 1).to_string(), "{fits:?}");
     p.kill(&id).await.unwrap();
 }
+
+/// A daemon the command leaves behind that grabs the wrapper's status pipe (`pidfd_getfd`, as
+/// the issue found possible) cannot keep the answer waiting. Two defences: seccomp refuses the
+/// grab, and the provider watches the command's exit through a pidfd, not the pipe's closing.
+/// (Reopening the pipe through /proc is denied too: it belongs to root, mode 0600.)
+#[cfg(target_arch = "x86_64")]
+#[tokio::test]
+async fn a_daemon_grabbing_the_status_pipe_does_not_delay_the_answer() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    let script = r#"
+import ctypes, os, time
+wrapper = os.getppid()
+if os.fork() == 0:
+    os.setsid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = libc.syscall(434, wrapper, 0)  # pidfd_open
+    held = [libc.syscall(438, pidfd, n, 0) for n in (3, 10)]  # pidfd_getfd
+    for n in (0, 1, 2):
+        os.close(n)
+    time.sleep(30)
+    os._exit(0)
+time.sleep(0.3)
+print("done")
+"#;
+    let mut request = ExecRequest::shell("true");
+    request.command = threadbox_shared::ports::ExecCommand::Argv(vec![
+        "python3".into(),
+        "-c".into(),
+        script.into(),
+    ]);
+    request.timeout = Duration::from_secs(20);
+    let started = std::time::Instant::now();
+    let out = p.exec(&id, request).await.unwrap();
+    assert_eq!(
+        (out.exit_code, out.stdout.as_str()),
+        (Some(0), "done\n"),
+        "{out:?}"
+    );
+    assert!(!out.timed_out, "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    p.kill(&id).await.unwrap();
+}
+
+/// Running commands hold no blocking thread: with the pool cut to four, sixteen commands
+/// sleeping five seconds leave room for other blocking work (SQLite runs there).
+#[test]
+fn running_commands_leave_the_blocking_pool_free() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let fixture = fixture!();
+        let p = std::sync::Arc::new(fixture.provider().await);
+        let id = new_sandbox(&p).await;
+        let started = std::time::Instant::now();
+        let commands: Vec<_> = (0..16)
+            .map(|_| {
+                let (p, id) = (p.clone(), id.clone());
+                tokio::spawn(async move { p.exec(&id, ExecRequest::shell("sleep 5")).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let probe = std::time::Instant::now();
+        tokio::task::spawn_blocking(|| ()).await.unwrap();
+        let waited = probe.elapsed();
+        for command in commands {
+            assert_eq!(command.await.unwrap().unwrap().exit_code, Some(0));
+        }
+        let total = started.elapsed();
+        eprintln!("blocking probe waited {waited:?}; 16 five-second commands took {total:?}");
+        assert!(
+            waited < Duration::from_secs(2),
+            "the pool was full for {waited:?}"
+        );
+        p.kill(&id).await.unwrap();
+    });
+}
