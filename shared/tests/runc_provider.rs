@@ -926,3 +926,54 @@ fn running_commands_leave_the_blocking_pool_free() {
         p.kill(&id).await.unwrap();
     });
 }
+
+fn limit_of(result: Result<threadbox_shared::ports::ExecResult, ProviderError>) -> &'static str {
+    match result {
+        Err(ProviderError::LimitReached { limit, .. }) => limit.code(),
+        other => panic!("expected a limit, got {other:?}"),
+    }
+}
+
+/// Commands per sandbox and per host, and sandboxes per host, are capped with an answer that
+/// names the limit; places free up as commands end and sandboxes go.
+#[tokio::test]
+async fn commands_and_sandboxes_are_capped_with_the_limit_named() {
+    let fixture = fixture!();
+    let mut config = fixture.config.clone();
+    config.max_commands_per_sandbox = 2;
+    config.max_commands = 3;
+    config.max_sandboxes = 2;
+    let p = std::sync::Arc::new(RuncProvider::open(config).await.unwrap());
+    let a = new_sandbox(&p).await;
+    let b = new_sandbox(&p).await;
+    match p.create(suite::create_request(suite::fresh_owner(3))).await {
+        Err(ProviderError::LimitReached { limit, .. }) => {
+            assert_eq!(limit.code(), "too_many_sandboxes")
+        }
+        other => panic!("a third sandbox: {other:?}"),
+    }
+
+    let long = |id: &String| {
+        let (p, id) = (p.clone(), id.clone());
+        tokio::spawn(async move { p.exec(&id, ExecRequest::shell("sleep 2")).await })
+    };
+    let running = [long(&a), long(&a)];
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        limit_of(p.exec(&a, ExecRequest::shell("true")).await),
+        "too_many_commands_in_thread"
+    );
+    let third = long(&b);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        limit_of(p.exec(&b, ExecRequest::shell("true")).await),
+        "too_many_commands"
+    );
+    for command in running {
+        assert_eq!(command.await.unwrap().unwrap().exit_code, Some(0));
+    }
+    third.await.unwrap().unwrap();
+    assert_eq!(sh(&p, &a, "echo again").await.stdout, "again\n");
+    p.kill(&b).await.unwrap();
+    new_sandbox(&p).await;
+}

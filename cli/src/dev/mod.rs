@@ -114,6 +114,21 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_ALLOW_UNPATCHED_RUNC")]
     pub allow_unpatched_runc: bool,
 
+    /// Commands one thread's sandbox may run at once; past it exec answers 429
+    /// `too_many_commands_in_thread` with Retry-After.
+    #[arg(long, env = "THREADBOX_MAX_COMMANDS_PER_THREAD", default_value_t = 4)]
+    pub max_commands_per_thread: usize,
+
+    /// Commands all sandboxes may run at once (default: 32 per core); past it 503
+    /// `too_many_commands`.
+    #[arg(long, env = "THREADBOX_MAX_COMMANDS")]
+    pub max_commands: Option<usize>,
+
+    /// Sandboxes alive at once, paused ones included (default: as many as fit in memory at
+    /// 512 MiB each); past it 503 `too_many_sandboxes`.
+    #[arg(long, env = "THREADBOX_MAX_SANDBOXES")]
+    pub max_sandboxes: Option<usize>,
+
     /// Refused: keys on the command line show in `ps` to every local user.
     #[arg(long, hide = true)]
     pub api_keys: Option<String>,
@@ -137,6 +152,14 @@ impl DevArgs {
         if self.slack_thread_rate == 0 || self.slack_team_rate == 0 {
             bail!(
                 "--slack-thread-rate and --slack-team-rate must be at least 1 (messages a minute)"
+            );
+        }
+        if self.max_commands_per_thread == 0
+            || self.max_commands == Some(0)
+            || self.max_sandboxes == Some(0)
+        {
+            bail!(
+                "--max-commands-per-thread, --max-commands and --max-sandboxes must be at least 1"
             );
         }
         if self.ws_max_per_token == 0 || self.ws_max_per_address == 0 {
@@ -189,6 +212,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     );
     let mut runc_config = RuncConfig::new(data_dir.join("sandboxes"));
     runc_config.allow_unpatched_runtime = args.allow_unpatched_runc;
+    runc_config.max_commands_per_sandbox = args.max_commands_per_thread;
+    if let Some(max) = args.max_commands {
+        runc_config.max_commands = max;
+    }
+    if let Some(max) = args.max_sandboxes {
+        runc_config.max_sandboxes = max;
+    }
+    let caps = (
+        runc_config.max_commands_per_sandbox,
+        runc_config.max_commands,
+        runc_config.max_sandboxes,
+    );
     let provider = RuncProvider::open(runc_config)
         .await
         .context("starting the runc sandbox provider")?;
@@ -259,6 +294,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         auth.is_enabled(),
         &secret_source,
         &slack,
+        caps,
     );
 
     let shutdown = Shutdown::install().context("installing signal handlers")?;
@@ -344,6 +380,7 @@ fn print_banner(
     auth: bool,
     token_secret: &SecretSource,
     slack: &slack::SlackParts,
+    (per_thread, commands, sandboxes): (usize, usize, usize),
 ) {
     let base = format!("http://{addr}");
     let auth_header = if auth {
@@ -383,6 +420,10 @@ fn print_banner(
         duration::format(args.janitor_interval),
         duration::format(args.idle_pause),
         duration::format(args.retention)
+    );
+    println!(
+        "  limits     {per_thread} commands per thread, {commands} in all, {sandboxes} sandboxes \
+         (--max-commands-per-thread, --max-commands, --max-sandboxes)"
     );
     println!("  try        curl -s -X POST {base}/v1/threads/demo/exec{auth_header} -H 'content-type: application/json' -d '{{\"cmd\":\"echo hello\"}}'");
     println!("             curl -s {base}/v1/threads{auth_header}");

@@ -370,6 +370,34 @@ async fn oversized_arguments_and_environment_are_400_naming_the_limit() {
 }
 
 #[tokio::test]
+async fn capacity_limits_are_429_for_the_thread_and_503_for_the_host_with_retry_after() {
+    use crate::ports::Limit;
+    let api = Api::new();
+    api.resolve("t1").await;
+    for (limit, status, secs) in [
+        (Limit::CommandsInSandbox, StatusCode::TOO_MANY_REQUESTS, 2),
+        (Limit::Commands, StatusCode::SERVICE_UNAVAILABLE, 5),
+    ] {
+        api.provider.fail_next(
+            Op::Exec,
+            ProviderError::LimitReached {
+                limit,
+                message: "over the limit".into(),
+                retry_after: Duration::from_secs(secs),
+            },
+        );
+        let reply = api
+            .post_json("/v1/threads/t1/exec", r#"{"cmd": "true"}"#)
+            .await;
+        reply.expect_error(status, limit.code());
+        assert_eq!(
+            reply.headers[header::RETRY_AFTER].to_str().unwrap(),
+            secs.to_string()
+        );
+    }
+}
+
+#[tokio::test]
 async fn show_returns_the_session_and_its_last_twenty_events() {
     let api = Api::new();
     api.resolve("t1").await;

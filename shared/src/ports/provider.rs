@@ -35,6 +35,41 @@ pub enum ProviderError {
     Unsupported(String),
     #[error("provider failure: {0}")]
     Internal(String),
+    /// One of threadbox's own capacity limits is reached (commands running in the sandbox or on
+    /// the host, sandboxes on the host). Retrying after `retry_after` may succeed.
+    #[error("{message}")]
+    LimitReached {
+        limit: Limit,
+        message: String,
+        retry_after: Duration,
+    },
+}
+
+/// Which capacity limit a request met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Commands running at once in one sandbox (one thread).
+    CommandsInSandbox,
+    /// Commands running at once across the host.
+    Commands,
+    /// Sandboxes alive (running or paused) on the host.
+    Sandboxes,
+}
+
+impl Limit {
+    /// The error code the API and the Slack replies name it by.
+    pub fn code(self) -> &'static str {
+        match self {
+            Limit::CommandsInSandbox => "too_many_commands_in_thread",
+            Limit::Commands => "too_many_commands",
+            Limit::Sandboxes => "too_many_sandboxes",
+        }
+    }
+
+    /// The caller's own share (its thread) rather than the whole host's.
+    pub fn is_per_thread(self) -> bool {
+        matches!(self, Limit::CommandsInSandbox)
+    }
 }
 
 impl ProviderError {
@@ -44,7 +79,9 @@ impl ProviderError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ProviderError::RateLimited { .. } | ProviderError::Unavailable(_)
+            ProviderError::RateLimited { .. }
+                | ProviderError::Unavailable(_)
+                | ProviderError::LimitReached { .. }
         )
     }
 }

@@ -42,6 +42,7 @@ impl UseCaseError {
             UseCaseError::NoSandbox { .. } => "no_sandbox",
             UseCaseError::Provider(ProviderError::InvalidRequest(_)) => "invalid_request",
             UseCaseError::Provider(ProviderError::Unsupported(_)) => "unsupported",
+            UseCaseError::Provider(ProviderError::LimitReached { limit, .. }) => limit.code(),
             UseCaseError::Provider(_) => "provider_error",
             UseCaseError::Store(_) => "store_unavailable",
             UseCaseError::Queue(_) => "queue_unavailable",

@@ -58,18 +58,53 @@ pub struct RuncConfig {
     /// Run even when the runc binary lacks the fix for a known container escape (see the
     /// `version` module). Off: opening the provider refuses, naming the CVE and the upgrade.
     pub allow_unpatched_runtime: bool,
+    /// Commands one sandbox (one thread) may run at once; past it exec answers
+    /// `ProviderError::LimitReached` (`too_many_commands_in_thread`).
+    pub max_commands_per_sandbox: usize,
+    /// Commands all sandboxes together may run at once (`too_many_commands`).
+    pub max_commands: usize,
+    /// Sandboxes alive at once, paused ones included since they keep their memory
+    /// (`too_many_sandboxes`).
+    pub max_sandboxes: usize,
+}
+
+/// Host-wide caps that fit this machine: 32 running commands per core, and as many sandboxes as
+/// fit in its memory at each sandbox's memory limit.
+pub fn host_caps(limits: &SandboxLimits) -> (usize, usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let kib: u64 = info
+                .lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(4 << 30);
+    let sandboxes = (memory / limits.memory_bytes.max(1)).max(1) as usize;
+    (cores * 32, sandboxes)
 }
 
 impl RuncConfig {
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        let limits = SandboxLimits::default();
+        let (max_commands, max_sandboxes) = host_caps(&limits);
         Self {
             state_dir: state_dir.into(),
             runc_binary: find_runc().unwrap_or_else(|| PathBuf::from("runc")),
-            limits: SandboxLimits::default(),
+            limits,
             call_timeout: Duration::from_secs(30),
             file_cap: DEFAULT_FILE_CAP,
             reap_orphans: true,
             allow_unpatched_runtime: false,
+            max_commands_per_sandbox: 4,
+            max_commands,
+            max_sandboxes,
         }
     }
 

@@ -53,7 +53,7 @@ use self::ids::{hostname_for, new_sandbox_id, validate_sandbox_id};
 use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use crate::ports::{
     Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult, FileEntry, GrepMatch,
-    NetworkProfile, ProviderError, SandboxInfo, SandboxProvider, SandboxState, SystemClock,
+    Limit, NetworkProfile, ProviderError, SandboxInfo, SandboxProvider, SandboxState, SystemClock,
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, RuncConfig, SandboxLimits};
@@ -66,6 +66,11 @@ pub struct RuncProvider {
     swap_limit: bool,
     clock: Arc<dyn Clock>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Commands running now, across every sandbox (for `max_commands`).
+    commands: Arc<AtomicUsize>,
+    /// Serialises counting sandboxes with laying out a new one, so concurrent creates cannot
+    /// all slip under `max_sandboxes`.
+    admitting_sandbox: tokio::sync::Mutex<()>,
 }
 
 /// What the provider keeps in memory about one sandbox. Nothing here is needed to find a
@@ -81,19 +86,60 @@ struct Slot {
     cgroup: Mutex<Option<Arc<ContainerCgroup>>>,
 }
 
-/// Counts one running command on its slot for as long as it lives.
-struct ExecHold(Arc<Slot>);
+/// Counts one running command, on its slot and across the provider, for as long as it lives.
+struct ExecHold {
+    slot: Arc<Slot>,
+    commands: Arc<AtomicUsize>,
+}
 
 impl ExecHold {
-    fn new(slot: Arc<Slot>) -> Self {
-        slot.execs.fetch_add(1, Ordering::SeqCst);
-        Self(slot)
+    /// Take a place for one more command, or say which cap is reached. Counted first and undone
+    /// when over, so concurrent callers cannot all pass the check.
+    fn admit(
+        slot: Arc<Slot>,
+        commands: Arc<AtomicUsize>,
+        config: &RuncConfig,
+    ) -> Result<Self, ProviderError> {
+        let hold = Self { slot, commands };
+        let in_sandbox = hold.slot.execs.fetch_add(1, Ordering::SeqCst) + 1;
+        let in_all = hold.commands.fetch_add(1, Ordering::SeqCst) + 1;
+        let (per, all) = (config.max_commands_per_sandbox, config.max_commands);
+        if in_sandbox > per {
+            return Err(limit(
+                Limit::CommandsInSandbox,
+                format!(
+                    "this thread already runs {per} commands at once, its limit; try again \
+                     when one finishes"
+                ),
+                Duration::from_secs(2),
+            ));
+        }
+        if in_all > all {
+            return Err(limit(
+                Limit::Commands,
+                format!(
+                    "this host already runs {all} commands at once, its limit; try again \
+                     shortly"
+                ),
+                Duration::from_secs(5),
+            ));
+        }
+        Ok(hold)
     }
 }
 
 impl Drop for ExecHold {
     fn drop(&mut self) {
-        self.0.execs.fetch_sub(1, Ordering::SeqCst);
+        self.slot.execs.fetch_sub(1, Ordering::SeqCst);
+        self.commands.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn limit(limit: Limit, message: String, retry_after: Duration) -> ProviderError {
+    ProviderError::LimitReached {
+        limit,
+        message,
+        retry_after,
     }
 }
 
@@ -165,6 +211,8 @@ impl RuncProvider {
             config,
             clock: Arc::new(SystemClock),
             slots: Mutex::new(HashMap::new()),
+            commands: Arc::new(AtomicUsize::new(0)),
+            admitting_sandbox: tokio::sync::Mutex::new(()),
         };
         let live = provider.survey().await?;
         tracing::info!(
@@ -210,6 +258,17 @@ impl RuncProvider {
             .entry(id.to_owned())
             .or_default()
             .clone()
+    }
+
+    /// Sandboxes with a bundle on disk: alive, paused, or being made or removed.
+    fn count_bundles(&self) -> Result<usize, ProviderError> {
+        let dir = self.config.sandboxes_dir();
+        let entries = std::fs::read_dir(&dir)
+            .map_err(|e| ProviderError::Internal(format!("cannot count the sandboxes: {e}")))?;
+        Ok(entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| validate_sandbox_id(name).is_ok())
+            .count())
     }
 
     /// The bundle of a valid id; `Gone` if there is none.
@@ -452,6 +511,19 @@ impl SandboxProvider for RuncProvider {
         let bundle = Bundle::new(&self.config.sandboxes_dir(), &id);
         let slot = self.slot(&id);
         let _lifecycle = slot.lifecycle.lock().await;
+        // Held until the bundle directory exists, which is what the count sees.
+        let admitting = self.admitting_sandbox.lock().await;
+        let alive = self.count_bundles()?;
+        if alive >= self.config.max_sandboxes {
+            return Err(limit(
+                Limit::Sandboxes,
+                format!(
+                    "this host already keeps {alive} sandboxes, its limit (paused ones count: \
+                     they keep their memory); the janitor frees them as threads go idle"
+                ),
+                Duration::from_secs(60),
+            ));
+        }
 
         let now = self.clock.now();
         let record = SandboxRecord {
@@ -483,6 +555,7 @@ impl SandboxProvider for RuncProvider {
         .and_then(|r| {
             r.map_err(|e| ProviderError::Internal(format!("cannot write the bundle: {e}")))
         });
+        drop(admitting);
         let started = match written {
             Ok(()) => self
                 .runc
@@ -621,7 +694,7 @@ impl SandboxProvider for RuncProvider {
         let slot = self.slot(sandbox_id);
         let _hold = {
             let _lifecycle = slot.lifecycle.lock().await;
-            ExecHold::new(slot.clone())
+            ExecHold::admit(slot.clone(), self.commands.clone(), &self.config)?
         };
         let cgroup = self.container_cgroup(sandbox_id, &slot).await?;
         let cwd = request.cwd.clone();
