@@ -901,7 +901,11 @@ fn running_commands_leave_the_blocking_pool_free() {
         .unwrap();
     runtime.block_on(async {
         let fixture = fixture!();
-        let p = std::sync::Arc::new(fixture.provider().await);
+        // Room for all sixteen in one sandbox (the default caps would refuse most of them).
+        let mut config = fixture.config.clone();
+        config.max_commands_per_sandbox = 16;
+        config.max_commands = 16;
+        let p = std::sync::Arc::new(RuncProvider::open(config).await.unwrap());
         let id = new_sandbox(&p).await;
         let started = std::time::Instant::now();
         let commands: Vec<_> = (0..16)

@@ -66,7 +66,7 @@ impl ApiError {
 impl From<UseCaseError> for ApiError {
     fn from(error: UseCaseError) -> Self {
         let code = error.code();
-        let message = error.to_string();
+        let message = error.public_message();
         let status = status_of(&error);
         let mut api = ApiError::new(status, code, message);
         if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {

@@ -398,6 +398,25 @@ async fn capacity_limits_are_429_for_the_thread_and_503_for_the_host_with_retry_
 }
 
 #[tokio::test]
+async fn host_paths_in_provider_failures_stay_out_of_answers() {
+    let api = Api::new();
+    api.resolve("t1").await;
+    api.provider.fail_next(
+        Op::Exec,
+        ProviderError::Internal(
+            "cannot remove /var/lib/threadbox/sandboxes/rc-1/home: Device or resource busy".into(),
+        ),
+    );
+    let reply = api
+        .post_json("/v1/threads/t1/exec", r#"{"cmd": "true"}"#)
+        .await;
+    reply.expect_error(StatusCode::BAD_GATEWAY, "provider_error");
+    let message = reply.json()["error"]["message"].to_string();
+    assert!(!message.contains("/var/lib"), "{message}");
+    assert!(message.contains("server log"), "{message}");
+}
+
+#[tokio::test]
 async fn show_returns_the_session_and_its_last_twenty_events() {
     let api = Api::new();
     api.resolve("t1").await;

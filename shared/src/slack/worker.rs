@@ -516,7 +516,7 @@ impl SlackWorker {
             ),
             Err(error) => format!(
                 ":x: Could not save `{shown}`: {}",
-                escape(&error.to_string())
+                escape(&error.public_message())
             ),
         }
     }
@@ -740,7 +740,7 @@ fn failure(error: &UseCaseError) -> String {
             limit.code(),
             retry_after.as_secs().max(1)
         ),
-        other => format!(":x: {}", escape(&other.to_string())),
+        other => format!(":x: {}", escape(&other.public_message())),
     }
 }
 

@@ -49,6 +49,20 @@ impl UseCaseError {
         }
     }
 
+    /// The message for callers (API answers, Slack replies). A provider's internal failure
+    /// (runc's own errors, host I/O) can name host paths and state, which are the operator's
+    /// business, not the caller's: those go to the server log in full, and the caller gets a
+    /// message without them. Everything else is already worded for the caller.
+    pub fn public_message(&self) -> String {
+        match self {
+            UseCaseError::Provider(ProviderError::Internal(detail)) => {
+                tracing::error!(%detail, "sandbox provider failure (details kept out of the answer)");
+                "the sandbox provider failed; the server log has the details".to_owned()
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// Whether the same call may succeed if retried later.
     pub fn is_retryable(&self) -> bool {
         match self {
