@@ -51,6 +51,12 @@ pub struct RuncConfig {
     /// then come to it, and the provider reaps only its own. Turn it off if something else in
     /// the process manages orphans.
     pub reap_orphans: bool,
+    /// Give each sandbox a user namespace of its own, mapped onto a host id range no other
+    /// sandbox uses (see the `idmap` module). Off by default for now: the file API cannot yet
+    /// create files in a namespaced sandbox's `/tmp` (the tmpfs belongs to the sandbox's
+    /// namespace, where host root is unmapped: EOVERFLOW), and a bundle's namespace pin must be
+    /// unmounted before anything else removes the bundle.
+    pub user_namespaces: bool,
 }
 
 impl RuncConfig {
@@ -62,6 +68,7 @@ impl RuncConfig {
             call_timeout: Duration::from_secs(30),
             file_cap: DEFAULT_FILE_CAP,
             reap_orphans: true,
+            user_namespaces: false,
         }
     }
 
@@ -75,6 +82,11 @@ impl RuncConfig {
     /// Where the per-sandbox bundles live.
     pub fn sandboxes_dir(&self) -> PathBuf {
         self.state_dir.join("sandboxes")
+    }
+
+    /// One file per allocated host id range (see the `idmap` module).
+    pub fn id_ranges_dir(&self) -> PathBuf {
+        self.state_dir.join("idranges")
     }
 }
 

@@ -12,6 +12,9 @@ use tokio::process::Command;
 
 use crate::ports::ProviderError;
 
+/// Open files per process in a sandbox.
+const SANDBOX_NOFILE: libc::rlim_t = 4096;
+
 /// A container as `runc state` and `runc list --format json` describe it.
 #[derive(Clone, Debug, Deserialize)]
 pub(crate) struct ContainerState {
@@ -95,6 +98,24 @@ impl Runc {
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.binary);
         cmd.arg("--root").arg(&self.root);
+        // The sandbox's rlimits, inherited by the container's processes from runc. Not in the
+        // spec: runc applies those with prlimit from the host side, which needs
+        // CAP_SYS_RESOURCE over the sandbox's user namespace once it is not root's, and hosts
+        // (and containers running us) may lack it. Lowering one's own limits needs nothing.
+        // SAFETY: setrlimit is async-signal-safe and allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: SANDBOX_NOFILE,
+                    rlim_max: SANDBOX_NOFILE,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
         cmd
     }
 
