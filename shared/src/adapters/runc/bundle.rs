@@ -8,6 +8,8 @@
 //!   rootfs/        read-only inside: mount points, usrmerge symlinks and a generated /etc
 //!   home/          the sandbox's /home/user, writable and kept across pauses
 //!   run/           pid files of running commands
+//! <state>/userns/<id>  the sandbox's user namespace, pinned by a bind mount
+//! <state>/idranges/<slot>  the sandbox's host id range, allocated (see `idmap`)
 //! ```
 
 use std::collections::BTreeMap;
@@ -23,6 +25,9 @@ use serde_json::{json, Value};
 use super::config::SandboxLimits;
 use super::idmap::{create_user_namespace, remove_user_namespace_pin, IdRange};
 use crate::domain::Millis;
+
+/// Under the state directory: one pinned user namespace per sandbox that has one.
+pub(crate) const USERNS_DIR: &str = "userns";
 
 /// The unprivileged user every process inside runs as.
 pub(crate) const SANDBOX_UID: u32 = 1000;
@@ -85,9 +90,16 @@ impl Bundle {
     pub fn run_dir(&self) -> PathBuf {
         self.dir.join("run")
     }
-    /// Where the sandbox's user namespace is pinned (see `idmap::create_user_namespace`).
-    fn userns_pin(&self) -> PathBuf {
-        self.dir.join("userns")
+    /// Where the sandbox's user namespace is pinned (see `idmap::create_user_namespace`):
+    /// `<state>/userns/<id>`, outside the bundle, so removing a bundle never meets a mount.
+    pub fn userns_pin(&self) -> PathBuf {
+        let id = self.dir.file_name().unwrap_or_default();
+        let state_dir = self
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.dir);
+        state_dir.join(USERNS_DIR).join(id)
     }
     fn rootfs(&self) -> PathBuf {
         self.dir.join("rootfs")
@@ -511,6 +523,43 @@ mod tests {
             .as_array()
             .unwrap()
             .contains(&json!(format!("size={}", 256 * 1024 * 1024))));
+    }
+
+    #[test]
+    fn a_namespaced_sandbox_joins_its_pinned_user_namespace_with_its_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let sandboxes = dir.path().join("sandboxes");
+        let bundle = Bundle::new(&sandboxes, "rc-0123456789ab");
+        let ids = super::super::idmap::IdRanges::new(dir.path().join("idranges"));
+        std::fs::create_dir(dir.path().join("idranges")).unwrap();
+        let ids = ids.allocate("rc-0123456789ab").unwrap();
+        let (env, limits) = (BTreeMap::new(), SandboxLimits::default());
+        let spec = BundleSpec {
+            hostname: "tb-x".into(),
+            annotations: BTreeMap::new(),
+            env: &env,
+            limits: &limits,
+            swap_limit: false,
+            host: &HostLayout::probe(),
+            ids,
+        };
+        let config = oci_config(&bundle, &spec);
+        let user = config["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["type"] == "user")
+            .expect("a user namespace");
+        assert_eq!(
+            user["path"],
+            json!(dir.path().join("userns/rc-0123456789ab"))
+        );
+        let mapping = json!([{"containerID": 0, "hostID": ids.host_uid(0), "size": 65536}]);
+        assert_eq!(config["linux"]["uidMappings"], mapping);
+        assert_eq!(config["linux"]["gidMappings"], mapping);
+        assert!(ids.host_uid(0) >= 1_000_000_000);
+        // Inside, still uid 1000.
+        assert_eq!(config["process"]["user"]["uid"], 1000);
     }
 
     #[test]

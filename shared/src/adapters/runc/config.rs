@@ -51,11 +51,9 @@ pub struct RuncConfig {
     /// then come to it, and the provider reaps only its own. Turn it off if something else in
     /// the process manages orphans.
     pub reap_orphans: bool,
-    /// Give each sandbox a user namespace of its own, mapped onto a host id range no other
-    /// sandbox uses (see the `idmap` module). Off by default for now: the file API cannot yet
-    /// create files in a namespaced sandbox's `/tmp` (the tmpfs belongs to the sandbox's
-    /// namespace, where host root is unmapped: EOVERFLOW), and a bundle's namespace pin must be
-    /// unmounted before anything else removes the bundle.
+    /// Give each new sandbox a user namespace of its own, mapped onto a host id range no other
+    /// sandbox uses (see the `idmap` module), so per-uid kernel limits and host file ownership
+    /// are per sandbox. On by default; off runs sandboxes as host uid 1000, as before.
     pub user_namespaces: bool,
 }
 
@@ -68,7 +66,7 @@ impl RuncConfig {
             call_timeout: Duration::from_secs(30),
             file_cap: DEFAULT_FILE_CAP,
             reap_orphans: true,
-            user_namespaces: false,
+            user_namespaces: true,
         }
     }
 

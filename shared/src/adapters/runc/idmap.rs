@@ -232,6 +232,44 @@ pub(crate) fn remove_user_namespace_pin(pin: &std::path::Path) -> io::Result<()>
     }
 }
 
+/// This thread's file-system ids set to the sandbox user's host ids for as long as it lives.
+///
+/// A namespaced sandbox's `/tmp` is a tmpfs that belongs to the sandbox's user namespace, in
+/// which host root has no id: the kernel refuses to create a file there as root (EOVERFLOW).
+/// Working as the sandbox's own user makes the file API act exactly as a process inside would
+/// (the same permissions, files born with the right owner). `setfsuid` is per thread, and
+/// setting it back to 0 gives the thread its capabilities back.
+pub(crate) struct FsIdsAs {
+    active: bool,
+}
+
+impl FsIdsAs {
+    pub fn sandbox_user(ids: IdRange) -> Self {
+        if ids.is_identity() {
+            return Self { active: false };
+        }
+        // SAFETY: plain system calls on this thread's credentials. Group first: once the uid
+        // is not root's the thread may no longer change its group.
+        unsafe {
+            libc::setfsgid(ids.host_gid(super::bundle::SANDBOX_GID));
+            libc::setfsuid(ids.host_uid(super::bundle::SANDBOX_UID));
+        }
+        Self { active: true }
+    }
+}
+
+impl Drop for FsIdsAs {
+    fn drop(&mut self) {
+        if self.active {
+            // SAFETY: as above; back to root's ids (uid first, to regain the right to setfsgid).
+            unsafe {
+                libc::setfsuid(0);
+                libc::setfsgid(0);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,8 @@
 //! own: everything lives in a state directory (runc's `--root` included), so a new provider
 //! over the same directory finds the same sandboxes, running or paused.
 //!
-//! Inside a sandbox: uid 1000 with no capabilities and no new privileges; its own pid, mount,
+//! Inside a sandbox: uid 1000 with no capabilities and no new privileges; its own user
+//! namespace over a host id range of its own (`idmap`), pid, mount,
 //! network (loopback only), ipc, uts and cgroup namespaces; the host's `/usr` read-only under a
 //! read-only root with a generated `/etc`; `/tmp` a size-limited tmpfs; `/home/user` persistent
 //! and writable; memory, CPU and pid limits from [`SandboxLimits`]; a seccomp filter against
@@ -118,6 +119,7 @@ impl RuncProvider {
             (config.runc_root(), 0o700),
             (config.sandboxes_dir(), 0o711),
             (config.id_ranges_dir(), 0o700),
+            (config.state_dir.join(bundle::USERNS_DIR), 0o700),
         ] {
             create_dir_with_mode(&dir, mode).map_err(|e| {
                 ProviderError::Internal(format!("cannot create {}: {e}", dir.display()))
@@ -303,6 +305,21 @@ impl RuncProvider {
                 self.remove_leftover(&id, &bundle, true).await;
             }
         }
+        // Pinned namespaces whose bundle vanished (removed behind our back, or a crash).
+        if let Ok(pins) = std::fs::read_dir(self.config.state_dir.join(bundle::USERNS_DIR)) {
+            for pin in pins.flatten() {
+                let Some(id) = pin.file_name().into_string().ok() else {
+                    continue;
+                };
+                // A create makes the bundle before the pin and a removal takes the pin first,
+                // so a pin without a bundle is never one in use.
+                if !Bundle::new(&sandboxes_dir, &id).exists() {
+                    if let Err(e) = idmap::remove_user_namespace_pin(&pin.path()) {
+                        tracing::warn!(sandbox_id = id, error = %e, "cannot remove a namespace pin");
+                    }
+                }
+            }
+        }
         // Ranges whose sandbox is gone: a crash between allocating and writing the bundle, or
         // between removing it and releasing. Only those older than any create can take.
         let stale = self.id_ranges.stale(self.leftover_grace(), |owner| {
@@ -413,9 +430,13 @@ impl RuncProvider {
             self.config.file_cap,
         )
         .with_ids(sandbox_ids(&bundle));
-        let result = tokio::task::spawn_blocking(move || op(&fs))
-            .await
-            .map_err(|e| ProviderError::Internal(format!("file operation panicked: {e}")))?;
+        let ids = sandbox_ids(&bundle);
+        let result = tokio::task::spawn_blocking(move || {
+            let _as_sandbox_user = idmap::FsIdsAs::sandbox_user(ids);
+            op(&fs)
+        })
+        .await
+        .map_err(|e| ProviderError::Internal(format!("file operation panicked: {e}")))?;
         // Killed meanwhile: whatever the operation saw is gone with it.
         if !bundle.exists() {
             return Err(gone(id));
