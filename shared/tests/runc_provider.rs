@@ -802,6 +802,15 @@ async fn each_sandbox_is_a_host_uid_of_its_own_and_per_uid_limits_stay_apart() {
         "the host's uid 1000 could not make an inotify instance"
     );
 
+    // Each range is recorded while its sandbox lives and freed when it is destroyed.
+    let ranges = || {
+        std::fs::read_dir(fixture.config.id_ranges_dir())
+            .unwrap()
+            .count()
+    };
+    assert_eq!(ranges(), 2);
     p.kill(&a).await.unwrap();
+    assert_eq!(ranges(), 1);
     p.kill(&b).await.unwrap();
+    assert_eq!(ranges(), 0);
 }
