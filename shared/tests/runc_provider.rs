@@ -89,6 +89,15 @@ impl Drop for Fixture {
         for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
             let _ = self.runc(&["delete", "--force", id]);
         }
+        // And the user namespace pins (bind mounts) of sandboxes the provider did not kill.
+        if let Ok(pins) = std::fs::read_dir(self.config.state_dir.join("userns")) {
+            for pin in pins.flatten() {
+                let _ = std::process::Command::new("umount")
+                    .arg("--lazy")
+                    .arg(pin.path())
+                    .status();
+            }
+        }
     }
 }
 
