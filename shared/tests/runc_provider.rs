@@ -6,6 +6,7 @@
 //! with `runc delete --force` even when the test fails.
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -13,8 +14,8 @@ use threadbox_shared::adapters::runc::{
     host_can_run_sandboxes, RuncConfig, RuncProvider, SandboxLimits,
 };
 use threadbox_shared::ports::{
-    CreateSandbox, ExecRequest, FileKind, NetworkProfile, ProviderError, SandboxProvider,
-    SandboxState,
+    CreateSandbox, ExecCommand, ExecRequest, FileKind, NetworkProfile, ProviderError,
+    SandboxProvider, SandboxState,
 };
 use threadbox_shared::testing::provider_conformance as suite;
 
@@ -87,6 +88,15 @@ impl Drop for Fixture {
         let listed = self.runc(&["list", "--quiet"]);
         for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
             let _ = self.runc(&["delete", "--force", id]);
+        }
+        // And the user namespace pins (bind mounts) of sandboxes the provider did not kill.
+        if let Ok(pins) = std::fs::read_dir(self.config.state_dir.join("userns")) {
+            for pin in pins.flatten() {
+                let _ = std::process::Command::new("umount")
+                    .arg("--lazy")
+                    .arg(pin.path())
+                    .status();
+            }
         }
     }
 }
@@ -980,4 +990,133 @@ async fn commands_and_sandboxes_are_capped_with_the_limit_named() {
     assert_eq!(sh(&p, &a, "echo again").await.stdout, "again\n");
     p.kill(&b).await.unwrap();
     new_sandbox(&p).await;
+}
+
+/// The host uid of a sandbox's container init, from `/proc/<pid>/status` on the host.
+fn host_uid_of_init(fixture: &Fixture, id: &str) -> u32 {
+    let state = fixture.runc(&["state", id]);
+    let state: serde_json::Value = serde_json::from_slice(&state.stdout).expect("runc state");
+    let pid = state["pid"].as_u64().expect("init pid");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uids = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .expect("Uid line");
+    // Real, effective, saved, filesystem: all the same for the init.
+    uids.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Holds inotify instances until it cannot make another, says how many it got and why it
+/// stopped in /home/user/held, then keeps them until /home/user/release appears.
+const HOLD_INOTIFY: &str = r#"
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while True:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    fds.append(fd)
+with open("/home/user/held", "w") as f:
+    f.write("%d %d" % (len(fds), ctypes.get_errno()))
+while not os.path.exists("/home/user/release"):
+    time.sleep(0.05)
+"#;
+
+/// A Python script run with the host's python3 (the host's /usr is visible inside).
+fn python(script: &str) -> ExecRequest {
+    ExecRequest {
+        command: ExecCommand::Argv(vec!["python3".into(), "-c".into(), script.into()]),
+        ..ExecRequest::shell("")
+    }
+}
+
+const ONE_INOTIFY: &str =
+    "import ctypes; fd = ctypes.CDLL(None).inotify_init1(0); print('ok' if fd >= 0 else 'failed')";
+
+#[tokio::test]
+async fn each_sandbox_is_a_host_uid_of_its_own_and_per_uid_limits_stay_apart() {
+    let mut fixture = fixture!();
+    fixture.config.user_namespaces = true;
+    let p = fixture.provider().await;
+    let (a, b) = (new_sandbox(&p).await, new_sandbox(&p).await);
+
+    let (uid_a, uid_b) = (
+        host_uid_of_init(&fixture, &a),
+        host_uid_of_init(&fixture, &b),
+    );
+    assert_ne!(uid_a, uid_b, "two sandboxes share a host uid");
+    for uid in [uid_a, uid_b] {
+        assert!(
+            uid >= 1_000_000_000,
+            "host uid {uid} is not from a sandbox range"
+        );
+    }
+    // Inside, the same user as ever; and what the file API writes is that user's.
+    assert_eq!(sh(&p, &a, "id -u; id -g").await.stdout, "1000\n1000\n");
+    p.write_file(&a, "/home/user/api.txt", b"x").await.unwrap();
+    p.make_dir(&a, "/home/user/made/by/api").await.unwrap();
+    let owners = sh(&p, &a, "stat -c %u:%g api.txt made made/by/api").await;
+    assert_eq!(
+        owners.stdout, "1000:1000\n1000:1000\n1000:1000\n",
+        "{owners:?}"
+    );
+
+    // One sandbox takes every inotify instance its uid may have...
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let hold = p.exec(&a, python(HOLD_INOTIFY));
+    let check = async {
+        let held = loop {
+            match p.read_file(&a, "/home/user/held").await {
+                Ok(held) => break String::from_utf8(held).unwrap(),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        // ...and no other sandbox, nor the host's uid 1000, is short of one.
+        let other = p.exec(&b, python(ONE_INOTIFY)).await.unwrap();
+        let host = std::process::Command::new("python3")
+            .args(["-c", ONE_INOTIFY])
+            .uid(1000)
+            .gid(1000)
+            .output()
+            .unwrap();
+        p.write_file(&a, "/home/user/release", b"").await.unwrap();
+        (
+            held,
+            other.stdout,
+            String::from_utf8_lossy(&host.stdout).into_owned(),
+        )
+    };
+    let (held_exit, (held, other, host)) = tokio::join!(hold, check);
+    assert_eq!(held_exit.unwrap().exit_code, Some(0));
+    // EMFILE after exactly the per-user limit: the limit that was reached is the uid's.
+    assert_eq!(
+        held,
+        format!("{max} 24"),
+        "the sandbox did not hit its own uid's limit"
+    );
+    assert_eq!(
+        other, "ok\n",
+        "another sandbox could not make an inotify instance"
+    );
+    assert_eq!(
+        host, "ok\n",
+        "the host's uid 1000 could not make an inotify instance"
+    );
+
+    // Each range is recorded while its sandbox lives and freed when it is destroyed.
+    let ranges = || {
+        std::fs::read_dir(fixture.config.id_ranges_dir())
+            .unwrap()
+            .count()
+    };
+    assert_eq!(ranges(), 2);
+    p.kill(&a).await.unwrap();
+    assert_eq!(ranges(), 1);
+    p.kill(&b).await.unwrap();
+    assert_eq!(ranges(), 0);
 }

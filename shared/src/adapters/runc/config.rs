@@ -66,6 +66,10 @@ pub struct RuncConfig {
     /// Sandboxes alive at once, paused ones included since they keep their memory
     /// (`too_many_sandboxes`).
     pub max_sandboxes: usize,
+    /// Give each new sandbox a user namespace of its own, mapped onto a host id range no other
+    /// sandbox uses (see the `idmap` module), so per-uid kernel limits and host file ownership
+    /// are per sandbox. On by default; off runs sandboxes as host uid 1000, as before.
+    pub user_namespaces: bool,
 }
 
 /// Host-wide caps that fit this machine: 32 running commands per core, and as many sandboxes as
@@ -105,6 +109,7 @@ impl RuncConfig {
             max_commands_per_sandbox: 4,
             max_commands,
             max_sandboxes,
+            user_namespaces: true,
         }
     }
 
@@ -118,6 +123,11 @@ impl RuncConfig {
     /// Where the per-sandbox bundles live.
     pub fn sandboxes_dir(&self) -> PathBuf {
         self.state_dir.join("sandboxes")
+    }
+
+    /// One file per allocated host id range (see the `idmap` module).
+    pub fn id_ranges_dir(&self) -> PathBuf {
+        self.state_dir.join("idranges")
     }
 }
 

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use super::bundle::{HOME, SANDBOX_GID, SANDBOX_UID};
 use super::cgroup::ContainerCgroup;
+use super::idmap::IdRange;
 use super::process::{kill_tree, reap};
 use super::runtime::{error_message, Runc};
 use crate::ports::{ExecCommand, ExecRequest, ExecResult, ProviderError};
@@ -98,6 +99,8 @@ pub(crate) struct ExecTarget<'a> {
     pub run_dir: PathBuf,
     /// For the OOM count and the timeout sweep; both degrade gracefully without it.
     pub cgroup: Option<Arc<ContainerCgroup>>,
+    /// Where the sandbox's ids land on the host: the stdio pipes are chowned to its uid 1000.
+    pub ids: IdRange,
 }
 
 pub(crate) async fn run(
@@ -142,10 +145,14 @@ pub(crate) async fn run(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let status_fd = status_write.as_raw_fd();
+    let owner = (
+        target.ids.host_uid(SANDBOX_UID),
+        target.ids.host_gid(SANDBOX_GID),
+    );
     // SAFETY: the closure only makes async-signal-safe system calls (fstat, fchown, fcntl,
     // dup2) on descriptors it does not own, and allocates nothing.
     unsafe {
-        cmd.pre_exec(move || prepare_child_fds(status_fd));
+        cmd.pre_exec(move || prepare_child_fds(status_fd, owner));
     }
     let mut child = cmd
         .spawn()
@@ -321,13 +328,13 @@ impl Drop for TreeGuard {
 /// In the forked child, before exec'ing runc: make the stdio pipes the sandbox user's, so a
 /// command can reopen `/dev/stdout` (pipes are created mode 0600, owned by us), and put the
 /// status pipe at fd 3 for `--preserve-fds 1`.
-fn prepare_child_fds(status_fd: RawFd) -> std::io::Result<()> {
+fn prepare_child_fds(status_fd: RawFd, (uid, gid): (u32, u32)) -> std::io::Result<()> {
     for fd in 0..3 {
         // SAFETY: plain system calls on descriptors 0-2 of this (child) process.
         unsafe {
             let mut st: libc::stat = std::mem::zeroed();
             if libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO {
-                libc::fchown(fd, SANDBOX_UID, SANDBOX_GID);
+                libc::fchown(fd, uid, gid);
             }
         }
     }
