@@ -333,6 +333,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .merge(token_routes(token_key, clock, auth.clone()))
         .merge(live)
         .merge(slack.routes);
+    let slack_events = slack.events;
     let mut app = app.merge(dashboard::routes());
     if !auth.is_enabled() {
         // Every route, the dashboard and the WebSocket upgrade included: without keys, only
@@ -342,6 +343,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             require_local,
         ));
     }
+    // Slack's events carry their own authentication (the signature), and arrive through a
+    // tunnel under its name when Slack talks to a developer's machine.
+    let app = app.merge(slack_events);
     let stop = shutdown.clone();
     // With each connection's peer address, for the WebSocket caps.
     let served = axum::serve(
