@@ -217,6 +217,19 @@ impl Drop for Runc {
                 .args(["delete", "-f", &id])
                 .status();
         }
+        // Each sandbox's user namespace is pinned by a bind mount next to runc's state.
+        if let Some(Ok(pins)) = self
+            .root
+            .parent()
+            .map(|state| std::fs::read_dir(state.join("userns")))
+        {
+            for pin in pins.flatten() {
+                let _ = Command::new("umount")
+                    .arg("--lazy")
+                    .arg(pin.path())
+                    .status();
+            }
+        }
     }
 }
 

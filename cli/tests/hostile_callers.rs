@@ -229,3 +229,131 @@ async fn one_token_cannot_open_sockets_without_end() {
         .expect("a pong after a place freed");
     assert!(pong.to_text().unwrap().contains("pong"), "{pong:?}");
 }
+
+/// Code in a sandbox cannot take the server down through what it leaves: a home holding a chain
+/// of directories 30,000 deep is destroyed by a reset with the process alive (a recursive
+/// removal overflowed the stack and aborted threadbox dev, on every restart again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_tree_left_in_a_sandbox_does_not_crash_a_reset() {
+    if !prerequisites_met("hostile_callers", &dev_missing()) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    let made = dev
+        .post(
+            "/v1/threads/deep/exec",
+            Some(json!({"argv": ["python3", "-c",
+                "import os\nfor _ in range(30000):\n    os.mkdir('d'); os.chdir('d')\nprint('made')"]})),
+        )
+        .await;
+    assert_eq!(made["stdout"], "made\n", "{made}");
+    let first = dev.get("/v1/threads/deep").await["session"]["sandbox_id"].clone();
+    let reset = dev.post("/v1/threads/deep/reset", None).await;
+    assert_eq!(reset["status"], "active", "{reset}");
+    assert_ne!(reset["sandbox_id"], first, "a fresh sandbox");
+    let health = dev.get("/healthz").await;
+    assert_eq!(health["ok"], true, "the server is alive");
+    let old = first.as_str().unwrap();
+    assert!(
+        !dev.data_dir()
+            .join("sandboxes/sandboxes")
+            .join(old)
+            .exists(),
+        "the old sandbox's files are gone"
+    );
+}
+
+/// Six hundred long commands at once: the API keeps answering, commands past the caps are
+/// refused at once with the limit named (429 for the thread's own cap, 503 for the host's),
+/// and what was admitted runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_hundred_long_commands_leave_the_api_answering() {
+    if !prerequisites_met("hostile_callers", &dev_missing()) {
+        return;
+    }
+    // Six hundred sockets on each side: lift the soft descriptor limit to the hard one (the
+    // server inherits it).
+    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if let Some(hard) = nofile.maximum {
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(hard.min(65_536)),
+                maximum: Some(hard),
+            },
+        );
+    }
+    let dev = DevServer::start(&["--max-commands-per-thread", "4", "--max-commands", "40"]).await;
+    let threads: Vec<String> = (0..20).map(|i| format!("flood-{i}")).collect();
+    for thread in &threads {
+        dev.post(&format!("/v1/threads/{thread}/resolve"), None)
+            .await;
+    }
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let requests: Vec<_> = (0..600)
+        .map(|i| {
+            let url = format!("{}/v1/threads/{}/exec", dev.url, threads[i % threads.len()]);
+            let client = client.clone();
+            tokio::spawn(async move {
+                let response = client
+                    .post(url)
+                    .json(&json!({"cmd": "sleep 4"}))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status().as_u16();
+                let retry = response.headers().contains_key("retry-after");
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                (
+                    status,
+                    retry,
+                    body["error"]["code"].as_str().map(str::to_owned),
+                )
+            })
+        })
+        .collect();
+    // While they run, the API answers.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let asked = std::time::Instant::now();
+        let listed = dev.get("/v1/threads").await;
+        slowest = slowest.max(asked.elapsed());
+        assert_eq!(listed["threads"].as_array().unwrap().len(), 20);
+    }
+    let mut ran = 0;
+    let mut refused = std::collections::BTreeMap::new();
+    for request in requests {
+        match request.await.unwrap() {
+            (200, _, _) => ran += 1,
+            (status @ (429 | 503), true, Some(code)) => {
+                *refused.entry((status, code)).or_insert(0) += 1
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    eprintln!(
+        "600 commands: {ran} ran, refused {refused:?}; GET /v1/threads answered within \
+         {slowest:?} at worst; all answered after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        slowest < Duration::from_secs(2),
+        "the API stalled for {slowest:?}"
+    );
+    assert!((1..=40).contains(&ran), "{ran} ran");
+    assert_eq!(ran + refused.values().sum::<usize>(), 600);
+    assert!(
+        refused.contains_key(&(429, "too_many_commands_in_thread".to_owned())),
+        "{refused:?}"
+    );
+    assert!(
+        refused.contains_key(&(503, "too_many_commands".to_owned())),
+        "{refused:?}"
+    );
+}

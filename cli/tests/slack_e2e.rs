@@ -300,3 +300,58 @@ async fn a_thread_past_its_rate_is_told_to_slow_down_once() {
         "{texts:#?}"
     );
 }
+
+/// Slack reaches a developer's `threadbox dev` through a tunnel, under the tunnel's name. Its
+/// signed events are answered even without API keys (where other routes want a loopback Host);
+/// an unsigned request under that name is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_events_arrive_through_a_tunnel_without_keys() {
+    if !prerequisites_met("slack_e2e", &dev_missing()) {
+        return;
+    }
+    let dev = DevServer::start_with_env(
+        &[],
+        &[
+            ("SLACK_SIGNING_SECRET", Some(SECRET)),
+            ("SLACK_BOT_TOKEN", None),
+            ("SLACK_API_URL", None),
+        ],
+    )
+    .await;
+    let body = json!({"type": "url_verification", "challenge": "tunnelled"}).to_string();
+    let post = |signed: bool| {
+        let ts = now_secs();
+        let mut request = dev
+            .http
+            .post(format!("{}/slack/events", dev.url))
+            .header("host", "abc123.tunnel.example")
+            .header("content-type", "application/json")
+            .header("x-slack-request-timestamp", ts.to_string())
+            .body(body.clone());
+        if signed {
+            request = request.header(
+                "x-slack-signature",
+                SigningSecret::new(SECRET)
+                    .unwrap()
+                    .sign(ts, body.as_bytes()),
+            );
+        }
+        request.send()
+    };
+    let answer = post(true).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        answer.json::<Value>().await.unwrap()["challenge"],
+        "tunnelled"
+    );
+    assert_eq!(post(false).await.unwrap().status(), 401);
+    // Other routes still want a loopback Host without keys.
+    let api = dev
+        .http
+        .get(format!("{}/v1/threads", dev.url))
+        .header("host", "abc123.tunnel.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), 403);
+}

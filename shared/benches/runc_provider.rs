@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo bench -p threadbox-shared --bench runc_provider
+//! THREADBOX_BENCH_USER_NAMESPACES=0 cargo bench -p threadbox-shared --bench runc_provider
 //! ```
 //!
 //! Prints the median and 99th percentile (nearest rank) of each operation over `RUNS` runs.
@@ -71,6 +72,10 @@ async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = RuncConfig::new(dir.path().join("state"));
     config.runc_binary = runc;
+    // THREADBOX_BENCH_USER_NAMESPACES=0 measures sandboxes without their own user namespace
+    // (host uid 1000, as before per-sandbox id ranges), for the before/after comparison.
+    config.user_namespaces = std::env::var("THREADBOX_BENCH_USER_NAMESPACES").as_deref() != Ok("0");
+    println!("user namespaces: {}", config.user_namespaces);
     let p = RuncProvider::open(config).await.expect("open provider");
     let echo = || ExecRequest::shell("true");
 

@@ -239,6 +239,32 @@ async fn messages_past_the_threads_rate_are_refused_and_told_once() {
 }
 
 #[tokio::test]
+async fn a_capacity_limit_is_named_in_the_thread() {
+    use threadbox_shared::ports::{Limit, ProviderError};
+    use threadbox_shared::testing::Op;
+    let s = setup().await;
+    s.provider.fail_next(
+        Op::Exec,
+        ProviderError::LimitReached {
+            limit: Limit::CommandsInSandbox,
+            message: "this thread already runs 4 commands at once, its limit".into(),
+            retry_after: Duration::from_secs(2),
+        },
+    );
+    let item = mention("Ev1", "1767225604.000001", "```echo busy```");
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    let replies = s.replies();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(
+        replies[0].contains("already runs 4 commands at once")
+            && replies[0].contains("too_many_commands_in_thread")
+            && replies[0].contains("Send it again in 2 s"),
+        "{}",
+        replies[0]
+    );
+}
+
+#[tokio::test]
 async fn a_redelivered_message_or_its_twin_event_never_runs_twice() {
     let s = setup().await;
     let first = mention("Ev1", "1767225601.000001", "```echo once```");

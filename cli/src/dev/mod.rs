@@ -109,6 +109,26 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_SLACK_TEAM_RATE", default_value_t = threadbox_shared::slack::RateLimits::default().per_team)]
     pub slack_team_rate: u64,
 
+    /// Run sandboxes even on a runc that lacks the fix for a known container escape (by default
+    /// threadbox dev refuses to start on one, naming the CVE and the upgrade).
+    #[arg(long, env = "THREADBOX_ALLOW_UNPATCHED_RUNC")]
+    pub allow_unpatched_runc: bool,
+
+    /// Commands one thread's sandbox may run at once; past it exec answers 429
+    /// `too_many_commands_in_thread` with Retry-After.
+    #[arg(long, env = "THREADBOX_MAX_COMMANDS_PER_THREAD", default_value_t = 4)]
+    pub max_commands_per_thread: usize,
+
+    /// Commands all sandboxes may run at once (default: 32 per core); past it 503
+    /// `too_many_commands`.
+    #[arg(long, env = "THREADBOX_MAX_COMMANDS")]
+    pub max_commands: Option<usize>,
+
+    /// Sandboxes alive at once, paused ones included (default: as many as fit in memory at
+    /// 512 MiB each); past it 503 `too_many_sandboxes`.
+    #[arg(long, env = "THREADBOX_MAX_SANDBOXES")]
+    pub max_sandboxes: Option<usize>,
+
     /// Refused: keys on the command line show in `ps` to every local user.
     #[arg(long, hide = true)]
     pub api_keys: Option<String>,
@@ -132,6 +152,14 @@ impl DevArgs {
         if self.slack_thread_rate == 0 || self.slack_team_rate == 0 {
             bail!(
                 "--slack-thread-rate and --slack-team-rate must be at least 1 (messages a minute)"
+            );
+        }
+        if self.max_commands_per_thread == 0
+            || self.max_commands == Some(0)
+            || self.max_sandboxes == Some(0)
+        {
+            bail!(
+                "--max-commands-per-thread, --max-commands and --max-sandboxes must be at least 1"
             );
         }
         if self.ws_max_per_token == 0 || self.ws_max_per_address == 0 {
@@ -182,7 +210,21 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let dedupe: Arc<dyn DedupeStore> = Arc::new(
         SqliteDedupe::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
     );
-    let provider = RuncProvider::open(RuncConfig::new(data_dir.join("sandboxes")))
+    let mut runc_config = RuncConfig::new(data_dir.join("sandboxes"));
+    runc_config.allow_unpatched_runtime = args.allow_unpatched_runc;
+    runc_config.max_commands_per_sandbox = args.max_commands_per_thread;
+    if let Some(max) = args.max_commands {
+        runc_config.max_commands = max;
+    }
+    if let Some(max) = args.max_sandboxes {
+        runc_config.max_sandboxes = max;
+    }
+    let caps = (
+        runc_config.max_commands_per_sandbox,
+        runc_config.max_commands,
+        runc_config.max_sandboxes,
+    );
+    let provider = RuncProvider::open(runc_config)
         .await
         .context("starting the runc sandbox provider")?;
 
@@ -252,6 +294,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         auth.is_enabled(),
         &secret_source,
         &slack,
+        caps,
     );
 
     let shutdown = Shutdown::install().context("installing signal handlers")?;
@@ -290,6 +333,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .merge(token_routes(token_key, clock, auth.clone()))
         .merge(live)
         .merge(slack.routes);
+    let slack_events = slack.events;
     let mut app = app.merge(dashboard::routes());
     if !auth.is_enabled() {
         // Every route, the dashboard and the WebSocket upgrade included: without keys, only
@@ -299,6 +343,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             require_local,
         ));
     }
+    // Slack's events carry their own authentication (the signature), and arrive through a
+    // tunnel under its name when Slack talks to a developer's machine.
+    let app = app.merge(slack_events);
     let stop = shutdown.clone();
     // With each connection's peer address, for the WebSocket caps.
     let served = axum::serve(
@@ -337,6 +384,7 @@ fn print_banner(
     auth: bool,
     token_secret: &SecretSource,
     slack: &slack::SlackParts,
+    (per_thread, commands, sandboxes): (usize, usize, usize),
 ) {
     let base = format!("http://{addr}");
     let auth_header = if auth {
@@ -376,6 +424,10 @@ fn print_banner(
         duration::format(args.janitor_interval),
         duration::format(args.idle_pause),
         duration::format(args.retention)
+    );
+    println!(
+        "  limits     {per_thread} commands per thread, {commands} in all, {sandboxes} sandboxes \
+         (--max-commands-per-thread, --max-commands, --max-sandboxes)"
     );
     println!("  try        curl -s -X POST {base}/v1/threads/demo/exec{auth_header} -H 'content-type: application/json' -d '{{\"cmd\":\"echo hello\"}}'");
     println!("             curl -s {base}/v1/threads{auth_header}");

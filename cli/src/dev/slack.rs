@@ -36,8 +36,11 @@ pub enum Outgoing {
 }
 
 pub struct SlackParts {
-    /// `POST /slack/events` (signature-authenticated) and, with the sink, `GET /v1/slack/sink`.
+    /// `GET /v1/slack/sink` (with the sink): behind the API's keys or its local-only rule.
     pub routes: Router,
+    /// `POST /slack/events`: authenticated by Slack's signature, so it also answers requests
+    /// addressed to a tunnel's name (how Slack reaches a developer's machine).
+    pub events: Router,
     pub target: Arc<dyn FanoutTarget>,
     pub work: WorkLoop,
     pub secret: SecretSource,
@@ -110,7 +113,8 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
     let worker = SlackWorker::new(deps.tb, api, deps.dedupe, work_queue.clone(), worker_config)
         .with_rates(rates);
     Ok(SlackParts {
-        routes: routes.merge(events_router(ingress)),
+        routes,
+        events: events_router(ingress),
         target,
         work: WorkLoop::new(work_queue, worker, work_config),
         secret: secret_source,

@@ -257,6 +257,19 @@ impl Drop for DevServer {
                     .status();
             }
         }
+        // Each sandbox's user namespace is pinned by a bind mount next to runc's state; the
+        // provider removes it with the sandbox, and here the sandboxes went behind its back.
+        if let Some(Ok(pins)) = root
+            .parent()
+            .map(|state| std::fs::read_dir(state.join("userns")))
+        {
+            for pin in pins.flatten() {
+                let _ = Command::new("umount")
+                    .arg("--lazy")
+                    .arg(pin.path())
+                    .status();
+            }
+        }
     }
 }
 

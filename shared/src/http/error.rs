@@ -66,14 +66,17 @@ impl ApiError {
 impl From<UseCaseError> for ApiError {
     fn from(error: UseCaseError) -> Self {
         let code = error.code();
-        let message = error.to_string();
+        let message = error.public_message();
         let status = status_of(&error);
         let mut api = ApiError::new(status, code, message);
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             let secs = match &error {
-                UseCaseError::Provider(ProviderError::RateLimited {
-                    retry_after: Some(d),
-                }) => d.as_secs_f64().ceil() as u64,
+                UseCaseError::Provider(
+                    ProviderError::RateLimited {
+                        retry_after: Some(d),
+                    }
+                    | ProviderError::LimitReached { retry_after: d, .. },
+                ) => d.as_secs_f64().ceil() as u64,
                 _ => DEFAULT_RETRY_AFTER_SECS,
             };
             api = api.with_retry_after(secs);
@@ -97,6 +100,11 @@ fn status_of(error: &UseCaseError) -> StatusCode {
                 StatusCode::BAD_REQUEST
             }
             ProviderError::Conflict(_) => StatusCode::CONFLICT,
+            // The caller's own thread is busy enough: 429. The host is full: 503.
+            ProviderError::LimitReached { limit, .. } if limit.is_per_thread() => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            ProviderError::LimitReached { .. } => StatusCode::SERVICE_UNAVAILABLE,
             // Gone survives here only when the replacement vanished too: worth another try.
             ProviderError::Gone(_)
             | ProviderError::RateLimited { .. }

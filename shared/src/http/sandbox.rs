@@ -106,14 +106,16 @@ impl ExecBody {
                 )))
             }
         };
-        Ok(ExecRequest {
+        let request = ExecRequest {
             command,
             cwd,
             env: self.env,
             stdin: self.stdin.map(String::into_bytes),
             timeout,
             output_cap: DEFAULT_OUTPUT_CAP,
-        })
+        };
+        request.check_sizes().map_err(bad)?;
+        Ok(request)
     }
 }
 

@@ -353,6 +353,70 @@ async fn bad_numbers_and_cursors_are_400s_not_wraps() {
 }
 
 #[tokio::test]
+async fn oversized_arguments_and_environment_are_400_naming_the_limit() {
+    let api = Api::new();
+    let big = "x".repeat(130 * 1024);
+    for body in [
+        json!({"argv": ["echo", big]}),
+        json!({"cmd": big}),
+        json!({"cmd": "true", "env": {"BIG": big}}),
+    ] {
+        let reply = api.post_json("/v1/threads/t1/exec", body.to_string()).await;
+        reply.expect_error(StatusCode::BAD_REQUEST, "invalid_request");
+        let message = reply.json()["error"]["message"].to_string();
+        assert!(message.contains("at most 131071 bytes"), "{message}");
+    }
+    assert_eq!(api.provider.creates(), 0, "refused before anything ran");
+}
+
+#[tokio::test]
+async fn capacity_limits_are_429_for_the_thread_and_503_for_the_host_with_retry_after() {
+    use crate::ports::Limit;
+    let api = Api::new();
+    api.resolve("t1").await;
+    for (limit, status, secs) in [
+        (Limit::CommandsInSandbox, StatusCode::TOO_MANY_REQUESTS, 2),
+        (Limit::Commands, StatusCode::SERVICE_UNAVAILABLE, 5),
+    ] {
+        api.provider.fail_next(
+            Op::Exec,
+            ProviderError::LimitReached {
+                limit,
+                message: "over the limit".into(),
+                retry_after: Duration::from_secs(secs),
+            },
+        );
+        let reply = api
+            .post_json("/v1/threads/t1/exec", r#"{"cmd": "true"}"#)
+            .await;
+        reply.expect_error(status, limit.code());
+        assert_eq!(
+            reply.headers[header::RETRY_AFTER].to_str().unwrap(),
+            secs.to_string()
+        );
+    }
+}
+
+#[tokio::test]
+async fn host_paths_in_provider_failures_stay_out_of_answers() {
+    let api = Api::new();
+    api.resolve("t1").await;
+    api.provider.fail_next(
+        Op::Exec,
+        ProviderError::Internal(
+            "cannot remove /var/lib/threadbox/sandboxes/rc-1/home: Device or resource busy".into(),
+        ),
+    );
+    let reply = api
+        .post_json("/v1/threads/t1/exec", r#"{"cmd": "true"}"#)
+        .await;
+    reply.expect_error(StatusCode::BAD_GATEWAY, "provider_error");
+    let message = reply.json()["error"]["message"].to_string();
+    assert!(!message.contains("/var/lib"), "{message}");
+    assert!(message.contains("server log"), "{message}");
+}
+
+#[tokio::test]
 async fn show_returns_the_session_and_its_last_twenty_events() {
     let api = Api::new();
     api.resolve("t1").await;

@@ -35,6 +35,41 @@ pub enum ProviderError {
     Unsupported(String),
     #[error("provider failure: {0}")]
     Internal(String),
+    /// One of threadbox's own capacity limits is reached (commands running in the sandbox or on
+    /// the host, sandboxes on the host). Retrying after `retry_after` may succeed.
+    #[error("{message}")]
+    LimitReached {
+        limit: Limit,
+        message: String,
+        retry_after: Duration,
+    },
+}
+
+/// Which capacity limit a request met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Commands running at once in one sandbox (one thread).
+    CommandsInSandbox,
+    /// Commands running at once across the host.
+    Commands,
+    /// Sandboxes alive (running or paused) on the host.
+    Sandboxes,
+}
+
+impl Limit {
+    /// The error code the API and the Slack replies name it by.
+    pub fn code(self) -> &'static str {
+        match self {
+            Limit::CommandsInSandbox => "too_many_commands_in_thread",
+            Limit::Commands => "too_many_commands",
+            Limit::Sandboxes => "too_many_sandboxes",
+        }
+    }
+
+    /// The caller's own share (its thread) rather than the whole host's.
+    pub fn is_per_thread(self) -> bool {
+        matches!(self, Limit::CommandsInSandbox)
+    }
 }
 
 impl ProviderError {
@@ -44,7 +79,9 @@ impl ProviderError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ProviderError::RateLimited { .. } | ProviderError::Unavailable(_)
+            ProviderError::RateLimited { .. }
+                | ProviderError::Unavailable(_)
+                | ProviderError::LimitReached { .. }
         )
     }
 }
@@ -157,7 +194,56 @@ pub struct ExecRequest {
     pub output_cap: usize,
 }
 
+/// The longest single argument or `NAME=value` environment string a command may get: the
+/// kernel's `MAX_ARG_STRLEN` (128 KiB, its terminating NUL included). Past it `execve` fails
+/// with E2BIG, which without this check surfaced as a provider failure (502), not a bad request.
+pub const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
+/// The most bytes of arguments and environment together: well under the kernel's `ARG_MAX`
+/// (2 MiB with the default stack limit), leaving room for what the provider itself passes.
+pub const MAX_ARGS_TOTAL_BYTES: usize = 1024 * 1024;
+
 impl ExecRequest {
+    /// Whether the command line and environment fit what the kernel passes to a program, with
+    /// the limit named when they do not.
+    pub fn check_sizes(&self) -> Result<(), String> {
+        let words: Vec<&str> = match &self.command {
+            ExecCommand::Shell(cmd) => vec![cmd.as_str()],
+            ExecCommand::Argv(argv) => argv.iter().map(String::as_str).collect(),
+        };
+        let env = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), k.len() + 1 + v.len()));
+        let mut total = 0;
+        for (i, word) in words.iter().enumerate() {
+            if word.len() > MAX_ARG_BYTES {
+                return Err(format!(
+                    "argument {} is {} bytes; one argument may be at most {MAX_ARG_BYTES} bytes \
+                     (pass large input as stdin or a file instead)",
+                    i + 1,
+                    word.len()
+                ));
+            }
+            total += word.len() + 1;
+        }
+        for (name, len) in env {
+            if len > MAX_ARG_BYTES {
+                return Err(format!(
+                    "environment variable {name} is {len} bytes as NAME=value; one may be at \
+                     most {MAX_ARG_BYTES} bytes"
+                ));
+            }
+            total += len + 1;
+        }
+        if total > MAX_ARGS_TOTAL_BYTES {
+            return Err(format!(
+                "the arguments and environment are {total} bytes together; the limit is \
+                 {MAX_ARGS_TOTAL_BYTES} bytes"
+            ));
+        }
+        Ok(())
+    }
+
     pub fn shell(cmd: impl Into<String>) -> Self {
         Self {
             command: ExecCommand::Shell(cmd.into()),
@@ -266,4 +352,25 @@ pub trait SandboxProvider: Send + Sync {
         pattern: &str,
         path: &str,
     ) -> Result<Vec<GrepMatch>, ProviderError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_sizes_are_checked_one_by_one_and_together() {
+        let mut request = ExecRequest::shell("x".repeat(MAX_ARG_BYTES));
+        request.check_sizes().unwrap();
+        request.command = ExecCommand::Shell("x".repeat(MAX_ARG_BYTES + 1));
+        assert!(request.check_sizes().unwrap_err().contains("argument 1"));
+        request.command = ExecCommand::Argv(vec!["y".repeat(100 * 1024); 11]);
+        assert!(request.check_sizes().unwrap_err().contains("together"));
+        request.command = ExecCommand::Shell("true".into());
+        request.env.insert("K".into(), "v".repeat(MAX_ARG_BYTES));
+        assert!(request
+            .check_sizes()
+            .unwrap_err()
+            .contains("environment variable K"));
+    }
 }

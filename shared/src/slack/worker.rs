@@ -516,7 +516,7 @@ impl SlackWorker {
             ),
             Err(error) => format!(
                 ":x: Could not save `{shown}`: {}",
-                escape(&error.to_string())
+                escape(&error.public_message())
             ),
         }
     }
@@ -730,7 +730,17 @@ fn failure(error: &UseCaseError) -> String {
             "The sandbox is busy changing state; try again in a moment.".to_owned()
         }
         UseCaseError::UnknownThread(_) => NO_SANDBOX.to_owned(),
-        other => format!(":x: {}", escape(&other.to_string())),
+        UseCaseError::Provider(crate::ports::ProviderError::LimitReached {
+            limit,
+            message,
+            retry_after,
+        }) => format!(
+            ":hourglass: Not run: {} (`{}`). Send it again in {} s or so.",
+            escape(message),
+            limit.code(),
+            retry_after.as_secs().max(1)
+        ),
+        other => format!(":x: {}", escape(&other.public_message())),
     }
 }
 

@@ -42,9 +42,24 @@ impl UseCaseError {
             UseCaseError::NoSandbox { .. } => "no_sandbox",
             UseCaseError::Provider(ProviderError::InvalidRequest(_)) => "invalid_request",
             UseCaseError::Provider(ProviderError::Unsupported(_)) => "unsupported",
+            UseCaseError::Provider(ProviderError::LimitReached { limit, .. }) => limit.code(),
             UseCaseError::Provider(_) => "provider_error",
             UseCaseError::Store(_) => "store_unavailable",
             UseCaseError::Queue(_) => "queue_unavailable",
+        }
+    }
+
+    /// The message for callers (API answers, Slack replies). A provider's internal failure
+    /// (runc's own errors, host I/O) can name host paths and state, which are the operator's
+    /// business, not the caller's: those go to the server log in full, and the caller gets a
+    /// message without them. Everything else is already worded for the caller.
+    pub fn public_message(&self) -> String {
+        match self {
+            UseCaseError::Provider(ProviderError::Internal(detail)) => {
+                tracing::error!(%detail, "sandbox provider failure (details kept out of the answer)");
+                "the sandbox provider failed; the server log has the details".to_owned()
+            }
+            other => other.to_string(),
         }
     }
 

@@ -8,6 +8,8 @@
 //!   rootfs/        read-only inside: mount points, usrmerge symlinks and a generated /etc
 //!   home/          the sandbox's /home/user, writable and kept across pauses
 //!   run/           pid files of running commands
+//! <state>/userns/<id>  the sandbox's user namespace, pinned by a bind mount
+//! <state>/idranges/<slot>  the sandbox's host id range, allocated (see `idmap`)
 //! ```
 
 use std::collections::BTreeMap;
@@ -21,7 +23,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::config::SandboxLimits;
+use super::idmap::{create_user_namespace, remove_user_namespace_pin, IdRange};
 use crate::domain::Millis;
+
+/// Under the state directory: one pinned user namespace per sandbox that has one.
+pub(crate) const USERNS_DIR: &str = "userns";
 
 /// The unprivileged user every process inside runs as.
 pub(crate) const SANDBOX_UID: u32 = 1000;
@@ -84,6 +90,17 @@ impl Bundle {
     pub fn run_dir(&self) -> PathBuf {
         self.dir.join("run")
     }
+    /// Where the sandbox's user namespace is pinned (see `idmap::create_user_namespace`):
+    /// `<state>/userns/<id>`, outside the bundle, so removing a bundle never meets a mount.
+    pub fn userns_pin(&self) -> PathBuf {
+        let id = self.dir.file_name().unwrap_or_default();
+        let state_dir = self
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.dir);
+        state_dir.join(USERNS_DIR).join(id)
+    }
     fn rootfs(&self) -> PathBuf {
         self.dir.join("rootfs")
     }
@@ -115,13 +132,23 @@ impl Bundle {
             .ok()
     }
 
-    /// Delete the bundle, home included. Gone already is fine. `remove_dir_all` never follows
-    /// symlinks, so links the sandbox left in its home cannot redirect the deletion.
+    /// Delete the bundle, home included, whatever tree the sandbox left there (see `remove`:
+    /// iterative, so no depth can overflow the stack; links are removed, never followed). Gone
+    /// already is fine.
     pub fn remove(&self) -> io::Result<()> {
-        match fs::remove_dir_all(&self.dir) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
+        remove_user_namespace_pin(&self.userns_pin())?;
+        use std::os::unix::ffi::OsStrExt;
+        let (Some(parent), Some(name)) = (self.dir.parent(), self.dir.file_name()) else {
+            return Err(io::Error::other(
+                "a bundle directory has a parent and a name",
+            ));
+        };
+        let parent = match fs::File::open(parent) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        let name = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
+        super::remove::remove_tree_at(&parent, &name)
     }
 }
 
@@ -132,6 +159,14 @@ pub(crate) struct SandboxRecord {
     /// When the sandbox should be stopped unless its timeout is extended. Recorded only: the
     /// janitor enforces it.
     pub deadline: Option<Millis>,
+    /// The sandbox's host id range. Records from before ranges existed have none: those
+    /// sandboxes run without a user namespace, their ids the host's.
+    #[serde(default = "legacy_ids")]
+    pub ids: IdRange,
+}
+
+fn legacy_ids() -> IdRange {
+    IdRange::IDENTITY
 }
 
 /// How the host's top-level directories look, decided once per provider: a usrmerged host has
@@ -187,6 +222,8 @@ pub(crate) struct BundleSpec<'a> {
     /// Cap swap at the memory limit (only where the kernel accounts for swap).
     pub swap_limit: bool,
     pub host: &'a HostLayout,
+    /// The host ids the sandbox's user namespace maps to.
+    pub ids: IdRange,
 }
 
 /// Lay out a new bundle. The record is written first, so a crash part-way leaves a bundle that
@@ -197,14 +234,23 @@ pub(crate) fn write_bundle(
     record: &SandboxRecord,
 ) -> io::Result<()> {
     let mut dirs = fs::DirBuilder::new();
-    dirs.mode(0o700).create(bundle.dir())?;
+    // Searchable by all, listable by none: the container's root is a host id of its own range,
+    // and runc sets up the root filesystem as that id, so it must be able to walk to rootfs/
+    // and home/. The files next to them stay 0600 and root's.
+    dirs.mode(0o711).create(bundle.dir())?;
+    fs::set_permissions(bundle.dir(), fs::Permissions::from_mode(0o711))?;
     bundle.write_record(record)?;
-    dirs.create(bundle.run_dir())?;
+    dirs.mode(0o700).create(bundle.run_dir())?;
 
-    // The home: owned by the sandbox user, private to it on the host.
+    // The home: owned by the sandbox user (as the host sees it), private to it on the host.
     let home = bundle.home();
     dirs.mode(0o750).create(&home)?;
-    std::os::unix::fs::chown(&home, Some(SANDBOX_UID), Some(SANDBOX_GID))?;
+    let ids = spec.ids;
+    std::os::unix::fs::chown(
+        &home,
+        Some(ids.host_uid(SANDBOX_UID)),
+        Some(ids.host_gid(SANDBOX_GID)),
+    )?;
 
     // The root filesystem: only mount points, symlinks and /etc. It is mounted read-only.
     let rootfs = bundle.rootfs();
@@ -234,6 +280,9 @@ pub(crate) fn write_bundle(
         write_file(&etc.join("ld.so.cache"), &cache, 0o644)?;
     }
 
+    if !ids.is_identity() {
+        create_user_namespace(ids, &bundle.userns_pin())?;
+    }
     let config = oci_config(bundle, spec);
     let bytes = serde_json::to_vec_pretty(&config).map_err(io::Error::other)?;
     write_file(&bundle.dir().join("config.json"), &bytes, 0o600).map(drop)
@@ -326,8 +375,25 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
         memory["swap"] = json!(limits.memory_bytes);
     }
     let no_caps: [&str; 0] = [];
+    // A user namespace of its own, mapped onto the sandbox's host id range and owned by that
+    // range's root: per-uid kernel limits and file ownership on the host are then the
+    // sandbox's alone. runc 1.1 wants the mappings even when it joins a namespace.
+    let mut namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "network"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+        json!({"type": "cgroup"}),
+    ];
+    let mut linux = json!({});
+    if !spec.ids.is_identity() {
+        namespaces.push(json!({"type": "user", "path": bundle.userns_pin()}));
+        linux["uidMappings"] = spec.ids.oci_mapping();
+        linux["gidMappings"] = spec.ids.oci_mapping();
+    }
 
-    json!({
+    let mut config = json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
@@ -339,7 +405,6 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
                 "bounding": no_caps, "effective": no_caps, "inheritable": no_caps,
                 "permitted": no_caps, "ambient": no_caps
             },
-            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096}],
             "noNewPrivileges": true
         },
         "root": {"path": "rootfs", "readonly": true},
@@ -355,19 +420,20 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
             },
             // A fresh network namespace holds only loopback: no network unless a profile adds
             // one. The cgroup namespace hides the host's cgroup paths.
-            "namespaces": [
-                {"type": "pid"}, {"type": "network"}, {"type": "ipc"},
-                {"type": "uts"}, {"type": "mount"}, {"type": "cgroup"}
-            ],
+            "namespaces": namespaces,
             "maskedPaths": MASKED_PATHS,
             "readonlyPaths": READONLY_PATHS,
             "seccomp": seccomp_profile()
         }
-    })
+    });
+    if let (Some(config), Some(extra)) = (config["linux"].as_object_mut(), linux.as_object()) {
+        config.extend(extra.clone());
+    }
+    config
 }
 
 /// Defense in depth on top of "uid 1000, no capabilities": refuse the syscalls an unprivileged
-/// process only needs to attack the kernel. Above all, creating a user namespace (which would
+/// process only needs to attack the kernel or other processes (at least Docker's default set). Above all, creating a user namespace (which would
 /// hand the sandbox a full capability set over its own namespaces); glibc falls back from
 /// clone3, whose flags seccomp cannot inspect, to clone when clone3 says ENOSYS.
 fn seccomp_profile() -> Value {
@@ -379,11 +445,23 @@ fn seccomp_profile() -> Value {
         "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32", "SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"],
         "syscalls": [
             {
+                // Everything Docker's default profile refuses a process without capabilities,
+                // then what it also refuses since (io_uring), the new mount API, and what lets
+                // one process read or steer another (ptrace, process_vm_*, pidfd_getfd, kcmp).
                 "names": [
-                    "add_key", "bpf", "delete_module", "finit_module", "init_module",
-                    "kexec_file_load", "kexec_load", "keyctl", "mount", "open_by_handle_at",
-                    "perf_event_open", "pivot_root", "reboot", "request_key", "setns",
-                    "swapoff", "swapon", "umount2", "userfaultfd"
+                    "acct", "add_key", "bpf", "clock_adjtime", "clock_settime",
+                    "create_module", "delete_module", "finit_module", "fsconfig", "fsmount",
+                    "fsopen", "fspick", "get_kernel_syms", "get_mempolicy", "init_module",
+                    "io_uring_enter", "io_uring_register", "io_uring_setup", "ioperm", "iopl",
+                    "kcmp", "kexec_file_load", "kexec_load", "keyctl", "lookup_dcookie",
+                    "mbind", "mount", "mount_setattr", "move_mount", "move_pages",
+                    "name_to_handle_at", "nfsservctl", "open_by_handle_at", "open_tree",
+                    "perf_event_open", "pidfd_getfd", "pivot_root", "process_madvise",
+                    "process_vm_readv", "process_vm_writev", "ptrace", "query_module",
+                    "quotactl", "quotactl_fd", "reboot", "request_key", "set_mempolicy",
+                    "setdomainname", "sethostname", "setns", "settimeofday", "stime",
+                    "swapoff", "swapon", "sysfs", "syslog", "_sysctl", "umount", "umount2",
+                    "uselib", "userfaultfd", "ustat", "vhangup", "vm86", "vm86old"
                 ],
                 "action": "SCMP_ACT_ERRNO",
                 "errnoRet": EPERM
@@ -430,6 +508,7 @@ mod tests {
             limits: &limits,
             swap_limit: true,
             host: &HostLayout::probe(),
+            ids: IdRange::IDENTITY,
         };
         let config = oci_config(&bundle, &spec);
         assert_eq!(config["process"]["user"]["uid"], 1000);
@@ -465,6 +544,43 @@ mod tests {
             .as_array()
             .unwrap()
             .contains(&json!(format!("size={}", 256 * 1024 * 1024))));
+    }
+
+    #[test]
+    fn a_namespaced_sandbox_joins_its_pinned_user_namespace_with_its_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let sandboxes = dir.path().join("sandboxes");
+        let bundle = Bundle::new(&sandboxes, "rc-0123456789ab");
+        let ids = super::super::idmap::IdRanges::new(dir.path().join("idranges"));
+        std::fs::create_dir(dir.path().join("idranges")).unwrap();
+        let ids = ids.allocate("rc-0123456789ab").unwrap();
+        let (env, limits) = (BTreeMap::new(), SandboxLimits::default());
+        let spec = BundleSpec {
+            hostname: "tb-x".into(),
+            annotations: BTreeMap::new(),
+            env: &env,
+            limits: &limits,
+            swap_limit: false,
+            host: &HostLayout::probe(),
+            ids,
+        };
+        let config = oci_config(&bundle, &spec);
+        let user = config["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["type"] == "user")
+            .expect("a user namespace");
+        assert_eq!(
+            user["path"],
+            json!(dir.path().join("userns/rc-0123456789ab"))
+        );
+        let mapping = json!([{"containerID": 0, "hostID": ids.host_uid(0), "size": 65536}]);
+        assert_eq!(config["linux"]["uidMappings"], mapping);
+        assert_eq!(config["linux"]["gidMappings"], mapping);
+        assert!(ids.host_uid(0) >= 1_000_000_000);
+        // Inside, still uid 1000.
+        assert_eq!(config["process"]["user"]["uid"], 1000);
     }
 
     #[test]

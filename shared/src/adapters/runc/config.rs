@@ -17,6 +17,9 @@ pub struct SandboxLimits {
     pub pids: u32,
     /// Size of the `/tmp` tmpfs in bytes. Its pages also count against `memory_bytes`.
     pub tmp_bytes: u64,
+    /// Largest file any process in the sandbox may write (RLIMIT_FSIZE): past it the write fails
+    /// with EFBIG and the process gets SIGXFSZ.
+    pub file_size_bytes: u64,
 }
 
 impl Default for SandboxLimits {
@@ -26,6 +29,7 @@ impl Default for SandboxLimits {
             cpu_millicores: 1000,
             pids: 256,
             tmp_bytes: 256 * 1024 * 1024,
+            file_size_bytes: 1024 * 1024 * 1024,
         }
     }
 }
@@ -51,17 +55,61 @@ pub struct RuncConfig {
     /// then come to it, and the provider reaps only its own. Turn it off if something else in
     /// the process manages orphans.
     pub reap_orphans: bool,
+    /// Run even when the runc binary lacks the fix for a known container escape (see the
+    /// `version` module). Off: opening the provider refuses, naming the CVE and the upgrade.
+    pub allow_unpatched_runtime: bool,
+    /// Commands one sandbox (one thread) may run at once; past it exec answers
+    /// `ProviderError::LimitReached` (`too_many_commands_in_thread`).
+    pub max_commands_per_sandbox: usize,
+    /// Commands all sandboxes together may run at once (`too_many_commands`).
+    pub max_commands: usize,
+    /// Sandboxes alive at once, paused ones included since they keep their memory
+    /// (`too_many_sandboxes`).
+    pub max_sandboxes: usize,
+    /// Give each new sandbox a user namespace of its own, mapped onto a host id range no other
+    /// sandbox uses (see the `idmap` module), so per-uid kernel limits and host file ownership
+    /// are per sandbox. On by default; off runs sandboxes as host uid 1000, as before.
+    pub user_namespaces: bool,
+}
+
+/// Host-wide caps that fit this machine: 32 running commands per core, and as many sandboxes as
+/// fit in its memory at each sandbox's memory limit.
+pub fn host_caps(limits: &SandboxLimits) -> (usize, usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let kib: u64 = info
+                .lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(4 << 30);
+    let sandboxes = (memory / limits.memory_bytes.max(1)).max(1) as usize;
+    (cores * 32, sandboxes)
 }
 
 impl RuncConfig {
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        let limits = SandboxLimits::default();
+        let (max_commands, max_sandboxes) = host_caps(&limits);
         Self {
             state_dir: state_dir.into(),
             runc_binary: find_runc().unwrap_or_else(|| PathBuf::from("runc")),
-            limits: SandboxLimits::default(),
+            limits,
             call_timeout: Duration::from_secs(30),
             file_cap: DEFAULT_FILE_CAP,
             reap_orphans: true,
+            allow_unpatched_runtime: false,
+            max_commands_per_sandbox: 4,
+            max_commands,
+            max_sandboxes,
+            user_namespaces: true,
         }
     }
 
@@ -75,6 +123,11 @@ impl RuncConfig {
     /// Where the per-sandbox bundles live.
     pub fn sandboxes_dir(&self) -> PathBuf {
         self.state_dir.join("sandboxes")
+    }
+
+    /// One file per allocated host id range (see the `idmap` module).
+    pub fn id_ranges_dir(&self) -> PathBuf {
+        self.state_dir.join("idranges")
     }
 }
 

@@ -2,17 +2,18 @@
 //!
 //! `runc exec --detach` starts the command and returns at once; the command's stdio are our
 //! pipes, passed straight through (no copying in runc). The command runs under a small shell
-//! wrapper that writes its exit status to an extra pipe (`--preserve-fds 1`, fd 3) when it ends,
-//! so we learn the status the moment the command exits, even if a background child it left
-//! behind still holds stdout open. (Attached `runc exec` waits for every holder of stdout to
-//! close it, so `server &` would hang the call until the timeout.)
+//! wrapper that writes its exit status to an extra pipe (`--preserve-fds 1`, fd 3) as it ends.
+//! We wait for the wrapper's exit through a pidfd on tokio's reactor, then read the status the
+//! pipe already holds: no thread is held per running command (tokio's blocking pool, which
+//! SQLite also uses, stays free however many run), and nothing in the sandbox can delay the
+//! answer by keeping the pipe open. A background child still holding stdout open does not
+//! either. (Attached `runc exec` waits for every holder of stdout to close it, so `server &`
+//! would hang the call until the timeout.)
 //!
 //! runc makes the command a session and process-group leader, so a timeout kills the whole tree
 //! with one `kill(-pgid)`, followed by a sweep of the container's cgroup for descendants that
 //! left the group.
 
-use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -24,6 +25,7 @@ use tokio::sync::watch;
 
 use super::bundle::{HOME, SANDBOX_GID, SANDBOX_UID};
 use super::cgroup::ContainerCgroup;
+use super::idmap::IdRange;
 use super::process::{kill_tree, reap};
 use super::runtime::{error_message, Runc};
 use crate::ports::{ExecCommand, ExecRequest, ExecResult, ProviderError};
@@ -63,6 +65,7 @@ pub(crate) fn validate(request: &ExecRequest) -> Result<(), ProviderError> {
         }
         _ => {}
     }
+    request.check_sizes().or_else(invalid)?;
     if let Some(cwd) = &request.cwd {
         if !cwd.starts_with('/') || cwd.contains('\0') {
             return invalid(format!(
@@ -96,6 +99,8 @@ pub(crate) struct ExecTarget<'a> {
     pub run_dir: PathBuf,
     /// For the OOM count and the timeout sweep; both degrade gracefully without it.
     pub cgroup: Option<Arc<ContainerCgroup>>,
+    /// Where the sandbox's ids land on the host: the stdio pipes are chowned to its uid 1000.
+    pub ids: IdRange,
 }
 
 pub(crate) async fn run(
@@ -107,8 +112,14 @@ pub(crate) async fn run(
     let pid_file = target
         .run_dir
         .join(format!("exec-{}.pid", uuid::Uuid::new_v4().simple()));
-    let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| ProviderError::Internal(format!("cannot make a pipe: {e}")))?;
+    // Our end never blocks: the status is read once the command has exited (see below).
+    let (status_read, status_write) = rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    )
+    .map_err(|e| ProviderError::Internal(format!("cannot make a pipe: {e}")))?;
+    // The command's end blocks as usual (NONBLOCK is per end: clear it on the write end).
+    rustix::fs::fcntl_setfl(&status_write, rustix::fs::OFlags::empty())
+        .map_err(|e| ProviderError::Internal(format!("cannot set up the status pipe: {e}")))?;
 
     let mut cmd = target.runc.command();
     cmd.arg("exec")
@@ -134,10 +145,14 @@ pub(crate) async fn run(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let status_fd = status_write.as_raw_fd();
+    let owner = (
+        target.ids.host_uid(SANDBOX_UID),
+        target.ids.host_gid(SANDBOX_GID),
+    );
     // SAFETY: the closure only makes async-signal-safe system calls (fstat, fchown, fcntl,
     // dup2) on descriptors it does not own, and allocates nothing.
     unsafe {
-        cmd.pre_exec(move || prepare_child_fds(status_fd));
+        cmd.pre_exec(move || prepare_child_fds(status_fd, owner));
     }
     let mut child = cmd
         .spawn()
@@ -198,22 +213,31 @@ pub(crate) async fn run(
         armed: true,
     };
 
-    // The wrapper's report, read on a blocking thread: the pipe is ours, not tokio's.
-    let mut status_task = tokio::task::spawn_blocking(move || {
-        let mut text = String::new();
-        let _ = File::from(status_read).read_to_string(&mut text);
-        text
-    });
+    // Wait for the command's leader (the wrapper) to exit, through a pidfd: it becomes readable
+    // when the process ends, costs no thread, and nothing in the sandbox can hold it open (a
+    // process there could reopen the status pipe through /proc and keep it from ever closing).
+    let exited = leader_exit(leader)
+        .map_err(|e| ProviderError::Internal(format!("cannot watch the command: {e}")))?;
     let remaining = request.timeout.saturating_sub(started.elapsed());
-    let (status_text, timed_out) = match tokio::time::timeout(remaining, &mut status_task).await {
-        Ok(joined) => (joined.unwrap_or_default(), false),
-        Err(_) => {
-            let (leader, cgroup) = (guard.leader, guard.cgroup.clone());
-            let _ = tokio::task::spawn_blocking(move || kill_tree(leader, cgroup.as_deref())).await;
-            // The wrapper is dead, so the status pipe closes.
-            let _ = tokio::time::timeout(DRAIN_AFTER_KILL, status_task).await;
-            (String::new(), true)
+    let timed_out = match &exited {
+        Some(exited) => tokio::time::timeout(remaining, exited.readable())
+            .await
+            .is_err(),
+        // Already gone: it exited before we looked.
+        None => false,
+    };
+    if timed_out {
+        let (leader, cgroup) = (guard.leader, guard.cgroup.clone());
+        let _ = tokio::task::spawn_blocking(move || kill_tree(leader, cgroup.as_deref())).await;
+        if let Some(exited) = &exited {
+            let _ = tokio::time::timeout(DRAIN_AFTER_KILL, exited.readable()).await;
         }
+    }
+    // The wrapper wrote its status before it exited, so it is in the pipe now, or never will be.
+    let status_text = if timed_out {
+        String::new()
+    } else {
+        read_available(&status_read)
     };
     guard.armed = false;
     let duration = started.elapsed();
@@ -256,6 +280,35 @@ pub(crate) async fn run(
     })
 }
 
+/// A readiness handle on the exit of `pid`, or `None` when it has already exited.
+fn leader_exit(
+    pid: i32,
+) -> std::io::Result<Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>> {
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return Ok(None);
+    };
+    match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK) {
+        // SAFETY: an OwnedFd always returns the descriptor it owns, which stays open until the
+        // AsyncFd (its owner from here on) is dropped.
+        Ok(fd) => unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+        .map(Some)
+        .map_err(std::io::Error::from),
+        Err(rustix::io::Errno::SRCH) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What is in the (non-blocking) pipe now, up to a status's length.
+fn read_available(pipe: &std::os::fd::OwnedFd) -> String {
+    let mut buf = [0u8; 32];
+    match rustix::io::read(pipe, &mut buf) {
+        Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+        Err(_) => String::new(),
+    }
+}
+
 /// Kills the command's tree if the exec is abandoned midway (its future dropped), so a
 /// cancelled call leaves nothing running that nobody waits for.
 struct TreeGuard {
@@ -275,13 +328,13 @@ impl Drop for TreeGuard {
 /// In the forked child, before exec'ing runc: make the stdio pipes the sandbox user's, so a
 /// command can reopen `/dev/stdout` (pipes are created mode 0600, owned by us), and put the
 /// status pipe at fd 3 for `--preserve-fds 1`.
-fn prepare_child_fds(status_fd: RawFd) -> std::io::Result<()> {
+fn prepare_child_fds(status_fd: RawFd, (uid, gid): (u32, u32)) -> std::io::Result<()> {
     for fd in 0..3 {
         // SAFETY: plain system calls on descriptors 0-2 of this (child) process.
         unsafe {
             let mut st: libc::stat = std::mem::zeroed();
             if libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO {
-                libc::fchown(fd, SANDBOX_UID, SANDBOX_GID);
+                libc::fchown(fd, uid, gid);
             }
         }
     }

@@ -25,6 +25,7 @@ use rustix::fs::{
 use rustix::io::Errno;
 
 use super::bundle::{HOME, SANDBOX_GID, SANDBOX_UID};
+use super::idmap::IdRange;
 use crate::domain::Millis;
 use crate::ports::{FileEntry, FileKind, ProviderError};
 
@@ -64,6 +65,8 @@ pub(crate) struct SandboxFs {
     /// `None` when the container has no live init to reach its `/tmp` through.
     tmp: Option<PathBuf>,
     file_cap: u64,
+    /// Whose host ids the files we create get.
+    ids: IdRange,
 }
 
 /// Where a path led.
@@ -83,7 +86,14 @@ impl SandboxFs {
             home,
             tmp,
             file_cap,
+            ids: IdRange::IDENTITY,
         }
+    }
+
+    /// Files made through this get the sandbox's mapped host ids.
+    pub fn with_ids(mut self, ids: IdRange) -> Self {
+        self.ids = ids;
+        self
     }
 
     pub fn file_cap(&self) -> u64 {
@@ -144,7 +154,12 @@ impl SandboxFs {
         )
         .map_err(|e| errno(path, e))?;
         ensure_regular(&fd, path)?;
-        fchown(&fd, Some(sandbox_uid()), Some(sandbox_gid())).map_err(|e| errno(path, e))?;
+        fchown(
+            &fd,
+            Some(sandbox_uid(self.ids)),
+            Some(sandbox_gid(self.ids)),
+        )
+        .map_err(|e| errno(path, e))?;
         File::from(fd)
             .write_all(contents)
             .map_err(|e| io_error(path, e))
@@ -174,7 +189,7 @@ impl SandboxFs {
         match (&r.name, &r.stat) {
             (_, Some(stat)) if file_type(stat) == FileType::Directory => Ok(()),
             (_, Some(_)) => Err(invalid(format!("{path} exists and is not a directory"))),
-            (Some(name), None) => make_one_dir(&r.dir, name, path),
+            (Some(name), None) => make_one_dir(&r.dir, name, path, self.ids),
             (None, None) => Ok(()),
         }
     }
@@ -248,7 +263,7 @@ impl SandboxFs {
                     });
                 }
                 Err(Errno::NOENT) if create_parents => {
-                    make_one_dir(here, &component, &path_so_far)?;
+                    make_one_dir(here, &component, &path_so_far, self.ids)?;
                     statat(here, component.as_str(), AtFlags::SYMLINK_NOFOLLOW)
                         .map_err(|e| errno(&path_so_far, e))?
                 }
@@ -450,13 +465,18 @@ pub(super) fn read_dir(dir: &OwnedFd, path: &str) -> Result<Vec<(String, Stat)>,
     Ok(out)
 }
 
-fn make_one_dir(parent: &OwnedFd, name: &str, path: &str) -> Result<(), ProviderError> {
+fn make_one_dir(
+    parent: &OwnedFd,
+    name: &str,
+    path: &str,
+    ids: IdRange,
+) -> Result<(), ProviderError> {
     match mkdirat(parent, name, Mode::from_raw_mode(0o755)) {
         Ok(()) => chownat(
             parent,
             name,
-            Some(sandbox_uid()),
-            Some(sandbox_gid()),
+            Some(sandbox_uid(ids)),
+            Some(sandbox_gid(ids)),
             AtFlags::SYMLINK_NOFOLLOW,
         )
         .map_err(|e| errno(path, e)),
@@ -522,11 +542,11 @@ pub(super) fn file_entry(path: &str, stat: &Stat) -> FileEntry {
     }
 }
 
-fn sandbox_uid() -> Uid {
-    Uid::from_raw(SANDBOX_UID)
+fn sandbox_uid(ids: IdRange) -> Uid {
+    Uid::from_raw(ids.host_uid(SANDBOX_UID))
 }
-fn sandbox_gid() -> Gid {
-    Gid::from_raw(SANDBOX_GID)
+fn sandbox_gid(ids: IdRange) -> Gid {
+    Gid::from_raw(ids.host_gid(SANDBOX_GID))
 }
 
 pub(super) fn invalid(message: String) -> ProviderError {

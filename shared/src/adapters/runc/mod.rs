@@ -2,7 +2,8 @@
 //! own: everything lives in a state directory (runc's `--root` included), so a new provider
 //! over the same directory finds the same sandboxes, running or paused.
 //!
-//! Inside a sandbox: uid 1000 with no capabilities and no new privileges; its own pid, mount,
+//! Inside a sandbox: uid 1000 with no capabilities and no new privileges; its own user
+//! namespace over a host id range of its own (`idmap`), pid, mount,
 //! network (loopback only), ipc, uts and cgroup namespaces; the host's `/usr` read-only under a
 //! read-only root with a generated `/etc`; `/tmp` a size-limited tmpfs; `/home/user` persistent
 //! and writable; memory, CPU and pid limits from [`SandboxLimits`]; a seccomp filter against
@@ -31,10 +32,13 @@ mod cgroup;
 mod config;
 mod exec;
 mod files;
+mod idmap;
 mod ids;
 mod process;
+mod remove;
 mod runtime;
 mod search;
+mod version;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,11 +51,12 @@ use self::bundle::{write_bundle, Bundle, BundleSpec, HostLayout, SandboxRecord};
 use self::cgroup::ContainerCgroup;
 use self::exec::{ExecError, ExecTarget};
 use self::files::SandboxFs;
+use self::idmap::{IdRange, IdRanges};
 use self::ids::{hostname_for, new_sandbox_id, validate_sandbox_id};
 use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use crate::ports::{
     Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult, FileEntry, GrepMatch,
-    NetworkProfile, ProviderError, SandboxInfo, SandboxProvider, SandboxState, SystemClock,
+    Limit, NetworkProfile, ProviderError, SandboxInfo, SandboxProvider, SandboxState, SystemClock,
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, RuncConfig, SandboxLimits};
@@ -62,8 +67,14 @@ pub struct RuncProvider {
     runc: Runc,
     host: HostLayout,
     swap_limit: bool,
+    id_ranges: IdRanges,
     clock: Arc<dyn Clock>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Commands running now, across every sandbox (for `max_commands`).
+    commands: Arc<AtomicUsize>,
+    /// Serialises counting sandboxes with laying out a new one, so concurrent creates cannot
+    /// all slip under `max_sandboxes`.
+    admitting_sandbox: tokio::sync::Mutex<()>,
 }
 
 /// What the provider keeps in memory about one sandbox. Nothing here is needed to find a
@@ -79,19 +90,60 @@ struct Slot {
     cgroup: Mutex<Option<Arc<ContainerCgroup>>>,
 }
 
-/// Counts one running command on its slot for as long as it lives.
-struct ExecHold(Arc<Slot>);
+/// Counts one running command, on its slot and across the provider, for as long as it lives.
+struct ExecHold {
+    slot: Arc<Slot>,
+    commands: Arc<AtomicUsize>,
+}
 
 impl ExecHold {
-    fn new(slot: Arc<Slot>) -> Self {
-        slot.execs.fetch_add(1, Ordering::SeqCst);
-        Self(slot)
+    /// Take a place for one more command, or say which cap is reached. Counted first and undone
+    /// when over, so concurrent callers cannot all pass the check.
+    fn admit(
+        slot: Arc<Slot>,
+        commands: Arc<AtomicUsize>,
+        config: &RuncConfig,
+    ) -> Result<Self, ProviderError> {
+        let hold = Self { slot, commands };
+        let in_sandbox = hold.slot.execs.fetch_add(1, Ordering::SeqCst) + 1;
+        let in_all = hold.commands.fetch_add(1, Ordering::SeqCst) + 1;
+        let (per, all) = (config.max_commands_per_sandbox, config.max_commands);
+        if in_sandbox > per {
+            return Err(limit(
+                Limit::CommandsInSandbox,
+                format!(
+                    "this thread already runs {per} commands at once, its limit; try again \
+                     when one finishes"
+                ),
+                Duration::from_secs(2),
+            ));
+        }
+        if in_all > all {
+            return Err(limit(
+                Limit::Commands,
+                format!(
+                    "this host already runs {all} commands at once, its limit; try again \
+                     shortly"
+                ),
+                Duration::from_secs(5),
+            ));
+        }
+        Ok(hold)
     }
 }
 
 impl Drop for ExecHold {
     fn drop(&mut self) {
-        self.0.execs.fetch_sub(1, Ordering::SeqCst);
+        self.slot.execs.fetch_sub(1, Ordering::SeqCst);
+        self.commands.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn limit(limit: Limit, message: String, retry_after: Duration) -> ProviderError {
+    ProviderError::LimitReached {
+        limit,
+        message,
+        retry_after,
     }
 }
 
@@ -107,12 +159,17 @@ impl RuncProvider {
                     .into(),
             ));
         }
-        for dir in [
-            config.state_dir.clone(),
-            config.runc_root(),
-            config.sandboxes_dir(),
+        // The state and sandboxes directories are searchable (0711, never listable): each
+        // container's root is a host id of its own range and must reach its bundle. runc's
+        // state and the id allocations stay 0700.
+        for (dir, mode) in [
+            (config.state_dir.clone(), 0o711),
+            (config.runc_root(), 0o700),
+            (config.sandboxes_dir(), 0o711),
+            (config.id_ranges_dir(), 0o700),
+            (config.state_dir.join(bundle::USERNS_DIR), 0o700),
         ] {
-            create_private_dir(&dir).map_err(|e| {
+            create_dir_with_mode(&dir, mode).map_err(|e| {
                 ProviderError::Internal(format!("cannot create {}: {e}", dir.display()))
             })?;
         }
@@ -125,19 +182,48 @@ impl RuncProvider {
             config.runc_binary.clone(),
             config.runc_root(),
             config.call_timeout,
+            config.limits.file_size_bytes,
         );
         let version = runc.version().await.map_err(|e| {
             ProviderError::Unavailable(format!(
                 "{e}; the runc provider needs runc (apt-get install runc)"
             ))
         })?;
+        let runtime = version::RuntimeVersion::probe(&config.runc_binary, &version);
+        let unfixed = runtime.unfixed(version::dpkg_at_least);
+        if !unfixed.is_empty() {
+            let escapes: Vec<String> = unfixed
+                .iter()
+                .map(|e| format!("{} ({})", e.cve, e.what))
+                .collect();
+            let package = runtime
+                .package
+                .as_deref()
+                .map(|p| format!(", package {p}"))
+                .unwrap_or_default();
+            let message = format!(
+                "{}{package} is not fixed against {}: upgrade runc (apt-get install \
+                 --only-upgrade runc)",
+                runtime.reported,
+                escapes.join("; ")
+            );
+            if !config.allow_unpatched_runtime {
+                return Err(ProviderError::Unsupported(format!(
+                    "{message}, or allow it knowingly (threadbox dev --allow-unpatched-runc)"
+                )));
+            }
+            tracing::warn!("{message}; running anyway because an unpatched runtime is allowed");
+        }
         let provider = Self {
             host: HostLayout::probe(),
             swap_limit: cgroup::swap_limit_supported(),
+            id_ranges: IdRanges::new(config.id_ranges_dir()),
             runc,
             config,
             clock: Arc::new(SystemClock),
             slots: Mutex::new(HashMap::new()),
+            commands: Arc::new(AtomicUsize::new(0)),
+            admitting_sandbox: tokio::sync::Mutex::new(()),
         };
         let live = provider.survey().await?;
         tracing::info!(
@@ -183,6 +269,17 @@ impl RuncProvider {
             .entry(id.to_owned())
             .or_default()
             .clone()
+    }
+
+    /// Sandboxes with a bundle on disk: alive, paused, or being made or removed.
+    fn count_bundles(&self) -> Result<usize, ProviderError> {
+        let dir = self.config.sandboxes_dir();
+        let entries = std::fs::read_dir(&dir)
+            .map_err(|e| ProviderError::Internal(format!("cannot count the sandboxes: {e}")))?;
+        Ok(entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| validate_sandbox_id(name).is_ok())
+            .count())
     }
 
     /// The bundle of a valid id; `Gone` if there is none.
@@ -295,6 +392,31 @@ impl RuncProvider {
                 self.remove_leftover(&id, &bundle, true).await;
             }
         }
+        // Pinned namespaces whose bundle vanished (removed behind our back, or a crash).
+        if let Ok(pins) = std::fs::read_dir(self.config.state_dir.join(bundle::USERNS_DIR)) {
+            for pin in pins.flatten() {
+                let Some(id) = pin.file_name().into_string().ok() else {
+                    continue;
+                };
+                // A create makes the bundle before the pin and a removal takes the pin first,
+                // so a pin without a bundle is never one in use.
+                if !Bundle::new(&sandboxes_dir, &id).exists() {
+                    if let Err(e) = idmap::remove_user_namespace_pin(&pin.path()) {
+                        tracing::warn!(sandbox_id = id, error = %e, "cannot remove a namespace pin");
+                    }
+                }
+            }
+        }
+        // Ranges whose sandbox is gone: a crash between allocating and writing the bundle, or
+        // between removing it and releasing. Only those older than any create can take.
+        let stale = self.id_ranges.stale(self.leftover_grace(), |owner| {
+            validate_sandbox_id(owner).is_err() || !Bundle::new(&sandboxes_dir, owner).exists()
+        });
+        for range in stale {
+            if let Err(e) = self.id_ranges.release(range) {
+                tracing::warn!(error = %e, "cannot release a leftover id range");
+            }
+        }
         Ok(live)
     }
 
@@ -322,9 +444,11 @@ impl RuncProvider {
                 return;
             }
         }
+        let ids = bundle.read_record().map(|r| r.ids).ok();
         let bundle = bundle.clone();
         match tokio::task::spawn_blocking(move || bundle.remove()).await {
             Ok(Ok(())) => {
+                self.release_ids(id, ids);
                 self.slots.lock().expect("poisoned").remove(id);
             }
             Ok(Err(e)) => {
@@ -391,10 +515,15 @@ impl RuncProvider {
             bundle.home(),
             cgroup.map(|c| c.tmp_dir()),
             self.config.file_cap,
-        );
-        let result = tokio::task::spawn_blocking(move || op(&fs))
-            .await
-            .map_err(|e| ProviderError::Internal(format!("file operation panicked: {e}")))?;
+        )
+        .with_ids(sandbox_ids(&bundle));
+        let ids = sandbox_ids(&bundle);
+        let result = tokio::task::spawn_blocking(move || {
+            let _as_sandbox_user = idmap::FsIdsAs::sandbox_user(ids);
+            op(&fs)
+        })
+        .await
+        .map_err(|e| ProviderError::Internal(format!("file operation panicked: {e}")))?;
         // Killed meanwhile: whatever the operation saw is gone with it.
         if !bundle.exists() {
             return Err(gone(id));
@@ -425,11 +554,32 @@ impl SandboxProvider for RuncProvider {
         let bundle = Bundle::new(&self.config.sandboxes_dir(), &id);
         let slot = self.slot(&id);
         let _lifecycle = slot.lifecycle.lock().await;
+        // Held until the bundle directory exists, which is what the count sees.
+        let admitting = self.admitting_sandbox.lock().await;
+        let alive = self.count_bundles()?;
+        if alive >= self.config.max_sandboxes {
+            return Err(limit(
+                Limit::Sandboxes,
+                format!(
+                    "this host already keeps {alive} sandboxes, its limit (paused ones count: \
+                     they keep their memory); the janitor frees them as threads go idle"
+                ),
+                Duration::from_secs(60),
+            ));
+        }
 
+        let ids = if self.config.user_namespaces {
+            self.id_ranges.allocate(&id).map_err(|e| {
+                ProviderError::Unavailable(format!("cannot allocate host ids for a sandbox: {e}"))
+            })?
+        } else {
+            IdRange::IDENTITY
+        };
         let now = self.clock.now();
         let record = SandboxRecord {
             created_at: now,
             deadline: Some(now.plus(request.timeout)),
+            ids,
         };
         let hostname = hostname_for(request.owner.thread_id.as_str());
         let annotations = request.owner.to_metadata();
@@ -448,6 +598,7 @@ impl SandboxProvider for RuncProvider {
                 limits: &limits,
                 swap_limit,
                 host: &host,
+                ids,
             };
             write_bundle(&layout, &spec, &record)
         })
@@ -456,6 +607,7 @@ impl SandboxProvider for RuncProvider {
         .and_then(|r| {
             r.map_err(|e| ProviderError::Internal(format!("cannot write the bundle: {e}")))
         });
+        drop(admitting);
         let started = match written {
             Ok(()) => self
                 .runc
@@ -467,7 +619,9 @@ impl SandboxProvider for RuncProvider {
         if let Err(e) = started {
             // Leave nothing behind: a half-made container and its bundle.
             let _ = self.runc.delete_force(&id).await;
-            let _ = bundle.remove();
+            if bundle.remove().is_ok() {
+                self.release_ids(&id, Some(ids));
+            }
             tracing::warn!(sandbox_id = %id, error = %e, "sandbox creation failed");
             return Err(e);
         }
@@ -529,6 +683,7 @@ impl SandboxProvider for RuncProvider {
         // container, which the next sweep removes.
         self.destroy_container(sandbox_id).await?;
         let existed = bundle.exists();
+        let ids = bundle.read_record().map(|r| r.ids).ok();
         let removing = bundle.clone();
         tokio::task::spawn_blocking(move || removing.remove())
             .await
@@ -536,6 +691,7 @@ impl SandboxProvider for RuncProvider {
             .map_err(|e| {
                 ProviderError::Internal(format!("cannot remove {}: {e}", bundle.dir().display()))
             })?;
+        self.release_ids(sandbox_id, ids);
         self.slots.lock().expect("poisoned").remove(sandbox_id);
         if existed {
             tracing::info!(sandbox_id, "sandbox killed");
@@ -548,10 +704,9 @@ impl SandboxProvider for RuncProvider {
         self.live_state(sandbox_id).await?;
         let now = self.clock.now();
         tokio::task::spawn_blocking(move || {
-            let mut record = bundle.read_record().unwrap_or(SandboxRecord {
-                created_at: now,
-                deadline: None,
-            });
+            // A record we cannot read has lost the sandbox's range too: say so rather than
+            // write one that claims the host's ids.
+            let mut record = bundle.read_record()?;
             record.deadline = Some(now.plus(timeout));
             bundle.write_record(&record)
         })
@@ -594,7 +749,7 @@ impl SandboxProvider for RuncProvider {
         let slot = self.slot(sandbox_id);
         let _hold = {
             let _lifecycle = slot.lifecycle.lock().await;
-            ExecHold::new(slot.clone())
+            ExecHold::admit(slot.clone(), self.commands.clone(), &self.config)?
         };
         let cgroup = self.container_cgroup(sandbox_id, &slot).await?;
         let cwd = request.cwd.clone();
@@ -603,6 +758,7 @@ impl SandboxProvider for RuncProvider {
             id: sandbox_id,
             run_dir: bundle.run_dir(),
             cgroup,
+            ids: sandbox_ids(&bundle),
         };
         match exec::run(target, request).await {
             Ok(_) if !bundle.exists() => Err(gone(sandbox_id)),
@@ -712,18 +868,40 @@ impl SandboxProvider for RuncProvider {
     }
 }
 
+/// The host ids of a sandbox, from its record. A bundle without a readable record is one being
+/// made or removed; its files are the host's (no chown can then give them to another sandbox).
+fn sandbox_ids(bundle: &Bundle) -> IdRange {
+    bundle
+        .read_record()
+        .map(|r| r.ids)
+        .unwrap_or(IdRange::IDENTITY)
+}
+
+impl RuncProvider {
+    /// Free a removed sandbox's id range; a failure only delays reuse until the next sweep.
+    fn release_ids(&self, sandbox_id: &str, ids: Option<IdRange>) {
+        if let Some(ids) = ids {
+            if let Err(e) = self.id_ranges.release(ids) {
+                tracing::warn!(sandbox_id, error = %e, "cannot release the id range");
+            }
+        }
+    }
+}
+
 fn gone(id: &str) -> ProviderError {
     ProviderError::Gone(id.to_owned())
 }
 
-fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
+/// Make `dir` (and its parents) and give it `mode`, also when it was there already with another.
+fn create_dir_with_mode(dir: &std::path::Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     match std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
     {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        other => other,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        other => other?,
     }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
 }

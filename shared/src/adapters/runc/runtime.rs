@@ -12,6 +12,9 @@ use tokio::process::Command;
 
 use crate::ports::ProviderError;
 
+/// Open files per process in a sandbox.
+const SANDBOX_NOFILE: libc::rlim_t = 4096;
+
 /// A container as `runc state` and `runc list --format json` describe it.
 #[derive(Clone, Debug, Deserialize)]
 pub(crate) struct ContainerState {
@@ -75,14 +78,22 @@ pub(crate) struct Runc {
     binary: PathBuf,
     root: PathBuf,
     call_timeout: Duration,
+    /// RLIMIT_FSIZE for the sandbox's processes (see `command`).
+    file_size_limit: u64,
 }
 
 impl Runc {
-    pub fn new(binary: PathBuf, root: PathBuf, call_timeout: Duration) -> Self {
+    pub fn new(
+        binary: PathBuf,
+        root: PathBuf,
+        call_timeout: Duration,
+        file_size_limit: u64,
+    ) -> Self {
         Self {
             binary,
             root,
             call_timeout,
+            file_size_limit,
         }
     }
 
@@ -95,6 +106,32 @@ impl Runc {
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.binary);
         cmd.arg("--root").arg(&self.root);
+        // The sandbox's rlimits, inherited by the container's processes from runc. Not in the
+        // spec: runc applies those with prlimit from the host side, which needs
+        // CAP_SYS_RESOURCE over the sandbox's user namespace once it is not root's, and hosts
+        // (and containers running us) may lack it. Lowering one's own limits needs nothing.
+        // SAFETY: setrlimit is async-signal-safe and allocates nothing.
+        // No core dumps (a crashing process would write its memory into the home), and no
+        // file past the sandbox's size limit.
+        let file_size = self.file_size_limit as libc::rlim_t;
+        unsafe {
+            cmd.pre_exec(move || {
+                for (resource, value) in [
+                    (libc::RLIMIT_NOFILE, SANDBOX_NOFILE),
+                    (libc::RLIMIT_CORE, 0),
+                    (libc::RLIMIT_FSIZE, file_size),
+                ] {
+                    let limit = libc::rlimit {
+                        rlim_cur: value,
+                        rlim_max: value,
+                    };
+                    if libc::setrlimit(resource, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
         cmd
     }
 

@@ -1,0 +1,331 @@
+//! Host id ranges: each sandbox gets a user namespace whose ids map onto a range of host ids
+//! that no other sandbox and no host account uses, so per-uid kernel limits (inotify instances,
+//! `RLIMIT_NPROC`, keyrings...) and file ownership on the host are per sandbox.
+//!
+//! A range is [`RANGE_SIZE`] ids starting at `FIRST_BASE + slot * RANGE_SIZE`. Which slots are
+//! taken is recorded on disk, one file per slot under `<state>/idranges/<slot>` holding the
+//! sandbox id, made with an exclusive create: two creates (in one process or in two processes
+//! sharing the state directory) can never get the same slot, and a restart finds every
+//! allocation again. A slot is freed only once its sandbox's bundle is gone.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Ids in one sandbox's namespace: 0 (its root) to 65535, which covers uid 1000 and `nobody`.
+pub(crate) const RANGE_SIZE: u32 = 65_536;
+/// Far above any host account (useradd stops at 60000, systemd's dynamic users at 65519 and
+/// its container ranges start at 524288).
+const FIRST_BASE: u32 = 1_000_000_000;
+/// How many ranges fit below `u32::MAX` (`(u32::MAX - FIRST_BASE) / RANGE_SIZE`, rounded down,
+/// less one so that `u32::MAX`, the kernel's "no id", is never in a range).
+pub(crate) const SLOTS: u32 = (u32::MAX - FIRST_BASE) / RANGE_SIZE - 1;
+
+/// Where a sandbox's ids land on the host. Everything that chowns for a sandbox asks this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct IdRange {
+    /// The host id of the sandbox's id 0. Zero means no user namespace: the sandbox's ids are
+    /// the host's (sandboxes created before ranges existed, still alive over an upgrade).
+    base: u32,
+}
+
+impl IdRange {
+    /// Ids inside are host ids: for sandboxes made without a user namespace.
+    pub const IDENTITY: Self = Self { base: 0 };
+
+    fn of_slot(slot: u32) -> Self {
+        Self {
+            base: FIRST_BASE + slot * RANGE_SIZE,
+        }
+    }
+
+    fn slot(self) -> Option<u32> {
+        self.base
+            .checked_sub(FIRST_BASE)
+            .filter(|offset| offset % RANGE_SIZE == 0)
+            .map(|offset| offset / RANGE_SIZE)
+    }
+
+    pub fn is_identity(self) -> bool {
+        self.base == 0
+    }
+
+    /// The host uid of uid `inside` in the sandbox.
+    pub fn host_uid(self, inside: u32) -> u32 {
+        debug_assert!(inside < RANGE_SIZE);
+        self.base + inside
+    }
+
+    /// The host gid of gid `inside` in the sandbox (the same mapping as for uids).
+    pub fn host_gid(self, inside: u32) -> u32 {
+        self.host_uid(inside)
+    }
+
+    /// The OCI `uidMappings`/`gidMappings` entry.
+    pub fn oci_mapping(self) -> serde_json::Value {
+        serde_json::json!([{"containerID": 0, "hostID": self.base, "size": RANGE_SIZE}])
+    }
+}
+
+/// The on-disk table of allocated ranges.
+#[derive(Clone, Debug)]
+pub(crate) struct IdRanges {
+    dir: PathBuf,
+}
+
+impl IdRanges {
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// Take a free range for `sandbox_id`. The search starts at a random slot so concurrent
+    /// creates rarely contend for the same file; the exclusive create decides when they do.
+    pub fn allocate(&self, sandbox_id: &str) -> io::Result<IdRange> {
+        let start = (uuid::Uuid::new_v4().as_u128() % u128::from(SLOTS)) as u32;
+        for step in 0..SLOTS {
+            let slot = (start + step) % SLOTS;
+            let path = self.dir.join(slot.to_string());
+            match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+            {
+                Ok(mut file) => {
+                    // A crash before the id is written leaves an empty file: the sweep frees
+                    // it once it is older than any create can take.
+                    file.write_all(sandbox_id.as_bytes())?;
+                    return Ok(IdRange::of_slot(slot));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::other(format!(
+            "all {SLOTS} host id ranges are in use"
+        )))
+    }
+
+    /// Give a range back. Only after its sandbox is gone: the ids may still own files until
+    /// then. Freed already is fine.
+    pub fn release(&self, range: IdRange) -> io::Result<()> {
+        let Some(slot) = range.slot() else {
+            return Ok(());
+        };
+        match fs::remove_file(self.dir.join(slot.to_string())) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Every allocation older than `grace` whose sandbox `is_gone` says has no bundle: what a
+    /// crash between allocating and recording, or between removing and releasing, leaves.
+    pub fn stale(&self, grace: Duration, is_gone: impl Fn(&str) -> bool) -> Vec<IdRange> {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| {
+                let entry = entry.ok()?;
+                let slot: u32 = entry.file_name().to_str()?.parse().ok()?;
+                let age = entry.metadata().ok()?.modified().ok()?.elapsed().ok()?;
+                if age < grace {
+                    return None;
+                }
+                let owner = fs::read_to_string(entry.path()).ok()?;
+                is_gone(owner.trim()).then(|| IdRange::of_slot(slot))
+            })
+            .collect()
+    }
+}
+
+/// Make the sandbox's user namespace and pin it at `pin` (an nsfs bind mount), for the spec to
+/// join by path.
+///
+/// runc would make the namespace itself, but then its owner is host root, and the kernel
+/// charges per-uid counts (inotify instances, for one) to every owner up the namespace chain:
+/// every sandbox would share root's count in the host namespace. A namespace made by a process
+/// running as the range's own root is owned by that host uid instead, so each sandbox's counts
+/// stop at a host uid nobody else has.
+pub(crate) fn create_user_namespace(range: IdRange, pin: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let host_root = range.host_uid(0);
+    let mut cmd = std::process::Command::new("/bin/sleep");
+    cmd.arg("infinity")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: only async-signal-safe system calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let ok = libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setresgid(host_root, host_root, host_root) == 0
+                && libc::setresuid(host_root, host_root, host_root) == 0
+                && libc::unshare(libc::CLONE_NEWUSER) == 0;
+            if ok {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        });
+    }
+    // `spawn` returns once the child has exec'd, so the namespace exists by then.
+    let mut holder = cmd.spawn()?;
+    let result = (|| {
+        let proc_dir = PathBuf::from(format!("/proc/{}", holder.id()));
+        let mapping = format!("0 {host_root} {RANGE_SIZE}\n");
+        fs::write(proc_dir.join("uid_map"), &mapping)?;
+        fs::write(proc_dir.join("gid_map"), &mapping)?;
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(pin)?;
+        bind_mount(&proc_dir.join("ns/user"), pin)
+    })();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    result
+}
+
+fn bind_mount(source: &std::path::Path, target: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let source = std::ffi::CString::new(source.as_os_str().as_bytes())?;
+    let target = std::ffi::CString::new(target.as_os_str().as_bytes())?;
+    // SAFETY: valid NUL-terminated paths; no data argument for a bind mount.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Undo [`create_user_namespace`]'s pin: unmount (detached, so nothing can hold it busy) and
+/// unlink. Neither there is fine.
+pub(crate) fn remove_user_namespace_pin(pin: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(pin.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path. EINVAL: not a mount point; ENOENT: no file.
+    if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } != 0 {
+        let e = io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) {
+            return Err(e);
+        }
+    }
+    match fs::remove_file(pin) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// This thread's file-system ids set to the sandbox user's host ids for as long as it lives.
+///
+/// A namespaced sandbox's `/tmp` is a tmpfs that belongs to the sandbox's user namespace, in
+/// which host root has no id: the kernel refuses to create a file there as root (EOVERFLOW).
+/// Working as the sandbox's own user makes the file API act exactly as a process inside would
+/// (the same permissions, files born with the right owner). `setfsuid` is per thread, and
+/// setting it back to 0 gives the thread its capabilities back.
+pub(crate) struct FsIdsAs {
+    active: bool,
+}
+
+impl FsIdsAs {
+    pub fn sandbox_user(ids: IdRange) -> Self {
+        if ids.is_identity() {
+            return Self { active: false };
+        }
+        // SAFETY: plain system calls on this thread's credentials. Group first: once the uid
+        // is not root's the thread may no longer change its group.
+        unsafe {
+            libc::setfsgid(ids.host_gid(super::bundle::SANDBOX_GID));
+            libc::setfsuid(ids.host_uid(super::bundle::SANDBOX_UID));
+        }
+        Self { active: true }
+    }
+}
+
+impl Drop for FsIdsAs {
+    fn drop(&mut self) {
+        if self.active {
+            // SAFETY: as above; back to root's ids (uid first, to regain the right to setfsgid).
+            unsafe {
+                libc::setfsuid(0);
+                libc::setfsgid(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    #[test]
+    fn ranges_sit_above_host_accounts_and_below_the_invalid_id() {
+        let first = IdRange::of_slot(0);
+        assert_eq!(first.host_uid(0), 1_000_000_000);
+        assert_eq!(first.host_uid(1000), 1_000_001_000);
+        let last = IdRange::of_slot(SLOTS - 1);
+        assert!(u64::from(last.host_uid(RANGE_SIZE - 1)) < u64::from(u32::MAX));
+        assert_eq!(last.slot(), Some(SLOTS - 1));
+        assert_eq!(IdRange::IDENTITY.host_uid(1000), 1000);
+        assert_eq!(IdRange::IDENTITY.slot(), None);
+    }
+
+    #[test]
+    fn concurrent_allocations_never_share_a_range_and_freed_ones_come_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let ranges = Arc::new(IdRanges::new(dir.path().to_owned()));
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let ranges = ranges.clone();
+                std::thread::spawn(move || {
+                    (0..50)
+                        .map(|i| ranges.allocate(&format!("rc-{t}-{i}")).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let all: Vec<IdRange> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        let distinct: HashSet<u32> = all.iter().map(|r| r.base).collect();
+        assert_eq!(distinct.len(), 400);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 400);
+
+        for range in &all {
+            ranges.release(*range).unwrap();
+        }
+        ranges.release(all[0]).unwrap();
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn stale_allocations_are_those_of_gone_sandboxes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ranges = IdRanges::new(dir.path().to_owned());
+        let kept = ranges.allocate("rc-kept").unwrap();
+        let gone = ranges.allocate("rc-gone").unwrap();
+        assert!(ranges.stale(Duration::from_secs(3600), |_| true).is_empty());
+        let stale = ranges.stale(Duration::ZERO, |id| id == "rc-gone");
+        assert_eq!(stale, vec![gone]);
+        assert_ne!(kept, gone);
+    }
+}
