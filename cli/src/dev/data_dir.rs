@@ -1,7 +1,9 @@
 //! The data directory is private: it holds the sessions, their events, queued Slack text and
 //! code, command output kept for the dashboard's Slack sink, and the secrets tokens are signed
-//! with. So the directory is 0700 and everything directly in it is 0600 (folders 0700), whatever
-//! the umask. New SQLite files are made owner-only by the adapter (and SQLite gives its `-wal` and
+//! with. So everything directly in it is 0600, whatever the umask, and nobody else may list or
+//! write it or its folders. The directory and its folders keep one permission for others, to
+//! pass through (0711): each sandbox's root is an unprivileged host uid of its own (its user
+//! namespace), and it must reach its bundle under `sandboxes/` to mount its root filesystem. New SQLite files are made owner-only by the adapter (and SQLite gives its `-wal` and
 //! `-shm` files the database's mode); what an earlier version or a loose umask left is fixed here
 //! at start-up, with a warning naming each file. A file someone else owns is refused: we cannot
 //! make it private, and a file planted by another user is not ours to trust.
@@ -11,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
-const PRIVATE_DIR: u32 = 0o700;
+/// Owner everything, others only passing through (see the module docs).
+const PRIVATE_DIR: u32 = 0o711;
 const PRIVATE_FILE: u32 = 0o600;
 
 /// Create the directory if needed, make it and its entries private, and return its canonical path.
@@ -26,6 +29,9 @@ pub fn prepare(dir: &Path) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("resolving {}", dir.display()))?;
     let me = rustix::process::geteuid().as_raw();
     make_private(&dir, me)?;
+    // Exactly 0711, not only at most: the sandboxes must pass through it (see the module docs).
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(PRIVATE_DIR))
+        .with_context(|| format!("setting {}'s mode", dir.display()))?;
     let entries = std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?;
     for entry in entries {
         let path = entry
@@ -80,10 +86,20 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_an_earlier_run_made_0700_can_be_passed_through_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        prepare(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o711);
+    }
+
+    #[test]
     fn a_new_directory_is_private() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = prepare(&tmp.path().join("a/b")).unwrap();
-        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir), 0o711);
     }
 
     #[test]
@@ -104,10 +120,10 @@ mod tests {
         std::os::unix::fs::symlink("/etc/hostname", dir.join("link")).unwrap();
 
         prepare(&dir).unwrap();
-        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir), 0o711);
         assert_eq!(mode(&db), 0o600);
         assert_eq!(mode(&secret), 0o400, "already private: unchanged");
-        assert_eq!(mode(&sub), 0o700);
+        assert_eq!(mode(&sub), 0o711);
         assert_eq!(
             mode(Path::new("/etc/hostname")) & 0o004,
             0o004,
