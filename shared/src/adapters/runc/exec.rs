@@ -241,8 +241,13 @@ pub(crate) async fn run(
     };
     guard.armed = false;
     let duration = started.elapsed();
-    // The wrapper has exited (or been killed); it is our child if we are a subreaper.
-    tokio::task::spawn_blocking(move || reap(leader, Duration::from_millis(200)));
+    // The wrapper has exited (its pidfd said so) or was killed; collect it if it is our child
+    // (we are a subreaper). One non-blocking wait: no blocking-pool task per command.
+    if !timed_out {
+        reap(leader, Duration::ZERO);
+    } else {
+        tokio::task::spawn_blocking(move || reap(leader, Duration::from_millis(200)));
+    }
 
     // Collect the output: it ends when every holder of the pipes has closed them, or when
     // the drain window passes (a background child may keep them open for ever).
