@@ -116,9 +116,9 @@ async fn the_key_is_sent_as_x_api_key_and_never_printed() {
     let id = new_sandbox(&p).await;
     p.info(&id).await.unwrap();
     for r in fake.requests_to("GET", &info_path(&id)) {
-        assert_eq!(r.header("x-api-key"), Some(fake.api_key()));
+        assert_eq!(r.header("x-api-key"), Some(fake.api_key().as_str()));
     }
-    assert!(!format!("{p:?}").contains(fake.api_key()));
+    assert!(!format!("{p:?}").contains(&fake.api_key()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -301,6 +301,42 @@ async fn a_bad_key_is_unauthorized_and_not_retried() {
         other => panic!("{other:?}"),
     }
     assert_eq!(fake.requests().len(), 1);
+}
+
+/// A key rotated in E2B's dashboard is refused on every control-plane call; the provider tells
+/// its owner each time (so a deployed function fetches the rotated key), and nothing else
+/// (a sandbox that is not there, a rate limit) is reported as a refused key.
+#[tokio::test]
+async fn a_refused_key_is_reported_to_whoever_holds_it() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let fake = E2bFake::start().await;
+    let refusals = Arc::new(AtomicUsize::new(0));
+    let counted = refusals.clone();
+    let p = provider_for(&fake, |_| {}).on_refused_key(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
+    let id = new_sandbox(&p).await;
+    assert_eq!(
+        p.info("sandbox-that-is-not-there").await,
+        Err(ProviderError::Gone("sandbox-that-is-not-there".into()))
+    );
+    fake.fail_next(Route::List, Fault::rate_limited(0));
+    p.list(&BTreeMap::new())
+        .await
+        .expect("retried past the 429");
+    assert_eq!(refusals.load(Ordering::SeqCst), 0);
+
+    fake.rotate_api_key("e2b_rotated0123456789abcdef01234567");
+    assert!(matches!(
+        p.pause(&id).await,
+        Err(ProviderError::Unauthorized(_))
+    ));
+    assert!(matches!(
+        p.list(&BTreeMap::new()).await,
+        Err(ProviderError::Unauthorized(_))
+    ));
+    assert_eq!(refusals.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

@@ -77,3 +77,84 @@ async fn a_missing_secret_stops_start_up_naming_the_variable() {
     assert!(err.starts_with("E2B_API_KEY is invalid"), "{err}");
     assert!(err.contains("threadbox/does-not-exist"), "{err}");
 }
+
+/// E2B refusing the API key (rotated in E2B and in Secrets Manager) marks the function's
+/// secrets stale, so the rotated key is fetched before the next refresh would come round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_e2b_key_sends_the_function_for_the_rotated_one() {
+    use std::collections::BTreeMap;
+    use threadbox_shared::ports::ProviderError;
+    use threadbox_shared::testing::e2b_fake::E2bFake;
+
+    if !aws_configured("a_refused_e2b_key_sends_the_function_for_the_rotated_one") {
+        return;
+    }
+    let sdk = sdk_config().await;
+    let fake = E2bFake::start().await;
+    let client = aws_sdk_secretsmanager::Client::new(&sdk);
+    let name = format!("threadbox/{}", unique_name("e2b-key"));
+    client
+        .create_secret()
+        .name(&name)
+        .secret_string(fake.api_key())
+        .send()
+        .await
+        .unwrap();
+
+    let mut pairs: Vec<(String, String)> = fake
+        .env_vars()
+        .into_iter()
+        .filter(|(k, _)| k != "E2B_API_KEY")
+        .collect();
+    for (k, v) in [
+        ("E2B_API_KEY_SECRET_ID", name.as_str()),
+        ("THREADBOX_PROVIDER", "e2b"),
+        ("THREADBOX_SESSIONS_TABLE", "sessions"),
+        ("THREADBOX_EVENTS_TABLE", "events"),
+        ("THREADBOX_LIFECYCLE_QUEUE_URL", "http://127.0.0.1:1/q.fifo"),
+        (
+            "THREADBOX_LIFECYCLE_DLQ_URL",
+            "http://127.0.0.1:1/q-dlq.fifo",
+        ),
+        (REFRESH_VAR, "3600"),
+    ] {
+        pairs.push((k.to_owned(), v.to_owned()));
+    }
+    let base = move || {
+        let borrowed: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        Env::from_pairs(&borrowed)
+    };
+    let secrets = SecretSet::fetch(&sdk, &base()).await.unwrap();
+    let watched = secrets.clone();
+    let built = Rebuilt::with_base(secrets.clone(), base, move |env: Env| {
+        let (sdk, secrets) = (sdk.clone(), watched.clone());
+        async move { threadbox_shared::lambda::threadbox(&sdk, &env, &secrets).await }
+    })
+    .await
+    .unwrap();
+    let none = BTreeMap::new();
+    built.current().await.provider.list(&none).await.unwrap();
+    assert!(!secrets.marked_stale());
+
+    let rotated = "e2b_rotated0123456789abcdef01234567";
+    fake.rotate_api_key(rotated);
+    client
+        .put_secret_value()
+        .secret_id(&name)
+        .secret_string(rotated)
+        .send()
+        .await
+        .unwrap();
+    assert!(matches!(
+        built.current().await.provider.list(&none).await,
+        Err(ProviderError::Unauthorized(_))
+    ));
+    assert!(
+        secrets.marked_stale(),
+        "the refusal asks for a fetch before the hour is up"
+    );
+    assert!(secrets.refresh().await.unwrap(), "the rotated key is there");
+}

@@ -10,11 +10,13 @@ async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
     let sdk = lambda::aws_config().await;
     let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let watched = secrets.clone();
     let janitor = Rebuilt::new(secrets, move |env: Env| {
         let sdk = sdk.clone();
+        let secrets = watched.clone();
         async move {
             Ok(Janitor::new(
-                lambda::threadbox(&sdk, &env).await?,
+                lambda::threadbox(&sdk, &env, &secrets).await?,
                 Schedule::from_env(&env)?,
             ))
         }

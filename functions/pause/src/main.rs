@@ -8,10 +8,12 @@ async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
     let sdk = lambda::aws_config().await;
     let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let watched = secrets.clone();
     let router = Rebuilt::new(secrets, move |env: Env| {
         let sdk = sdk.clone();
+        let secrets = watched.clone();
         async move {
-            let tb = lambda::threadbox(&sdk, &env).await?;
+            let tb = lambda::threadbox(&sdk, &env, &secrets).await?;
             Ok(pause::app(tb, lambda::api_auth(&env)?))
         }
     })

@@ -23,8 +23,8 @@ async fn main() -> Result<(), lambda::Error> {
             let work_queue = Arc::new(lambda::work_queue(&sdk, &env)?);
             let dedupe = Arc::new(lambda::dedupe(&sdk, &env)?);
             let worker = SlackWorker::new(
-                lambda::threadbox(&sdk, &env).await?,
-                // A refused token sends the function to Secrets Manager for the rotated one.
+                // A refused key or token sends the function to Secrets Manager for the rotated one.
+                lambda::threadbox(&sdk, &env, &secrets).await?,
                 lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env)?), secrets),
                 dedupe.clone(),
                 work_queue.clone(),

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::env::{Env, SetupError};
+use super::secrets::SecretSet;
 use super::settings::Settings;
 use crate::adapters::aws::{load_config, ClientSettings, SdkConfig};
 use crate::adapters::dynamo::{DynamoDedupe, DynamoSessionStore, DynamoWindowCounter};
@@ -25,10 +26,15 @@ pub async fn aws_config() -> SdkConfig {
 }
 
 /// The use cases over DynamoDB, the SQS lifecycle queue, the configured sandbox provider and the
-/// system clock.
-pub async fn threadbox(sdk: &SdkConfig, env: &Env) -> Result<Threadbox, SetupError> {
+/// system clock. E2B refusing its API key marks `secrets` stale, so a rotated key is fetched
+/// again (at most once a minute) instead of failing every call until the next refresh.
+pub async fn threadbox(
+    sdk: &SdkConfig,
+    env: &Env,
+    secrets: &Arc<SecretSet>,
+) -> Result<Threadbox, SetupError> {
     let settings = Settings::from_env(env)?;
-    let provider = provider(&settings).await?;
+    let provider = provider(&settings, secrets).await?;
     Ok(Threadbox::new(
         Arc::new(DynamoSessionStore::from_sdk_config(sdk, settings.dynamo)),
         provider,
@@ -38,7 +44,10 @@ pub async fn threadbox(sdk: &SdkConfig, env: &Env) -> Result<Threadbox, SetupErr
     ))
 }
 
-async fn provider(settings: &Settings) -> Result<Arc<dyn SandboxProvider>, SetupError> {
+async fn provider(
+    settings: &Settings,
+    secrets: &Arc<SecretSet>,
+) -> Result<Arc<dyn SandboxProvider>, SetupError> {
     let failed = |provider: &'static str| move |error| SetupError::Provider { provider, error };
     Ok(match &settings.provider {
         ProviderConfig::Runc => Arc::new(
@@ -47,7 +56,12 @@ async fn provider(settings: &Settings) -> Result<Arc<dyn SandboxProvider>, Setup
                 .map_err(failed("runc"))?,
         ),
         ProviderConfig::E2b(config) => {
-            Arc::new(E2bProvider::new((**config).clone()).map_err(failed("e2b"))?)
+            let secrets = secrets.clone();
+            Arc::new(
+                E2bProvider::new((**config).clone())
+                    .map_err(failed("e2b"))?
+                    .on_refused_key(move || secrets.mark_stale()),
+            )
         }
     })
 }

@@ -7,9 +7,10 @@
 //! about the sandbox, say) to the provider.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::{Client, Method, RequestBuilder, StatusCode};
+use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -108,12 +109,16 @@ const PAGE_SIZE: u32 = 100;
 /// A listing longer than this many pages is a server bug (a token loop), not a big team.
 const MAX_PAGES: usize = 10_000;
 
+/// Told when the control plane refuses the API key (see [`ControlClient::on_refused_key`]).
+pub(crate) type RefusedKeyHook = Arc<dyn Fn() + Send + Sync>;
+
 pub(crate) struct ControlClient {
     http: Client,
     base: String,
     api_key: Secret,
     retry: RetryPolicy,
     request_timeout: Duration,
+    refused_key: Option<RefusedKeyHook>,
 }
 
 impl ControlClient {
@@ -124,7 +129,28 @@ impl ControlClient {
             api_key: config.api_key.clone(),
             retry: config.retry.clone(),
             request_timeout: config.request_timeout,
+            refused_key: None,
         }
+    }
+
+    /// Call `hook` whenever E2B answers 401 or 403 to the API key: the key may have been
+    /// rotated since it was read, and whoever holds the secret can fetch it again.
+    pub fn on_refused_key(&mut self, hook: RefusedKeyHook) {
+        self.refused_key = Some(hook);
+    }
+
+    /// One call through the retry policy, reporting a refused key to the hook.
+    async fn send(
+        &self,
+        operation: &'static str,
+        build: impl Fn() -> RequestBuilder,
+    ) -> Result<Response, E2bError> {
+        let result = self.retry.send(operation, build).await;
+        if let (Err(E2bError::Unauthorized { .. }), Some(hook)) = (&result, &self.refused_key) {
+            tracing::warn!(operation, "E2B refused the API key");
+            hook();
+        }
+        result
     }
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
@@ -142,7 +168,6 @@ impl ControlClient {
         idempotency_key: &str,
     ) -> Result<Sandbox, E2bError> {
         let response = self
-            .retry
             .send("create", || {
                 self.request(Method::POST, "/v2/sandboxes")
                     .header("Idempotency-Key", idempotency_key)
@@ -172,7 +197,6 @@ impl ControlClient {
         };
         let path = format!("/v2/sandboxes/{sandbox_id}/connect");
         let response = self
-            .retry
             .send("connect", || self.request(Method::POST, &path).json(&body))
             .await?;
         let resumed = response.status() == StatusCode::CREATED;
@@ -185,20 +209,18 @@ impl ControlClient {
     /// `POST /sandboxes/{id}/pause` (204). The body is `{}`: a full memory snapshot.
     pub async fn pause(&self, sandbox_id: &str) -> Result<(), E2bError> {
         let path = format!("/sandboxes/{sandbox_id}/pause");
-        self.retry
-            .send("pause", || {
-                self.request(Method::POST, &path)
-                    .json(&serde_json::json!({}))
-            })
-            .await
-            .map(drop)
+        self.send("pause", || {
+            self.request(Method::POST, &path)
+                .json(&serde_json::json!({}))
+        })
+        .await
+        .map(drop)
     }
 
     /// `DELETE /sandboxes/{id}` (204); works on running and paused sandboxes.
     pub async fn kill(&self, sandbox_id: &str) -> Result<(), E2bError> {
         let path = format!("/sandboxes/{sandbox_id}");
-        self.retry
-            .send("kill", || self.request(Method::DELETE, &path))
+        self.send("kill", || self.request(Method::DELETE, &path))
             .await
             .map(drop)
     }
@@ -208,19 +230,17 @@ impl ControlClient {
     pub async fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), E2bError> {
         let path = format!("/sandboxes/{sandbox_id}/timeout");
         let body = serde_json::json!({ "timeout": whole_secs(timeout) });
-        self.retry
-            .send("set_timeout", || {
-                self.request(Method::POST, &path).json(&body)
-            })
-            .await
-            .map(drop)
+        self.send("set_timeout", || {
+            self.request(Method::POST, &path).json(&body)
+        })
+        .await
+        .map(drop)
     }
 
     /// `GET /sandboxes/{id}`.
     pub async fn info(&self, sandbox_id: &str) -> Result<SandboxDetail, E2bError> {
         let path = format!("/sandboxes/{sandbox_id}");
         let response = self
-            .retry
             .send("info", || self.request(Method::GET, &path))
             .await?;
         read_json(response).await
@@ -237,7 +257,6 @@ impl ControlClient {
         let mut next_token: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let response = self
-                .retry
                 .send("list", || {
                     let mut query: Vec<(&str, String)> = vec![
                         ("state", "running,paused".to_owned()),

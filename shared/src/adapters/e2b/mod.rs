@@ -101,6 +101,13 @@ impl E2bProvider {
         &self.config
     }
 
+    /// Call `hook` whenever E2B refuses the API key (401 or 403 from the control plane), so
+    /// that whoever read the key can fetch it again: it may have been rotated since.
+    pub fn on_refused_key(mut self, hook: impl Fn() + Send + Sync + 'static) -> Self {
+        self.control.on_refused_key(std::sync::Arc::new(hook));
+        self
+    }
+
     /// The `Idempotency-Key` of the create for `owner`: `[a-z0-9-]`, at most 255 characters, as
     /// E2B requires. The thread id is hashed (SHA-256) rather than spelled out: thread ids may
     /// hold characters the key may not, and a caller-chosen id must not be able to collide with

@@ -77,7 +77,7 @@ async fn guard(State(world): State<Arc<World>>, req: Request, next: Next) -> Res
         let key_ok = req
             .headers()
             .get("x-api-key")
-            .is_some_and(|v| v.as_bytes() == world.options.api_key.as_bytes());
+            .is_some_and(|v| v.as_bytes() == world.api_key.lock().unwrap().as_bytes());
         if !key_ok {
             return error(
                 401,

@@ -249,15 +249,22 @@ impl E2bFake {
         format!("http://{}", self.envd)
     }
 
-    pub fn api_key(&self) -> &str {
-        &self.world.options.api_key
+    /// The key the API accepts now.
+    pub fn api_key(&self) -> String {
+        self.world.api_key.lock().unwrap().clone()
+    }
+
+    /// Replace the API key, as rotating it in E2B's dashboard does: from now on the old key is
+    /// answered 401 on every control-plane route.
+    pub fn rotate_api_key(&self, new_key: &str) {
+        *self.world.api_key.lock().unwrap() = new_key.to_owned();
     }
 
     /// The environment a process needs to use this fake: `E2B_API_KEY`, `E2B_API_URL` and
     /// `E2B_SANDBOX_URL`.
     pub fn env_vars(&self) -> BTreeMap<String, String> {
         BTreeMap::from([
-            ("E2B_API_KEY".to_owned(), self.api_key().to_owned()),
+            ("E2B_API_KEY".to_owned(), self.api_key()),
             ("E2B_API_URL".to_owned(), self.api_url()),
             ("E2B_SANDBOX_URL".to_owned(), self.envd_url()),
         ])

@@ -105,6 +105,8 @@ pub(super) struct Inner {
 
 pub(super) struct World {
     pub options: FakeOptions,
+    /// The key the API accepts now: `options.api_key` until a test rotates it.
+    pub api_key: Mutex<String>,
     pub root: PathBuf,
     offset: Mutex<Duration>,
     inner: Mutex<Inner>,
@@ -113,6 +115,7 @@ pub(super) struct World {
 impl World {
     pub fn new(options: FakeOptions, root: PathBuf) -> Self {
         Self {
+            api_key: Mutex::new(options.api_key.clone()),
             options,
             root,
             offset: Mutex::new(Duration::ZERO),
