@@ -13,6 +13,11 @@ mod store_conformance {
     threadbox_shared::store_conformance_tests!(sqlite);
 }
 
+mod store_purge {
+    use super::sqlite;
+    threadbox_shared::store_purge_tests!(sqlite);
+}
+
 mod lifecycle_conformance {
     use super::sqlite;
     threadbox_shared::lifecycle_conformance_tests!(sqlite);

@@ -32,6 +32,26 @@ pub async fn run(tb: Threadbox, interval: Duration, mut shutdown: watch::Receive
     tracing::debug!("janitor stopped");
 }
 
+/// Bytes the store takes on disk: the database file with its `-wal` and `-shm`, so a growing
+/// store shows at start-up.
+pub fn store_size(data_dir: &std::path::Path) -> u64 {
+    ["threadbox.db", "threadbox.db-wal", "threadbox.db-shm"]
+        .iter()
+        .filter_map(|name| std::fs::metadata(data_dir.join(name)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+pub fn format_bytes(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = KIB * 1024;
+    match bytes {
+        b if b >= MIB => format!("{:.1} MiB", b as f64 / MIB as f64),
+        b if b >= KIB => format!("{:.1} KiB", b as f64 / KIB as f64),
+        b => format!("{b} B"),
+    }
+}
+
 /// The time one sweep may take.
 fn budget(interval: Duration) -> Duration {
     interval * 3 / 4
@@ -49,9 +69,12 @@ fn did_something(report: &SweepReport) -> bool {
         recovered,
         skipped: _,
         failures,
+        threads_purged,
+        events_purged: _,
         completed,
     } = report;
     events_redriven + orphans_killed + corrected + paused + destroyed + recovered + failures > 0
+        || *threads_purged > 0
         || !completed
 }
 

@@ -72,6 +72,10 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_RETENTION", default_value = "7d", value_parser = duration::parse)]
     pub retention: Duration,
 
+    /// Keep a destroyed or expired thread's record and events this long, then delete them.
+    #[arg(long, env = "THREADBOX_RECORD_RETENTION", default_value = "30d", value_parser = duration::parse)]
+    pub record_retention: Duration,
+
     /// How often the janitor sweeps.
     #[arg(long, env = "THREADBOX_JANITOR_INTERVAL", default_value = "60s", value_parser = duration::parse)]
     pub janitor_interval: Duration,
@@ -234,6 +238,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             retention: args.retention,
             lease: args.lease,
         },
+        record_retention: args.record_retention,
         ..Config::default()
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -416,14 +421,16 @@ fn print_banner(
         slack.secret
     );
     println!(
-        "  data       {}  (threadbox.db, sandboxes/)",
-        data_dir.display()
+        "  data       {}  (threadbox.db: {} with its WAL, sandboxes/)",
+        data_dir.display(),
+        janitor::format_bytes(janitor::store_size(data_dir))
     );
     println!(
-        "  janitor    every {}; pause after {} idle, destroy after {}",
+        "  janitor    every {}; pause after {} idle, destroy after {}; delete destroyed threads' records after {}",
         duration::format(args.janitor_interval),
         duration::format(args.idle_pause),
-        duration::format(args.retention)
+        duration::format(args.retention),
+        duration::format(args.record_retention)
     );
     println!(
         "  limits     {per_thread} commands per thread, {commands} in all, {sandboxes} sandboxes \

@@ -14,6 +14,6 @@ pub use connection_sender::{ConnectionSender, Frame, SendError};
 pub use dedupe::DedupeStore;
 pub use provider::*;
 pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage};
-pub use session_store::{Page, SessionStore, StoreError, StoreStats};
+pub use session_store::{Page, Purged, SessionStore, StoreError, StoreStats};
 pub use subscription_store::{Connection, Subscription, SubscriptionStore};
 pub use window_counter::WindowCounter;

@@ -38,6 +38,15 @@ pub struct Page<T> {
     pub next: Option<String>,
 }
 
+/// What one retention pass deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Purged {
+    /// Session records of destroyed or expired threads.
+    pub threads: u64,
+    /// Their lifecycle events.
+    pub events: u64,
+}
+
 /// Counters a store keeps so benchmarks and tests can show how much work a call cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreStats {
@@ -105,6 +114,19 @@ pub trait SessionStore: Send + Sync {
         limit: usize,
         after: Option<&ThreadId>,
     ) -> Result<Page<Session>, StoreError>;
+
+    /// Delete up to `limit` threads that became destroyed or expired at or before
+    /// `retired_before`, each with all its events, in one atomic step per batch. A thread that is
+    /// live, retired more recently, or has an event not yet handed to the lifecycle queue (the
+    /// outbox) is never deleted. A later resolve of a deleted thread starts a brand-new record.
+    /// Stores whose database expires items itself (DynamoDB's TTL) delete nothing here.
+    async fn purge_retired(
+        &self,
+        _retired_before: Millis,
+        _limit: usize,
+    ) -> Result<Purged, StoreError> {
+        Ok(Purged::default())
+    }
 
     /// The number of index shards due work is spread over.
     fn shard_count(&self) -> u32;

@@ -617,3 +617,69 @@ pub async fn a_command_on_a_sandbox_paused_behind_our_back_resumes_it(h: Harness
     );
     assert_eq!(h.provider.creates(), 1, "resumed, not recreated");
 }
+
+/// Retention in the store: a thread destroyed longer ago than `record_retention` loses its record
+/// and events to the janitor, in batches of `purge_batch`; a live thread and one destroyed
+/// recently keep theirs; a deleted thread resolved again starts a clean first generation.
+pub async fn retention_deletes_old_destroyed_threads_and_keeps_the_rest(
+    store: Arc<dyn SessionStore>,
+    events: Arc<dyn DurableQueue>,
+) {
+    let config = crate::usecases::Config {
+        record_retention: Duration::from_secs(3600),
+        purge_batch: 2,
+        ..test_config()
+    };
+    let h = Harness::with_config(store, events, config);
+    let old: Vec<ThreadId> = (0..3).map(|i| tid(&format!("purge-old-{i}"))).collect();
+    for thread in &old {
+        h.tb.resolve(thread).await.unwrap();
+        h.tb.destroy(thread, Cause::User).await.unwrap();
+    }
+    let live = tid("purge-live");
+    h.tb.resolve(&live).await.unwrap();
+    let live_events = h.events(&live).await;
+
+    h.clock.advance(Duration::from_secs(3601));
+    let recent = tid("purge-recent");
+    h.tb.resolve(&recent).await.unwrap();
+    h.tb.destroy(&recent, Cause::User).await.unwrap();
+    let recent_events = h.events(&recent).await;
+    h.tb.resolve(&live).await.unwrap();
+
+    let report = h.sweep().await;
+    assert_eq!(
+        (report.threads_purged, report.failures),
+        (3, 0),
+        "{report:?}"
+    );
+    assert!(report.events_purged >= 3 * 4, "{report:?}");
+    for thread in &old {
+        assert_eq!(h.tb.store.load(thread).await.unwrap(), None, "{thread}");
+        assert!(h.events(thread).await.is_empty(), "{thread}");
+    }
+    assert_eq!(h.status(&live).await, Status::Active);
+    assert_eq!(
+        h.events(&live).await,
+        live_events,
+        "a live thread keeps its events"
+    );
+    assert_eq!(h.status(&recent).await, Status::Destroyed);
+    assert_eq!(
+        h.events(&recent).await,
+        recent_events,
+        "retention has not passed"
+    );
+    assert_eq!(h.sweep().await.threads_purged, 0, "nothing left to delete");
+
+    // Deleted, the thread starts over as brand new: first generation, events from seq 1.
+    let again = h.tb.resolve(&old[0]).await.unwrap();
+    assert!(again.created);
+    assert_eq!(again.generation, 1);
+    let fresh = h.events(&old[0]).await;
+    assert_eq!(
+        fresh.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=fresh.len() as u64).collect::<Vec<_>>()
+    );
+    assert_eq!(fresh[0].from, None, "{fresh:?}");
+}

@@ -280,3 +280,63 @@ pub async fn list_pages_through_every_session(store: Arc<dyn SessionStore>) {
     let seen = eventually(read_all, |seen| *seen == expected).await;
     assert_eq!(seen, expected);
 }
+
+/// Retention never deletes a live thread, a thread retired after the cutoff, or one whose events
+/// have not all reached the lifecycle queue (the outbox); past all three it deletes the record
+/// with every event.
+pub async fn purge_spares_live_recent_and_undelivered_threads(store: Arc<dyn SessionStore>) {
+    let far_future = Millis(i64::MAX);
+    let (mut gone, e1) = new_session("conf-purge-gone", 1_000);
+    store
+        .insert_new(&gone, std::slice::from_ref(&e1))
+        .await
+        .unwrap();
+    gone.bind_sandbox("sb-gone".into(), None);
+    let mut written = vec![e1];
+    for (command, at) in [
+        (Command::CreateSucceeded, 2_000),
+        (Command::Destroy, 3_000),
+        (Command::DestroySucceeded, 4_000),
+    ] {
+        let e = advance(&mut gone, command, at);
+        store
+            .save(&gone, gone.version - 1, std::slice::from_ref(&e))
+            .await
+            .unwrap();
+        written.push(e);
+    }
+    assert_eq!(gone.status, Status::Destroyed);
+    let (live, live_event) = new_session("conf-purge-live", 1_000);
+    store
+        .insert_new(&live, std::slice::from_ref(&live_event))
+        .await
+        .unwrap();
+    store
+        .mark_sent(std::slice::from_ref(&live_event))
+        .await
+        .unwrap();
+
+    let purged = store.purge_retired(far_future, 10).await.unwrap();
+    assert_eq!(purged.threads, 0, "undelivered events keep the thread");
+    store.mark_sent(&written).await.unwrap();
+    let purged = store.purge_retired(Millis(3_999), 10).await.unwrap();
+    assert_eq!(purged.threads, 0, "retired after the cutoff");
+    assert!(store.load(&gone.thread_id).await.unwrap().is_some());
+
+    let purged = store.purge_retired(Millis(4_000), 10).await.unwrap();
+    assert_eq!((purged.threads, purged.events), (1, written.len() as u64));
+    assert_eq!(store.load(&gone.thread_id).await.unwrap(), None);
+    assert!(store
+        .events_after(&gone.thread_id, 0, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store.load(&live.thread_id).await.unwrap(),
+        Some(live.clone())
+    );
+    assert_eq!(
+        store.events_after(&live.thread_id, 0, 10).await.unwrap(),
+        vec![live_event]
+    );
+}

@@ -29,6 +29,37 @@ macro_rules! store_conformance_tests {
     )*};
 }
 
+/// Retention by the janitor (`SessionStore::purge_retired`), for stores that delete retired
+/// threads themselves. DynamoDB expires them with TTL attributes instead, so it does not run
+/// these; its TTL values are tested in the AWS backend's own tests.
+#[macro_export]
+macro_rules! store_purge_tests {
+    ($make:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn purge_spares_live_recent_and_undelivered_threads() {
+            let Some(backend) = $make("purge_spares_live_recent_and_undelivered_threads").await else {
+                return;
+            };
+            $crate::testing::store_conformance::purge_spares_live_recent_and_undelivered_threads(
+                backend.store.clone(),
+            )
+            .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn retention_deletes_old_destroyed_threads_and_keeps_the_rest() {
+            let Some(backend) = $make("retention_deletes_old_destroyed_threads_and_keeps_the_rest").await else {
+                return;
+            };
+            $crate::testing::lifecycle_conformance::retention_deletes_old_destroyed_threads_and_keeps_the_rest(
+                backend.store.clone(),
+                backend.events.clone(),
+            )
+            .await;
+        }
+    };
+}
+
 /// Every function of `lifecycle_conformance`.
 #[macro_export]
 macro_rules! lifecycle_conformance_tests {

@@ -67,6 +67,9 @@ pub struct SweepReport {
     /// Due threads left alone: fresh activity, a live hold, or another writer first.
     pub skipped: usize,
     pub failures: usize,
+    /// Destroyed or expired threads whose record and events retention deleted.
+    pub threads_purged: u64,
+    pub events_purged: u64,
     /// False when the deadline stopped the sweep before it finished.
     pub completed: bool,
 }
@@ -94,6 +97,10 @@ impl Threadbox {
                 report.failures += 1;
             }
         }
+        if out_of_time() {
+            return report;
+        }
+        self.purge_retired(&mut report, &out_of_time).await;
         if out_of_time() {
             return report;
         }
@@ -169,6 +176,37 @@ impl Threadbox {
         }
         report.completed = !out_of_time();
         report
+    }
+
+    /// Delete retired threads past their retention, a bounded batch per store transaction, until
+    /// a batch comes back short or the deadline nears.
+    async fn purge_retired(&self, report: &mut SweepReport, out_of_time: &impl Fn() -> bool) {
+        let Some(retired_before) = self.clock.now().0.checked_sub(
+            i64::try_from(self.config.record_retention.as_millis()).unwrap_or(i64::MAX),
+        ) else {
+            return;
+        };
+        let batch = self.config.purge_batch.max(1);
+        loop {
+            match self
+                .store
+                .purge_retired(Millis(retired_before), batch)
+                .await
+            {
+                Ok(purged) => {
+                    report.threads_purged += purged.threads;
+                    report.events_purged += purged.events;
+                    if purged.threads < batch as u64 || out_of_time() {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "deleting retired threads failed");
+                    report.failures += 1;
+                    return;
+                }
+            }
+        }
     }
 
     /// Kill orphans and follow provider-side state changes.

@@ -22,4 +22,4 @@ pub use error::UseCaseError;
 pub use holds::HoldRequest;
 pub use janitor::{SweepOptions, SweepReport};
 pub use resolve::{ResolveOptions, SandboxHandle};
-pub use threadbox::{Config, Threadbox};
+pub use threadbox::{Config, Threadbox, DEFAULT_RECORD_RETENTION};

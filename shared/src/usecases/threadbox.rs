@@ -28,7 +28,15 @@ pub struct Config {
     pub settle_poll: Duration,
     /// Events not marked sent this long after being written are re-driven by the janitor.
     pub redrive_after: Duration,
+    /// How long a destroyed or expired thread's record and events are kept (for the dashboard,
+    /// the events API and audits) before the janitor deletes them.
+    pub record_retention: Duration,
+    /// Threads deleted per store transaction by the janitor's retention pass.
+    pub purge_batch: usize,
 }
+
+/// The default of `Config::record_retention`: 30 days.
+pub const DEFAULT_RECORD_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 impl Default for Config {
     fn default() -> Self {
@@ -41,6 +49,8 @@ impl Default for Config {
             settle_wait: Duration::from_secs(30),
             settle_poll: Duration::from_millis(20),
             redrive_after: Duration::from_secs(10),
+            record_retention: DEFAULT_RECORD_RETENTION,
+            purge_batch: 200,
         }
     }
 }

@@ -89,6 +89,18 @@ impl Database {
         &self.path
     }
 
+    /// Run `f` with the connection on this thread; for set-up before any async use.
+    pub fn call_blocking<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, DatabaseError> {
+        let mut guard = self
+            .conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut guard).map_err(|source| classify(&self.path, source))
+    }
+
     /// Run `f` with the connection on the blocking pool.
     pub async fn call<T, F>(&self, f: F) -> Result<T, DatabaseError>
     where

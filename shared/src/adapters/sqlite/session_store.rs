@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::database::{Database, DatabaseError};
-use crate::domain::{LifecycleEvent, Millis, Session, ThreadId};
-use crate::ports::{Page, SessionStore, StoreError, StoreStats};
+use crate::domain::{LifecycleEvent, Millis, Session, Status, ThreadId};
+use crate::ports::{Page, Purged, SessionStore, StoreError, StoreStats};
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS sessions (
@@ -39,6 +39,19 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_unsent ON events (written_at) WHERE sent = 0;
 "#;
 
+/// Added after the first release, so an older file gains it when opened: when the thread became
+/// destroyed or expired (epoch millis), NULL while it is live. Retention deletes by it.
+const RETIRED_AT_MIGRATION: &str = r#"
+ALTER TABLE sessions ADD COLUMN retired_at INTEGER;
+"#;
+const RETIRED_INDEX: &str = r#"
+CREATE INDEX IF NOT EXISTS sessions_retired ON sessions (retired_at, thread_id)
+    WHERE retired_at IS NOT NULL;
+"#;
+
+/// The statuses whose records retention may delete; `retired_at` is set only for these.
+const RETIRED_STATUSES: [Status; 2] = [Status::Destroyed, Status::Expired];
+
 /// Default number of janitor shards; enough to spread work, few enough to query cheaply.
 pub const DEFAULT_SHARDS: u32 = 8;
 
@@ -63,6 +76,16 @@ impl SqliteSessionStore {
 
     pub fn open_with_shards(path: impl AsRef<Path>, shards: u32) -> Result<Self, StoreError> {
         let db = Database::open(path, SCHEMA).map_err(store_error)?;
+        db.call_blocking(|conn| {
+            let has_retired_at = conn
+                .prepare("SELECT 1 FROM pragma_table_info('sessions') WHERE name = 'retired_at'")?
+                .exists([])?;
+            if !has_retired_at {
+                conn.execute_batch(RETIRED_AT_MIGRATION)?;
+            }
+            conn.execute_batch(RETIRED_INDEX)
+        })
+        .map_err(store_error)?;
         Ok(Self {
             db,
             shards: shards.max(1),
@@ -137,6 +160,7 @@ impl SqliteSessionStore {
             .collect::<Result<Vec<_>, StoreError>>()?;
         let s = session.clone();
         let shard = session.thread_id.shard(self.shards);
+        let retired_at = retired_at(session, events);
         self.count_write();
         self.db
             .call(move |conn| {
@@ -149,14 +173,17 @@ impl SqliteSessionStore {
                 );
                 let changed = match expected_version {
                     None => tx.execute(
-                        "INSERT INTO sessions (thread_id, version, status, shard, next_action_at, record)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (thread_id) DO NOTHING",
-                        params![id, version, status, shard, due, json],
+                        "INSERT INTO sessions (thread_id, version, status, shard, next_action_at, record, retired_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (thread_id) DO NOTHING",
+                        params![id, version, status, shard, due, json, retired_at],
                     )?,
+                    // A record that stays retired keeps the time it first became so; one that
+                    // comes back to life loses it.
                     Some(expected) => tx.execute(
-                        "UPDATE sessions SET version = ?2, status = ?3, shard = ?4, next_action_at = ?5, record = ?6
+                        "UPDATE sessions SET version = ?2, status = ?3, shard = ?4, next_action_at = ?5, record = ?6,
+                             retired_at = CASE WHEN ?8 IS NULL THEN NULL ELSE coalesce(retired_at, ?8) END
                          WHERE thread_id = ?1 AND version = ?7",
-                        params![id, version, status, shard, due, json, expected as i64],
+                        params![id, version, status, shard, due, json, expected as i64, retired_at],
                     )?,
                 };
                 if changed == 0 {
@@ -172,6 +199,20 @@ impl SqliteSessionStore {
             .await
             .map_err(store_error)
     }
+}
+
+/// When a record written now became retired: the time of the change that retired it (its last
+/// event), or its destroy time; `None` for a live record.
+fn retired_at(session: &Session, events: &[LifecycleEvent]) -> Option<i64> {
+    if !RETIRED_STATUSES.contains(&session.status) {
+        return None;
+    }
+    let at = events
+        .last()
+        .map(|e| e.at)
+        .or(session.destroyed_at)
+        .unwrap_or(session.last_activity_at);
+    Some(at.0)
 }
 
 fn store_error(err: DatabaseError) -> StoreError {
@@ -431,6 +472,49 @@ impl SessionStore for SqliteSessionStore {
         Ok(Page { items, next })
     }
 
+    async fn purge_retired(
+        &self,
+        retired_before: Millis,
+        limit: usize,
+    ) -> Result<Purged, StoreError> {
+        let limit = limit.max(1) as i64;
+        let statuses = RETIRED_STATUSES.map(|s| s.as_str());
+        self.count_write();
+        self.db
+            .call(move |conn| {
+                // One write transaction: no writer can revive a thread between the choice and
+                // the delete, and its events go with it, so a later record of the same thread
+                // starts at seq 1 with nothing to collide with.
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                tx.execute_batch("CREATE TEMP TABLE IF NOT EXISTS purge (thread_id TEXT PRIMARY KEY); DELETE FROM temp.purge;")?;
+                tx.execute(
+                    "INSERT INTO temp.purge (thread_id)
+                     SELECT s.thread_id FROM sessions s
+                     WHERE s.retired_at IS NOT NULL AND s.retired_at <= ?1
+                       AND s.status IN (?2, ?3)
+                       AND NOT EXISTS (SELECT 1 FROM events e WHERE e.thread_id = s.thread_id AND e.sent = 0)
+                     ORDER BY s.retired_at, s.thread_id LIMIT ?4",
+                    params![retired_before.0, statuses[0], statuses[1], limit],
+                )?;
+                let events = tx.execute(
+                    "DELETE FROM events WHERE thread_id IN (SELECT thread_id FROM temp.purge)",
+                    [],
+                )?;
+                let threads = tx.execute(
+                    "DELETE FROM sessions WHERE thread_id IN (SELECT thread_id FROM temp.purge)",
+                    [],
+                )?;
+                tx.execute("DELETE FROM temp.purge", [])?;
+                tx.commit()?;
+                Ok(Purged {
+                    threads: threads as u64,
+                    events: events as u64,
+                })
+            })
+            .await
+            .map_err(store_error)
+    }
+
     fn shard_count(&self) -> u32 {
         self.shards
     }
@@ -441,5 +525,40 @@ impl SessionStore for SqliteSessionStore {
             writes: self.counters.writes.load(Ordering::Relaxed),
             rows_read: self.counters.rows_read.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database written before retention existed gains the column and its index on open, and
+    /// its retired threads become deletable once saved again.
+    #[tokio::test]
+    async fn an_older_database_gains_the_retired_at_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        // SCHEMA is the tables as first released, without the column.
+        Database::open(&path, SCHEMA).unwrap();
+        let store = SqliteSessionStore::open(&path).unwrap();
+        // Opening twice runs the migration once.
+        let store_again = SqliteSessionStore::open(&path).unwrap();
+        let columns: i64 = store
+            .database()
+            .call(|c| {
+                c.query_row(
+                    "SELECT count(*) FROM pragma_table_info('sessions') WHERE name = 'retired_at'",
+                    [],
+                    |r| r.get(0),
+                )
+            })
+            .await
+            .unwrap();
+        assert_eq!(columns, 1);
+        let purged = store_again
+            .purge_retired(Millis(i64::MAX), 10)
+            .await
+            .unwrap();
+        assert_eq!(purged, Purged::default());
     }
 }
