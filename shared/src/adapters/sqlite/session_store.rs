@@ -504,6 +504,20 @@ impl SessionStore for SqliteSessionStore {
                     "DELETE FROM sessions WHERE thread_id IN (SELECT thread_id FROM temp.purge)",
                     [],
                 )?;
+                // The Slack status row (when this file has the table) remembers the seq its
+                // message shows and refuses lower ones: left behind, it would freeze the status
+                // of the thread's next record, whose seqs start again at 1.
+                let has_status: bool = tx
+                    .prepare_cached(
+                        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'slack_status'",
+                    )?
+                    .exists([])?;
+                if has_status {
+                    tx.execute(
+                        "DELETE FROM slack_status WHERE thread_id IN (SELECT thread_id FROM temp.purge)",
+                        [],
+                    )?;
+                }
                 tx.execute("DELETE FROM temp.purge", [])?;
                 tx.commit()?;
                 Ok(Purged {
@@ -560,5 +574,60 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(purged, Purged::default());
+    }
+
+    /// A purged thread's Slack status row goes with it, or the next record's statuses (seq from
+    /// 1 again) would never replace the old message's; other threads' rows stay.
+    #[cfg(feature = "slack")]
+    #[tokio::test]
+    async fn a_purged_thread_takes_its_slack_status_row_along() {
+        use crate::adapters::sqlite::SqliteSlackStatusStore;
+        use crate::domain::{Cause, Change, Command, Timers};
+        use crate::slack::{SlackStatusStore, StatusMessage};
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.db");
+        let store = SqliteSessionStore::open(&path).unwrap();
+        let statuses = SqliteSlackStatusStore::open(&path).unwrap();
+        let change = |now| Change {
+            event_id: uuid::Uuid::new_v4().to_string(),
+            now: Millis(now),
+            detail: None,
+        };
+        let timers = Timers::default();
+        let gone_id = ThreadId::parse("slack:T1:C1:1.000001").unwrap();
+        let live_id = ThreadId::parse("slack:T1:C1:2.000002").unwrap();
+        let (mut gone, first) = Session::new_creating(gone_id.clone(), "t", change(1), &timers);
+        store
+            .insert_new(&gone, std::slice::from_ref(&first))
+            .await
+            .unwrap();
+        let mut events = vec![first];
+        for command in [Command::Fail, Command::Destroy, Command::DestroySucceeded] {
+            let e = gone
+                .apply(command, Cause::User, change(2), &timers)
+                .unwrap()
+                .unwrap();
+            gone.version += 1;
+            store
+                .save(&gone, gone.version - 1, std::slice::from_ref(&e))
+                .await
+                .unwrap();
+            events.push(e);
+        }
+        assert_eq!(gone.status, Status::Destroyed);
+        store.mark_sent(&events).await.unwrap();
+        let message = |seq| StatusMessage {
+            channel: "C1".into(),
+            ts: "9.1".into(),
+            seq,
+        };
+        statuses.put(&gone_id, &message(4)).await.unwrap();
+        statuses.put(&live_id, &message(7)).await.unwrap();
+
+        let purged = store.purge_retired(Millis(i64::MAX), 10).await.unwrap();
+        assert_eq!(purged.threads, 1);
+        assert_eq!(statuses.get(&gone_id).await.unwrap(), None);
+        assert_eq!(statuses.get(&live_id).await.unwrap(), Some(message(7)));
     }
 }
