@@ -485,3 +485,208 @@ mod apigw_sender {
         sender.close("conn-1").await.expect("DeleteConnection");
     }
 }
+
+/// Retention on DynamoDB is TTL: the attributes must be right, and what TTL leaves behind for a
+/// while (it deletes within days, not at the second) must never be read or block a new life.
+mod retention {
+    use super::*;
+    use threadbox_shared::domain::{Cause, Status};
+
+    /// Epoch seconds now.
+    fn now_secs() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    }
+
+    async fn session_ttl(store: &DynamoSessionStore, thread: &ThreadId) -> Option<i64> {
+        let item = store
+            .client()
+            .get_item()
+            .table_name(&store.config().sessions_table)
+            .key("thread_id", AttributeValue::S(thread.to_string()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .expect("the session item");
+        item.get("expires_at")
+            .map(|v| v.as_n().unwrap().parse().unwrap())
+    }
+
+    /// A live record has no TTL; a destroyed one expires the retention after it was destroyed
+    /// (never before its events); brought back to life, it loses the TTL again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn only_destroyed_records_carry_a_ttl_of_the_retention() {
+        let Some(backend) =
+            AwsBackend::new("only_destroyed_records_carry_a_ttl_of_the_retention").await
+        else {
+            return;
+        };
+        let store = backend.store.clone();
+        let h = Harness::new(store.clone(), backend.events.clone());
+        let thread = ThreadId::parse("ttl-1").unwrap();
+        h.tb.resolve(&thread).await.unwrap();
+        assert_eq!(session_ttl(&store, &thread).await, None, "live");
+
+        let before = now_secs();
+        h.tb.destroy(&thread, Cause::User).await.unwrap();
+        assert_eq!(h.status(&thread).await, Status::Destroyed);
+        let retention = store.config().retention.unwrap().as_secs() as i64;
+        let ttl = session_ttl(&store, &thread).await.expect("destroyed");
+        assert!(
+            (before + retention..=now_secs() + retention + 1).contains(&ttl),
+            "{ttl} for a retention of {retention} s"
+        );
+        for item in store
+            .client()
+            .query()
+            .table_name(&store.config().events_table)
+            .key_condition_expression("thread_id = :t")
+            .expression_attribute_values(":t", AttributeValue::S(thread.to_string()))
+            .send()
+            .await
+            .unwrap()
+            .items
+            .unwrap()
+        {
+            let event_ttl: i64 = item["expires_at"].as_n().unwrap().parse().unwrap();
+            assert!(event_ttl <= ttl, "an event outlives its record: {item:?}");
+        }
+
+        h.tb.resolve(&thread).await.unwrap();
+        assert_eq!(h.status(&thread).await, Status::Active);
+        assert_eq!(session_ttl(&store, &thread).await, None, "alive again");
+    }
+
+    /// TTL deleted the record of a long-destroyed thread but not yet its events (it may take
+    /// days): the next resolve starts a new life at seq 1, writing over the expired events it
+    /// meets, and the history read back is the new life's only.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn expired_leftovers_neither_block_nor_show_in_a_new_life() {
+        let Some(backend) =
+            AwsBackend::new("expired_leftovers_neither_block_nor_show_in_a_new_life").await
+        else {
+            return;
+        };
+        let store = backend.store.clone();
+        let client = store.client().clone();
+        let h = Harness::new(store.clone(), backend.events.clone());
+        let thread = ThreadId::parse("ttl-leftovers").unwrap();
+        h.tb.resolve(&thread).await.unwrap();
+        h.tb.destroy(&thread, Cause::User).await.unwrap();
+        h.tb.resolve(&thread).await.unwrap();
+        h.tb.destroy(&thread, Cause::User).await.unwrap();
+        let old = h.events(&thread).await;
+        assert!(old.len() >= 6, "{old:?}");
+
+        // What TTL leaves a while after the retention: the record gone, the events expired.
+        client
+            .delete_item()
+            .table_name(&store.config().sessions_table)
+            .key("thread_id", AttributeValue::S(thread.to_string()))
+            .send()
+            .await
+            .unwrap();
+        for event in &old {
+            client
+                .update_item()
+                .table_name(&store.config().events_table)
+                .key("thread_id", AttributeValue::S(thread.to_string()))
+                .key("seq", AttributeValue::N(event.seq.to_string()))
+                .update_expression("SET expires_at = :past")
+                .expression_attribute_values(
+                    ":past",
+                    AttributeValue::N((now_secs() - 60).to_string()),
+                )
+                .send()
+                .await
+                .unwrap();
+        }
+        assert!(
+            h.events(&thread).await.is_empty(),
+            "expired history is not read"
+        );
+        assert!(store
+            .unsent_events(threadbox_shared::domain::Millis(i64::MAX), 100)
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.thread_id != thread));
+
+        let again = h.tb.resolve(&thread).await.unwrap();
+        assert!(again.created);
+        assert_eq!(again.generation, 1);
+        let fresh = h.events(&thread).await;
+        assert!(!fresh.is_empty() && fresh.len() < old.len(), "{fresh:?}");
+        assert_eq!(
+            fresh.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=fresh.len() as u64).collect::<Vec<_>>()
+        );
+        assert_eq!(fresh[0].from, None);
+        assert!(fresh
+            .iter()
+            .all(|e| !old.iter().any(|o| o.event_id == e.event_id)));
+    }
+
+    /// A Slack status row past its TTL reads as none and any seq replaces it: the thread's next
+    /// life (seqs from 1) gets a status message of its own instead of a frozen one.
+    #[cfg(feature = "slack")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_expired_slack_status_row_is_absent() {
+        use threadbox_shared::adapters::dynamo::{
+            create_slack_status_table, DynamoSlackStatusStore,
+        };
+        use threadbox_shared::slack::{SlackStatusStore, StatusMessage};
+
+        if !aws_configured("an_expired_slack_status_row_is_absent") {
+            return;
+        }
+        let sdk = sdk_config().await;
+        let table = unique_name("status");
+        let client = aws_sdk_dynamodb::Client::new(&sdk);
+        create_slack_status_table(&client, &table).await.unwrap();
+        let statuses = DynamoSlackStatusStore::new(client.clone(), &table)
+            .with_retention(Some(Duration::from_secs(3600)));
+        let thread = ThreadId::parse("slack:T1:C1:1.000001").unwrap();
+        let message = |seq| StatusMessage {
+            channel: "C1".into(),
+            ts: format!("9.{seq}"),
+            seq,
+        };
+        assert!(statuses.put(&thread, &message(9)).await.unwrap());
+        assert!(!statuses.put(&thread, &message(1)).await.unwrap(), "older");
+        let row = client
+            .get_item()
+            .table_name(&table)
+            .key("thread_id", AttributeValue::S(thread.to_string()))
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+        let ttl: i64 = row["expires_at"].as_n().unwrap().parse().unwrap();
+        assert!(
+            (now_secs() + 3599..=now_secs() + 3601).contains(&ttl),
+            "{ttl}"
+        );
+
+        client
+            .update_item()
+            .table_name(&table)
+            .key("thread_id", AttributeValue::S(thread.to_string()))
+            .update_expression("SET expires_at = :past")
+            .expression_attribute_values(":past", AttributeValue::N((now_secs() - 60).to_string()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(statuses.get(&thread).await.unwrap(), None);
+        assert!(
+            statuses.put(&thread, &message(1)).await.unwrap(),
+            "a new life"
+        );
+        assert_eq!(statuses.get(&thread).await.unwrap(), Some(message(1)));
+    }
+}

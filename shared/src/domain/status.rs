@@ -33,6 +33,12 @@ impl Status {
         Status::Error,
     ];
 
+    /// States of a thread whose sandbox is gone for good: its record and events are history,
+    /// which retention deletes after a while.
+    pub fn is_retired(self) -> bool {
+        matches!(self, Status::Destroyed | Status::Expired)
+    }
+
     /// States held under a lease by one worker; a lease that runs out marks the transition stuck.
     pub fn is_transitional(self) -> bool {
         matches!(

@@ -19,7 +19,7 @@
 //! | variable | default | used by |
 //! |---|---|---|
 //! | `THREADBOX_SESSIONS_TABLE`, `THREADBOX_EVENTS_TABLE` | required | every function that uses the store |
-//! | `THREADBOX_DUE_SHARDS`, `THREADBOX_EVENT_RETENTION_DAYS` | 8, 30 | the same (see `adapters::dynamo`) |
+//! | `THREADBOX_DUE_SHARDS`, `THREADBOX_RECORD_RETENTION_DAYS` | 8, 30 | the same, and fanout's Slack status rows: days a destroyed thread's record, events and status row are kept (`never`: forever; see `adapters::dynamo`) |
 //! | `THREADBOX_LIFECYCLE_QUEUE_URL`, `THREADBOX_LIFECYCLE_DLQ_URL` | required | the same: the outbox sends there |
 //! | `THREADBOX_IDLE_PAUSE_SECS` | 600 | pause after this long idle |
 //! | `THREADBOX_RETENTION_SECS` | 604800 (7 days) | destroy after this long idle |

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::env::{Env, SetupError};
 use super::secrets::SecretSet;
 use crate::adapters::aws::SdkConfig;
-use crate::adapters::dynamo::DynamoSlackStatusStore;
+use crate::adapters::dynamo::{DynamoConfig, DynamoSlackStatusStore};
 use crate::adapters::provider_config::ConfigError;
 use crate::adapters::sqs::{SqsQueue, SqsQueueUrls};
 use crate::slack::api::{
@@ -84,7 +84,9 @@ pub fn slack_status_target_watched(
         return Ok(None);
     }
     let table = env.required(DynamoSlackStatusStore::TABLE_VAR)?;
-    let store = DynamoSlackStatusStore::from_sdk_config(sdk, table);
+    // Status rows are kept as long as the session records they describe.
+    let retention = DynamoConfig::retention_from_lookup(|name| env.raw(name))?;
+    let store = DynamoSlackStatusStore::from_sdk_config(sdk, table).with_retention(retention);
     let mut api: Arc<dyn SlackApi> = Arc::new(slack_api(env)?);
     if let Some(secrets) = secrets {
         api = watch_slack_auth(api, secrets.clone());

@@ -33,7 +33,7 @@ pub enum Consistency {
 pub fn session_item_bytes(session: &Session, shards: u32) -> usize {
     let item = encode(
         "session",
-        &SessionItem::from_session(session, shards.max(1)),
+        &SessionItem::from_session(session, shards.max(1), None),
     )
     .expect("a session always encodes");
     item.iter()

@@ -1,14 +1,14 @@
 //! What the DynamoDB session store needs to know: its table names, the shard count of the due-work
-//! index and how long events are kept.
+//! index and how long history is kept.
 
 use std::time::Duration;
 
 /// Default number of due-work shards: enough to spread the janitor's queries over partitions,
 /// few enough that a sweep's one query per shard stays cheap.
 pub const DEFAULT_SHARDS: u32 = 8;
-/// Default time before an event becomes garbage for DynamoDB's TTL: far longer than any
-/// WebSocket replay or outbox re-drive needs it.
-pub const DEFAULT_EVENT_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// Default time history is kept for DynamoDB's TTL to remove (see [`DynamoConfig::retention`]):
+/// far longer than any WebSocket replay or outbox re-drive needs it.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DynamoConfig {
@@ -18,8 +18,11 @@ pub struct DynamoConfig {
     /// an item stays in the shard it was written with until its next write, and shards at or
     /// above a lowered count are never queried again.
     pub shards: u32,
-    /// How long after it is written an event may be removed by TTL; `None` keeps events forever.
-    pub event_retention: Option<Duration>,
+    /// How long history is kept: an event may be removed by TTL this long after it is written,
+    /// a destroyed or expired thread's record this long after it was last written (so never
+    /// before any of its events), and a Slack status row this long after its last update.
+    /// `None` keeps everything forever.
+    pub retention: Option<Duration>,
 }
 
 /// A missing or malformed environment variable, named.
@@ -39,20 +42,20 @@ impl DynamoConfig {
     pub const SESSIONS_TABLE_VAR: &'static str = "THREADBOX_SESSIONS_TABLE";
     pub const EVENTS_TABLE_VAR: &'static str = "THREADBOX_EVENTS_TABLE";
     pub const SHARDS_VAR: &'static str = "THREADBOX_DUE_SHARDS";
-    pub const EVENT_RETENTION_DAYS_VAR: &'static str = "THREADBOX_EVENT_RETENTION_DAYS";
+    pub const RETENTION_DAYS_VAR: &'static str = "THREADBOX_RECORD_RETENTION_DAYS";
 
     pub fn new(sessions_table: impl Into<String>, events_table: impl Into<String>) -> Self {
         Self {
             sessions_table: sessions_table.into(),
             events_table: events_table.into(),
             shards: DEFAULT_SHARDS,
-            event_retention: Some(DEFAULT_EVENT_RETENTION),
+            retention: Some(DEFAULT_RETENTION),
         }
     }
 
     /// From `THREADBOX_SESSIONS_TABLE` and `THREADBOX_EVENTS_TABLE` (required), and
-    /// `THREADBOX_DUE_SHARDS` and `THREADBOX_EVENT_RETENTION_DAYS` (optional; 0 days keeps
-    /// events forever).
+    /// `THREADBOX_DUE_SHARDS` and `THREADBOX_RECORD_RETENTION_DAYS` (optional; see
+    /// [`Self::retention_from_lookup`]).
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -79,21 +82,50 @@ impl DynamoConfig {
                 }
             };
         }
-        if let Some(value) = get(Self::EVENT_RETENTION_DAYS_VAR) {
-            config.event_retention = match value.trim().parse::<u64>() {
-                Ok(0) => None,
-                Ok(days) if days <= 36_500 => Some(Duration::from_secs(days * 24 * 60 * 60)),
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        var: Self::EVENT_RETENTION_DAYS_VAR,
-                        value,
-                        reason: "expected a whole number of days (0 keeps events forever)",
-                    })
-                }
-            };
-        }
+        config.retention = Self::retention_from_lookup(&get)?;
         Ok(config)
     }
+
+    /// `THREADBOX_RECORD_RETENTION_DAYS`: a whole number of days (0: history goes as soon as
+    /// TTL gets to it), `never` to keep it forever, or unset for [`DEFAULT_RETENTION`].
+    pub fn retention_from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Duration>, ConfigError> {
+        let Some(value) = get(Self::RETENTION_DAYS_VAR) else {
+            return Ok(Some(DEFAULT_RETENTION));
+        };
+        match value.trim() {
+            "never" => Ok(None),
+            days => match days.parse::<u64>() {
+                Ok(days) if days <= 36_500 => Ok(Some(Duration::from_secs(days * 24 * 60 * 60))),
+                _ => Err(ConfigError::Invalid {
+                    var: Self::RETENTION_DAYS_VAR,
+                    value,
+                    reason: "expected a whole number of days, or `never`",
+                }),
+            },
+        }
+    }
+}
+
+/// When something written now may be removed by TTL after `retention`, in epoch seconds
+/// (TTL's unit), rounded up so nothing goes early. Read from the system clock on purpose: this
+/// is storage housekeeping, not domain time.
+pub(crate) fn expiry_after(retention: Duration) -> Option<i64> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let at = now + retention;
+    i64::try_from(at.as_secs() + u64::from(at.subsec_nanos() > 0)).ok()
+}
+
+/// Now in epoch seconds, rounded down: an item whose TTL is below this has expired, whether or
+/// not DynamoDB has deleted it yet (it may take days).
+pub(crate) fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -129,10 +161,19 @@ mod tests {
         let mut with = base.to_vec();
         with.extend([
             ("THREADBOX_DUE_SHARDS", "16"),
-            ("THREADBOX_EVENT_RETENTION_DAYS", "0"),
+            ("THREADBOX_RECORD_RETENTION_DAYS", "never"),
         ]);
         let config = DynamoConfig::from_lookup(lookup(&with)).unwrap();
-        assert_eq!((config.shards, config.event_retention), (16, None));
+        assert_eq!((config.shards, config.retention), (16, None));
+        with.pop();
+        with.push(("THREADBOX_RECORD_RETENTION_DAYS", "0"));
+        let config = DynamoConfig::from_lookup(lookup(&with)).unwrap();
+        assert_eq!(config.retention, Some(Duration::ZERO));
+
+        let mut bad = base.to_vec();
+        bad.push(("THREADBOX_RECORD_RETENTION_DAYS", "30d"));
+        let err = DynamoConfig::from_lookup(lookup(&bad)).unwrap_err();
+        assert!(err.to_string().contains("or `never`"), "{err}");
 
         let mut bad = base.to_vec();
         bad.push(("THREADBOX_DUE_SHARDS", "0"));

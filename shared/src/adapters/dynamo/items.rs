@@ -61,10 +61,13 @@ pub(super) struct SessionItem {
     /// Sort key of the due-work index: `next_action_at` in epoch milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due_at: Option<i64>,
+    /// DynamoDB TTL (epoch seconds), only on a destroyed or expired record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at: Option<i64>,
 }
 
 impl SessionItem {
-    pub(super) fn from_session(s: &Session, shards: u32) -> Self {
+    pub(super) fn from_session(s: &Session, shards: u32, expires_at: Option<i64>) -> Self {
         let due = s.next_action_at.map(|at| (s.thread_id.shard(shards), at.0));
         Self {
             thread_id: s.thread_id.clone(),
@@ -95,6 +98,7 @@ impl SessionItem {
             last_error: s.last_error.clone(),
             due_shard: due.map(|(shard, _)| shard),
             due_at: due.map(|(_, at)| at),
+            expires_at,
         }
     }
 
@@ -274,7 +278,7 @@ mod tests {
     #[test]
     fn a_session_round_trips_through_its_item() {
         let s = session(Some(5_000));
-        let item = encode("session", &SessionItem::from_session(&s, 8)).unwrap();
+        let item = encode("session", &SessionItem::from_session(&s, 8, None)).unwrap();
         assert_eq!(
             item.get(attr::DUE_AT),
             Some(&AttributeValue::N("5000".into()))
@@ -293,7 +297,7 @@ mod tests {
     #[test]
     fn nothing_due_means_no_index_attributes_at_all() {
         let s = session(None);
-        let item = encode("session", &SessionItem::from_session(&s, 8)).unwrap();
+        let item = encode("session", &SessionItem::from_session(&s, 8, None)).unwrap();
         assert!(!item.contains_key(attr::DUE_SHARD), "{item:?}");
         assert!(!item.contains_key(attr::DUE_AT), "{item:?}");
         assert!(
@@ -350,7 +354,7 @@ mod tests {
     #[test]
     fn a_session_item_missing_a_field_is_corrupt_and_named() {
         let s = session(None);
-        let mut item = encode("session", &SessionItem::from_session(&s, 8)).unwrap();
+        let mut item = encode("session", &SessionItem::from_session(&s, 8, None)).unwrap();
         item.remove("provider");
         let err = decode_session(item).unwrap_err();
         assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");

@@ -44,8 +44,8 @@ pub(super) const SESSION_KIND: &str = "session";
 /// Partition-key prefix of the event-id guard items in the events table.
 pub(super) const EVENT_ID_GUARD_PREFIX: &str = "#event_id#";
 
-/// Create both tables with their indexes (on-demand billing) and turn on TTL for events; wait
-/// until they are active. A table that already exists is left as it is, so this is safe to run
+/// Create both tables with their indexes (on-demand billing) and turn on TTL (`expires_at`) for
+/// both: events, and the records of destroyed threads; wait until they are active. A table that already exists is left as it is, so this is safe to run
 /// on every start of a local loop.
 pub async fn create_tables(client: &Client, config: &DynamoConfig) -> Result<(), StoreError> {
     create(
@@ -94,6 +94,7 @@ pub async fn create_tables(client: &Client, config: &DynamoConfig) -> Result<(),
     .await?;
     wait_active(client, &config.sessions_table).await?;
     wait_active(client, &config.events_table).await?;
+    enable_ttl(client, &config.sessions_table).await?;
     enable_ttl(client, &config.events_table).await
 }
 
@@ -112,8 +113,8 @@ pub async fn create_dedupe_table(client: &Client, table: &str) -> Result<(), Sto
     enable_ttl(client, table).await
 }
 
-/// Create the Slack status table (partition key `thread_id`, on-demand billing) and wait until
-/// it is active. Safe to repeat.
+/// Create the Slack status table (partition key `thread_id`, on-demand billing) with TTL on
+/// `expires_at`, and wait until it is active. Safe to repeat.
 #[cfg(feature = "slack")]
 pub async fn create_slack_status_table(client: &Client, table: &str) -> Result<(), StoreError> {
     create(
@@ -124,7 +125,8 @@ pub async fn create_slack_status_table(client: &Client, table: &str) -> Result<(
         &[(attr::THREAD_ID, ScalarAttributeType::S)],
     )
     .await?;
-    wait_active(client, table).await
+    wait_active(client, table).await?;
+    enable_ttl(client, table).await
 }
 
 /// Subscriptions table: every subscription of a thread, by connection id (sparse: only

@@ -10,14 +10,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 use futures::StreamExt;
 
-use super::config::DynamoConfig;
+use super::config::{expiry_after, now_secs, DynamoConfig};
 use super::errors::{cancelled, unavailable, Cancelled};
 use super::items::{
     decode_event, decode_session, encode, EventIdGuard, EventItem, Item, SessionItem,
@@ -82,20 +82,22 @@ impl DynamoSessionStore {
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// When an event written now becomes garbage, in epoch seconds (DynamoDB TTL's unit). Read
-    /// from the system clock on purpose: this is storage housekeeping, not domain time.
-    fn event_expiry(&self) -> Option<i64> {
-        let retention = self.config.event_retention?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        i64::try_from((now + retention).as_secs()).ok()
+    /// When history written now may be removed by TTL (epoch seconds), if ever.
+    fn expiry(&self) -> Option<i64> {
+        self.config.retention.and_then(expiry_after)
     }
 
+    /// The session's item. A destroyed or expired record carries a TTL, a live one none: the
+    /// write that retires a thread also writes (or follows) its last event, so the record
+    /// expires after every event it has, and a later resolve that finds no record starts over
+    /// at seq 1 while leftover expired events, which TTL may take days to delete, are treated
+    /// as absent (see `event_puts` and `events_after`). A retired record brought back to life
+    /// is written again without one.
     fn session_item(&self, session: &Session) -> Result<Item, StoreError> {
+        let expires_at = session.status.is_retired().then(|| self.expiry()).flatten();
         encode(
             "session",
-            &SessionItem::from_session(session, self.config.shards),
+            &SessionItem::from_session(session, self.config.shards, expires_at),
         )
     }
 
@@ -107,7 +109,7 @@ impl DynamoSessionStore {
                 events.len()
             )));
         }
-        let expires_at = self.event_expiry();
+        let expires_at = self.expiry();
         let mut puts = Vec::with_capacity(events.len() * 2);
         for event in events {
             let item = encode(
@@ -125,12 +127,16 @@ impl DynamoSessionStore {
         Ok(puts)
     }
 
+    /// A put that succeeds only where no live item has the key: an item whose TTL has passed
+    /// (an earlier life's event, not yet deleted by DynamoDB) counts as absent.
     fn put_new(&self, table: &str, item: Item) -> Result<TransactWriteItem, StoreError> {
         let put = Put::builder()
             .table_name(table)
             .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#t)")
+            .condition_expression("attribute_not_exists(#t) OR #e < :now")
             .expression_attribute_names("#t", attr::THREAD_ID)
+            .expression_attribute_names("#e", attr::EXPIRES_AT)
+            .expression_attribute_values(":now", number(now_secs()))
             .build()
             .map_err(|e| StoreError::Unavailable(format!("cannot build a put: {e}")))?;
         Ok(TransactWriteItem::builder().put(put).build())
@@ -342,6 +348,12 @@ struct QueryPage<'a> {
     limit: usize,
 }
 
+/// Whether `item`'s TTL has passed: DynamoDB deletes such items when it gets to them (within
+/// days), and until then they are history of a thread's earlier life, never to be read.
+fn expired(item: &Item, now: i64) -> bool {
+    matches!(item.get(attr::EXPIRES_AT), Some(AttributeValue::N(at)) if at.parse::<i64>().is_ok_and(|at| at < now))
+}
+
 fn number(n: impl ToString) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
@@ -478,6 +490,7 @@ impl SessionStore for DynamoSessionStore {
     ) -> Result<Vec<LifecycleEvent>, StoreError> {
         let mut events = Vec::new();
         let mut start = None;
+        let now = now_secs();
         // Pages end early at 1 MB, so keep reading until `limit` events or the end.
         while events.len() < limit {
             let (items, last) = self
@@ -494,7 +507,7 @@ impl SessionStore for DynamoSessionStore {
                     limit: limit - events.len(),
                 })
                 .await?;
-            for item in items {
+            for item in items.into_iter().filter(|item| !expired(item, now)) {
                 events.push(decode_event(item)?);
             }
             match last {
@@ -531,9 +544,10 @@ impl SessionStore for DynamoSessionStore {
             })
         });
         let mut events = Vec::new();
+        let now = now_secs();
         for page in futures::future::join_all(queries).await {
             let (items, _) = page?;
-            for item in items {
+            for item in items.into_iter().filter(|item| !expired(item, now)) {
                 events.push(decode_event(item)?);
             }
         }

@@ -4,8 +4,14 @@
 //! `put` is one conditional `PutItem` on `attribute_not_exists(thread_id) OR seq <= :seq`: a
 //! later event replaces the record, an older one arriving late (a re-drive) never does, and an
 //! equal one may (a status message re-posted under a new ts shows the same event).
+//!
+//! Each row carries a TTL `expires_at` of the store's retention after its last write, the same
+//! retention as the session records (`DynamoConfig::retention`). A row past it is treated as
+//! absent (read as none, replaced by any seq) before DynamoDB deletes it: the thread's record
+//! has gone by then too, and its next life counts seqs from 1 again.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -13,6 +19,7 @@ use aws_sdk_dynamodb::Client;
 use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
+use super::config::{expiry_after, now_secs, DEFAULT_RETENTION};
 use super::errors::unavailable;
 use super::schema::attr;
 use crate::domain::ThreadId;
@@ -26,6 +33,8 @@ struct StatusItem {
     channel: String,
     ts: String,
     seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at: Option<i64>,
 }
 
 /// The Slack status store on DynamoDB. Cheap to clone; build one per process.
@@ -33,6 +42,7 @@ struct StatusItem {
 pub struct DynamoSlackStatusStore {
     client: Client,
     table: Arc<str>,
+    retention: Option<Duration>,
 }
 
 impl DynamoSlackStatusStore {
@@ -43,7 +53,14 @@ impl DynamoSlackStatusStore {
         Self {
             client,
             table: Arc::from(table.into()),
+            retention: Some(DEFAULT_RETENTION),
         }
+    }
+
+    /// Keep rows `retention` after their last write (`None`: forever); see the module docs.
+    pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
+        self.retention = retention;
+        self
     }
 
     /// A store whose client is built from the SDK configuration (see `adapters::aws::load_config`).
@@ -81,6 +98,9 @@ impl SlackStatusStore for DynamoSlackStatusStore {
                 self.table
             ))
         })?;
+        if row.expires_at.is_some_and(|at| at < now_secs()) {
+            return Ok(None);
+        }
         Ok(Some(StatusMessage {
             channel: row.channel,
             ts: row.ts,
@@ -94,6 +114,7 @@ impl SlackStatusStore for DynamoSlackStatusStore {
             channel: message.channel.clone(),
             ts: message.ts.clone(),
             seq: message.seq,
+            expires_at: self.retention.and_then(expiry_after),
         })
         .map_err(|e| StoreError::Unavailable(format!("encoding {thread_id}'s status: {e}")))?;
         let result = self
@@ -101,10 +122,14 @@ impl SlackStatusStore for DynamoSlackStatusStore {
             .put_item()
             .table_name(self.table.as_ref())
             .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#thread) OR #seq <= :seq")
+            .condition_expression(
+                "attribute_not_exists(#thread) OR #seq <= :seq OR #expires < :now",
+            )
             .expression_attribute_names("#thread", attr::THREAD_ID)
             .expression_attribute_names("#seq", attr::SEQ)
+            .expression_attribute_names("#expires", attr::EXPIRES_AT)
             .expression_attribute_values(":seq", AttributeValue::N(message.seq.to_string()))
+            .expression_attribute_values(":now", AttributeValue::N(now_secs().to_string()))
             .send()
             .await;
         match result {

@@ -49,7 +49,8 @@ CREATE INDEX IF NOT EXISTS sessions_retired ON sessions (retired_at, thread_id)
     WHERE retired_at IS NOT NULL;
 "#;
 
-/// The statuses whose records retention may delete; `retired_at` is set only for these.
+/// The statuses whose records retention may delete (`Status::is_retired`); `retired_at` is set
+/// only for these.
 const RETIRED_STATUSES: [Status; 2] = [Status::Destroyed, Status::Expired];
 
 /// Default number of janitor shards; enough to spread work, few enough to query cheaply.
@@ -204,7 +205,7 @@ impl SqliteSessionStore {
 /// When a record written now became retired: the time of the change that retired it (its last
 /// event), or its destroy time; `None` for a live record.
 fn retired_at(session: &Session, events: &[LifecycleEvent]) -> Option<i64> {
-    if !RETIRED_STATUSES.contains(&session.status) {
+    if !session.status.is_retired() {
         return None;
     }
     let at = events
