@@ -2,16 +2,28 @@
 //!
 //! Each sweep gets a deadline of three quarters of the interval, so one sweep never runs into the
 //! next and a shutdown waits at most that long. The first sweep runs at start, which reconciles
-//! with sandboxes left from a previous run straight away.
+//! with sandboxes left from a previous run straight away. After the sweep (which deletes retired
+//! threads with their events), the rows of the file that age out on their own (the local Slack
+//! sink's messages, dead letters) are deleted once older than the record retention.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use threadbox_shared::adapters::sqlite::{delete_aged, Aged, Database};
+use threadbox_shared::domain::Millis;
 use threadbox_shared::usecases::{SweepOptions, SweepReport, Threadbox};
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
+/// Rows deleted per transaction by the aged-rows pass.
+const AGED_BATCH: usize = 500;
+
 /// Sweep every `interval` until `shutdown` turns true; a sweep in progress finishes first.
-pub async fn run(tb: Threadbox, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(
+    tb: Threadbox,
+    database: Database,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -22,14 +34,47 @@ pub async fn run(tb: Threadbox, interval: Duration, mut shutdown: watch::Receive
         if *shutdown.borrow() {
             break;
         }
+        let started = Instant::now();
         let report = tb.sweep(SweepOptions::for_duration(budget(interval))).await;
-        if did_something(&report) {
-            tracing::info!(?report, "janitor sweep");
+        let deadline = started + budget(interval);
+        let aged = delete_aged_rows(&tb, &database, deadline).await;
+        if did_something(&report) || aged.total() > 0 {
+            tracing::info!(
+                ?report,
+                sink_messages_deleted = aged.sink_messages,
+                dead_letters_deleted = aged.dead_letters,
+                "janitor sweep"
+            );
         } else {
             tracing::debug!("janitor sweep: nothing to do");
         }
     }
     tracing::debug!("janitor stopped");
+}
+
+/// Delete sink messages and dead letters older than the record retention, a batch per
+/// transaction, until a batch comes back short or `deadline` passes.
+async fn delete_aged_rows(tb: &Threadbox, database: &Database, deadline: Instant) -> Aged {
+    let retention = i64::try_from(tb.config.record_retention.as_millis()).unwrap_or(i64::MAX);
+    let before = Millis(tb.clock.now().0.saturating_sub(retention));
+    let mut total = Aged::default();
+    loop {
+        match delete_aged(database, before, AGED_BATCH).await {
+            Ok(aged) => {
+                total.sink_messages += aged.sink_messages;
+                total.dead_letters += aged.dead_letters;
+                let short =
+                    aged.sink_messages < AGED_BATCH as u64 && aged.dead_letters < AGED_BATCH as u64;
+                if short || Instant::now() >= deadline {
+                    return total;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "deleting aged sink messages and dead letters failed");
+                return total;
+            }
+        }
+    }
 }
 
 /// Bytes the store takes on disk: the database file with its `-wal` and `-shm`, so a growing
@@ -123,8 +168,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("threadbox.db");
         let clock = Arc::new(ManualClock::default());
+        let store = SqliteSessionStore::open(&path).unwrap();
+        let database = store.database().clone();
         let tb = Threadbox::new(
-            Arc::new(SqliteSessionStore::open(&path).unwrap()),
+            Arc::new(store),
             InMemoryProvider::new(),
             Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap()),
             clock.clone(),
@@ -135,7 +182,12 @@ mod tests {
         clock.advance(tb.config.timers.idle_pause + Duration::from_secs(1));
 
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(tb.clone(), Duration::from_millis(20), stopped));
+        let task = tokio::spawn(run(
+            tb.clone(),
+            database,
+            Duration::from_millis(20),
+            stopped,
+        ));
         let mut status = Status::Active;
         for _ in 0..250 {
             status = tb.session(&thread).await.unwrap().unwrap().status;

@@ -243,6 +243,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let database = store.database().clone();
+    let janitor_database = store.database().clone();
     let tb = Threadbox::new(
         Arc::new(store),
         Arc::new(provider),
@@ -305,6 +306,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let shutdown = Shutdown::install().context("installing signal handlers")?;
     let janitor = tokio::spawn(janitor::run(
         tb.clone(),
+        janitor_database,
         args.janitor_interval,
         shutdown.subscribe(),
     ));

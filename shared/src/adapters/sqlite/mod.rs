@@ -3,6 +3,7 @@
 
 mod database;
 mod dedupe;
+mod housekeeping;
 mod queue;
 mod session_store;
 #[cfg(feature = "slack")]
@@ -14,6 +15,7 @@ mod window_counter;
 
 pub use database::{Database, DatabaseError};
 pub use dedupe::SqliteDedupe;
+pub use housekeeping::{delete_aged, Aged};
 pub use queue::{QueueConfig, SqliteQueue};
 pub use session_store::{SqliteSessionStore, DEFAULT_SHARDS};
 #[cfg(feature = "slack")]

@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS slack_sink (
     edits      INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS slack_sink_thread ON slack_sink (channel, thread_ts);
+CREATE INDEX IF NOT EXISTS slack_sink_age ON slack_sink (updated_ms);
 ";
 
 /// One message the sink holds, as it now reads.
