@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use threadbox_shared::adapters::slack_web::{BotToken, SlackClientConfig, SlackWebClient};
 use threadbox_shared::adapters::sqlite::{SqliteDedupe, SqliteSlackStatusStore};
 use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
 use threadbox_shared::fanout::{Fanout, RecordOutcome};
-use threadbox_shared::slack::client::{BotToken, SlackClientConfig, SlackWebClient};
 use threadbox_shared::slack::SlackStatusTarget;
 use threadbox_shared::testing::slack_fake::SlackFake;
 

@@ -18,6 +18,7 @@
 //!   suites every adapter must pass.
 
 pub mod adapters;
+pub mod config;
 pub mod domain;
 pub mod fanout;
 pub mod fault;
@@ -28,6 +29,7 @@ pub mod lambda;
 #[cfg(feature = "live")]
 pub mod live;
 pub mod ports;
+pub mod providers;
 #[cfg(feature = "slack")]
 pub mod slack;
 pub mod usecases;

@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use threadbox_shared::adapters::e2b::{E2bConfig, E2bProvider};
-use threadbox_shared::adapters::provider_config::{ConfigError, ProviderConfig};
 use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use threadbox_shared::config::{ConfigError, Env};
 use threadbox_shared::domain::{Status, ThreadId};
 use threadbox_shared::ports::{
     CreateSandbox, ExecRequest, NetworkProfile, ProviderError, SandboxOwner, SandboxProvider,
     SandboxState,
 };
+use threadbox_shared::providers::ProviderConfig;
 use threadbox_shared::testing::e2b_fake::{E2bFake, FakeOptions, FakeState, Fault, Route};
 use threadbox_shared::testing::lifecycle_conformance::test_config;
 use threadbox_shared::testing::provider_conformance::{self, create_request, fresh_owner};
@@ -24,8 +25,8 @@ use threadbox_shared::usecases::{SweepOptions, Threadbox};
 /// The provider's settings for `fake`, read the way production reads them (from variables),
 /// with short backoffs so retry tests stay quick.
 fn config_for(fake: &E2bFake) -> E2bConfig {
-    let env = fake.env_vars();
-    let mut config = E2bConfig::from_lookup(|name| env.get(name).cloned()).expect("config");
+    let env = Env::from_map(fake.env_vars());
+    let mut config = E2bConfig::from_env(&env).expect("config");
     config.retry.base_delay = Duration::from_millis(10);
     config.retry.max_delay = Duration::from_millis(50);
     config
@@ -91,11 +92,10 @@ conformance!(
 
 #[test]
 fn e2b_is_selected_by_configuration_and_a_missing_key_is_named() {
-    let config = ProviderConfig::from_lookup(|name| match name {
-        "THREADBOX_PROVIDER" => Some("e2b".into()),
-        "E2B_API_KEY" => Some("e2b_test_key".into()),
-        _ => None,
-    })
+    let config = ProviderConfig::from_env(&Env::from_pairs(&[
+        ("THREADBOX_PROVIDER", "e2b"),
+        ("E2B_API_KEY", "e2b_test_key"),
+    ]))
     .unwrap();
     assert_eq!(config.name(), "e2b");
     assert!(
@@ -103,10 +103,8 @@ fn e2b_is_selected_by_configuration_and_a_missing_key_is_named() {
         "{config:?}"
     );
 
-    let err = ProviderConfig::from_lookup(|name| {
-        (name == "THREADBOX_PROVIDER").then(|| "e2b".to_owned())
-    })
-    .unwrap_err();
+    let err =
+        ProviderConfig::from_env(&Env::from_pairs(&[("THREADBOX_PROVIDER", "e2b")])).unwrap_err();
     assert_eq!(err, ConfigError::Missing("E2B_API_KEY"));
 }
 
@@ -683,8 +681,7 @@ async fn resolve_pause_resume_and_the_janitor_through_the_use_cases() {
     let fake = E2bFake::start().await;
     let mut env = fake.env_vars();
     env.insert("THREADBOX_PROVIDER".into(), "e2b".into());
-    let ProviderConfig::E2b(config) = ProviderConfig::from_lookup(|k| env.get(k).cloned()).unwrap()
-    else {
+    let ProviderConfig::E2b(config) = ProviderConfig::from_env(&Env::from_map(env)).unwrap() else {
         panic!("THREADBOX_PROVIDER=e2b selects E2B");
     };
     let provider = Arc::new(E2bProvider::new(*config).unwrap());

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use threadbox_shared::adapters::e2b::{E2bConfig, E2bProvider};
 use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use threadbox_shared::config::Env;
 use threadbox_shared::domain::{Cause, Change, Command, LifecycleEvent, Status, ThreadId};
 use threadbox_shared::ports::Clock;
 use threadbox_shared::testing::e2b_fake::{E2bFake, FakeState, Fault, Route};
@@ -33,8 +34,8 @@ struct Setup {
 /// enough that a hung call ends within the test.
 async fn setup(request_timeout: Duration) -> Setup {
     let fake = E2bFake::start().await;
-    let env = fake.env_vars();
-    let mut config = E2bConfig::from_lookup(|name| env.get(name).cloned()).expect("config");
+    let env = Env::from_map(fake.env_vars());
+    let mut config = E2bConfig::from_env(&env).expect("config");
     config.retry.base_delay = Duration::from_millis(10);
     config.retry.max_delay = Duration::from_millis(50);
     config.request_timeout = request_timeout;

@@ -11,14 +11,15 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
+use threadbox_shared::adapters::slack_web::{SlackClientConfig, SlackWebClient};
 use threadbox_shared::adapters::sqlite::{
     Database, QueueConfig, SqliteQueue, SqliteSlackSink, SqliteSlackStatusStore,
     SqliteWindowCounter,
 };
+use threadbox_shared::config::Env;
 use threadbox_shared::fanout::FanoutTarget;
 use threadbox_shared::http::{slack_sink_routes, ApiAuth};
 use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue};
-use threadbox_shared::slack::client::{SlackClientConfig, SlackWebClient};
 use threadbox_shared::slack::{
     router as events_router, MessageRates, RateLimits, SlackApi, SlackIngress, SlackStatusTarget,
     SlackWorker, SlackWorkerConfig, WORK_QUEUE,
@@ -63,7 +64,8 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
     let from_env = std::env::var(SECRET_ENV).ok();
     let (signing_secret, secret_source) =
         secret::load_or_create(deps.data_dir, from_env.as_deref())?;
-    let client_config = SlackClientConfig::from_env().context("reading the Slack settings")?;
+    let client_config =
+        SlackClientConfig::from_env(&Env::process()).context("reading the Slack settings")?;
 
     let mut routes = Router::new();
     let (api, outgoing): (Arc<dyn SlackApi>, Outgoing) = match client_config {
@@ -81,7 +83,7 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
         None => {
             let sink = SqliteSlackSink::open(deps.db_path)
                 .with_context(|| format!("opening the Slack sink in {}", deps.db_path.display()))?;
-            routes = routes.merge(slack_sink_routes(sink.clone(), deps.auth.clone()));
+            routes = routes.merge(slack_sink_routes(Arc::new(sink.clone()), deps.auth.clone()));
             (Arc::new(sink), Outgoing::Sink)
         }
     };

@@ -320,8 +320,8 @@ mod tests {
     /// one status message, edited in place as its events arrive, and a redelivery posts nothing.
     #[tokio::test]
     async fn slack_threads_get_one_status_message_edited_in_place() {
+        use threadbox_shared::adapters::slack_web::{BotToken, SlackClientConfig, SlackWebClient};
         use threadbox_shared::adapters::sqlite::SqliteSlackStatusStore;
-        use threadbox_shared::slack::client::{BotToken, SlackClientConfig, SlackWebClient};
         use threadbox_shared::slack::SlackStatusTarget;
         use threadbox_shared::testing::slack_fake::SlackFake;
 

@@ -204,8 +204,8 @@ mod tests {
     use std::time::Duration;
 
     use serde_json::{json, Value};
+    use threadbox_shared::adapters::slack_web::{BotToken, SlackClientConfig, SlackWebClient};
     use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
-    use threadbox_shared::slack::client::{BotToken, SlackClientConfig, SlackWebClient};
     use threadbox_shared::slack::SlackWorkerConfig;
     use threadbox_shared::testing::slack_fake::SlackFake;
     use threadbox_tests::lambda::{context_with_deadline, fixture_json, LocalThreadbox};

@@ -21,4 +21,5 @@ pub mod apigw;
 #[cfg(feature = "e2b")]
 pub mod e2b;
 
-pub mod provider_config;
+#[cfg(feature = "slack-client")]
+pub mod slack_web;

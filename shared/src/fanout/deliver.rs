@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
-use super::target::{DeliveryError, FanoutTarget};
 use crate::domain::LifecycleEvent;
 use crate::ports::DedupeStore;
+use crate::ports::{DeliveryError, FanoutTarget};
 
 /// How long a delivery is remembered. Redeliveries (visibility timeouts, janitor re-drives, DLQ
 /// re-drives by an operator) come within hours; a week leaves a wide margin.

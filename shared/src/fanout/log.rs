@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 
-use super::target::{DeliveryError, FanoutTarget};
 use crate::domain::LifecycleEvent;
+use crate::ports::{DeliveryError, FanoutTarget};
 
 pub struct LogTarget;
 

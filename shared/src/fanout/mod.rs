@@ -5,14 +5,13 @@
 //! `threadbox dev`'s lifecycle consumer (SQLite queue: ack, leave in flight, release towards the
 //! dead-letter list). Both only turn a [`RecordOutcome`] into their queue's verbs.
 //!
-//! - `target`: the [`FanoutTarget`] port and [`DeliveryError`] (retry later or permanent);
+//! - the [`FanoutTarget`] port and [`DeliveryError`] (retry later or permanent) live in `ports`;
 //! - `deliver`: the [`Fanout`] itself, with per-target dedupe on the durable `DedupeStore`;
 //! - `log`: [`LogTarget`], which logs each event.
 
 mod deliver;
 mod log;
-mod target;
 
+pub use crate::ports::{DeliveryError, FanoutTarget};
 pub use deliver::{Fanout, FanoutRecord, RecordOutcome, DEFAULT_DEDUPE_TTL};
 pub use log::{cause_name, LogTarget};
-pub use target::{DeliveryError, FanoutTarget};

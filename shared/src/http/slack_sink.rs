@@ -5,6 +5,8 @@
 //! `channel`; `limit` (default 100, at most 1000). Answer `{"messages": [...]}`, oldest first,
 //! each with its current text and how many times it was edited.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::routing::get;
 use axum::{middleware, Json, Router};
@@ -14,8 +16,8 @@ use serde_json::{json, Value};
 use super::auth::{self, ApiAuth};
 use super::error::ApiError;
 use super::extract::ApiQuery;
-use crate::adapters::sqlite::{SinkQuery, SqliteSlackSink};
 use crate::domain::ThreadId;
+use crate::ports::{SinkQuery, SlackSink};
 use crate::slack::thread::SlackPlace;
 
 const DEFAULT_LIMIT: usize = 100;
@@ -29,7 +31,7 @@ struct SinkParams {
 }
 
 /// The sink's route, to merge into [`super::router`]'s router.
-pub fn slack_sink_routes(sink: SqliteSlackSink, auth: ApiAuth) -> Router {
+pub fn slack_sink_routes(sink: Arc<dyn SlackSink>, auth: ApiAuth) -> Router {
     Router::new()
         .route("/v1/slack/sink", get(list))
         .route_layer(middleware::from_fn_with_state(auth, auth::require))
@@ -37,7 +39,7 @@ pub fn slack_sink_routes(sink: SqliteSlackSink, auth: ApiAuth) -> Router {
 }
 
 async fn list(
-    State(sink): State<SqliteSlackSink>,
+    State(sink): State<Arc<dyn SlackSink>>,
     ApiQuery(params): ApiQuery<SinkParams>,
 ) -> Result<Json<Value>, ApiError> {
     let mut query = SinkQuery {
@@ -68,6 +70,7 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+    use crate::adapters::sqlite::SqliteSlackSink;
     use crate::slack::{PostMessage, SlackApi};
 
     async fn get_json(app: &Router, uri: &str, key: Option<&str>) -> (StatusCode, Value) {
@@ -98,7 +101,7 @@ mod tests {
             .await
             .unwrap();
         }
-        let app = slack_sink_routes(sink, ApiAuth::new(["key-1"]));
+        let app = slack_sink_routes(Arc::new(sink), ApiAuth::new(["key-1"]));
 
         let (status, _) = get_json(&app, "/v1/slack/sink", None).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);

@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use super::error::ApiError;
 use super::extract::{ApiQuery, Thread};
 use crate::domain::{LifecycleEvent, Millis, Session, ThreadId, MAX_SEQ};
-use crate::usecases::{SandboxHandle, Threadbox, UseCaseError};
+use crate::usecases::{SandboxHandle, Threadbox};
 
 /// Events shown with a session.
-const RECENT_EVENTS: u64 = 20;
+const RECENT_EVENTS: usize = 20;
 const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 500;
 const DEFAULT_EVENTS_PAGE: usize = 100;
@@ -122,14 +122,8 @@ async fn show(
     State(tb): State<Threadbox>,
     Thread(thread_id): Thread,
 ) -> Result<Json<ShowView>, ApiError> {
-    let session = tb
-        .session(&thread_id)
-        .await?
-        .ok_or(UseCaseError::UnknownThread(thread_id.clone()))?;
-    let after = session.last_seq.saturating_sub(RECENT_EVENTS);
-    let events = tb
-        .store
-        .events_after(&thread_id, after, RECENT_EVENTS as usize)
+    let (session, events) = tb
+        .session_with_recent_events(&thread_id, RECENT_EVENTS)
         .await?;
     Ok(Json(ShowView {
         session: SessionView::new(session, tb.clock.now()),
@@ -170,7 +164,7 @@ async fn list(
                 format!("cursor must be the `next` value of an earlier page: {e}"),
             )
         })?;
-    let page = tb.store.list(limit, after.as_ref()).await?;
+    let page = tb.sessions(limit, after.as_ref()).await?;
     let now = tb.clock.now();
     Ok(Json(ListView {
         threads: page
@@ -202,10 +196,6 @@ async fn events(
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<Json<EventsView>, ApiError> {
     let limit = page_size("limit", query.limit, DEFAULT_EVENTS_PAGE, MAX_EVENTS_PAGE)?;
-    // An unknown thread is a 404, not an empty list: the caller most likely has the id wrong.
-    if tb.session(&thread_id).await?.is_none() {
-        return Err(UseCaseError::UnknownThread(thread_id).into());
-    }
     let after_seq = query.after_seq.unwrap_or(0);
     if after_seq > MAX_SEQ {
         return Err(ApiError::bad_request(
@@ -213,7 +203,7 @@ async fn events(
             format!("after_seq must be at most {MAX_SEQ}; got {after_seq}"),
         ));
     }
-    let events = tb.store.events_after(&thread_id, after_seq, limit).await?;
+    let events = tb.events(&thread_id, after_seq, limit).await?;
     let next_after_seq = events.last().map_or(after_seq, |e| e.seq);
     Ok(Json(EventsView {
         events,

@@ -8,7 +8,7 @@ use super::env::{Env, SetupError};
 use crate::adapters::apigw::ApiGatewaySender;
 use crate::adapters::aws::SdkConfig;
 use crate::adapters::dynamo::{DynamoConfig, DynamoSessionStore, DynamoSubscriptionStore};
-use crate::adapters::provider_config::ConfigError;
+use crate::config::ConfigError;
 use crate::live::{LiveGateway, Subscribers, TokenKey, TokenSecret};
 use crate::ports::SystemClock;
 
@@ -30,7 +30,7 @@ pub fn token_key(env: &Env) -> Result<TokenKey, SetupError> {
 pub fn subscribers(sdk: &SdkConfig, env: &Env) -> Result<Subscribers, SetupError> {
     let table = env.required(DynamoSubscriptionStore::TABLE_VAR)?;
     let callback = env.required(ApiGatewaySender::CALLBACK_URL_VAR)?;
-    let dynamo = DynamoConfig::from_lookup(|name| env.raw(name))?;
+    let dynamo = DynamoConfig::from_env(env)?;
     Ok(Subscribers::new(
         Arc::new(DynamoSubscriptionStore::from_sdk_config(sdk, table)),
         Arc::new(ApiGatewaySender::from_sdk_config(sdk, &callback)),

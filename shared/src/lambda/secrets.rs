@@ -24,7 +24,7 @@ use aws_sdk_secretsmanager::Client;
 
 use super::env::{Env, SetupError};
 use crate::adapters::aws::SdkConfig;
-use crate::adapters::provider_config::ConfigError;
+use crate::config::ConfigError;
 
 /// Every variable that holds a secret, and so may be given by reference.
 pub const SECRET_VARS: &[&str] = &[

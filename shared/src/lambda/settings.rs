@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use super::env::{Env, SetupError};
 use crate::adapters::dynamo::DynamoConfig;
-use crate::adapters::provider_config::{ConfigError, ProviderConfig};
 use crate::adapters::sqs::SqsQueueUrls;
+use crate::config::ConfigError;
 use crate::domain::Timers;
+use crate::providers::ProviderConfig;
 use crate::usecases::Config;
 
 pub const LIFECYCLE_QUEUE_URL_VAR: &str = "THREADBOX_LIFECYCLE_QUEUE_URL";
@@ -43,9 +44,9 @@ impl Settings {
     }
 
     pub fn from_env(env: &Env) -> Result<Self, SetupError> {
-        let dynamo = DynamoConfig::from_lookup(|name| env.raw(name))?;
+        let dynamo = DynamoConfig::from_env(env)?;
         let lifecycle_queue = Self::lifecycle_queue_from_env(env)?;
-        let provider = ProviderConfig::from_lookup(|name| env.raw(name))?;
+        let provider = ProviderConfig::from_env(env)?;
         let runc_state_dir = PathBuf::from(
             env.get(RUNC_STATE_DIR_VAR)
                 .unwrap_or_else(|| DEFAULT_RUNC_STATE_DIR.to_owned()),

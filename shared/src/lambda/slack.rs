@@ -8,19 +8,17 @@ use super::env::{Env, SetupError};
 use super::secrets::SecretSet;
 use crate::adapters::aws::SdkConfig;
 use crate::adapters::dynamo::{DynamoConfig, DynamoSlackStatusStore};
-use crate::adapters::provider_config::ConfigError;
+use crate::adapters::slack_web::{SlackClientConfig, SlackWebClient, BOT_TOKEN_VAR};
 use crate::adapters::sqs::{SqsQueue, SqsQueueUrls};
-use crate::slack::api::{
+use crate::config::ConfigError;
+use crate::ports::{
     ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage,
 };
-use crate::slack::client::{BotToken, SlackClientConfig, SlackWebClient};
 use crate::slack::{SigningSecret, SlackStatusTarget};
 
 pub const WORK_QUEUE_URL_VAR: &str = "THREADBOX_WORK_QUEUE_URL";
 pub const WORK_DLQ_URL_VAR: &str = "THREADBOX_WORK_DLQ_URL";
 pub const SIGNING_SECRET_VAR: &str = "SLACK_SIGNING_SECRET";
-pub const BOT_TOKEN_VAR: &str = "SLACK_BOT_TOKEN";
-pub const API_URL_VAR: &str = "SLACK_API_URL";
 
 /// The FIFO work queue (`THREADBOX_WORK_QUEUE_URL`, `THREADBOX_WORK_DLQ_URL`): Slack messages
 /// from the ingress to the worker, and replies the worker has to post later.
@@ -43,17 +41,7 @@ pub fn signing_secret(env: &Env) -> Result<SigningSecret, SetupError> {
 
 /// The Web API client (`SLACK_BOT_TOKEN`, and `SLACK_API_URL` to point elsewhere than Slack).
 pub fn slack_api(env: &Env) -> Result<SlackWebClient, SetupError> {
-    let token =
-        BotToken::new(&env.required(BOT_TOKEN_VAR)?).ok_or(ConfigError::Missing(BOT_TOKEN_VAR))?;
-    let mut config = SlackClientConfig::new(token);
-    if let Some(url) = env.get(API_URL_VAR) {
-        config = config
-            .with_api_url(&url)
-            .map_err(|e| ConfigError::Invalid {
-                variable: API_URL_VAR,
-                reason: e.to_string(),
-            })?;
-    }
+    let config = SlackClientConfig::from_env(env)?.ok_or(ConfigError::Missing(BOT_TOKEN_VAR))?;
     SlackWebClient::new(config).map_err(|e| {
         ConfigError::Invalid {
             variable: BOT_TOKEN_VAR,
@@ -85,7 +73,7 @@ pub fn slack_status_target_watched(
     }
     let table = env.required(DynamoSlackStatusStore::TABLE_VAR)?;
     // Status rows are kept as long as the session records they describe.
-    let retention = DynamoConfig::retention_from_lookup(|name| env.raw(name))?;
+    let retention = DynamoConfig::retention_from_env(env)?;
     let store = DynamoSlackStatusStore::from_sdk_config(sdk, table).with_retention(retention);
     let mut api: Arc<dyn SlackApi> = Arc::new(slack_api(env)?);
     if let Some(secrets) = secrets {
@@ -143,6 +131,7 @@ impl SlackApi for AuthWatched {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapters::slack_web::API_URL_VAR;
 
     #[test]
     fn every_slack_setting_is_named_when_missing_or_bad() {

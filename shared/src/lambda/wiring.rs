@@ -9,11 +9,12 @@ use super::settings::Settings;
 use crate::adapters::aws::{load_config, ClientSettings, SdkConfig};
 use crate::adapters::dynamo::{DynamoDedupe, DynamoSessionStore, DynamoWindowCounter};
 use crate::adapters::e2b::E2bProvider;
-use crate::adapters::provider_config::{ConfigError, ProviderConfig};
 use crate::adapters::runc::{RuncConfig, RuncProvider};
 use crate::adapters::sqs::SqsQueue;
+use crate::config::ConfigError;
 use crate::http::ApiAuth;
 use crate::ports::{SandboxProvider, SystemClock};
+use crate::providers::ProviderConfig;
 use crate::slack::RateLimits;
 use crate::usecases::Threadbox;
 

@@ -19,10 +19,10 @@ use super::locks::ConnectionLocks;
 use super::protocol::{ProtocolError, ServerFrame};
 use super::token::TokenError;
 use crate::domain::{LifecycleEvent, Millis, ThreadId};
-use crate::fanout::{DeliveryError, FanoutTarget};
 use crate::ports::{
     Clock, ConnectionSender, Frame, SendError, SessionStore, StoreError, SubscriptionStore,
 };
+use crate::ports::{DeliveryError, FanoutTarget};
 
 /// The target's name: part of the fan-out dedupe key, so it never changes.
 pub const TARGET_NAME: &str = "ws";

@@ -8,9 +8,9 @@
 
 use serde::Deserialize;
 
-use super::api::SlackFile;
 use super::thread::{is_direct, thread_of};
 use super::work::IncomingMessage;
+use crate::ports::SlackFile;
 
 /// The outer JSON of every Events API request.
 #[derive(Debug, Deserialize)]

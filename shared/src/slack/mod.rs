@@ -10,16 +10,14 @@
 //! - `worker`: runs it in the thread's sandbox and replies;
 //! - `rate_limit`: messages acted on per thread and per workspace, per minute;
 //! - `format`: replies within Slack's limits;
-//! - `status` / `status_store`: the fan-out target keeping one status message per thread;
-//! - `api`: the `SlackApi` port (post, update, file info, download) and its typed errors;
-//! - `client` (feature `slack-client`): the Web API client over reqwest.
+//! - `status`: the fan-out target keeping one status message per thread (its record is the
+//!   `SlackStatusStore` port);
 //!
-//! The ports that are Slack's own (`SlackApi`, `SlackStatusStore`) live here rather than in
-//! `ports`, so builds without Slack do not see them.
+//! The Web API client over reqwest is an adapter: `adapters::slack_web` (feature `slack-client`).
+//!
+//! The ports Slack needs (`SlackApi`: post, update, file info, download, with typed errors;
+//! `SlackStatusStore`) are in `ports`, behind the same feature; they are re-exported here.
 
-pub mod api;
-#[cfg(feature = "slack-client")]
-pub mod client;
 pub mod command;
 pub mod events;
 pub mod format;
@@ -27,16 +25,17 @@ pub mod ingress;
 pub mod rate_limit;
 pub mod signature;
 pub mod status;
-pub mod status_store;
 pub mod thread;
 pub mod work;
 pub mod worker;
 
-pub use api::{ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage};
+pub use crate::ports::{
+    ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, SlackStatusStore,
+    StatusMessage, UpdateMessage,
+};
 pub use ingress::{router, Ack, SlackIngress, EVENTS_PATH};
 pub use rate_limit::{MessageRates, RateLimits};
 pub use signature::{SignatureError, SigningSecret};
 pub use status::SlackStatusTarget;
-pub use status_store::{SlackStatusStore, StatusMessage};
 pub use work::{IncomingMessage, PendingReply, WorkItem, WORK_QUEUE};
 pub use worker::{SlackWorker, SlackWorkerConfig, MIN_BLOCK_TIME, REPLY_MARGIN};

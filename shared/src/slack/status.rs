@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::api::{ApiErrorCode, PostMessage, SlackApi, SlackError, UpdateMessage};
 use super::format::escape;
-use super::status_store::{SlackStatusStore, StatusMessage};
 use super::thread::SlackPlace;
 use crate::domain::{Cause, LifecycleEvent, Status};
-use crate::fanout::{DeliveryError, FanoutTarget};
+use crate::ports::{
+    ApiErrorCode, PostMessage, SlackApi, SlackError, SlackStatusStore, StatusMessage, UpdateMessage,
+};
+use crate::ports::{DeliveryError, FanoutTarget};
 
 pub struct SlackStatusTarget {
     api: Arc<dyn SlackApi>,

@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::api::SlackFile;
 use crate::domain::ThreadId;
+use crate::ports::SlackFile;
 
 /// The work queue's name (the SQLite queue's name in `threadbox dev`; the SQS queue is named
 /// after it).

@@ -31,7 +31,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::api::{PostMessage, SlackApi, SlackError, SlackFile};
 use super::command::{self, CodeBlock, Command, Language};
 use super::format::{self, escape, REPLY_BUDGET};
 use super::rate_limit::{MessageRates, Verdict};
@@ -42,6 +41,7 @@ use crate::ports::{
     DedupeStore, DurableQueue, ExecCommand, ExecRequest, FileKind, OutgoingMessage,
     DEFAULT_OUTPUT_CAP,
 };
+use crate::ports::{PostMessage, SlackApi, SlackError, SlackFile};
 use crate::usecases::{Threadbox, UseCaseError};
 
 /// The sandbox user's home, where relative paths start.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::domain::ThreadId;
-use crate::slack::{SlackStatusStore, StatusMessage};
+use crate::ports::{SlackStatusStore, StatusMessage};
 
 fn at(seq: u64, ts: &str) -> StatusMessage {
     StatusMessage {

@@ -5,11 +5,13 @@
 //!   when paused, and apply the gone policy when the provider lost it;
 //! - `pause`: pause, destroy and reset;
 //! - `holds`: holds, keep-alive, and running commands and file operations under a hold;
+//! - `history`: reading sessions and their events (listing, one thread, events after a seq);
 //! - `inspect`: reading a sandbox's files as they are, for GETs (never creates or resumes);
 //! - `janitor`: the scheduled sweep;
 //! - `outbox`: handing written events to the lifecycle queue, and re-driving the ones that were not.
 
 mod error;
+mod history;
 mod holds;
 mod inspect;
 mod janitor;

@@ -6,9 +6,7 @@ use std::time::Duration;
 use crate::domain::{
     Cause, Change, Command, GonePolicy, LifecycleEvent, Session, ThreadId, Timers,
 };
-use crate::ports::{
-    Clock, DurableQueue, NetworkProfile, SandboxProvider, SessionStore, StoreError,
-};
+use crate::ports::{Clock, DurableQueue, NetworkProfile, SandboxProvider, SessionStore};
 
 use super::error::UseCaseError;
 
@@ -151,10 +149,5 @@ impl Threadbox {
             .load(thread_id)
             .await?
             .ok_or_else(|| UseCaseError::UnknownThread(thread_id.clone()))
-    }
-
-    /// Read-only: the session, if the thread has one.
-    pub async fn session(&self, thread_id: &ThreadId) -> Result<Option<Session>, StoreError> {
-        self.store.load(thread_id).await
     }
 }

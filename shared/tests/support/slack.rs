@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use threadbox_shared::adapters::slack_web::{BotToken, SlackClientConfig, SlackWebClient};
 use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
-use threadbox_shared::slack::client::{BotToken, SlackClientConfig, SlackWebClient};
 use threadbox_shared::slack::SlackApi;
 use threadbox_shared::testing::slack_fake::SlackFake;
 

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::config::{ConfigError, Env};
+
 /// Default number of due-work shards: enough to spread the janitor's queries over partitions,
 /// few enough that a sweep's one query per shard stays cheap.
 pub const DEFAULT_SHARDS: u32 = 8;
@@ -25,19 +27,6 @@ pub struct DynamoConfig {
     pub retention: Option<Duration>,
 }
 
-/// A missing or malformed environment variable, named.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ConfigError {
-    #[error("environment variable {0} is not set")]
-    Missing(&'static str),
-    #[error("environment variable {var} is {value:?}: {reason}")]
-    Invalid {
-        var: &'static str,
-        value: String,
-        reason: &'static str,
-    },
-}
-
 impl DynamoConfig {
     pub const SESSIONS_TABLE_VAR: &'static str = "THREADBOX_SESSIONS_TABLE";
     pub const EVENTS_TABLE_VAR: &'static str = "THREADBOX_EVENTS_TABLE";
@@ -55,53 +44,31 @@ impl DynamoConfig {
 
     /// From `THREADBOX_SESSIONS_TABLE` and `THREADBOX_EVENTS_TABLE` (required), and
     /// `THREADBOX_DUE_SHARDS` and `THREADBOX_RECORD_RETENTION_DAYS` (optional; see
-    /// [`Self::retention_from_lookup`]).
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// The same, reading through `get` instead of the process environment (tests, other sources).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let required = |var: &'static str| match get(var) {
-            Some(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
-            _ => Err(ConfigError::Missing(var)),
-        };
+    /// [`Self::retention_from_env`]).
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let mut config = Self::new(
-            required(Self::SESSIONS_TABLE_VAR)?,
-            required(Self::EVENTS_TABLE_VAR)?,
+            env.required(Self::SESSIONS_TABLE_VAR)?,
+            env.required(Self::EVENTS_TABLE_VAR)?,
         );
-        if let Some(value) = get(Self::SHARDS_VAR) {
-            config.shards = match value.trim().parse::<u32>() {
-                Ok(n) if (1..=1024).contains(&n) => n,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        var: Self::SHARDS_VAR,
-                        value,
-                        reason: "expected a whole number from 1 to 1024",
-                    })
-                }
-            };
-        }
-        config.retention = Self::retention_from_lookup(&get)?;
+        config.shards =
+            env.whole_number(Self::SHARDS_VAR, u64::from(DEFAULT_SHARDS), 1..=1024)? as u32;
+        config.retention = Self::retention_from_env(env)?;
         Ok(config)
     }
 
     /// `THREADBOX_RECORD_RETENTION_DAYS`: a whole number of days (0: history goes as soon as
     /// TTL gets to it), `never` to keep it forever, or unset for [`DEFAULT_RETENTION`].
-    pub fn retention_from_lookup(
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<Duration>, ConfigError> {
-        let Some(value) = get(Self::RETENTION_DAYS_VAR) else {
+    pub fn retention_from_env(env: &Env) -> Result<Option<Duration>, ConfigError> {
+        let Some(value) = env.get(Self::RETENTION_DAYS_VAR) else {
             return Ok(Some(DEFAULT_RETENTION));
         };
-        match value.trim() {
+        match value.as_str() {
             "never" => Ok(None),
             days => match days.parse::<u64>() {
                 Ok(days) if days <= 36_500 => Ok(Some(Duration::from_secs(days * 24 * 60 * 60))),
                 _ => Err(ConfigError::Invalid {
-                    var: Self::RETENTION_DAYS_VAR,
-                    value,
-                    reason: "expected a whole number of days, or `never`",
+                    variable: Self::RETENTION_DAYS_VAR,
+                    reason: format!("expected a whole number of days, or `never`, got {value:?}"),
                 }),
             },
         }
@@ -131,20 +98,14 @@ pub(crate) fn now_secs() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
-    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| map.get(name).cloned()
+    fn lookup(pairs: &[(&str, &str)]) -> Env {
+        Env::from_pairs(pairs)
     }
 
     #[test]
     fn table_names_are_required_and_named_when_missing() {
-        let err =
-            DynamoConfig::from_lookup(lookup(&[("THREADBOX_EVENTS_TABLE", "ev")])).unwrap_err();
+        let err = DynamoConfig::from_env(&lookup(&[("THREADBOX_EVENTS_TABLE", "ev")])).unwrap_err();
         assert_eq!(err, ConfigError::Missing("THREADBOX_SESSIONS_TABLE"));
         assert!(err.to_string().contains("THREADBOX_SESSIONS_TABLE"));
     }
@@ -155,7 +116,7 @@ mod tests {
             ("THREADBOX_SESSIONS_TABLE", "s"),
             ("THREADBOX_EVENTS_TABLE", "e"),
         ];
-        let config = DynamoConfig::from_lookup(lookup(&base)).unwrap();
+        let config = DynamoConfig::from_env(&lookup(&base)).unwrap();
         assert_eq!(config, DynamoConfig::new("s", "e"));
 
         let mut with = base.to_vec();
@@ -163,21 +124,21 @@ mod tests {
             ("THREADBOX_DUE_SHARDS", "16"),
             ("THREADBOX_RECORD_RETENTION_DAYS", "never"),
         ]);
-        let config = DynamoConfig::from_lookup(lookup(&with)).unwrap();
+        let config = DynamoConfig::from_env(&lookup(&with)).unwrap();
         assert_eq!((config.shards, config.retention), (16, None));
         with.pop();
         with.push(("THREADBOX_RECORD_RETENTION_DAYS", "0"));
-        let config = DynamoConfig::from_lookup(lookup(&with)).unwrap();
+        let config = DynamoConfig::from_env(&lookup(&with)).unwrap();
         assert_eq!(config.retention, Some(Duration::ZERO));
 
         let mut bad = base.to_vec();
         bad.push(("THREADBOX_RECORD_RETENTION_DAYS", "30d"));
-        let err = DynamoConfig::from_lookup(lookup(&bad)).unwrap_err();
+        let err = DynamoConfig::from_env(&lookup(&bad)).unwrap_err();
         assert!(err.to_string().contains("or `never`"), "{err}");
 
         let mut bad = base.to_vec();
         bad.push(("THREADBOX_DUE_SHARDS", "0"));
-        let err = DynamoConfig::from_lookup(lookup(&bad)).unwrap_err();
+        let err = DynamoConfig::from_env(&lookup(&bad)).unwrap_err();
         assert!(err.to_string().contains("THREADBOX_DUE_SHARDS"), "{err}");
     }
 }

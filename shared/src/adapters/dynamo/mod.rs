@@ -115,7 +115,7 @@ mod subscriptions;
 mod window_counter;
 
 pub use capacity::{query_read_units, session_item_bytes, Consistency, READ_BLOCK_BYTES};
-pub use config::{ConfigError, DynamoConfig, DEFAULT_RETENTION, DEFAULT_SHARDS};
+pub use config::{DynamoConfig, DEFAULT_RETENTION, DEFAULT_SHARDS};
 pub use dedupe::DynamoDedupe;
 #[cfg(feature = "slack")]
 pub use schema::create_slack_status_table;

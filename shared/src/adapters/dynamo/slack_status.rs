@@ -24,7 +24,7 @@ use super::errors::unavailable;
 use super::schema::attr;
 use crate::domain::ThreadId;
 use crate::ports::StoreError;
-use crate::slack::{SlackStatusStore, StatusMessage};
+use crate::ports::{SlackStatusStore, StatusMessage};
 
 /// One row: the thread and its status message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::retry::RetryPolicy;
-use crate::adapters::provider_config::ConfigError;
+use crate::config::{ConfigError, Env};
 
 /// A credential. It prints as `[redacted]` in `Debug` and `Display`, so it cannot reach a log
 /// line or an error message by accident; [`Secret::expose`] is the one way to read it.
@@ -88,14 +88,9 @@ impl E2bConfig {
         }
     }
 
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Read every `E2B_*` setting through `lookup` (the environment, or a map in tests).
-    /// Empty values count as unset.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    /// Read every `E2B_*` setting from `env`. Empty values count as unset.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let get = |name: &str| env.raw(name).filter(|v| !v.trim().is_empty());
 
         let key = get("E2B_API_KEY").ok_or(ConfigError::Missing("E2B_API_KEY"))?;
         if key.trim() != key || key.chars().any(|c| c.is_control() || c == ' ') {
@@ -199,28 +194,22 @@ fn parse_secs(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
 
-    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| map.get(name).cloned()
+    fn lookup(pairs: &[(&str, &str)]) -> Env {
+        Env::from_pairs(pairs)
     }
 
     #[test]
     fn the_key_is_required_and_named() {
-        let err = E2bConfig::from_lookup(lookup(&[])).unwrap_err();
+        let err = E2bConfig::from_env(&lookup(&[])).unwrap_err();
         assert_eq!(err, ConfigError::Missing("E2B_API_KEY"));
         assert_eq!(err.to_string(), "E2B_API_KEY is not set");
     }
 
     #[test]
     fn defaults_follow_the_sdk() {
-        let c = E2bConfig::from_lookup(lookup(&[("E2B_API_KEY", "e2b_abc")])).unwrap();
+        let c = E2bConfig::from_env(&lookup(&[("E2B_API_KEY", "e2b_abc")])).unwrap();
         assert_eq!(c.api_url, "https://api.e2b.app");
         assert_eq!(c.template, "base");
         assert_eq!(c.envd_url("i123", None), "https://49983-i123.e2b.app");
@@ -233,7 +222,7 @@ mod tests {
 
     #[test]
     fn the_domain_moves_both_planes_and_urls_override_it() {
-        let c = E2bConfig::from_lookup(lookup(&[
+        let c = E2bConfig::from_env(&lookup(&[
             ("E2B_API_KEY", "k"),
             ("E2B_DOMAIN", "example.test"),
         ]))
@@ -241,7 +230,7 @@ mod tests {
         assert_eq!(c.api_url, "https://api.example.test");
         assert_eq!(c.envd_url("i1", None), "https://49983-i1.example.test");
 
-        let c = E2bConfig::from_lookup(lookup(&[
+        let c = E2bConfig::from_env(&lookup(&[
             ("E2B_API_KEY", "k"),
             ("E2B_API_URL", "http://127.0.0.1:9000/"),
             ("E2B_SANDBOX_URL", "http://127.0.0.1:9001"),
@@ -264,7 +253,7 @@ mod tests {
             ("E2B_DOMAIN", "https://e2b.app"),
         ] {
             let err =
-                E2bConfig::from_lookup(lookup(&[("E2B_API_KEY", "k"), (var, value)])).unwrap_err();
+                E2bConfig::from_env(&lookup(&[("E2B_API_KEY", "k"), (var, value)])).unwrap_err();
             assert!(
                 err.to_string().starts_with(&format!("{var} is invalid")),
                 "{var}={value}: {err}"
@@ -274,7 +263,7 @@ mod tests {
 
     #[test]
     fn the_key_never_prints() {
-        let c = E2bConfig::from_lookup(lookup(&[("E2B_API_KEY", "e2b_supersecret")])).unwrap();
+        let c = E2bConfig::from_env(&lookup(&[("E2B_API_KEY", "e2b_supersecret")])).unwrap();
         let shown = format!("{c:?} {}", c.api_key);
         assert!(!shown.contains("supersecret"), "{shown}");
         assert!(shown.contains("[redacted]"));

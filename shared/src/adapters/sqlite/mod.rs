@@ -19,7 +19,7 @@ pub use housekeeping::{delete_aged, Aged};
 pub use queue::{QueueConfig, SqliteQueue};
 pub use session_store::{SqliteSessionStore, DEFAULT_SHARDS};
 #[cfg(feature = "slack")]
-pub use slack_sink::{SinkMessage, SinkQuery, SqliteSlackSink};
+pub use slack_sink::SqliteSlackSink;
 #[cfg(feature = "slack")]
 pub use slack_status::SqliteSlackStatusStore;
 pub use subscriptions::SqliteSubscriptionStore;

@@ -584,7 +584,7 @@ mod tests {
     async fn a_purged_thread_takes_its_slack_status_row_along() {
         use crate::adapters::sqlite::SqliteSlackStatusStore;
         use crate::domain::{Cause, Change, Command, Timers};
-        use crate::slack::{SlackStatusStore, StatusMessage};
+        use crate::ports::{SlackStatusStore, StatusMessage};
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shared.db");

@@ -7,13 +7,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rusqlite::params;
-use serde::Serialize;
 
 use super::database::{Database, DatabaseError};
 use crate::domain::Millis;
 use crate::ports::StoreError;
-use crate::slack::{
-    ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage,
+use crate::ports::{
+    ApiErrorCode, PostMessage, Posted, SinkMessage, SinkQuery, SlackApi, SlackError, SlackFile,
+    SlackSink, UpdateMessage,
 };
 
 const SCHEMA: &str = "
@@ -29,29 +29,6 @@ CREATE TABLE IF NOT EXISTS slack_sink (
 CREATE INDEX IF NOT EXISTS slack_sink_thread ON slack_sink (channel, thread_ts);
 CREATE INDEX IF NOT EXISTS slack_sink_age ON slack_sink (updated_ms);
 ";
-
-/// One message the sink holds, as it now reads.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SinkMessage {
-    pub ts: String,
-    pub channel: String,
-    pub thread_ts: Option<String>,
-    pub text: String,
-    pub posted_at: Millis,
-    pub updated_at: Millis,
-    /// How many times `chat.update` replaced the text.
-    pub edits: u32,
-}
-
-/// Which messages to list.
-#[derive(Clone, Debug, Default)]
-pub struct SinkQuery {
-    pub channel: Option<String>,
-    /// Messages in this thread (replies and status messages).
-    pub thread_ts: Option<String>,
-    /// The most recent this many, returned oldest first.
-    pub limit: usize,
-}
 
 #[derive(Clone, Debug)]
 pub struct SqliteSlackSink {
@@ -90,8 +67,11 @@ impl SqliteSlackSink {
             db: Database::open(path, SCHEMA).map_err(unavailable)?,
         })
     }
+}
 
-    pub async fn list(&self, query: SinkQuery) -> Result<Vec<SinkMessage>, StoreError> {
+#[async_trait]
+impl SlackSink for SqliteSlackSink {
+    async fn list(&self, query: SinkQuery) -> Result<Vec<SinkMessage>, StoreError> {
         let limit = query.limit.clamp(1, 1000) as i64;
         self.db
             .call(move |conn| {

@@ -8,7 +8,7 @@ use rusqlite::{params, OptionalExtension};
 use super::database::{Database, DatabaseError};
 use crate::domain::ThreadId;
 use crate::ports::StoreError;
-use crate::slack::{SlackStatusStore, StatusMessage};
+use crate::ports::{SlackStatusStore, StatusMessage};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS slack_status (

@@ -8,7 +8,7 @@ use crate::domain::LifecycleEvent;
 
 /// Somewhere lifecycle events go: a log, a Slack thread, WebSocket subscribers.
 ///
-/// A target is called at most once per event id in the normal course ([`super::Fanout`] filters
+/// A target is called at most once per event id in the normal course (the fan-out filters
 /// repeats on the durable dedupe store), but a crash between delivering and recording can repeat
 /// one, so a target that can be idempotent cheaply (editing a message in place) should be.
 #[async_trait]

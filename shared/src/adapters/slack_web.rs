@@ -15,12 +15,17 @@ use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::api::{
+use crate::config::{ConfigError, Env};
+use crate::ports::{
     ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage,
 };
 
 /// Slack's Web API.
 pub const DEFAULT_API_URL: &str = "https://slack.com/api/";
+/// The bot token's variable.
+pub const BOT_TOKEN_VAR: &str = "SLACK_BOT_TOKEN";
+/// Another Web API base than Slack's (a fake, a proxy).
+pub const API_URL_VAR: &str = "SLACK_API_URL";
 
 /// A bot token (`xoxb-…`). Never shown in `Debug` or logs.
 #[derive(Clone)]
@@ -56,14 +61,6 @@ pub struct SlackClientConfig {
     pub connect_timeout: Duration,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum SlackConfigError {
-    #[error("SLACK_API_URL {value:?} is not a URL: {reason}")]
-    BadUrl { value: String, reason: String },
-    #[error("building the HTTP client: {0}")]
-    Client(String),
-}
-
 impl SlackClientConfig {
     pub fn new(token: BotToken) -> Self {
         Self {
@@ -77,31 +74,28 @@ impl SlackClientConfig {
 
     /// Point at another API base (the tests' fake); a missing trailing `/` is added so method
     /// names join under it.
-    pub fn with_api_url(mut self, url: &str) -> Result<Self, SlackConfigError> {
+    pub fn with_api_url(mut self, url: &str) -> Result<Self, ConfigError> {
         let with_slash = if url.ends_with('/') {
             url.to_owned()
         } else {
             format!("{url}/")
         };
-        self.api_url = Url::parse(&with_slash).map_err(|e| SlackConfigError::BadUrl {
-            value: url.to_owned(),
-            reason: e.to_string(),
+        self.api_url = Url::parse(&with_slash).map_err(|e| ConfigError::Invalid {
+            variable: API_URL_VAR,
+            reason: format!("{url:?} is not a URL: {e}"),
         })?;
         Ok(self)
     }
 
     /// `SLACK_BOT_TOKEN` (required for a client: `None` without it) and `SLACK_API_URL`.
-    pub fn from_env() -> Result<Option<Self>, SlackConfigError> {
-        let Some(token) = std::env::var("SLACK_BOT_TOKEN")
-            .ok()
-            .and_then(|t| BotToken::new(&t))
-        else {
+    pub fn from_env(env: &Env) -> Result<Option<Self>, ConfigError> {
+        let Some(token) = env.get(BOT_TOKEN_VAR).and_then(|t| BotToken::new(&t)) else {
             return Ok(None);
         };
         let config = Self::new(token);
-        match std::env::var("SLACK_API_URL") {
-            Ok(url) if !url.trim().is_empty() => config.with_api_url(url.trim()).map(Some),
-            _ => Ok(Some(config)),
+        match env.get(API_URL_VAR) {
+            Some(url) => config.with_api_url(&url).map(Some),
+            None => Ok(Some(config)),
         }
     }
 }
@@ -130,14 +124,17 @@ struct Answer {
 }
 
 impl SlackWebClient {
-    pub fn new(config: SlackClientConfig) -> Result<Self, SlackConfigError> {
+    pub fn new(config: SlackClientConfig) -> Result<Self, SlackError> {
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             // A few hops for file downloads; reqwest drops Authorization on a hop to another host.
             .redirect(reqwest::redirect::Policy::limited(3))
             .user_agent(concat!("threadbox/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| SlackConfigError::Client(e.to_string()))?;
+            .map_err(|e| SlackError::Transport {
+                method: "(building the client)".into(),
+                detail: e.to_string(),
+            })?;
         Ok(Self { http, config })
     }
 

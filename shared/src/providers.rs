@@ -1,21 +1,11 @@
-//! Which sandbox provider a process uses, chosen by configuration (`THREADBOX_PROVIDER`).
+//! Which sandbox provider a process uses, chosen by configuration (`THREADBOX_PROVIDER`). It
+//! sits above `adapters` (it names them) and beside the wiring that builds them.
 //!
 //! The choice is made once at start-up from the environment, so the same binary runs on runc
 //! locally and on E2B in production. Building the provider is left to the caller (`threadbox
 //! dev`, each Lambda's `main`): each provider has its own constructor and owns its resources.
 
-/// A setting read from the environment is missing or unusable. The message names the variable,
-/// never its value (it may be a secret).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{0} is not set")]
-    Missing(&'static str),
-    #[error("{variable} is invalid: {reason}")]
-    Invalid {
-        variable: &'static str,
-        reason: String,
-    },
-}
+use crate::config::{ConfigError, Env};
 
 /// The variable that selects the provider: `runc` (the default) or `e2b`.
 pub const PROVIDER_VAR: &str = "THREADBOX_PROVIDER";
@@ -27,23 +17,18 @@ pub enum ProviderConfig {
     Runc,
     /// E2B, with its settings already validated.
     #[cfg(feature = "e2b")]
-    E2b(Box<super::e2b::E2bConfig>),
+    E2b(Box<crate::adapters::e2b::E2bConfig>),
 }
 
 impl ProviderConfig {
-    /// Read the choice (and, for E2B, its settings) from the process environment.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Read the choice through `lookup`, so tests need not touch the process environment.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let choice = lookup(PROVIDER_VAR).unwrap_or_default();
-        match choice.trim() {
+    /// Read the choice (and, for E2B, its settings) from `env`.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let choice = env.get(PROVIDER_VAR).unwrap_or_default();
+        match choice.as_str() {
             "" | "runc" => Ok(ProviderConfig::Runc),
             #[cfg(feature = "e2b")]
             "e2b" => Ok(ProviderConfig::E2b(Box::new(
-                super::e2b::E2bConfig::from_lookup(lookup)?,
+                crate::adapters::e2b::E2bConfig::from_env(env)?,
             ))),
             #[cfg(not(feature = "e2b"))]
             "e2b" => Err(ConfigError::Invalid {
@@ -73,15 +58,14 @@ mod tests {
 
     #[test]
     fn runc_is_the_default() {
-        let config = ProviderConfig::from_lookup(|_| None).unwrap();
+        let config = ProviderConfig::from_env(&Env::from_pairs(&[])).unwrap();
         assert_eq!(config.name(), "runc");
     }
 
     #[test]
     fn an_unknown_provider_names_the_variable() {
         let err =
-            ProviderConfig::from_lookup(|name| (name == PROVIDER_VAR).then(|| "docker".to_owned()))
-                .unwrap_err();
+            ProviderConfig::from_env(&Env::from_pairs(&[(PROVIDER_VAR, "docker")])).unwrap_err();
         assert!(
             err.to_string().starts_with("THREADBOX_PROVIDER is invalid"),
             "{err}"
