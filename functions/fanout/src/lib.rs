@@ -13,8 +13,8 @@
 //! - a body that is not an event, or that a target refuses for good: sent to the dead-letter
 //!   queue at once (it can never succeed);
 //! - the later records of a group whose earlier record failed: reported too, undelivered, as
-//!   FIFO order requires (the fan-out core's `deliver_batch`), and made visible again at once so
-//!   only the failed record's wait holds the group (see `threadbox_shared::lambda::batch`).
+//!   FIFO order requires, and made visible again at once so only the failed record's wait holds
+//!   the group (the pipeline `threadbox_shared::lambda::batch`, shared with `worker`).
 //!
 //! The invocation itself never fails: one bad record never sends a whole batch back.
 //!
@@ -27,16 +27,12 @@
 
 use std::convert::Infallible;
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
-use threadbox_shared::fanout::{Fanout, FanoutRecord, RecordOutcome};
+use threadbox_shared::fanout::Fanout;
 pub use threadbox_shared::lambda::batch::BatchSettler;
-use threadbox_shared::lambda::batch::{settle, BatchRecord, Disposition};
+use threadbox_shared::lambda::batch::{process_fifo_batch, BatchOptions};
 use tracing::Instrument;
-
-/// The SQS system attribute holding a FIFO record's group (threadbox's thread id).
-const GROUP_ATTRIBUTE: &str = "MessageGroupId";
-const DEDUP_ATTRIBUTE: &str = "MessageDeduplicationId";
 
 /// The handler, holding the fan-out core (targets and dedupe store).
 #[derive(Clone)]
@@ -65,107 +61,17 @@ impl FanoutHandler {
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, Infallible> {
-        let records = &event.payload.records;
-        let span = tracing::info_span!("batch", records = records.len());
-        let batch: Vec<FanoutRecord<'_>> = records.iter().map(as_fanout_record).collect();
-        let outcomes = self
-            .fanout
-            .deliver_batch(&batch)
-            .instrument(span.clone())
-            .await;
-
-        // The core answers a held-back record `Retry` too; it is the one after its group's
-        // first failure in this batch.
-        let mut failed_groups: Vec<&str> = Vec::new();
-        let mut dispositions = Vec::with_capacity(outcomes.len());
-        for ((record, fanout_record), outcome) in records.iter().zip(&batch).zip(outcomes) {
-            let message_id = record.message_id.as_deref().unwrap_or_default();
-            let thread_id = fanout_record.group_id;
-            let _entered = span.enter();
-            let disposition = if failed_groups.contains(&thread_id) {
-                Disposition::HeldBack
-            } else {
-                match outcome {
-                    RecordOutcome::Delivered => Disposition::Done,
-                    RecordOutcome::Retry { retry_after } => {
-                        tracing::info!(
-                            message_id,
-                            thread_id,
-                            retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
-                            "record left for a retry"
-                        );
-                        Disposition::Failed { retry_after }
-                    }
-                    RecordOutcome::Poison { reason } => {
-                        tracing::warn!(
-                            message_id,
-                            thread_id,
-                            receive_count = receive_count(record),
-                            %reason,
-                            "record cannot be delivered"
-                        );
-                        Disposition::Poison { reason }
-                    }
-                }
-            };
-            if disposition.blocks_group() {
-                failed_groups.push(thread_id);
-            }
-            dispositions.push(disposition);
-        }
-        let settled: Vec<BatchRecord<'_>> = records
-            .iter()
-            .zip(&batch)
-            .map(|(record, fanout_record)| {
-                let message_id = record.message_id.as_deref().unwrap_or_default();
-                BatchRecord {
-                    message_id,
-                    receipt: record.receipt_handle.as_deref().unwrap_or_default(),
-                    group_id: fanout_record.group_id,
-                    dedup_id: record
-                        .attributes
-                        .get(DEDUP_ATTRIBUTE)
-                        .map_or(message_id, String::as_str),
-                    body: fanout_record.body,
-                    receive_count: receive_count(record),
-                }
-            })
-            .collect();
-        // Lambda always sets the message id. Should one be missing, the empty identifier makes
-        // Lambda retry the whole batch, which is the only safe answer for a record that cannot
-        // be named.
-        let failed = settle(self.settler.as_ref(), &settled, &dispositions)
-            .instrument(span.clone())
-            .await;
-        let mut response = SqsBatchResponse::default();
-        for message_id in failed {
-            response.add_failure(message_id);
-        }
-        span.in_scope(|| tracing::info!(failed = response.batch_item_failures.len(), "batch done"));
-        Ok(response)
+        let options = BatchOptions {
+            settler: self.settler.as_ref(),
+            ..BatchOptions::default()
+        };
+        let span = tracing::info_span!("batch", records = event.payload.records.len());
+        Ok(process_fifo_batch(&event.payload.records, options, |body| {
+            self.fanout.deliver_body(body)
+        })
+        .instrument(span)
+        .await)
     }
-}
-
-/// What the fan-out core needs of a record. A standard (non-FIFO) record has no group; its own
-/// id stands in, so it orders with nothing else.
-fn as_fanout_record(record: &SqsMessage) -> FanoutRecord<'_> {
-    let group_id = record
-        .attributes
-        .get(GROUP_ATTRIBUTE)
-        .or(record.message_id.as_ref())
-        .map_or("", String::as_str);
-    FanoutRecord {
-        group_id,
-        body: record.body.as_deref().unwrap_or_default(),
-    }
-}
-
-fn receive_count(record: &SqsMessage) -> u32 {
-    record
-        .attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1)
 }
 
 #[cfg(test)]

@@ -15,28 +15,21 @@
 //! blocks get what is left of the time (see `SlackWorker::handle_body_by`), so the function
 //! does not time out mid-command; if it dies anyway, the redelivery says so (the worker's claims).
 //!
-//! **Settling** (`threadbox_shared::lambda::batch`): a failed record waits its `retry_after`
+//! **The pipeline and settling** (`threadbox_shared::lambda::batch`, shared with `fanout`): a
+//! failed record waits its `retry_after`
 //! (`ChangeMessageVisibility` on that record only), held-back records are given back at once, and
 //! a body that is not work goes straight to the dead-letter queue.
 
 use std::convert::Infallible;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use futures::future::join_all;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
-use threadbox_shared::fanout::RecordOutcome;
 pub use threadbox_shared::lambda::batch::BatchSettler;
-use threadbox_shared::lambda::batch::{
-    invocation_deadline, may_start, settle, BatchRecord, Disposition,
-};
+use threadbox_shared::lambda::batch::{invocation_deadline, process_fifo_batch, BatchOptions};
 use threadbox_shared::slack::{SlackWorker, SlackWorkerConfig, REPLY_MARGIN};
 use tracing::Instrument;
 
-/// The SQS system attribute holding a FIFO record's group (threadbox's thread id).
-const GROUP_ATTRIBUTE: &str = "MessageGroupId";
-const DEDUP_ATTRIBUTE: &str = "MessageDeduplicationId";
-const RECEIVE_COUNT_ATTRIBUTE: &str = "ApproximateReceiveCount";
 /// Kept back from the invocation's deadline for settling the batch (a few SQS calls).
 pub const SETTLE_MARGIN: Duration = Duration::from_secs(5);
 
@@ -80,121 +73,20 @@ impl WorkHandler {
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, Infallible> {
-        let records = &event.payload.records;
         let deadline = invocation_deadline(event.context.deadline);
-        let span = tracing::info_span!("batch", records = records.len());
-        let dispositions = self
-            .run_by_thread(records, deadline)
-            .instrument(span.clone())
-            .await;
-
-        let batch: Vec<BatchRecord<'_>> = records.iter().map(batch_record).collect();
-        for (record, disposition) in batch.iter().zip(&dispositions) {
-            let _entered = span.enter();
-            match disposition {
-                Disposition::Done | Disposition::Poison { .. } => {}
-                Disposition::Failed { retry_after } => tracing::info!(
-                    message_id = record.message_id,
-                    thread_id = record.group_id,
-                    retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
-                    "work left for a retry"
-                ),
-                Disposition::HeldBack => tracing::info!(
-                    message_id = record.message_id,
-                    thread_id = record.group_id,
-                    "work held back behind its thread's failed record"
-                ),
-                Disposition::NotStarted => tracing::info!(
-                    message_id = record.message_id,
-                    thread_id = record.group_id,
-                    "work not started: too little of the invocation was left"
-                ),
-            }
-        }
-        let failed = settle(self.settler.as_ref(), &batch, &dispositions)
-            .instrument(span.clone())
-            .await;
-        let mut response = SqsBatchResponse::default();
-        for message_id in failed {
-            // An empty identifier makes Lambda retry the whole batch: the only safe answer for a
-            // record that cannot be named (Lambda always sets the id).
-            response.add_failure(message_id);
-        }
-        span.in_scope(|| tracing::info!(failed = response.batch_item_failures.len(), "batch done"));
-        Ok(response)
-    }
-
-    /// Each record's disposition, in record order: threads concurrently, each thread's records
-    /// in order, a record started only while the reserve is left, and a thread's records after
-    /// one that failed or did not start held back.
-    async fn run_by_thread(
-        &self,
-        records: &[SqsMessage],
-        deadline: Option<Instant>,
-    ) -> Vec<Disposition> {
-        let mut threads: Vec<(&str, Vec<usize>)> = Vec::new();
-        for (index, record) in records.iter().enumerate() {
-            let group = group_of(record);
-            match threads.iter_mut().find(|(g, _)| *g == group) {
-                Some((_, indexes)) => indexes.push(index),
-                None => threads.push((group, vec![index])),
-            }
-        }
+        // A started record's later code blocks get what is left, minus the settling margin.
         let work_deadline = deadline.map(|d| d.checked_sub(SETTLE_MARGIN).unwrap_or(d));
-        let per_thread = join_all(threads.into_iter().map(|(_, indexes)| async move {
-            let mut dispositions = Vec::with_capacity(indexes.len());
-            let mut blocked = false;
-            for index in indexes {
-                let disposition = if blocked {
-                    Disposition::HeldBack
-                } else if !may_start(deadline, self.start_reserve) {
-                    Disposition::NotStarted
-                } else {
-                    let body = records[index].body.as_deref().unwrap_or_default();
-                    match self.worker.handle_body_by(body, work_deadline).await {
-                        RecordOutcome::Delivered => Disposition::Done,
-                        RecordOutcome::Retry { retry_after } => Disposition::Failed { retry_after },
-                        RecordOutcome::Poison { reason } => Disposition::Poison { reason },
-                    }
-                };
-                blocked |= disposition.blocks_group();
-                dispositions.push((index, disposition));
-            }
-            dispositions
-        }))
-        .await;
-        let mut dispositions: Vec<(usize, Disposition)> =
-            per_thread.into_iter().flatten().collect();
-        dispositions.sort_by_key(|(index, _)| *index);
-        dispositions.into_iter().map(|(_, d)| d).collect()
-    }
-}
-
-/// A record's FIFO group: the thread id. A record without one (a standard queue) is its own.
-fn group_of(record: &SqsMessage) -> &str {
-    record
-        .attributes
-        .get(GROUP_ATTRIBUTE)
-        .or(record.message_id.as_ref())
-        .map_or("", String::as_str)
-}
-
-fn batch_record(record: &SqsMessage) -> BatchRecord<'_> {
-    let message_id = record.message_id.as_deref().unwrap_or_default();
-    BatchRecord {
-        message_id,
-        receipt: record.receipt_handle.as_deref().unwrap_or_default(),
-        group_id: group_of(record),
-        dedup_id: record
-            .attributes
-            .get(DEDUP_ATTRIBUTE)
-            .map_or(message_id, String::as_str),
-        body: record.body.as_deref().unwrap_or_default(),
-        receive_count: record
-            .attributes
-            .get(RECEIVE_COUNT_ATTRIBUTE)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(1),
+        let options = BatchOptions {
+            deadline,
+            start_reserve: self.start_reserve,
+            settler: self.settler.as_ref(),
+        };
+        let span = tracing::info_span!("batch", records = event.payload.records.len());
+        Ok(process_fifo_batch(&event.payload.records, options, |body| {
+            self.worker.handle_body_by(body, work_deadline)
+        })
+        .instrument(span)
+        .await)
     }
 }
 

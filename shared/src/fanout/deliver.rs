@@ -44,14 +44,6 @@ impl RecordOutcome {
     }
 }
 
-/// One queue record, as `deliver_batch` needs it.
-#[derive(Clone, Copy, Debug)]
-pub struct FanoutRecord<'a> {
-    /// The FIFO group (the thread id): order is kept within it.
-    pub group_id: &'a str,
-    pub body: &'a str,
-}
-
 #[derive(Clone)]
 pub struct Fanout {
     targets: Vec<Arc<dyn FanoutTarget>>,
@@ -132,27 +124,6 @@ impl Fanout {
             },
             (None, true) => RecordOutcome::Delivered,
         }
-    }
-
-    /// Deliver a batch in order. FIFO queues keep a group's order only if a record is not
-    /// delivered while an earlier one of its group is still to be retried, so once a record of a
-    /// group fails, the later records of that group are returned as `Retry` without delivery
-    /// (SQS FIFO's rule for partial batch failures).
-    pub async fn deliver_batch(&self, records: &[FanoutRecord<'_>]) -> Vec<RecordOutcome> {
-        let mut blocked: Vec<&str> = Vec::new();
-        let mut outcomes = Vec::with_capacity(records.len());
-        for record in records {
-            if blocked.contains(&record.group_id) {
-                outcomes.push(RecordOutcome::Retry { retry_after: None });
-                continue;
-            }
-            let outcome = self.deliver_body(record.body).await;
-            if outcome.is_failure() {
-                blocked.push(record.group_id);
-            }
-            outcomes.push(outcome);
-        }
-        outcomes
     }
 
     async fn deliver_to(
@@ -342,34 +313,5 @@ mod tests {
             matches!(outcome, RecordOutcome::Poison { .. }),
             "{outcome:?}"
         );
-    }
-
-    #[tokio::test]
-    async fn a_failed_record_holds_back_the_rest_of_its_group_only() {
-        let (store, _dir) = dedupe();
-        let target = Scripted::named("t");
-        target.answer(Err(DeliveryError::retry("down")));
-        let fanout = Fanout::new(store, vec![target.clone()]);
-        let bodies: Vec<String> = [("e1", "g1"), ("e2", "g1"), ("e3", "g2")]
-            .iter()
-            .map(|(id, g)| serde_json::to_string(&event(id, g)).unwrap())
-            .collect();
-        let records: Vec<FanoutRecord> = [("g1", 0), ("g1", 1), ("g2", 2)]
-            .iter()
-            .map(|(g, i)| FanoutRecord {
-                group_id: g,
-                body: &bodies[*i],
-            })
-            .collect();
-        let outcomes = fanout.deliver_batch(&records).await;
-        assert_eq!(
-            outcomes,
-            vec![
-                RecordOutcome::Retry { retry_after: None },
-                RecordOutcome::Retry { retry_after: None },
-                RecordOutcome::Delivered,
-            ]
-        );
-        assert_eq!(target.got(), vec!["e3"], "e2 waits for e1");
     }
 }

@@ -13,5 +13,5 @@ mod deliver;
 mod log;
 
 pub use crate::ports::{DeliveryError, FanoutTarget};
-pub use deliver::{Fanout, FanoutRecord, RecordOutcome, DEFAULT_DEDUPE_TTL};
+pub use deliver::{Fanout, RecordOutcome, DEFAULT_DEDUPE_TTL};
 pub use log::{cause_name, LogTarget};

@@ -1,5 +1,9 @@
-//! Settling an SQS FIFO batch in a Lambda consumer (`worker`, `fanout`): which records to report
-//! in `batchItemFailures`, and what to tell SQS about each one before returning.
+//! The one SQS record pipeline of the Lambda consumers (`worker`, `fanout`):
+//! [`process_fifo_batch`] runs a batch's records through the consumer's handler (groups
+//! concurrently, each group's records in order, a record started only while enough of the
+//! invocation is left, a group's later records held back after one fails), then settles them:
+//! which records to report in `batchItemFailures`, and what to tell SQS about each one before
+//! returning.
 //!
 //! Lambda's event source mapping deletes the records a handler does not report and leaves the
 //! reported ones in flight until the queue's visibility timeout ends (18 minutes for the work
@@ -26,14 +30,22 @@
 //! A change that fails is logged and the record keeps the queue's own timeout and redrive:
 //! never worse than without it.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsMessage};
+use futures::future::join_all;
 
 use crate::adapters::sqs::SqsQueue;
+use crate::fanout::RecordOutcome;
 use crate::ports::{DedupeStore, OutgoingMessage, QueueError};
+
+/// SQS system attributes a FIFO record carries.
+const GROUP_ATTRIBUTE: &str = "MessageGroupId";
+const DEDUP_ATTRIBUTE: &str = "MessageDeduplicationId";
+const RECEIVE_COUNT_ATTRIBUTE: &str = "ApproximateReceiveCount";
 
 /// The first retry's wait when the failure did not say how long (doubled per receive).
 pub const BASE_BACKOFF: Duration = Duration::from_secs(5);
@@ -105,6 +117,110 @@ impl BatchSettler {
     }
 }
 
+/// How [`process_fifo_batch`] paces a batch.
+#[derive(Clone, Copy, Default)]
+pub struct BatchOptions<'a> {
+    /// The invocation's deadline (see [`invocation_deadline`]); `None`: no limit.
+    pub deadline: Option<Instant>,
+    /// A record starts only while at least this much is left before the deadline.
+    pub start_reserve: Duration,
+    /// Settle records on their queue; `None` reports failures only.
+    pub settler: Option<&'a BatchSettler>,
+}
+
+/// Run `records` through `handle` and settle them; the answer for Lambda. Groups (threads) run
+/// concurrently and each group's records one after another; once a record of a group fails or
+/// is not started, that group's later records are held back undelivered, as FIFO order
+/// requires. `handle` gets each record's body.
+pub async fn process_fifo_batch<'a, F, Fut>(
+    records: &'a [SqsMessage],
+    options: BatchOptions<'_>,
+    handle: F,
+) -> SqsBatchResponse
+where
+    F: Fn(&'a str) -> Fut,
+    Fut: Future<Output = RecordOutcome>,
+{
+    let batch: Vec<BatchRecord<'a>> = records.iter().map(BatchRecord::of).collect();
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (index, record) in batch.iter().enumerate() {
+        match groups.iter_mut().find(|(g, _)| *g == record.group_id) {
+            Some((_, indexes)) => indexes.push(index),
+            None => groups.push((record.group_id, vec![index])),
+        }
+    }
+    let (batch_ref, handle) = (&batch, &handle);
+    let per_group = join_all(groups.into_iter().map(|(_, indexes)| async move {
+        let mut dispositions = Vec::with_capacity(indexes.len());
+        let mut blocked = false;
+        for index in indexes {
+            let disposition = if blocked {
+                Disposition::HeldBack
+            } else if !may_start(options.deadline, options.start_reserve) {
+                Disposition::NotStarted
+            } else {
+                match handle(batch_ref[index].body).await {
+                    RecordOutcome::Delivered => Disposition::Done,
+                    RecordOutcome::Retry { retry_after } => Disposition::Failed { retry_after },
+                    RecordOutcome::Poison { reason } => Disposition::Poison { reason },
+                }
+            };
+            blocked |= disposition.blocks_group();
+            dispositions.push((index, disposition));
+        }
+        dispositions
+    }))
+    .await;
+    let mut dispositions: Vec<(usize, Disposition)> = per_group.into_iter().flatten().collect();
+    dispositions.sort_by_key(|(index, _)| *index);
+    let dispositions: Vec<Disposition> = dispositions.into_iter().map(|(_, d)| d).collect();
+    for (record, disposition) in batch.iter().zip(&dispositions) {
+        log_disposition(record, disposition);
+    }
+    let mut response = SqsBatchResponse::default();
+    // Lambda always sets the message id. Should one be missing, the empty identifier makes
+    // Lambda retry the whole batch: the only safe answer for a record that cannot be named.
+    for message_id in settle(options.settler, &batch, &dispositions).await {
+        response.add_failure(message_id);
+    }
+    tracing::info!(
+        records = batch.len(),
+        failed = response.batch_item_failures.len(),
+        "batch done"
+    );
+    response
+}
+
+fn log_disposition(record: &BatchRecord<'_>, disposition: &Disposition) {
+    let (message_id, thread_id) = (record.message_id, record.group_id);
+    match disposition {
+        Disposition::Done => {}
+        Disposition::Failed { retry_after } => tracing::info!(
+            message_id,
+            thread_id,
+            retry_after_ms = retry_after.map(|d| d.as_millis() as u64),
+            "record left for a retry"
+        ),
+        Disposition::Poison { reason } => tracing::warn!(
+            message_id,
+            thread_id,
+            receive_count = record.receive_count,
+            %reason,
+            "record cannot be handled"
+        ),
+        Disposition::HeldBack => tracing::info!(
+            message_id,
+            thread_id,
+            "record held back behind its thread's failed record"
+        ),
+        Disposition::NotStarted => tracing::info!(
+            message_id,
+            thread_id,
+            "record not started: too little of the invocation was left"
+        ),
+    }
+}
+
 /// One record of the batch, as settling needs it.
 #[derive(Clone, Debug)]
 pub struct BatchRecord<'a> {
@@ -115,6 +231,31 @@ pub struct BatchRecord<'a> {
     pub dedup_id: &'a str,
     pub body: &'a str,
     pub receive_count: u32,
+}
+
+impl<'a> BatchRecord<'a> {
+    /// What SQS's record says. A record without a group (a standard queue) is its own group.
+    pub fn of(record: &'a SqsMessage) -> Self {
+        let message_id = record.message_id.as_deref().unwrap_or_default();
+        Self {
+            message_id,
+            receipt: record.receipt_handle.as_deref().unwrap_or_default(),
+            group_id: record
+                .attributes
+                .get(GROUP_ATTRIBUTE)
+                .map_or(message_id, String::as_str),
+            dedup_id: record
+                .attributes
+                .get(DEDUP_ATTRIBUTE)
+                .map_or(message_id, String::as_str),
+            body: record.body.as_deref().unwrap_or_default(),
+            receive_count: record
+                .attributes
+                .get(RECEIVE_COUNT_ATTRIBUTE)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1),
+        }
+    }
 }
 
 /// What became of one record in this invocation.
@@ -269,7 +410,61 @@ async fn change(settler: &dyn RecordSettler, record: &BatchRecord<'_>, visibilit
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+
+    fn record(id: &str, group: &str) -> SqsMessage {
+        let mut message = SqsMessage::default();
+        message.message_id = Some(id.to_owned());
+        message.body = Some(id.to_owned());
+        message
+            .attributes
+            .insert(GROUP_ATTRIBUTE.to_owned(), group.to_owned());
+        message
+    }
+
+    /// A failed record holds back the rest of its group, undelivered, and nothing else; both
+    /// are reported, the other group's record is not.
+    #[tokio::test]
+    async fn a_failed_record_holds_back_the_rest_of_its_group_only() {
+        let records = [record("e1", "g1"), record("e2", "g1"), record("e3", "g2")];
+        let seen = Mutex::new(Vec::new());
+        let response = process_fifo_batch(&records, BatchOptions::default(), |body| {
+            seen.lock().unwrap().push(body.to_owned());
+            let outcome = if body == "e1" {
+                RecordOutcome::Retry { retry_after: None }
+            } else {
+                RecordOutcome::Delivered
+            };
+            async move { outcome }
+        })
+        .await;
+        let failed: Vec<_> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        assert_eq!(failed, ["e1", "e2"]);
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        assert_eq!(seen, ["e1", "e3"], "e2 waits for e1");
+    }
+
+    /// Past the start reserve nothing starts, and every record is reported for the next
+    /// invocation.
+    #[tokio::test]
+    async fn records_are_not_started_without_the_reserve() {
+        let records = [record("e1", "g1"), record("e2", "g2")];
+        let options = BatchOptions {
+            deadline: Some(Instant::now() + Duration::from_secs(1)),
+            start_reserve: Duration::from_secs(10),
+            settler: None,
+        };
+        let response =
+            process_fifo_batch(&records, options, |_| async { panic!("nothing may start") }).await;
+        assert_eq!(response.batch_item_failures.len(), 2);
+    }
 
     #[test]
     fn retries_wait_what_was_asked_or_back_off_by_receive_count() {
