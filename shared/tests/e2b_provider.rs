@@ -18,7 +18,7 @@ use threadbox_shared::ports::{
 use threadbox_shared::providers::ProviderConfig;
 use threadbox_shared::testing::e2b_fake::{E2bFake, FakeOptions, FakeState, Fault, Route};
 use threadbox_shared::testing::lifecycle_conformance::test_config;
-use threadbox_shared::testing::provider_conformance::{self, create_request, fresh_owner};
+use threadbox_shared::testing::provider_conformance::{create_request, fresh_owner};
 use threadbox_shared::testing::ManualClock;
 use threadbox_shared::usecases::{SweepOptions, Threadbox};
 
@@ -58,34 +58,15 @@ fn info_path(id: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // The provider conformance suite, one test per promise.
 
-macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
-        mod conformance {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let (_fake, provider) = setup().await;
-                    provider_conformance::$name(&provider).await;
-                }
-            )*
-        }
-    };
+async fn conformance_provider(_test: &str) -> Option<(E2bFake, Arc<dyn SandboxProvider>)> {
+    let (fake, provider) = setup().await;
+    Some((fake, Arc::new(provider)))
 }
 
-conformance!(
-    create_reports_running_with_owner_metadata,
-    list_filters_by_metadata,
-    pause_and_connect,
-    set_timeout_moves_the_deadline,
-    exec_shell_and_argv,
-    exec_stdin_env_and_cwd,
-    exec_timeout_and_output_cap,
-    files_round_trip,
-    files_search,
-    file_paths_with_dotdot_are_refused,
-    kill_makes_everything_gone,
-);
+mod conformance {
+    use super::conformance_provider;
+    threadbox_shared::provider_conformance_tests!(conformance_provider);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Configuration.

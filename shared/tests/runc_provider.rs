@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use threadbox_shared::adapters::runc::{
@@ -113,33 +114,17 @@ macro_rules! fixture {
     };
 }
 
-/// The conformance suite, one test per function.
-macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test]
-            async fn $name() {
-                let fixture = fixture!();
-                let provider = fixture.provider().await;
-                suite::$name(&provider).await;
-            }
-        )*
-    };
+/// The conformance suite, one test per function, on a fixture of its own.
+async fn conformance_provider(_test: &str) -> Option<(Fixture, Arc<dyn SandboxProvider>)> {
+    let fixture = Fixture::new(SandboxLimits::default())?;
+    let provider: Arc<dyn SandboxProvider> = Arc::new(fixture.provider().await);
+    Some((fixture, provider))
 }
 
-conformance!(
-    create_reports_running_with_owner_metadata,
-    list_filters_by_metadata,
-    pause_and_connect,
-    set_timeout_moves_the_deadline,
-    exec_shell_and_argv,
-    exec_stdin_env_and_cwd,
-    exec_timeout_and_output_cap,
-    files_round_trip,
-    files_search,
-    file_paths_with_dotdot_are_refused,
-    kill_makes_everything_gone,
-);
+mod conformance {
+    use super::conformance_provider;
+    threadbox_shared::provider_conformance_tests!(conformance_provider);
+}
 
 async fn new_sandbox(p: &RuncProvider) -> String {
     p.create(suite::create_request(suite::fresh_owner(1)))

@@ -680,11 +680,17 @@ async fn files_put_get_list_stat_delete() {
     .await
     .expect_error(StatusCode::BAD_REQUEST, "invalid_query");
 
+    api.put("/v1/threads/t1/files/home/user/dir/b.txt", "in a folder")
+        .await;
     let deleted = api
         .call(
             Method::DELETE,
-            "/v1/threads/t1/files/home/user?recursive=true",
+            "/v1/threads/t1/files/home/user/dir?recursive=true",
         )
+        .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    let deleted = api
+        .call(Method::DELETE, "/v1/threads/t1/files/home/user/a.txt")
         .await;
     assert_eq!(deleted.status, StatusCode::NO_CONTENT);
     let list = api

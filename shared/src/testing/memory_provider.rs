@@ -1,9 +1,12 @@
 //! `InMemoryProvider`: a sandbox provider that keeps sandboxes in a map, for use-case tests only.
 //!
-//! It runs no code: `exec` records the command and answers from a script the test sets. What it
-//! offers instead are the failure points real providers have and tests need to reach: a create
-//! that hangs after the sandbox exists (the process died before writing the record), a sandbox
-//! that vanishes behind threadbox's back, injected errors, and counters.
+//! It runs no code: `exec` records the command and echoes it back. Everything else keeps the
+//! provider contract (its conformance suite runs on it: lifecycle and files), so use-case tests
+//! see what a real provider would do: a file tree with directories, deadlines on the wall
+//! clock, `..` refused, globs and regular-expression search. What it adds are the failure
+//! points real providers have and tests need to reach: a create that hangs after the sandbox
+//! exists (the process died before writing the record), a sandbox that vanishes behind
+//! threadbox's back, injected errors, and counters.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,13 +27,147 @@ pub enum Op {
     Exec,
 }
 
+/// One entry of a sandbox's file tree, keyed by its absolute path.
+#[derive(Clone, Debug)]
+enum Node {
+    Dir,
+    File(Vec<u8>),
+}
+
 #[derive(Clone, Debug)]
 struct MemSandbox {
     state: SandboxState,
     metadata: BTreeMap<String, String>,
-    files: BTreeMap<String, Vec<u8>>,
+    /// Every directory and file by absolute path; `/`, `/home/user` and `/tmp` always exist.
+    files: BTreeMap<String, Node>,
     deadline: Option<Millis>,
     running_execs: u32,
+}
+
+fn now() -> Millis {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Millis(since.as_millis() as i64)
+}
+
+fn deadline_after(timeout: Duration) -> Millis {
+    Millis(now().0.saturating_add(timeout.as_millis() as i64))
+}
+
+fn no_such(path: &str) -> ProviderError {
+    ProviderError::InvalidRequest(format!("{path}: no such file or directory"))
+}
+
+/// `path` as the tree keys it: absolute, without `.`, empty components or a trailing slash.
+/// `..` is refused (the contract: no path may climb), naming the path.
+fn normalize(path: &str) -> Result<String, ProviderError> {
+    if !path.starts_with('/') {
+        return Err(ProviderError::InvalidRequest(format!(
+            "{path}: paths are absolute"
+        )));
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                return Err(ProviderError::InvalidRequest(format!(
+                    "{path}: `..` is not allowed"
+                )))
+            }
+            other => parts.push(other),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+fn parent_of(path: &str) -> Option<&str> {
+    match path.rfind('/') {
+        Some(0) if path.len() > 1 => Some("/"),
+        Some(0) | None => None,
+        Some(at) => Some(&path[..at]),
+    }
+}
+
+fn name_of(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Whether `path` lies strictly inside `dir`.
+fn is_inside(path: &str, dir: &str) -> bool {
+    let dir = dir.trim_end_matches('/');
+    path.len() > dir.len() + 1 && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/'
+}
+
+/// Shell glob matching on whole paths: `*` and `?` within one component, `**` across any
+/// number of them (`**/` also matches none).
+fn glob_matches(pattern: &[u8], path: &[u8]) -> bool {
+    match (pattern.first(), path.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) if pattern.get(1) == Some(&b'*') => {
+            let rest = &pattern[2..];
+            let rest_after_slash = rest.strip_prefix(b"/").unwrap_or(rest);
+            (0..=path.len()).any(|i| {
+                glob_matches(rest, &path[i..])
+                    || (i == 0 || path[i - 1] == b'/') && glob_matches(rest_after_slash, &path[i..])
+            })
+        }
+        (Some(b'*'), _) => (0..=path.len())
+            .take_while(|&i| i == 0 || path[i - 1] != b'/')
+            .any(|i| glob_matches(&pattern[1..], &path[i..])),
+        (Some(b'?'), Some(c)) if *c != b'/' => glob_matches(&pattern[1..], &path[1..]),
+        (Some(p), Some(c)) if p == c => glob_matches(&pattern[1..], &path[1..]),
+        _ => false,
+    }
+}
+
+impl MemSandbox {
+    fn new(metadata: BTreeMap<String, String>, deadline: Millis) -> Self {
+        let files = ["/", "/home", "/home/user", "/tmp"]
+            .into_iter()
+            .map(|p| (p.to_owned(), Node::Dir))
+            .collect();
+        Self {
+            state: SandboxState::Running,
+            metadata,
+            files,
+            deadline: Some(deadline),
+            running_execs: 0,
+        }
+    }
+
+    /// Make `dir` and its missing parents; a file in the way is an error.
+    fn make_dirs(&mut self, dir: &str) -> Result<(), ProviderError> {
+        if let Some(parent) = parent_of(dir) {
+            self.make_dirs(parent)?;
+        }
+        match self.files.get(dir) {
+            Some(Node::Dir) => Ok(()),
+            Some(Node::File(_)) => Err(ProviderError::InvalidRequest(format!(
+                "{dir}: not a directory"
+            ))),
+            None => {
+                self.files.insert(dir.to_owned(), Node::Dir);
+                Ok(())
+            }
+        }
+    }
+
+    fn entry(&self, path: &str) -> Result<FileEntry, ProviderError> {
+        let node = self.files.get(path).ok_or_else(|| no_such(path))?;
+        let (kind, size) = match node {
+            Node::Dir => (FileKind::Dir, 0),
+            Node::File(data) => (FileKind::File, data.len() as u64),
+        };
+        Ok(FileEntry {
+            name: name_of(path).to_owned(),
+            path: path.to_owned(),
+            kind,
+            size,
+            modified: None,
+        })
+    }
 }
 
 #[derive(Default)]
@@ -177,13 +314,7 @@ impl SandboxProvider for InMemoryProvider {
         let id = format!("mem-{}", self.next_id.fetch_add(1, Ordering::SeqCst) + 1);
         self.sandboxes.lock().unwrap().insert(
             id.clone(),
-            MemSandbox {
-                state: SandboxState::Running,
-                metadata: request.owner.to_metadata(),
-                files: BTreeMap::new(),
-                deadline: None,
-                running_execs: 0,
-            },
+            MemSandbox::new(request.owner.to_metadata(), deadline_after(request.timeout)),
         );
         if self.hang_after_create.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
@@ -229,8 +360,7 @@ impl SandboxProvider for InMemoryProvider {
 
     async fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), ProviderError> {
         self.with(sandbox_id, |s| {
-            // The fake has no clock of its own; a relative deadline is enough to see it moved.
-            s.deadline = Some(Millis(timeout.as_millis() as i64));
+            s.deadline = Some(deadline_after(timeout));
             Ok(())
         })
     }
@@ -290,10 +420,14 @@ impl SandboxProvider for InMemoryProvider {
 
     async fn read_file(&self, sandbox_id: &str, path: &str) -> Result<Vec<u8>, ProviderError> {
         self.with(sandbox_id, |s| {
-            s.files
-                .get(path)
-                .cloned()
-                .ok_or_else(|| ProviderError::InvalidRequest(format!("{path}: no such file")))
+            let path = normalize(path)?;
+            match s.files.get(&path) {
+                Some(Node::File(data)) => Ok(data.clone()),
+                Some(Node::Dir) => Err(ProviderError::InvalidRequest(format!(
+                    "{path}: is a directory"
+                ))),
+                None => Err(no_such(&path)),
+            }
         })
     }
 
@@ -304,7 +438,16 @@ impl SandboxProvider for InMemoryProvider {
         contents: &[u8],
     ) -> Result<(), ProviderError> {
         self.with(sandbox_id, |s| {
-            s.files.insert(path.to_owned(), contents.to_vec());
+            let path = normalize(path)?;
+            if let Some(parent) = parent_of(&path) {
+                s.make_dirs(parent)?;
+            }
+            if matches!(s.files.get(&path), Some(Node::Dir)) {
+                return Err(ProviderError::InvalidRequest(format!(
+                    "{path}: is a directory"
+                )));
+            }
+            s.files.insert(path, Node::File(contents.to_vec()));
             Ok(())
         })
     }
@@ -314,43 +457,31 @@ impl SandboxProvider for InMemoryProvider {
         sandbox_id: &str,
         path: &str,
     ) -> Result<Vec<FileEntry>, ProviderError> {
-        let prefix = format!("{}/", path.trim_end_matches('/'));
         self.with(sandbox_id, |s| {
-            Ok(s.files
-                .iter()
-                .filter_map(|(p, data)| {
-                    let rest = p.strip_prefix(&prefix)?;
-                    (!rest.contains('/')).then(|| FileEntry {
-                        name: rest.to_owned(),
-                        path: p.clone(),
-                        kind: FileKind::File,
-                        size: data.len() as u64,
-                        modified: None,
-                    })
-                })
-                .collect())
+            let dir = normalize(path)?;
+            match s.files.get(&dir) {
+                Some(Node::Dir) => {}
+                Some(Node::File(_)) => {
+                    return Err(ProviderError::InvalidRequest(format!(
+                        "{dir}: not a directory"
+                    )))
+                }
+                None => return Err(no_such(&dir)),
+            }
+            s.files
+                .keys()
+                .filter(|p| is_inside(p, &dir) && parent_of(p) == Some(dir.as_str()))
+                .map(|p| s.entry(p))
+                .collect()
         })
     }
 
     async fn stat(&self, sandbox_id: &str, path: &str) -> Result<FileEntry, ProviderError> {
-        self.with(sandbox_id, |s| {
-            let data = s
-                .files
-                .get(path)
-                .ok_or_else(|| ProviderError::InvalidRequest(format!("{path}: no such file")))?;
-            Ok(FileEntry {
-                name: path.rsplit('/').next().unwrap_or(path).to_owned(),
-                path: path.to_owned(),
-                kind: FileKind::File,
-                size: data.len() as u64,
-                modified: None,
-            })
-        })
+        self.with(sandbox_id, |s| s.entry(&normalize(path)?))
     }
 
-    async fn make_dir(&self, sandbox_id: &str, _path: &str) -> Result<(), ProviderError> {
-        // Directories are implicit in the flat map.
-        self.with(sandbox_id, |_| Ok(()))
+    async fn make_dir(&self, sandbox_id: &str, path: &str) -> Result<(), ProviderError> {
+        self.with(sandbox_id, |s| s.make_dirs(&normalize(path)?))
     }
 
     async fn remove(
@@ -359,24 +490,30 @@ impl SandboxProvider for InMemoryProvider {
         path: &str,
         recursive: bool,
     ) -> Result<(), ProviderError> {
-        let prefix = format!("{}/", path.trim_end_matches('/'));
         self.with(sandbox_id, |s| {
-            s.files.remove(path);
-            if recursive {
-                s.files.retain(|p, _| !p.starts_with(&prefix));
+            let path = normalize(path)?;
+            if !s.files.contains_key(&path) {
+                return Err(no_such(&path));
             }
+            let has_children = s.files.keys().any(|p| is_inside(p, &path));
+            if has_children && !recursive {
+                return Err(ProviderError::InvalidRequest(format!(
+                    "{path}: directory not empty"
+                )));
+            }
+            s.files.retain(|p, _| *p != path && !is_inside(p, &path));
             Ok(())
         })
     }
 
     async fn glob(&self, sandbox_id: &str, pattern: &str) -> Result<Vec<String>, ProviderError> {
-        // Prefix patterns only ("dir/*"): enough for the use-case tests that touch files.
-        let prefix = pattern.trim_end_matches('*').to_owned();
         self.with(sandbox_id, |s| {
             Ok(s.files
-                .keys()
-                .filter(|p| p.starts_with(&prefix))
-                .cloned()
+                .iter()
+                .filter(|(p, node)| {
+                    matches!(node, Node::File(_)) && glob_matches(pattern.as_bytes(), p.as_bytes())
+                })
+                .map(|(p, _)| p.clone())
                 .collect())
         })
     }
@@ -387,11 +524,18 @@ impl SandboxProvider for InMemoryProvider {
         pattern: &str,
         path: &str,
     ) -> Result<Vec<GrepMatch>, ProviderError> {
+        let regex = regex::Regex::new(pattern)
+            .map_err(|e| ProviderError::InvalidRequest(format!("bad pattern {pattern:?}: {e}")))?;
         self.with(sandbox_id, |s| {
+            let root = normalize(path)?;
             let mut out = Vec::new();
-            for (p, data) in s.files.iter().filter(|(p, _)| p.starts_with(path)) {
+            for (p, node) in &s.files {
+                let Node::File(data) = node else { continue };
+                if *p != root && !is_inside(p, &root) {
+                    continue;
+                }
                 for (i, line) in String::from_utf8_lossy(data).lines().enumerate() {
-                    if line.contains(pattern) {
+                    if regex.is_match(line) {
                         out.push(GrepMatch {
                             path: p.clone(),
                             line_number: i as u64 + 1,
@@ -403,4 +547,17 @@ impl SandboxProvider for InMemoryProvider {
             Ok(out)
         })
     }
+}
+
+#[cfg(test)]
+mod conformance {
+    use std::sync::Arc;
+
+    use crate::ports::SandboxProvider;
+
+    async fn provider(_test: &str) -> Option<((), Arc<dyn SandboxProvider>)> {
+        Some(((), super::InMemoryProvider::new()))
+    }
+
+    crate::provider_conformance_tests!(provider; lifecycle, files);
 }

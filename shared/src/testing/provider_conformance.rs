@@ -3,8 +3,8 @@
 //!
 //! Each function takes a provider, makes its own sandboxes (tagged with a fresh thread id, so
 //! functions can share a provider), kills them when it passes, and panics with a message on
-//! the first broken promise. A backend's tests call each function as a test of its own, or all
-//! of them through [`run_all`].
+//! the first broken promise. A backend registers them all, one test each, with
+//! `provider_conformance_tests!` (in `testing::suites`), the one list of them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -43,21 +43,6 @@ async fn create(p: &dyn SandboxProvider, owner: SandboxOwner) -> String {
 
 fn shell(cmd: &str) -> ExecRequest {
     ExecRequest::shell(cmd)
-}
-
-/// Every suite function, one after another.
-pub async fn run_all(p: &dyn SandboxProvider) {
-    create_reports_running_with_owner_metadata(p).await;
-    list_filters_by_metadata(p).await;
-    pause_and_connect(p).await;
-    set_timeout_moves_the_deadline(p).await;
-    exec_shell_and_argv(p).await;
-    exec_stdin_env_and_cwd(p).await;
-    exec_timeout_and_output_cap(p).await;
-    files_round_trip(p).await;
-    files_search(p).await;
-    file_paths_with_dotdot_are_refused(p).await;
-    kill_makes_everything_gone(p).await;
 }
 
 pub async fn create_reports_running_with_owner_metadata(p: &dyn SandboxProvider) {
@@ -141,11 +126,11 @@ pub async fn pause_and_connect(p: &dyn SandboxProvider) {
         "connect on a running sandbox resumes nothing"
     );
 
-    let out = p
-        .exec(&id, shell("cat /home/user/kept.txt"))
-        .await
-        .expect("exec");
-    assert_eq!(out.stdout, "before pause", "files outlive a pause");
+    assert_eq!(
+        p.read_file(&id, "/home/user/kept.txt").await.expect("read"),
+        b"before pause",
+        "files outlive a pause"
+    );
     p.kill(&id).await.expect("kill");
 }
 
@@ -301,6 +286,29 @@ pub async fn files_round_trip(p: &dyn SandboxProvider) {
     assert_eq!(names, vec![("made", FileKind::Dir), ("sub", FileKind::Dir)]);
     assert_eq!(listed[1].path, "/home/user/dir/sub");
 
+    assert!(p.read_file(&id, "/home/user/missing.txt").await.is_err());
+    assert!(
+        p.remove(&id, "/home/user/dir", false).await.is_err(),
+        "non-empty dir"
+    );
+    p.remove(&id, "/home/user/dir/sub/a.txt", false)
+        .await
+        .expect("remove file");
+    assert!(p.stat(&id, "/home/user/dir/sub/a.txt").await.is_err());
+    p.remove(&id, "/home/user/dir", true)
+        .await
+        .expect("remove tree");
+    assert!(p.stat(&id, "/home/user/dir").await.is_err());
+    p.kill(&id).await.expect("kill");
+}
+
+/// Files written through the API belong to the sandbox's user: commands can change them, and
+/// files commands write are readable through the API.
+pub async fn files_and_commands_share_the_sandbox(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+    p.write_file(&id, "/home/user/dir/sub/a.txt", b"beta")
+        .await
+        .expect("write");
     // Files written through the API belong to the sandbox's user: commands can change them,
     // and files commands write are readable through the API.
     let out = p
@@ -330,19 +338,6 @@ pub async fn files_round_trip(p: &dyn SandboxProvider) {
         .expect("exec");
     assert_eq!(out.stdout, "t");
 
-    assert!(p.read_file(&id, "/home/user/missing.txt").await.is_err());
-    assert!(
-        p.remove(&id, "/home/user/dir", false).await.is_err(),
-        "non-empty dir"
-    );
-    p.remove(&id, "/home/user/dir/sub/a.txt", false)
-        .await
-        .expect("remove file");
-    assert!(p.stat(&id, "/home/user/dir/sub/a.txt").await.is_err());
-    p.remove(&id, "/home/user/dir", true)
-        .await
-        .expect("remove tree");
-    assert!(p.stat(&id, "/home/user/dir").await.is_err());
     p.kill(&id).await.expect("kill");
 }
 

@@ -130,3 +130,51 @@ macro_rules! window_counter_conformance_tests {
         }
     )*};
 }
+
+/// Every function of `provider_conformance`, one test each, by capability: `lifecycle`
+/// (create, list, pause and connect, timeouts, kill), `files` and `exec` (which needs a real
+/// shell in the sandbox). `$make` is an async fn taking the test's name and returning
+/// `Option<(keep, Arc<dyn SandboxProvider>)>`: `None` skips the test (what it needs is missing
+/// here), and `keep` (a fake, a fixture) lives as long as the test.
+#[macro_export]
+macro_rules! provider_conformance_tests {
+    ($make:path) => {
+        $crate::provider_conformance_tests!($make; lifecycle, files, exec);
+    };
+    ($make:path; $($group:ident),+ $(,)?) => {
+        $( $crate::provider_conformance_tests!(@group $make; $group); )+
+    };
+    (@group $make:path; lifecycle) => {
+        $crate::provider_conformance_tests!(@tests $make;
+            create_reports_running_with_owner_metadata,
+            list_filters_by_metadata,
+            pause_and_connect,
+            set_timeout_moves_the_deadline,
+            kill_makes_everything_gone,
+        );
+    };
+    (@group $make:path; files) => {
+        $crate::provider_conformance_tests!(@tests $make;
+            files_round_trip,
+            files_search,
+            file_paths_with_dotdot_are_refused,
+        );
+    };
+    (@group $make:path; exec) => {
+        $crate::provider_conformance_tests!(@tests $make;
+            exec_shell_and_argv,
+            exec_stdin_env_and_cwd,
+            exec_timeout_and_output_cap,
+            files_and_commands_share_the_sandbox,
+        );
+    };
+    (@tests $make:path; $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let Some((_keep, provider)) = $make(stringify!($name)).await else {
+                return;
+            };
+            $crate::testing::provider_conformance::$name(provider.as_ref()).await;
+        }
+    )*};
+}
