@@ -4,6 +4,8 @@
 
 use std::process::ExitCode;
 
+use crate::client::{is_busy, ClientError};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
     /// Anything not covered below: a server fault, an unexpected answer, a local I/O error.
@@ -32,12 +34,35 @@ impl From<Exit> for ExitCode {
     }
 }
 
-/// The status for an error that reached `main`: client errors know theirs, the rest are generic.
+/// The status for an error that reached `main`: an API client's error by what it means, the
+/// rest generic.
 pub fn of_error(error: &anyhow::Error) -> Exit {
     error
         .chain()
-        .find_map(|cause| cause.downcast_ref::<crate::client::ClientError>())
-        .map_or(Exit::Failure, crate::client::ClientError::exit)
+        .find_map(|cause| cause.downcast_ref::<ClientError>())
+        .map_or(Exit::Failure, of_client_error)
+}
+
+/// What a failed API call tells the caller to do.
+pub fn of_client_error(error: &ClientError) -> Exit {
+    match error {
+        ClientError::Api { status, .. } => for_status(*status),
+        ClientError::Unreachable { .. } => Exit::Unavailable,
+        ClientError::Protocol { .. } => Exit::Failure,
+        ClientError::Config(_) => Exit::Usage,
+    }
+}
+
+/// What each HTTP status tells the caller to do.
+pub fn for_status(status: u16) -> Exit {
+    match status {
+        400 | 405 | 411 | 413 | 414 | 415 | 422 => Exit::Usage,
+        401 | 403 => Exit::Unauthorized,
+        404 | 410 => Exit::NotFound,
+        409 => Exit::Conflict,
+        status if is_busy(status) => Exit::Unavailable,
+        _ => Exit::Failure,
+    }
 }
 
 /// The error is only that stdout's reader went away (`threadbox threads list | head -1`): the
@@ -48,4 +73,55 @@ pub fn is_closed_pipe(error: &anyhow::Error) -> bool {
             .downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_what_the_caller_should_do() {
+        let cases = [
+            (400, Exit::Usage),
+            (413, Exit::Usage),
+            (415, Exit::Usage),
+            (401, Exit::Unauthorized),
+            (403, Exit::Unauthorized),
+            (404, Exit::NotFound),
+            (409, Exit::Conflict),
+            (429, Exit::Unavailable),
+            (503, Exit::Unavailable),
+            (504, Exit::Unavailable),
+            (500, Exit::Failure),
+            (502, Exit::Failure),
+            (418, Exit::Failure),
+        ];
+        for (status, exit) in cases {
+            assert_eq!(for_status(status), exit, "{status}");
+        }
+        // The numbers are the documented interface.
+        let codes: Vec<u8> = [
+            Exit::Failure,
+            Exit::Usage,
+            Exit::NotFound,
+            Exit::Conflict,
+            Exit::Unavailable,
+            Exit::Unauthorized,
+        ]
+        .iter()
+        .map(|e| e.code())
+        .collect();
+        assert_eq!(codes, [1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn client_errors_map_to_what_they_mean() {
+        let body = br#"{"error":{"code":"unknown_thread","message":"no thread demo"}}"#;
+        let error = ClientError::from_response(404, None, body);
+        assert_eq!(of_client_error(&error), Exit::NotFound);
+        for url in ["127.0.0.1:8787", "ftp://x"] {
+            let error = crate::client::Client::new(url, None).unwrap_err();
+            assert_eq!(of_client_error(&error), Exit::Usage, "{url}: {error}");
+        }
+    }
 }

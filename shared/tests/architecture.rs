@@ -18,7 +18,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("fanout", &["domain", "ports", "fault"]),
     ("live", &["domain", "ports", "usecases", "fanout"]),
     ("slack", &["domain", "ports", "usecases", "fanout", "http"]),
-    ("http", &["domain", "ports", "usecases", "live", "slack"]),
+    ("http", &["domain", "ports", "usecases", "live"]),
     (
         "lambda",
         &[
@@ -136,5 +136,131 @@ fn the_check_reads_paths_and_skips_test_modules() {
     assert_eq!(
         crate_paths(&non_test_code(&file)),
         BTreeSet::from(["ports".to_owned()])
+    );
+}
+
+/// The sibling modules `code` names as `<prefix>name` (`super::`, or `crate::` at a crate's
+/// root).
+fn sibling_references(code: &str, prefix: &str, siblings: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(prefix) {
+        let after = &rest[at + prefix.len()..];
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if siblings.contains(&name) {
+            found.insert(name);
+        }
+        rest = after;
+    }
+    found
+}
+
+/// No two modules of one folder import each other, directly or round a longer circle: each
+/// folder's files form a layering of their own, so any of them can be read knowing only the
+/// ones it names. Checked in this crate and the CLI.
+#[test]
+fn no_module_imports_form_a_circle() {
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/src");
+    let roots = [src(), cli];
+    let mut dirs = roots.to_vec();
+    let mut circles = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        let at_root = roots.contains(&dir);
+        let mut modules: Vec<(String, PathBuf)> = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path.clone());
+                if path.join("mod.rs").exists() {
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    modules.push((name, path.join("mod.rs")));
+                }
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && !matches!(
+                    path.file_name().unwrap().to_str(),
+                    Some("mod.rs" | "lib.rs" | "tests.rs")
+                )
+            {
+                let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+                modules.push((name, path));
+            }
+        }
+        let names: BTreeSet<String> = modules.iter().map(|(n, _)| n.clone()).collect();
+        let edges: Vec<(String, BTreeSet<String>)> = modules
+            .iter()
+            .map(|(name, file)| {
+                // A folder module names its siblings as `super::x` from its `mod.rs` and as
+                // `super::super::x` from the files inside it.
+                let mut code = non_test_code(file);
+                if file.ends_with("mod.rs") {
+                    for entry in std::fs::read_dir(file.parent().unwrap()).unwrap() {
+                        let inner = entry.unwrap().path();
+                        if inner.extension().is_some_and(|e| e == "rs")
+                            && !inner.ends_with("mod.rs")
+                        {
+                            let text = non_test_code(&inner);
+                            if at_root {
+                                // At a crate's root, siblings are `crate::x` from anywhere inside.
+                                for part in text.split("crate::").skip(1) {
+                                    code.push_str("\ncrate::");
+                                    code.push_str(
+                                        part.split(|c: char| {
+                                            !(c.is_ascii_alphanumeric() || c == '_')
+                                        })
+                                        .next()
+                                        .unwrap_or(""),
+                                    );
+                                }
+                            }
+                            let outward: Vec<&str> = text.split("super::super::").skip(1).collect();
+                            for part in outward {
+                                code.push_str("\nsuper::");
+                                code.push_str(
+                                    part.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                                        .next()
+                                        .unwrap_or(""),
+                                );
+                            }
+                        }
+                    }
+                }
+                let mut refs = sibling_references(&code, "super::", &names);
+                if at_root {
+                    refs.extend(sibling_references(&code, "crate::", &names));
+                }
+                refs.remove(name);
+                (name.clone(), refs)
+            })
+            .collect();
+        // Depth-first search for a path back to the start.
+        for (start, _) in &edges {
+            let mut stack = vec![(start.clone(), vec![start.clone()])];
+            while let Some((at, path)) = stack.pop() {
+                let next = edges.iter().find(|(n, _)| *n == at).map(|(_, r)| r);
+                for to in next.into_iter().flatten() {
+                    if to == start {
+                        circles.push(format!(
+                            "{}: {} -> {start}",
+                            dir.display(),
+                            path.join(" -> ")
+                        ));
+                    } else if !path.contains(to) {
+                        let mut longer = path.clone();
+                        longer.push(to.clone());
+                        stack.push((to.clone(), longer));
+                    }
+                }
+            }
+        }
+    }
+    circles.sort();
+    circles.dedup();
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
     );
 }

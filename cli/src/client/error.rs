@@ -1,6 +1,5 @@
-//! What can go wrong talking to the API, and which exit status each failure means.
-
-use crate::exit::Exit;
+//! What can go wrong talking to the API. Which exit status each failure means is `exit`'s
+//! business, not the client's.
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -31,18 +30,14 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    pub fn exit(&self) -> Exit {
-        match self {
-            ClientError::Api { status, .. } => exit_for_status(*status),
-            ClientError::Unreachable { .. } => Exit::Unavailable,
-            ClientError::Protocol { .. } => Exit::Failure,
-            ClientError::Config(_) => Exit::Usage,
-        }
-    }
-
-    /// Worth retrying unchanged: what `events --follow` rides out instead of exiting.
+    /// Worth retrying unchanged: what `events --follow` rides out instead of exiting. No
+    /// answer at all, or a busy, rate-limited or timed-out one.
     pub fn is_transient(&self) -> bool {
-        self.exit() == Exit::Unavailable
+        match self {
+            ClientError::Unreachable { .. } => true,
+            ClientError::Api { status, .. } => is_busy(*status),
+            ClientError::Protocol { .. } | ClientError::Config(_) => false,
+        }
     }
 
     /// An error answer, from its status and body. The API's bodies are
@@ -114,17 +109,9 @@ impl ClientError {
     }
 }
 
-/// What each status tells the caller to do, as an exit status.
-pub fn exit_for_status(status: u16) -> Exit {
-    match status {
-        400 | 405 | 411 | 413 | 414 | 415 | 422 => Exit::Usage,
-        401 | 403 => Exit::Unauthorized,
-        404 | 410 => Exit::NotFound,
-        409 => Exit::Conflict,
-        // Busy, rate-limited, or a backend or gateway that did not answer in time.
-        429 | 503 | 504 => Exit::Unavailable,
-        _ => Exit::Failure,
-    }
+/// Busy, rate-limited, or a backend or gateway that did not answer in time.
+pub fn is_busy(status: u16) -> bool {
+    matches!(status, 429 | 503 | 504)
 }
 
 #[cfg(test)]
@@ -132,46 +119,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn statuses_map_to_what_the_caller_should_do() {
-        let cases = [
-            (400, Exit::Usage),
-            (413, Exit::Usage),
-            (415, Exit::Usage),
-            (401, Exit::Unauthorized),
-            (403, Exit::Unauthorized),
-            (404, Exit::NotFound),
-            (409, Exit::Conflict),
-            (429, Exit::Unavailable),
-            (503, Exit::Unavailable),
-            (504, Exit::Unavailable),
-            (500, Exit::Failure),
-            (502, Exit::Failure),
-            (418, Exit::Failure),
-        ];
-        for (status, exit) in cases {
-            assert_eq!(exit_for_status(status), exit, "{status}");
-        }
-        // The numbers are the documented interface.
-        let codes: Vec<u8> = [
-            Exit::Failure,
-            Exit::Usage,
-            Exit::NotFound,
-            Exit::Conflict,
-            Exit::Unavailable,
-            Exit::Unauthorized,
-        ]
-        .iter()
-        .map(|e| e.code())
-        .collect();
-        assert_eq!(codes, [1, 2, 3, 4, 5, 6]);
-    }
-
-    #[test]
     fn api_error_bodies_are_shown_as_message_and_code() {
         let body = br#"{"error":{"code":"unknown_thread","message":"no thread demo"}}"#;
         let error = ClientError::from_response(404, None, body);
         assert_eq!(error.to_string(), "no thread demo (unknown_thread)");
-        assert_eq!(error.exit(), Exit::NotFound);
         assert!(!error.is_transient());
 
         let busy = br#"{"error":{"code":"busy","message":"retry shortly"}}"#;

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use threadbox_shared::ports::ExecResult;
 use threadbox_shared::usecases::SandboxHandle;
 
-pub use error::ClientError;
+pub use error::{is_busy, ClientError};
 pub use types::{EventPage, ExecSpec, ResetView, ThreadDetail, ThreadPage, ThreadView};
 
 /// Where `threadbox dev` listens by default.
@@ -295,7 +295,7 @@ mod tests {
     fn bad_settings_are_usage_errors() {
         for url in ["127.0.0.1:8787", "ftp://x", "not a url", "mailto:a@b"] {
             let error = Client::new(url, None).unwrap_err();
-            assert_eq!(error.exit(), crate::exit::Exit::Usage, "{url}: {error}");
+            assert!(matches!(error, ClientError::Config(_)), "{url}: {error}");
         }
         assert!(Client::new(DEFAULT_URL, Some("bad\nkey")).is_err());
         let client = Client::new(DEFAULT_URL, Some("  ")).unwrap();

@@ -18,8 +18,9 @@ use threadbox_shared::adapters::sqlite::{
 };
 use threadbox_shared::config::Env;
 use threadbox_shared::fanout::FanoutTarget;
-use threadbox_shared::http::{slack_sink_routes, ApiAuth};
+use threadbox_shared::http::ApiAuth;
 use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue};
+use threadbox_shared::slack::slack_sink_routes;
 use threadbox_shared::slack::{
     router as events_router, MessageRates, RateLimits, SlackApi, SlackIngress, SlackStatusTarget,
     SlackWorker, SlackWorkerConfig, WORK_QUEUE,

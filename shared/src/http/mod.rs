@@ -5,7 +5,6 @@
 //! - `threads`: resolve, pause, resume, reset, and reading sessions and events;
 //! - `sandbox`: exec and files;
 //! - `tokens`: minting live-events subscription tokens (merged in by the caller: it holds the key);
-//! - `slack_sink` (features `slack` and `sqlite`): what `threadbox dev` would have posted to Slack;
 //! - `auth`: bearer API keys;
 //! - `local_only`: what a server without keys answers (loopback `Host`, no cross-site browsers);
 //! - `extract`: input validation with JSON errors;
@@ -16,8 +15,6 @@ mod error;
 mod extract;
 mod local_only;
 mod sandbox;
-#[cfg(all(feature = "slack", feature = "sqlite"))]
-mod slack_sink;
 mod threads;
 mod tokens;
 
@@ -31,11 +28,14 @@ use axum::{middleware, Json, Router};
 use serde_json::{json, Value};
 
 pub use auth::{ApiAuth, ApiKeysError, MIN_API_KEY_LEN};
+// For the Slack sink's route, which lives with the Slack app.
+#[cfg(feature = "slack")]
+pub(crate) use auth::require as require_api_key;
 pub use error::ApiError;
+#[cfg(feature = "slack")]
+pub(crate) use extract::ApiQuery;
 pub use local_only::{require_local, LocalOnly};
 pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
-#[cfg(all(feature = "slack", feature = "sqlite"))]
-pub use slack_sink::slack_sink_routes;
 pub use tokens::{token_routes, DEFAULT_TOKEN_TTL};
 
 use crate::usecases::Threadbox;

@@ -10,6 +10,8 @@
 //! - `worker`: runs it in the thread's sandbox and replies;
 //! - `rate_limit`: messages acted on per thread and per workspace, per minute;
 //! - `format`: replies within Slack's limits;
+//! - `sink_route`: `GET /v1/slack/sink`, what `threadbox dev` would have posted
+//!   to Slack without a bot token;
 //! - `status`: the fan-out target keeping one status message per thread (its record is the
 //!   `SlackStatusStore` port);
 //!
@@ -24,6 +26,7 @@ pub mod format;
 pub mod ingress;
 pub mod rate_limit;
 pub mod signature;
+pub mod sink_route;
 pub mod status;
 pub mod thread;
 pub mod work;
@@ -36,6 +39,7 @@ pub use crate::ports::{
 pub use ingress::{router, Ack, SlackIngress, EVENTS_PATH};
 pub use rate_limit::{MessageRates, RateLimits};
 pub use signature::{SignatureError, SigningSecret};
+pub use sink_route::slack_sink_routes;
 pub use status::SlackStatusTarget;
 pub use work::{IncomingMessage, PendingReply, WorkItem, WORK_QUEUE};
 pub use worker::{SlackWorker, SlackWorkerConfig, MIN_BLOCK_TIME, REPLY_MARGIN};

@@ -11,51 +11,12 @@ use crate::domain::{Hold, Millis, Session, ThreadId};
 use crate::ports::{ExecRequest, ExecResult, FileEntry, GrepMatch, ProviderError};
 
 use super::error::UseCaseError;
+use super::hold_request::HoldRequest;
 use super::resolve::{ResolveOptions, SandboxHandle};
 use super::threadbox::{Step, Threadbox};
 
 /// Extra hold time beyond a command's own timeout, covering the round trips around it.
 const HOLD_GRACE: Duration = Duration::from_secs(30);
-
-/// A request to keep a thread's sandbox awake for `ttl`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HoldRequest {
-    pub owner: String,
-    pub ttl: Duration,
-}
-
-impl HoldRequest {
-    pub fn new(owner: impl Into<String>, ttl: Duration) -> Self {
-        Self {
-            owner: owner.into(),
-            ttl,
-        }
-    }
-
-    pub(crate) fn pending(&self) -> PendingHold {
-        PendingHold {
-            hold_id: uuid::Uuid::new_v4().to_string(),
-            request: self.clone(),
-        }
-    }
-}
-
-/// A hold with its id chosen, whose expiry is fixed when it is written.
-#[derive(Clone, Debug)]
-pub(crate) struct PendingHold {
-    pub(crate) hold_id: String,
-    request: HoldRequest,
-}
-
-impl PendingHold {
-    pub(crate) fn at(&self, now: Millis) -> Hold {
-        Hold {
-            hold_id: self.hold_id.clone(),
-            owner: self.request.owner.clone(),
-            expires_at: now.plus(self.request.ttl),
-        }
-    }
-}
 
 impl Threadbox {
     /// Resolve the thread and take a hold in the same write. Release it with `release_hold`.
@@ -146,35 +107,21 @@ impl Threadbox {
         thread_id: &ThreadId,
         request: ExecRequest,
     ) -> Result<ExecResult, UseCaseError> {
-        let hold = HoldRequest::new("exec", request.timeout + HOLD_GRACE);
-        let mut retried = false;
-        loop {
-            let handle = self.acquire_hold(thread_id, hold.clone()).await?;
-            let hold_id = handle.hold_id.clone().unwrap_or_default();
-            let keep_alive = request.timeout + HOLD_GRACE;
-            if keep_alive > self.config.sandbox_timeout {
-                self.provider
-                    .set_timeout(&handle.sandbox_id, keep_alive)
-                    .await
-                    .ok();
-            }
-            let result = self
-                .provider
-                .exec(&handle.sandbox_id, request.clone())
-                .await;
-            if let Err(error) = self.release_hold(thread_id, &hold_id).await {
-                tracing::warn!(%error, "releasing the exec hold failed; it expires on its own");
-            }
-            match result {
-                // Gone, or paused behind our back (E2B's autoPause): fold what the provider
-                // says into the record and try once more, which resumes or recreates.
-                Err(ProviderError::Gone(_) | ProviderError::Conflict(_)) if !retried => {
-                    retried = true;
-                    self.sync_with_provider(thread_id).await?;
+        let keep_alive = request.timeout + HOLD_GRACE;
+        let hold = HoldRequest::new("exec", keep_alive);
+        self.with_sandbox(thread_id, hold, |sandbox_id| {
+            let request = request.clone();
+            async move {
+                if keep_alive > self.config.sandbox_timeout {
+                    self.provider
+                        .set_timeout(&sandbox_id, keep_alive)
+                        .await
+                        .ok();
                 }
-                other => return Ok(other?),
+                self.provider.exec(&sandbox_id, request).await
             }
-        }
+        })
+        .await
     }
 
     /// The provider refused to use the thread's sandbox (gone, or not running): fold its state
@@ -186,24 +133,30 @@ impl Threadbox {
         Ok(())
     }
 
-    /// Run a file operation against the thread's resolved sandbox under a short hold.
-    async fn with_sandbox<T, F, Fut>(&self, thread_id: &ThreadId, op: F) -> Result<T, UseCaseError>
+    /// Run `op` on the thread's resolved sandbox (created or resumed first) under `hold`, so
+    /// nothing pauses it meanwhile; the hold is released after. A sandbox the provider says is
+    /// gone, or paused behind our back (E2B's autoPause), is folded into the record (resumed,
+    /// recreated or expired by the thread's policy) and `op` runs once more.
+    async fn with_sandbox<T, F, Fut>(
+        &self,
+        thread_id: &ThreadId,
+        hold: HoldRequest,
+        op: F,
+    ) -> Result<T, UseCaseError>
     where
         F: Fn(String) -> Fut,
         Fut: std::future::Future<Output = Result<T, ProviderError>>,
     {
         let mut retried = false;
         loop {
-            let handle = self
-                .acquire_hold(thread_id, HoldRequest::new("files", HOLD_GRACE))
-                .await?;
+            let handle = self.acquire_hold(thread_id, hold.clone()).await?;
             let result = op(handle.sandbox_id.clone()).await;
             if let Some(hold_id) = handle.hold_id.as_deref() {
-                self.release_hold(thread_id, hold_id).await.ok();
+                if let Err(error) = self.release_hold(thread_id, hold_id).await {
+                    tracing::warn!(%error, "releasing a hold failed; it expires on its own");
+                }
             }
             match result {
-                // Gone, or paused behind our back (E2B's autoPause): fold what the provider
-                // says into the record and try once more, which resumes or recreates.
                 Err(ProviderError::Gone(_) | ProviderError::Conflict(_)) if !retried => {
                     retried = true;
                     self.sync_with_provider(thread_id).await?;
@@ -218,9 +171,11 @@ impl Threadbox {
         thread_id: &ThreadId,
         path: &str,
     ) -> Result<Vec<u8>, UseCaseError> {
-        self.with_sandbox(thread_id, |id| async move {
-            self.provider.read_file(&id, path).await
-        })
+        self.with_sandbox(
+            thread_id,
+            HoldRequest::new("files", HOLD_GRACE),
+            |id| async move { self.provider.read_file(&id, path).await },
+        )
         .await
     }
 
@@ -230,9 +185,11 @@ impl Threadbox {
         path: &str,
         contents: &[u8],
     ) -> Result<(), UseCaseError> {
-        self.with_sandbox(thread_id, |id| async move {
-            self.provider.write_file(&id, path, contents).await
-        })
+        self.with_sandbox(
+            thread_id,
+            HoldRequest::new("files", HOLD_GRACE),
+            |id| async move { self.provider.write_file(&id, path, contents).await },
+        )
         .await
     }
 
@@ -241,16 +198,20 @@ impl Threadbox {
         thread_id: &ThreadId,
         path: &str,
     ) -> Result<Vec<FileEntry>, UseCaseError> {
-        self.with_sandbox(thread_id, |id| async move {
-            self.provider.list_dir(&id, path).await
-        })
+        self.with_sandbox(
+            thread_id,
+            HoldRequest::new("files", HOLD_GRACE),
+            |id| async move { self.provider.list_dir(&id, path).await },
+        )
         .await
     }
 
     pub async fn stat(&self, thread_id: &ThreadId, path: &str) -> Result<FileEntry, UseCaseError> {
-        self.with_sandbox(thread_id, |id| async move {
-            self.provider.stat(&id, path).await
-        })
+        self.with_sandbox(
+            thread_id,
+            HoldRequest::new("files", HOLD_GRACE),
+            |id| async move { self.provider.stat(&id, path).await },
+        )
         .await
     }
 
@@ -260,9 +221,11 @@ impl Threadbox {
         path: &str,
         recursive: bool,
     ) -> Result<(), UseCaseError> {
-        self.with_sandbox(thread_id, |id| async move {
-            self.provider.remove(&id, path, recursive).await
-        })
+        self.with_sandbox(
+            thread_id,
+            HoldRequest::new("files", HOLD_GRACE),
+            |id| async move { self.provider.remove(&id, path, recursive).await },
+        )
         .await
     }
 
@@ -271,9 +234,11 @@ impl Threadbox {
         thread_id: &ThreadId,
         pattern: &str,
     ) -> Result<Vec<String>, UseCaseError> {
-        self.with_sandbox(thread_id, |id| async move {
-            self.provider.glob(&id, pattern).await
-        })
+        self.with_sandbox(
+            thread_id,
+            HoldRequest::new("files", HOLD_GRACE),
+            |id| async move { self.provider.glob(&id, pattern).await },
+        )
         .await
     }
 
@@ -283,9 +248,11 @@ impl Threadbox {
         pattern: &str,
         path: &str,
     ) -> Result<Vec<GrepMatch>, UseCaseError> {
-        self.with_sandbox(thread_id, |id| async move {
-            self.provider.grep(&id, pattern, path).await
-        })
+        self.with_sandbox(
+            thread_id,
+            HoldRequest::new("files", HOLD_GRACE),
+            |id| async move { self.provider.grep(&id, pattern, path).await },
+        )
         .await
     }
 }

@@ -4,6 +4,7 @@
 //! - `resolve`: get-or-create a thread's sandbox (under a lease, fenced by generation), resume it
 //!   when paused, and apply the gone policy when the provider lost it;
 //! - `pause`: pause, destroy and reset;
+//! - `hold_request`: what a hold asks for, shared by `resolve` and `holds`;
 //! - `holds`: holds, keep-alive, and running commands and file operations under a hold;
 //! - `history`: reading sessions and their events (listing, one thread, events after a seq);
 //! - `inspect`: reading a sandbox's files as they are, for GETs (never creates or resumes);
@@ -12,6 +13,7 @@
 
 mod error;
 mod history;
+mod hold_request;
 mod holds;
 mod inspect;
 mod janitor;
@@ -21,7 +23,7 @@ mod resolve;
 mod threadbox;
 
 pub use error::UseCaseError;
-pub use holds::HoldRequest;
+pub use hold_request::HoldRequest;
 pub use janitor::{SweepOptions, SweepReport};
 pub use resolve::{ResolveOptions, SandboxHandle};
 pub use threadbox::{Config, Threadbox, DEFAULT_RECORD_RETENTION};

@@ -22,34 +22,27 @@ impl Threadbox {
     /// Pause the thread's sandbox on request. Refused while a command runs or a hold is live.
     #[tracing::instrument(skip(self), fields(thread_id = %thread_id))]
     pub async fn pause(&self, thread_id: &ThreadId) -> Result<Session, UseCaseError> {
-        let waiting_since = tokio::time::Instant::now();
-        loop {
-            let current = self.load(thread_id).await?;
-            let now = self.clock.now();
+        let held = |current: &Session, now| {
             if current.status == Status::Active && current.has_live_hold(now) {
-                return Err(UseCaseError::Held(thread_id.clone()));
+                return Err(UseCaseError::Held(current.thread_id.clone()));
             }
-            match self
-                .step(&current, Command::Pause, Cause::User, None, |_| {})
-                .await
-            {
-                Ok(Step::Moved(claimed)) => match self.finish_pause(claimed, Cause::User).await? {
-                    PauseOutcome::Paused(s) => return Ok(s),
-                    PauseOutcome::Busy => return Err(UseCaseError::Held(thread_id.clone())),
-                    PauseOutcome::Changed => continue,
-                },
-                Ok(Step::NoOp) if current.status == Status::Paused => return Ok(current),
-                Ok(Step::Conflict) => continue,
-                Ok(Step::NoOp)
-                | Err(UseCaseError::Rejected(crate::domain::Rejected {
-                    kind: RejectKind::Busy,
-                    ..
-                })) => {
-                    self.wait_or_recover(&current, waiting_since).await?;
+            Ok(())
+        };
+        self.claim_then_finish(
+            thread_id,
+            Command::Pause,
+            Cause::User,
+            Status::Paused,
+            held,
+            |claimed| async move {
+                match self.finish_pause(claimed, Cause::User).await? {
+                    PauseOutcome::Paused(s) => Ok(Some(s)),
+                    PauseOutcome::Busy => Err(UseCaseError::Held(thread_id.clone())),
+                    PauseOutcome::Changed => Ok(None),
                 }
-                Err(e) => return Err(e),
-            }
-        }
+            },
+        )
+        .await
     }
 
     /// Destroy the thread's sandbox and its files. The record stays, `destroyed`, with its
@@ -60,19 +53,48 @@ impl Threadbox {
         thread_id: &ThreadId,
         cause: Cause,
     ) -> Result<Session, UseCaseError> {
+        self.claim_then_finish(
+            thread_id,
+            Command::Destroy,
+            cause,
+            Status::Destroyed,
+            |_, _| Ok(()),
+            |claimed| self.finish_destroy(claimed, cause),
+        )
+        .await
+    }
+
+    /// The claim-and-retry loop of a transition asked for by a caller: read the record, `check`
+    /// it, claim `command` on it (one conditional write), and `finish` the claimed record (the
+    /// provider call and its result, `None` when the record changed meanwhile). Another writer
+    /// first, or a finish that found the record changed, means: read again and decide again. A
+    /// thread another transition holds is waited for (or recovered once its lease ran out). A
+    /// thread already `settled` is returned as it is.
+    async fn claim_then_finish<C, F, Fut>(
+        &self,
+        thread_id: &ThreadId,
+        command: Command,
+        cause: Cause,
+        settled: Status,
+        check: C,
+        finish: F,
+    ) -> Result<Session, UseCaseError>
+    where
+        C: Fn(&Session, crate::domain::Millis) -> Result<(), UseCaseError>,
+        F: Fn(Session) -> Fut,
+        Fut: std::future::Future<Output = Result<Option<Session>, UseCaseError>>,
+    {
         let waiting_since = tokio::time::Instant::now();
         loop {
             let current = self.load(thread_id).await?;
-            match self
-                .step(&current, Command::Destroy, cause, None, |_| {})
-                .await
-            {
+            check(&current, self.clock.now())?;
+            match self.step(&current, command, cause, None, |_| {}).await {
                 Ok(Step::Moved(claimed)) => {
-                    if let Some(s) = self.finish_destroy(claimed, cause).await? {
-                        return Ok(s);
+                    if let Some(done) = finish(claimed).await? {
+                        return Ok(done);
                     }
                 }
-                Ok(Step::NoOp) if current.status == Status::Destroyed => return Ok(current),
+                Ok(Step::NoOp) if current.status == settled => return Ok(current),
                 Ok(Step::Conflict) => continue,
                 Ok(Step::NoOp)
                 | Err(UseCaseError::Rejected(crate::domain::Rejected {

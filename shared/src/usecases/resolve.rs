@@ -11,7 +11,7 @@ use crate::domain::{Cause, Command, Observed, RejectKind, Rejected, Session, Sta
 use crate::ports::{CreateSandbox, ProviderError, SandboxOwner, SandboxState};
 
 use super::error::UseCaseError;
-use super::holds::{HoldRequest, PendingHold};
+use super::hold_request::{HoldRequest, PendingHold};
 use super::threadbox::{Step, Threadbox};
 
 /// What a caller gets back: enough to talk to the sandbox. Deserialize too, for API clients.

@@ -119,12 +119,12 @@ pub use config::{DynamoConfig, DEFAULT_RETENTION, DEFAULT_SHARDS};
 pub use dedupe::DynamoDedupe;
 #[cfg(feature = "slack")]
 pub use schema::create_slack_status_table;
-pub use schema::{create_dedupe_table, create_tables, DUE_INDEX, LIST_INDEX, UNSENT_INDEX};
 #[cfg(feature = "live")]
-pub use schema::{create_subscriptions_table, SUBSCRIBERS_INDEX};
+pub use schema::create_subscriptions_table;
+pub use schema::{create_dedupe_table, create_tables, DUE_INDEX, LIST_INDEX, UNSENT_INDEX};
 pub use session_store::DynamoSessionStore;
 #[cfg(feature = "slack")]
 pub use slack_status::DynamoSlackStatusStore;
 #[cfg(feature = "live")]
-pub use subscriptions::DynamoSubscriptionStore;
+pub use subscriptions::{DynamoSubscriptionStore, SUBSCRIBERS_INDEX};
 pub use window_counter::DynamoWindowCounter;

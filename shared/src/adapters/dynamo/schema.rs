@@ -129,18 +129,13 @@ pub async fn create_slack_status_table(client: &Client, table: &str) -> Result<(
     enable_ttl(client, table).await
 }
 
-/// Subscriptions table: every subscription of a thread, by connection id (sparse: only
-/// subscription items carry `thread_id`).
-#[cfg(feature = "live")]
-pub const SUBSCRIBERS_INDEX: &str = "by_thread";
-
 /// Create the live-events subscriptions table (partition `pk`, sort `sk`, the sparse
 /// [`SUBSCRIBERS_INDEX`] on `thread_id`/`connection_id`, on-demand billing) with TTL on `ttl`,
 /// and wait until it is active. Safe to repeat. The schema is spelled out in
 /// `ports::subscription_store`.
 #[cfg(feature = "live")]
 pub async fn create_subscriptions_table(client: &Client, table: &str) -> Result<(), StoreError> {
-    use super::subscriptions::attr as sub;
+    use super::subscriptions::{attr as sub, SUBSCRIBERS_INDEX};
     create(
         client,
         table,

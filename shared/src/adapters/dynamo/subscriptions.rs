@@ -33,9 +33,12 @@ use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
 use super::errors::{cancelled, unavailable, Cancelled};
-use super::schema::SUBSCRIBERS_INDEX;
 use crate::domain::{Millis, ThreadId, ThreadScope};
 use crate::ports::{Connection, StoreError, Subscription, SubscriptionStore};
+
+/// Subscriptions table: every subscription of a thread, by connection id (sparse: only
+/// subscription items carry `thread_id`).
+pub const SUBSCRIBERS_INDEX: &str = "by_thread";
 
 /// Attribute names, shared by the items, the expressions and the table helper.
 pub(super) mod attr {

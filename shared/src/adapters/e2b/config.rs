@@ -15,6 +15,9 @@ use std::fmt;
 use std::time::Duration;
 
 use super::retry::RetryPolicy;
+
+/// The port envd listens on inside every sandbox (part of its host name, and a header).
+pub(crate) const ENVD_PORT: u16 = 49983;
 use crate::config::{ConfigError, Env};
 
 /// A credential. It prints as `[redacted]` in `Debug` and `Display`, so it cannot reach a log
@@ -155,7 +158,7 @@ impl E2bConfig {
             Some(url) => url.clone(),
             None => format!(
                 "https://{}-{sandbox_id}.{}",
-                super::envd::ENVD_PORT,
+                ENVD_PORT,
                 sandbox_domain.unwrap_or(&self.domain)
             ),
         }

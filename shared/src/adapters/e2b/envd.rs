@@ -14,15 +14,13 @@ use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use reqwest::{Client, Method, RequestBuilder, StatusCode};
 use tokio::time::Instant;
 
-use super::config::Secret;
+use super::config::{Secret, ENVD_PORT};
 use super::connect::{
     encode_bytes, encode_frame, parse_end_stream, parse_event, ConnectError, EndEvent, Event,
     FrameDecoder, ProcessConfig, StartRequest,
 };
 use super::errors::{E2bError, Plane};
 
-/// The port envd listens on inside every sandbox.
-pub(crate) const ENVD_PORT: u16 = 49983;
 /// The template's default user; E2B's SDK sends it explicitly (older envd needs it).
 const USER: &str = "user";
 /// How long past a command's own timeout we keep reading before giving up on envd's answer.

@@ -13,8 +13,6 @@ use serde_json::Value;
 
 use crate::ports::ProviderError;
 
-use super::retry::retry_after;
-
 /// Which side answered: a 404 means "no such sandbox" on the control plane but "no such
 /// path" from envd's file API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +207,20 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// `Retry-After` as delta-seconds: digits only, at most ten of them, at most 2^31−1.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let raw = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if raw.is_empty() || raw.len() > 10 || !raw.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let secs: u64 = raw.parse().ok()?;
+    (secs <= i32::MAX as u64).then(|| Duration::from_secs(secs))
 }
 
 #[cfg(test)]

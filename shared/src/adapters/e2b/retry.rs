@@ -20,7 +20,7 @@ use reqwest::header::HeaderMap;
 use reqwest::{RequestBuilder, Response, StatusCode};
 use tokio::time::Instant;
 
-use super::errors::{E2bError, Plane};
+use super::errors::{retry_after, E2bError, Plane};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -56,20 +56,6 @@ pub(crate) fn is_retryable(status: StatusCode, headers: &HeaderMap) -> bool {
             .unwrap_or(false);
     }
     matches!(status.as_u16(), 429 | 502 | 503 | 504)
-}
-
-/// `Retry-After` as delta-seconds: digits only, at most ten of them, at most 2^31−1.
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let raw = headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim();
-    if raw.is_empty() || raw.len() > 10 || !raw.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let secs: u64 = raw.parse().ok()?;
-    (secs <= i32::MAX as u64).then(|| Duration::from_secs(secs))
 }
 
 impl RetryPolicy {

@@ -23,15 +23,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::config::SandboxLimits;
-use super::idmap::{create_user_namespace, remove_user_namespace_pin, IdRange};
+use super::idmap::{
+    create_user_namespace, remove_user_namespace_pin, IdRange, SANDBOX_GID, SANDBOX_UID,
+};
 use crate::domain::Millis;
 
 /// Under the state directory: one pinned user namespace per sandbox that has one.
 pub(crate) const USERNS_DIR: &str = "userns";
 
-/// The unprivileged user every process inside runs as.
-pub(crate) const SANDBOX_UID: u32 = 1000;
-pub(crate) const SANDBOX_GID: u32 = 1000;
 pub(crate) const HOME: &str = "/home/user";
 
 /// The container's pid 1. It must reap orphans (commands that leave background children behind

@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::bundle::{HOME, SANDBOX_GID, SANDBOX_UID};
+use super::bundle::HOME;
 use super::cgroup::ContainerCgroup;
 use super::idmap::IdRange;
+use super::idmap::{SANDBOX_GID, SANDBOX_UID};
 use super::process::{kill_tree, reap};
 use super::runtime::{error_message, Runc};
 use crate::ports::{ExecCommand, ExecRequest, ExecResult, ProviderError};

@@ -24,8 +24,9 @@ use rustix::fs::{
 };
 use rustix::io::Errno;
 
-use super::bundle::{HOME, SANDBOX_GID, SANDBOX_UID};
+use super::bundle::HOME;
 use super::idmap::IdRange;
+use super::idmap::{SANDBOX_GID, SANDBOX_UID};
 use crate::domain::Millis;
 use crate::ports::{FileEntry, FileKind, ProviderError};
 

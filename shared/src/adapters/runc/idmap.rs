@@ -16,6 +16,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// The unprivileged user every process inside a sandbox runs as, inside its namespace.
+pub(crate) const SANDBOX_UID: u32 = 1000;
+pub(crate) const SANDBOX_GID: u32 = 1000;
+
 /// Ids in one sandbox's namespace: 0 (its root) to 65535, which covers uid 1000 and `nobody`.
 pub(crate) const RANGE_SIZE: u32 = 65_536;
 /// Far above any host account (useradd stops at 60000, systemd's dynamic users at 65519 and
@@ -251,8 +255,8 @@ impl FsIdsAs {
         // SAFETY: plain system calls on this thread's credentials. Group first: once the uid
         // is not root's the thread may no longer change its group.
         unsafe {
-            libc::setfsgid(ids.host_gid(super::bundle::SANDBOX_GID));
-            libc::setfsuid(ids.host_uid(super::bundle::SANDBOX_UID));
+            libc::setfsgid(ids.host_gid(SANDBOX_GID));
+            libc::setfsuid(ids.host_uid(SANDBOX_UID));
         }
         Self { active: true }
     }

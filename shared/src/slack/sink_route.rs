@@ -13,12 +13,10 @@ use axum::{middleware, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::auth::{self, ApiAuth};
-use super::error::ApiError;
-use super::extract::ApiQuery;
+use super::thread::SlackPlace;
 use crate::domain::ThreadId;
+use crate::http::{require_api_key, ApiAuth, ApiError, ApiQuery};
 use crate::ports::{SinkQuery, SlackSink};
-use crate::slack::thread::SlackPlace;
 
 const DEFAULT_LIMIT: usize = 100;
 
@@ -30,11 +28,11 @@ struct SinkParams {
     limit: Option<usize>,
 }
 
-/// The sink's route, to merge into [`super::router`]'s router.
+/// The sink's route, to merge into the API's router (`http::router`).
 pub fn slack_sink_routes(sink: Arc<dyn SlackSink>, auth: ApiAuth) -> Router {
     Router::new()
         .route("/v1/slack/sink", get(list))
-        .route_layer(middleware::from_fn_with_state(auth, auth::require))
+        .route_layer(middleware::from_fn_with_state(auth, require_api_key))
         .with_state(sink)
 }
 
@@ -63,7 +61,7 @@ async fn list(
     Ok(Json(json!({ "messages": messages })))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use axum::body::{to_bytes, Body};
     use axum::http::{header, Request, StatusCode};
