@@ -6,7 +6,8 @@
 //! THREADBOX_BENCH_USER_NAMESPACES=0 cargo bench -p threadbox-shared --bench runc_provider
 //! ```
 //!
-//! Prints the median and 99th percentile (nearest rank) of each operation over `RUNS` runs.
+//! Prints the median and 99th percentile (nearest rank) of each operation over `RUNS` runs, and
+//! the time to destroy a sandbox holding 100,000 files (`BIG_TREE_RUNS` runs).
 
 use std::time::{Duration, Instant};
 
@@ -59,6 +60,9 @@ async fn timed<T>(samples: &mut Vec<Duration>, fut: impl std::future::Future<Out
     samples.push(start.elapsed());
     out
 }
+
+/// Sandboxes destroyed with 100,000 files in them (each takes seconds to fill).
+const BIG_TREE_RUNS: usize = 3;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -134,4 +138,31 @@ async fn main() {
             target
         );
     }
+
+    // Destroying a sandbox whose files form a large tree: the iterative removal's cost.
+    let mut big_kill = Row::new("kill, 100,000 files", None);
+    for n in 0..BIG_TREE_RUNS {
+        let id = p
+            .create(request(RUNS + n))
+            .await
+            .expect("create")
+            .sandbox_id;
+        let mut fill = ExecRequest::shell(
+            "mkdir -p t && cd t && seq 1000 | xargs mkdir && for d in $(seq 1000); do \
+             (cd $d && seq 100 | xargs touch); done && find . -type f | wc -l",
+        );
+        fill.timeout = Duration::from_secs(600);
+        let out = p.exec(&id, fill).await.expect("fill");
+        assert_eq!(out.stdout.trim(), "100000", "{out:?}");
+        timed(&mut big_kill.samples, p.kill(&id))
+            .await
+            .expect("kill");
+    }
+    println!(
+        "{:<22} {:>10.1} {:>10.1} {:>10}   ({BIG_TREE_RUNS} runs: 1,000 folders of 100 files)",
+        big_kill.name,
+        big_kill.percentile(0.5),
+        big_kill.percentile(0.99),
+        "-"
+    );
 }
