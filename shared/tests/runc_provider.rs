@@ -440,6 +440,47 @@ async fn big_output_is_capped_without_blocking_the_command() {
     p.kill(&id).await.unwrap();
 }
 
+/// A name that is not UTF-8 is listed, with its exact bytes in `name_base64`, and a recursive
+/// delete removes a folder holding such names (it used to stop at them and fail).
+#[tokio::test]
+async fn names_that_are_not_utf8_are_listed_and_removable() {
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    let out = sh(
+        &p,
+        &id,
+        "mkdir -p /home/user/odd/deeper && touch \"/home/user/odd/$(printf 'bad\\377name')\" \
+         \"/home/user/odd/deeper/$(printf '\\376')\" /home/user/odd/plain.txt",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+
+    let listed = p.list_dir(&id, "/home/user/odd").await.expect("list");
+    let odd = listed
+        .iter()
+        .find(|e| e.name_base64.is_some())
+        .unwrap_or_else(|| panic!("the odd name is listed: {listed:?}"));
+    assert_eq!(
+        odd.name_base64.as_deref(),
+        Some("YmFk/25hbWU="),
+        "b\"bad\\xffname\""
+    );
+    assert_eq!(odd.name, "bad\u{fffd}name");
+    assert_eq!(odd.path, "/home/user/odd/bad\u{fffd}name");
+    let plain = listed
+        .iter()
+        .find(|e| e.name == "plain.txt")
+        .expect("plain");
+    assert_eq!(plain.name_base64, None);
+    assert_eq!(listed.len(), 3, "{listed:?}");
+
+    p.remove(&id, "/home/user/odd", true)
+        .await
+        .expect("a recursive delete removes every name");
+    assert!(p.stat(&id, "/home/user/odd").await.is_err());
+}
+
 #[tokio::test]
 async fn paths_outside_and_escaping_symlinks_are_refused() {
     let fixture = fixture!();

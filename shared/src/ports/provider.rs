@@ -281,12 +281,19 @@ pub enum FileKind {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileEntry {
+    /// The name as text. A name that is not UTF-8 shows each byte that is not as U+FFFD here and
+    /// in `path`, and carries its exact bytes in `name_base64`.
     pub name: String,
     /// The absolute path inside the sandbox.
     pub path: String,
     pub kind: FileKind,
     pub size: u64,
     pub modified: Option<Millis>,
+    /// Only for a name that is not UTF-8: its bytes, base64 (standard alphabet, padded). Such an
+    /// entry cannot be addressed by its path (paths are text); a recursive delete of its folder
+    /// removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_base64: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

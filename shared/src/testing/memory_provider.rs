@@ -166,6 +166,7 @@ impl MemSandbox {
             kind,
             size,
             modified: None,
+            name_base64: None,
         })
     }
 }

@@ -10,6 +10,7 @@
 
 use crate::domain::Millis;
 use crate::ports::{FileEntry, FileKind, GrepMatch};
+use base64::Engine as _;
 
 use super::envd::ProcessSpec;
 
@@ -127,7 +128,11 @@ pub(crate) fn parse_entries(stdout: &[u8]) -> Result<Vec<FileEntry>, String> {
         .map(|f| {
             let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
             let path = text(f[3]);
+            let raw_name = f[3].rsplit(|b| *b == b'/').next().unwrap_or_default();
             Ok(FileEntry {
+                name_base64: std::str::from_utf8(raw_name)
+                    .is_err()
+                    .then(|| base64::engine::general_purpose::STANDARD.encode(raw_name)),
                 name: name_of(&path),
                 kind: match f[0] {
                     b"f" => FileKind::File,

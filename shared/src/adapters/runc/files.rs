@@ -13,11 +13,14 @@
 //! sandbox user, so commands inside can change them.
 
 use std::collections::VecDeque;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use rustix::fs::{
     chownat, fchown, fstat, mkdirat, openat, readlinkat, statat, unlinkat, AtFlags, Dir, FileType,
     Gid, Mode, OFlags, Stat, Uid,
@@ -166,12 +169,18 @@ impl SandboxFs {
             .map_err(|e| io_error(path, e))
     }
 
+    /// Every entry, names that are not UTF-8 included (see `FileEntry::name_base64`).
     pub fn list(&self, path: &str) -> Result<Vec<FileEntry>, ProviderError> {
         let r = self.resolve(path, true, false)?;
         let dir = open_dir(&r, path)?;
         let mut entries = Vec::new();
-        for (name, stat) in read_dir(&dir, path)? {
-            entries.push(file_entry(&join(&r.path, &name), &stat));
+        for (raw, stat) in read_dir_raw(&dir, path)? {
+            let name = String::from_utf8_lossy(raw.as_bytes());
+            let mut entry = file_entry(&join(&r.path, &name), &stat);
+            if std::str::from_utf8(raw.as_bytes()).is_err() {
+                entry.name_base64 = Some(BASE64.encode(raw.as_bytes()));
+            }
+            entries.push(entry);
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
@@ -208,7 +217,9 @@ impl SandboxFs {
             return unlinkat(&r.dir, name, AtFlags::empty()).map_err(|e| errno(path, e));
         }
         if recursive {
-            remove_tree(&r.dir, name, path, 0)
+            let name =
+                CString::new(name).map_err(|_| invalid(format!("{path}: a NUL in the name")))?;
+            remove_tree(&r.dir, &name, path, 0)
         } else {
             unlinkat(&r.dir, name, AtFlags::REMOVEDIR).map_err(|e| match e {
                 Errno::NOTEMPTY | Errno::EXIST => invalid(format!(
@@ -444,26 +455,36 @@ pub(super) fn open_dir(r: &Resolved, path: &str) -> Result<OwnedFd, ProviderErro
     .map_err(|e| errno(path, e))
 }
 
-/// Entries of an open directory with their own (not followed) status, `.` and `..` left out.
-/// Names that are not UTF-8 are skipped: the API speaks strings.
-pub(super) fn read_dir(dir: &OwnedFd, path: &str) -> Result<Vec<(String, Stat)>, ProviderError> {
+/// Entries of an open directory with their own (not followed) status, `.` and `..` left out,
+/// names as the bytes they are.
+fn read_dir_raw(dir: &OwnedFd, path: &str) -> Result<Vec<(CString, Stat)>, ProviderError> {
     let mut out = Vec::new();
     for entry in Dir::read_from(dir).map_err(|e| errno(path, e))? {
         let entry = entry.map_err(|e| errno(path, e))?;
-        let Ok(name) = entry.file_name().to_str() else {
-            continue;
-        };
-        if name == "." || name == ".." {
+        let name = entry.file_name();
+        if matches!(name.to_bytes(), b"." | b"..") {
             continue;
         }
         match statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => out.push((name.to_owned(), stat)),
             // Deleted between listing and looking: it is not there any more.
             Err(Errno::NOENT) => continue,
-            Err(e) => return Err(errno(&join(path, name), e)),
+            Err(e) => {
+                let shown = String::from_utf8_lossy(name.to_bytes()).into_owned();
+                return Err(errno(&join(path, &shown), e));
+            }
         }
     }
     Ok(out)
+}
+
+/// [`read_dir_raw`] for walks that name what they find in text (search): names that are not
+/// UTF-8 are left out, as no answer could name them.
+pub(super) fn read_dir(dir: &OwnedFd, path: &str) -> Result<Vec<(String, Stat)>, ProviderError> {
+    Ok(read_dir_raw(dir, path)?
+        .into_iter()
+        .filter_map(|(name, stat)| Some((name.into_string().ok()?, stat)))
+        .collect())
 }
 
 fn make_one_dir(
@@ -487,10 +508,10 @@ fn make_one_dir(
     }
 }
 
-/// Remove a directory and everything in it, never following symlinks.
+/// Remove a directory and everything in it, whatever the names in it, never following symlinks.
 fn remove_tree(
     parent: &OwnedFd,
-    name: &str,
+    name: &CStr,
     path: &str,
     depth: usize,
 ) -> Result<(), ProviderError> {
@@ -504,12 +525,12 @@ fn remove_tree(
         Mode::empty(),
     )
     .map_err(|e| errno(path, e))?;
-    for (child, stat) in read_dir(&dir, path)? {
-        let child_path = join(path, &child);
+    for (child, stat) in read_dir_raw(&dir, path)? {
+        let child_path = join(path, &String::from_utf8_lossy(child.as_bytes()));
         if file_type(&stat) == FileType::Directory {
             remove_tree(&dir, &child, &child_path, depth + 1)?;
         } else {
-            match unlinkat(&dir, child.as_str(), AtFlags::empty()) {
+            match unlinkat(&dir, child.as_c_str(), AtFlags::empty()) {
                 Ok(()) | Err(Errno::NOENT) => {}
                 Err(e) => return Err(errno(&child_path, e)),
             }
@@ -540,6 +561,7 @@ pub(super) fn file_entry(path: &str, stat: &Stat) -> FileEntry {
         kind,
         size: u64::try_from(stat.st_size).unwrap_or(0),
         modified: Some(Millis(mtime_ms)),
+        name_base64: None,
     }
 }
 
