@@ -172,14 +172,40 @@ async fn read(
         }
         (false, true) => Ok(Json(tb.peek_stat(&thread_id, &path).await?).into_response()),
         (false, false) => {
-            let contents = tb.peek_file(&thread_id, &path).await?;
+            let file = tb.peek_open_file(&thread_id, &path).await?;
             Ok((
                 [(header::CONTENT_TYPE, "application/octet-stream")],
-                contents,
+                axum::body::Body::from_stream(chunks_of(file.reader)),
             )
                 .into_response())
         }
     }
+}
+
+/// How much of a file is read at a time when streaming it out.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// `reader` as a stream of chunks, ending after the end of the file or the first error (the
+/// answer is then cut short, which the client sees as a broken transfer).
+fn chunks_of(
+    reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+) -> impl futures::Stream<Item = std::io::Result<Vec<u8>>> + Send {
+    futures::stream::unfold(Some(reader), |reader| async move {
+        use tokio::io::AsyncReadExt;
+        let mut reader = reader?;
+        let mut chunk = vec![0u8; READ_CHUNK];
+        match reader.read(&mut chunk).await {
+            Ok(0) => None,
+            Ok(n) => {
+                chunk.truncate(n);
+                Some((Ok(chunk), Some(reader)))
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading a sandbox file failed mid-answer");
+                Some((Err(error), None))
+            }
+        }
+    })
 }
 
 #[derive(Serialize)]

@@ -303,6 +303,20 @@ pub struct GrepMatch {
     pub line: String,
 }
 
+/// A file open for reading: its size when opened, and its bytes as they are read.
+pub struct OpenFile {
+    pub size: u64,
+    pub reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+}
+
+impl std::fmt::Debug for OpenFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenFile")
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A sandbox engine. Every call names the sandbox by id; a sandbox the provider no longer has
 /// answers `ProviderError::Gone`, except `kill`, for which gone is success.
 #[async_trait]
@@ -333,6 +347,17 @@ pub trait SandboxProvider: Send + Sync {
     ) -> Result<ExecResult, ProviderError>;
 
     async fn read_file(&self, sandbox_id: &str, path: &str) -> Result<Vec<u8>, ProviderError>;
+    /// The file open for reading as a stream, with its size: memory stays bounded whatever the
+    /// size, and what the provider refuses (no such file, a directory) is refused here, before
+    /// anything is sent. The default reads the whole file (`read_file`, within its cap);
+    /// providers that can do better stream from the file itself.
+    async fn open_file(&self, sandbox_id: &str, path: &str) -> Result<OpenFile, ProviderError> {
+        let contents = self.read_file(sandbox_id, path).await?;
+        Ok(OpenFile {
+            size: contents.len() as u64,
+            reader: Box::pin(std::io::Cursor::new(contents)),
+        })
+    }
     /// Creates missing parent directories.
     async fn write_file(
         &self,

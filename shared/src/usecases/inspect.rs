@@ -9,20 +9,20 @@
 use std::future::Future;
 
 use crate::domain::{Status, ThreadId};
-use crate::ports::{FileEntry, ProviderError};
+use crate::ports::{FileEntry, OpenFile, ProviderError};
 
 use super::error::UseCaseError;
 use super::threadbox::Threadbox;
 
 impl Threadbox {
-    /// The bytes of a file in the thread's sandbox, without waking it.
-    pub async fn peek_file(
+    /// A file in the thread's sandbox open for streaming, without waking it.
+    pub async fn peek_open_file(
         &self,
         thread_id: &ThreadId,
         path: &str,
-    ) -> Result<Vec<u8>, UseCaseError> {
+    ) -> Result<OpenFile, UseCaseError> {
         self.in_place(thread_id, |id| async move {
-            self.provider.read_file(&id, path).await
+            self.provider.open_file(&id, path).await
         })
         .await
     }

@@ -131,6 +131,24 @@ impl SandboxFs {
         Ok(contents)
     }
 
+    /// The regular file at `path`, open for reading (no size cap: the caller streams it), with
+    /// its size.
+    pub fn open(&self, path: &str) -> Result<(File, u64), ProviderError> {
+        let r = self.resolve(path, true, false)?;
+        let (name, _) = existing_file(&r, path)?;
+        // O_NONBLOCK: a FIFO planted where a file was must not hang us.
+        let fd = openat(
+            &r.dir,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+            Mode::empty(),
+        )
+        .map_err(|e| errno(path, e))?;
+        ensure_regular(&fd, path)?;
+        let size = u64::try_from(fstat(&fd).map_err(|e| errno(path, e))?.st_size).unwrap_or(0);
+        Ok((File::from(fd), size))
+    }
+
     pub fn write(&self, path: &str, contents: &[u8]) -> Result<(), ProviderError> {
         if contents.len() as u64 > self.file_cap {
             return Err(too_large(path, contents.len() as u64, self.file_cap));

@@ -56,7 +56,8 @@ use self::ids::{hostname_for, new_sandbox_id, validate_sandbox_id};
 use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use crate::ports::{
     Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult, FileEntry, GrepMatch,
-    Limit, NetworkProfile, ProviderError, SandboxInfo, SandboxProvider, SandboxState, SystemClock,
+    Limit, NetworkProfile, OpenFile, ProviderError, SandboxInfo, SandboxProvider, SandboxState,
+    SystemClock,
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, RuncConfig, SandboxLimits};
@@ -799,6 +800,19 @@ impl SandboxProvider for RuncProvider {
     async fn read_file(&self, sandbox_id: &str, path: &str) -> Result<Vec<u8>, ProviderError> {
         let path = path.to_owned();
         self.with_files(sandbox_id, move |fs| fs.read(&path)).await
+    }
+
+    /// Streamed from the file itself: opened as the sandbox user, then read in chunks by
+    /// tokio, so memory stays bounded and no cap applies.
+    async fn open_file(&self, sandbox_id: &str, path: &str) -> Result<OpenFile, ProviderError> {
+        let path = path.to_owned();
+        let (file, size) = self
+            .with_files(sandbox_id, move |fs| fs.open(&path))
+            .await?;
+        Ok(OpenFile {
+            size,
+            reader: Box::pin(tokio::fs::File::from_std(file)),
+        })
     }
 
     async fn write_file(
