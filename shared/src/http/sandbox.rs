@@ -5,10 +5,10 @@
 //! thread is a 404, and a file is read from the sandbox as it is, paused or not (`inspect`).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use super::error::ApiError;
 use super::extract::{sandbox_path, ApiQuery, JsonBody, SandboxPath, Thread};
 use crate::ports::{
-    ExecCommand, ExecRequest, ExecResult, FileEntry, DEFAULT_EXEC_TIMEOUT, DEFAULT_FILE_CAP,
-    DEFAULT_OUTPUT_CAP,
+    ExecCommand, ExecRequest, ExecResult, FileEntry, ProviderError, DEFAULT_EXEC_TIMEOUT,
+    DEFAULT_FILE_CAP, DEFAULT_OUTPUT_CAP,
 };
 use crate::usecases::Threadbox;
 
@@ -211,16 +211,19 @@ fn chunks_of(
 #[derive(Serialize)]
 struct Written {
     path: String,
-    size: usize,
+    size: u64,
 }
 
-/// PUT: the body is the file's new contents; missing parent directories are created.
+/// PUT: the body is the file's new contents; missing parent directories are created. The body
+/// is streamed into the sandbox as it arrives (bounded memory); past `MAX_FILE_BODY` bytes it is
+/// 413 and the file is left as it was.
 async fn write(
     State(tb): State<Threadbox>,
     Thread(thread_id): Thread,
     SandboxPath(path): SandboxPath,
     ApiQuery(query): ApiQuery<FileQuery>,
-    body: Result<Bytes, BytesRejection>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
 ) -> Result<Json<Written>, ApiError> {
     if query.list || query.stat || query.recursive {
         return Err(ApiError::bad_request(
@@ -228,11 +231,51 @@ async fn write(
             "PUT takes no query options",
         ));
     }
-    let body = body?;
-    tb.write_file(&thread_id, &path, &body).await?;
-    Ok(Json(Written {
-        path,
-        size: body.len(),
+    let limit = MAX_FILE_BODY as u64;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("a file body may hold at most {limit} bytes"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let overflowed = Arc::new(AtomicBool::new(false));
+    let chunks = upload_chunks(body, limit, overflowed.clone());
+    match tb.write_file_from(&thread_id, &path, chunks, limit).await {
+        Ok(size) => Ok(Json(Written { path, size })),
+        Err(_) if overflowed.load(Ordering::SeqCst) => Err(too_large()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The request body as upload chunks; past `limit` bytes an error ends it and `overflowed` says
+/// why.
+fn upload_chunks(
+    body: axum::body::Body,
+    limit: u64,
+    overflowed: Arc<AtomicBool>,
+) -> crate::ports::FileChunks {
+    use futures::StreamExt;
+    let mut seen = 0u64;
+    Box::pin(body.into_data_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| {
+            ProviderError::InvalidRequest(format!("reading the request body failed: {e}"))
+        })?;
+        seen += chunk.len() as u64;
+        if seen > limit {
+            overflowed.store(true, Ordering::SeqCst);
+            return Err(ProviderError::InvalidRequest(format!(
+                "the body is over {limit} bytes"
+            )));
+        }
+        Ok(chunk.to_vec())
     }))
 }
 

@@ -303,6 +303,17 @@ pub struct GrepMatch {
     pub line: String,
 }
 
+/// An upload's bytes as they arrive; an item that is an error ends the upload with it.
+pub type FileChunks =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Vec<u8>, ProviderError>> + Send>>;
+
+/// The error of an upload past its limit.
+pub fn too_large_upload(path: &str, limit: u64) -> ProviderError {
+    ProviderError::InvalidRequest(format!(
+        "{path}: the upload is over the file API's limit of {limit} bytes"
+    ))
+}
+
 /// A file open for reading: its size when opened, and its bytes as they are read.
 pub struct OpenFile {
     pub size: u64,
@@ -365,6 +376,28 @@ pub trait SandboxProvider: Send + Sync {
         path: &str,
         contents: &[u8],
     ) -> Result<(), ProviderError>;
+    /// Write `chunks` to `path` as they come, at most `limit` bytes, creating missing parent
+    /// directories; the number of bytes written. The file changes only once every chunk is in:
+    /// a stream that fails or passes `limit` leaves `path` as it was. The default gathers the
+    /// chunks and calls `write_file`; providers that can do better write as they go.
+    async fn write_file_from(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        mut chunks: FileChunks,
+        limit: u64,
+    ) -> Result<u64, ProviderError> {
+        use futures::StreamExt;
+        let mut contents = Vec::new();
+        while let Some(chunk) = chunks.next().await {
+            contents.extend_from_slice(&chunk?);
+            if contents.len() as u64 > limit {
+                return Err(too_large_upload(path, limit));
+            }
+        }
+        self.write_file(sandbox_id, path, &contents).await?;
+        Ok(contents.len() as u64)
+    }
     async fn list_dir(&self, sandbox_id: &str, path: &str)
         -> Result<Vec<FileEntry>, ProviderError>;
     async fn stat(&self, sandbox_id: &str, path: &str) -> Result<FileEntry, ProviderError>;

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::domain::{Hold, Millis, Session, ThreadId};
-use crate::ports::{ExecRequest, ExecResult, FileEntry, GrepMatch, ProviderError};
+use crate::ports::{ExecRequest, ExecResult, FileChunks, FileEntry, GrepMatch, ProviderError};
 
 use super::error::UseCaseError;
 use super::hold_request::HoldRequest;
@@ -176,6 +176,36 @@ impl Threadbox {
             HoldRequest::new("files", HOLD_GRACE),
             |id| async move { self.provider.read_file(&id, path).await },
         )
+        .await
+    }
+
+    /// Stream an upload into a file of the thread's sandbox (created or resumed first) under a
+    /// hold, at most `limit` bytes; the number written. A sandbox found gone before the upload
+    /// started is handled as for any file operation; one lost mid-upload takes the bytes sent
+    /// with it, and the caller is told to send them again.
+    pub async fn write_file_from(
+        &self,
+        thread_id: &ThreadId,
+        path: &str,
+        chunks: FileChunks,
+        limit: u64,
+    ) -> Result<u64, UseCaseError> {
+        let chunks = std::sync::Mutex::new(Some(chunks));
+        self.with_sandbox(thread_id, HoldRequest::new("files", HOLD_GRACE), |id| {
+            let taken = chunks.lock().unwrap().take();
+            async move {
+                match taken {
+                    Some(chunks) => {
+                        self.provider
+                            .write_file_from(&id, path, chunks, limit)
+                            .await
+                    }
+                    None => Err(ProviderError::Unavailable(format!(
+                        "{path}: the sandbox went away during the upload; send it again"
+                    ))),
+                }
+            }
+        })
         .await
     }
 

@@ -187,6 +187,47 @@ impl SandboxFs {
             .map_err(|e| io_error(path, e))
     }
 
+    /// Start a streamed upload to `path`: a new file beside it, owned by the sandbox user, that
+    /// [`Upload::finish`] renames over `path` once every byte is written (or removes), so a
+    /// failed or oversized upload never leaves `path` half written.
+    pub fn begin_upload(&self, path: &str) -> Result<(File, Upload), ProviderError> {
+        let r = self.resolve(path, true, true)?;
+        let Some(name) = r.name.clone() else {
+            return Err(invalid(format!("{path} is a directory")));
+        };
+        if let Some(stat) = &r.stat {
+            if file_type(stat) != FileType::RegularFile {
+                return Err(invalid(format!("{path} exists and is not a regular file")));
+            }
+        }
+        let temp = format!(".{name}.threadbox-upload-{}", uuid::Uuid::new_v4().simple());
+        let fd = openat(
+            &r.dir,
+            temp.as_str(),
+            OFlags::WRONLY
+                | OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC
+                | OFlags::NOCTTY,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| errno(path, e))?;
+        fchown(
+            &fd,
+            Some(sandbox_uid(self.ids)),
+            Some(sandbox_gid(self.ids)),
+        )
+        .map_err(|e| errno(path, e))?;
+        let upload = Upload {
+            dir: r.dir,
+            temp,
+            name,
+            path: path.to_owned(),
+        };
+        Ok((File::from(fd), upload))
+    }
+
     /// Every entry, names that are not UTF-8 included (see `FileEntry::name_base64`).
     pub fn list(&self, path: &str) -> Result<Vec<FileEntry>, ProviderError> {
         let r = self.resolve(path, true, false)?;
@@ -471,6 +512,29 @@ pub(super) fn open_dir(r: &Resolved, path: &str) -> Result<OwnedFd, ProviderErro
         Mode::empty(),
     )
     .map_err(|e| errno(path, e))
+}
+
+/// A streamed upload's file, written beside its destination until it is complete.
+pub(super) struct Upload {
+    dir: OwnedFd,
+    temp: String,
+    name: String,
+    path: String,
+}
+
+impl Upload {
+    /// Put the written file in place (`complete`), or remove it.
+    pub fn finish(self, complete: bool) -> Result<(), ProviderError> {
+        if complete {
+            rustix::fs::renameat(&self.dir, self.temp.as_str(), &self.dir, self.name.as_str())
+                .map_err(|e| errno(&self.path, e))
+        } else {
+            match unlinkat(&self.dir, self.temp.as_str(), AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => Ok(()),
+                Err(e) => Err(errno(&self.path, e)),
+            }
+        }
+    }
 }
 
 /// Entries of an open directory with their own (not followed) status, `.` and `..` left out,

@@ -55,9 +55,9 @@ use self::idmap::{IdRange, IdRanges};
 use self::ids::{hostname_for, new_sandbox_id, validate_sandbox_id};
 use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use crate::ports::{
-    Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult, FileEntry, GrepMatch,
-    Limit, NetworkProfile, OpenFile, ProviderError, SandboxInfo, SandboxProvider, SandboxState,
-    SystemClock,
+    too_large_upload, Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult,
+    FileChunks, FileEntry, GrepMatch, Limit, NetworkProfile, OpenFile, ProviderError, SandboxInfo,
+    SandboxProvider, SandboxState, SystemClock,
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, RuncConfig, SandboxLimits};
@@ -813,6 +813,50 @@ impl SandboxProvider for RuncProvider {
             size,
             reader: Box::pin(tokio::fs::File::from_std(file)),
         })
+    }
+
+    /// Written as the chunks come, into a new file beside `path` that replaces it only when
+    /// complete (see `files::Upload`): memory stays bounded whatever the size.
+    async fn write_file_from(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        mut chunks: FileChunks,
+        limit: u64,
+    ) -> Result<u64, ProviderError> {
+        use futures::StreamExt;
+        use tokio::io::AsyncWriteExt;
+        let owned = path.to_owned();
+        let (file, upload) = self
+            .with_files(sandbox_id, move |fs| fs.begin_upload(&owned))
+            .await?;
+        let mut file = tokio::fs::File::from_std(file);
+        let mut written = 0u64;
+        let outcome: Result<u64, ProviderError> = async {
+            while let Some(chunk) = chunks.next().await {
+                let chunk = chunk?;
+                written += chunk.len() as u64;
+                if written > limit {
+                    return Err(too_large_upload(path, limit));
+                }
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|e| ProviderError::InvalidRequest(format!("{path}: {e}")))?;
+            }
+            file.flush()
+                .await
+                .map_err(|e| ProviderError::InvalidRequest(format!("{path}: {e}")))?;
+            Ok(written)
+        }
+        .await;
+        drop(file);
+        let complete = outcome.is_ok();
+        let finished = tokio::task::spawn_blocking(move || upload.finish(complete))
+            .await
+            .map_err(|e| ProviderError::Internal(format!("finishing an upload panicked: {e}")))?;
+        let written = outcome?;
+        finished?;
+        Ok(written)
     }
 
     async fn write_file(
