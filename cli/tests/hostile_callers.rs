@@ -297,7 +297,10 @@ async fn six_hundred_long_commands_leave_the_api_answering() {
     let started = std::time::Instant::now();
     let requests: Vec<_> = (0..600)
         .map(|i| {
-            let url = format!("{}/v1/threads/{}/exec", dev.url, threads[i % threads.len()]);
+            // Thirty in a row per thread: the first threads fill their own cap (4) before the
+            // host's (40) is reached, so both refusals are seen whatever the arrival order
+            // within a thread's burst.
+            let url = format!("{}/v1/threads/{}/exec", dev.url, threads[i / 30]);
             let client = client.clone();
             tokio::spawn(async move {
                 let response = client
