@@ -75,26 +75,6 @@ impl DynamoConfig {
     }
 }
 
-/// When something written now may be removed by TTL after `retention`, in epoch seconds
-/// (TTL's unit), rounded up so nothing goes early. Read from the system clock on purpose: this
-/// is storage housekeeping, not domain time.
-pub(crate) fn expiry_after(retention: Duration) -> Option<i64> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let at = now + retention;
-    i64::try_from(at.as_secs() + u64::from(at.subsec_nanos() > 0)).ok()
-}
-
-/// Now in epoch seconds, rounded down: an item whose TTL is below this has expired, whether or
-/// not DynamoDB has deleted it yet (it may take days).
-pub(crate) fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@
 //! second more, which is nothing against the days a dedupe window lasts.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -20,6 +20,7 @@ use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
 use super::errors::unavailable;
 use super::schema::{attr, DEDUPE_KEY};
+use super::ttl::{expiry_in, now_secs};
 use crate::ports::{DedupeStore, StoreError};
 
 /// One row: a key and when it stops counting.
@@ -66,30 +67,12 @@ impl DynamoDedupe {
     }
 }
 
-fn now() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-}
-
-/// Whole seconds, rounded down: "now" as the conditions compare it.
-fn now_secs() -> i64 {
-    i64::try_from(now().as_secs()).unwrap_or(i64::MAX)
-}
-
-/// When a claim made now for `ttl` expires, in whole seconds rounded up.
-fn expiry_secs(ttl: Duration) -> i64 {
-    let at = now().saturating_add(ttl);
-    let secs = at.as_secs() + u64::from(at.subsec_nanos() > 0);
-    i64::try_from(secs).unwrap_or(i64::MAX)
-}
-
 #[async_trait]
 impl DedupeStore for DynamoDedupe {
     async fn claim(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
         let item = to_item(DedupeItem {
             dedupe_key: key.to_owned(),
-            expires_at: expiry_secs(ttl),
+            expires_at: expiry_in(ttl),
         })
         .map_err(|e| StoreError::Unavailable(format!("encoding dedupe key {key:?}: {e}")))?;
         let result = self
@@ -159,8 +142,8 @@ mod tests {
     fn expiry_rounds_up_and_now_rounds_down() {
         let before = now_secs();
         // A claim for a moment still counts until the next whole second at least.
-        assert!(expiry_secs(Duration::from_millis(1)) > before);
-        assert!(expiry_secs(Duration::from_secs(60)) >= before + 60);
+        assert!(expiry_in(Duration::from_millis(1)) > before);
+        assert!(expiry_in(Duration::from_secs(60)) >= before + 60);
     }
 
     #[test]

@@ -112,6 +112,7 @@ mod session_store;
 mod slack_status;
 #[cfg(feature = "live")]
 mod subscriptions;
+mod ttl;
 mod window_counter;
 
 pub use capacity::{query_read_units, session_item_bytes, Consistency, READ_BLOCK_BYTES};

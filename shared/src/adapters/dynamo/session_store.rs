@@ -17,12 +17,13 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWr
 use aws_sdk_dynamodb::Client;
 use futures::StreamExt;
 
-use super::config::{expiry_after, now_secs, DynamoConfig};
+use super::config::DynamoConfig;
 use super::errors::{cancelled, unavailable, Cancelled};
 use super::items::{
     decode_event, decode_session, encode, EventIdGuard, EventItem, Item, SessionItem,
 };
 use super::schema::{attr, DUE_INDEX, LIST_INDEX, SESSION_KIND, UNSENT_INDEX};
+use super::ttl::{expiry_in, now_secs};
 use crate::domain::{LifecycleEvent, Millis, Session, ThreadId};
 use crate::ports::{Page, SessionStore, StoreError, StoreStats};
 
@@ -84,7 +85,7 @@ impl DynamoSessionStore {
 
     /// When history written now may be removed by TTL (epoch seconds), if ever.
     fn expiry(&self) -> Option<i64> {
-        self.config.retention.and_then(expiry_after)
+        self.config.retention.map(expiry_in)
     }
 
     /// The session's item. A destroyed or expired record carries a TTL, a live one none: the

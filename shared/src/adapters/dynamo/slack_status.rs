@@ -19,9 +19,10 @@ use aws_sdk_dynamodb::Client;
 use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
-use super::config::{expiry_after, now_secs, DEFAULT_RETENTION};
+use super::config::DEFAULT_RETENTION;
 use super::errors::unavailable;
 use super::schema::attr;
+use super::ttl::{expiry_in, now_secs};
 use crate::domain::ThreadId;
 use crate::ports::StoreError;
 use crate::ports::{SlackStatusStore, StatusMessage};
@@ -114,7 +115,7 @@ impl SlackStatusStore for DynamoSlackStatusStore {
             channel: message.channel.clone(),
             ts: message.ts.clone(),
             seq: message.seq,
-            expires_at: self.retention.and_then(expiry_after),
+            expires_at: self.retention.map(expiry_in),
         })
         .map_err(|e| StoreError::Unavailable(format!("encoding {thread_id}'s status: {e}")))?;
         let result = self

@@ -105,24 +105,13 @@ impl SandboxFs {
     }
 
     pub fn read(&self, path: &str) -> Result<Vec<u8>, ProviderError> {
-        let r = self.resolve(path, true, false)?;
-        let (name, stat) = existing_file(&r, path)?;
-        let size = u64::try_from(stat.st_size).unwrap_or(0);
+        let (file, size) = self.open(path)?;
         if size > self.file_cap {
             return Err(too_large(path, size, self.file_cap));
         }
-        // O_NONBLOCK: a FIFO planted where a file was must not hang us.
-        let fd = openat(
-            &r.dir,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
-            Mode::empty(),
-        )
-        .map_err(|e| errno(path, e))?;
-        ensure_regular(&fd, path)?;
+        // Read at most one byte past the cap: the sandbox may be growing the file as we read.
         let mut contents = Vec::with_capacity(size as usize);
-        File::from(fd)
-            .take(self.file_cap + 1)
+        file.take(self.file_cap + 1)
             .read_to_end(&mut contents)
             .map_err(|e| io_error(path, e))?;
         if contents.len() as u64 > self.file_cap {

@@ -137,6 +137,13 @@ fn create_private(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Whether this file has `table`. Stores share one file but each creates only its own tables, so
+/// housekeeping that spans them (purging a thread's Slack status with the thread) checks first.
+pub(crate) fn has_table(conn: &Connection, table: &str) -> Result<bool, rusqlite::Error> {
+    conn.prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
+        .exists([table])
+}
+
 fn classify(path: &Path, source: rusqlite::Error) -> DatabaseError {
     use rusqlite::ErrorCode;
     let corrupt = matches!(

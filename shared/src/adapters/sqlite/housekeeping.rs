@@ -9,7 +9,7 @@
 
 use rusqlite::params;
 
-use super::database::{Database, DatabaseError};
+use super::database::{has_table, Database, DatabaseError};
 use crate::domain::Millis;
 
 /// What one [`delete_aged`] call removed.
@@ -37,19 +37,15 @@ pub async fn delete_aged(
     let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
     db.call(move |conn| {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let has = |table: &str| -> Result<bool, rusqlite::Error> {
-            tx.prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
-                .exists([table])
-        };
         let mut aged = Aged::default();
-        if has("slack_sink")? {
+        if has_table(&tx, "slack_sink")? {
             aged.sink_messages = tx.execute(
                 "DELETE FROM slack_sink WHERE ts IN
                     (SELECT ts FROM slack_sink WHERE updated_ms < ?1 ORDER BY updated_ms LIMIT ?2)",
                 params![before.0, batch],
             )? as u64;
         }
-        if has("queue_messages")? {
+        if has_table(&tx, "queue_messages")? {
             aged.dead_letters = tx.execute(
                 "DELETE FROM queue_messages WHERE seq IN
                     (SELECT seq FROM queue_messages

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use super::database::{Database, DatabaseError};
+use super::database::{has_table, Database, DatabaseError};
 use crate::domain::{LifecycleEvent, Millis, Session, Status, ThreadId};
 use crate::ports::{Page, Purged, SessionStore, StoreError, StoreStats};
 
@@ -508,12 +508,7 @@ impl SessionStore for SqliteSessionStore {
                 // The Slack status row (when this file has the table) remembers the seq its
                 // message shows and refuses lower ones: left behind, it would freeze the status
                 // of the thread's next record, whose seqs start again at 1.
-                let has_status: bool = tx
-                    .prepare_cached(
-                        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'slack_status'",
-                    )?
-                    .exists([])?;
-                if has_status {
+                if has_table(&tx, "slack_status")? {
                     tx.execute(
                         "DELETE FROM slack_status WHERE thread_id IN (SELECT thread_id FROM temp.purge)",
                         [],
