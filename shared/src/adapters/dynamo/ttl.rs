@@ -19,7 +19,9 @@ pub(super) fn now_secs() -> i64 {
 /// The TTL of something written now that may go after `ttl`, in epoch seconds rounded up.
 pub(super) fn expiry_in(ttl: Duration) -> i64 {
     let at = now().saturating_add(ttl);
-    let secs = at.as_secs() + u64::from(at.subsec_nanos() > 0);
+    let secs = at
+        .as_secs()
+        .saturating_add(u64::from(at.subsec_nanos() > 0));
     i64::try_from(secs).unwrap_or(i64::MAX)
 }
 
