@@ -360,3 +360,91 @@ async fn six_hundred_long_commands_leave_the_api_answering() {
         "{refused:?}"
     );
 }
+
+/// A sandbox that fills its disk meets its quota and nothing else does: "No space left on
+/// device" inside, an upload through the file API refused with 400, while another thread's
+/// sandbox still writes and the store still records its lifecycle. The usage shows in the
+/// thread's details, through the API and `threadbox threads show`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_filling_its_disk_meets_its_quota_and_nothing_else_does() {
+    if !prerequisites_met("hostile_callers", &dev_missing()) {
+        return;
+    }
+    let dev = DevServer::start(&["--disk-quota", "64MiB", "--disk-files", "4096"]).await;
+    let fill = dev
+        .post(
+            "/v1/threads/filler/exec",
+            Some(json!({"cmd": "head -c 200000000 /dev/zero > big; echo status=$?"})),
+        )
+        .await;
+    assert!(
+        fill["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device")
+            && fill["stdout"] == "status=1\n",
+        "{fill}"
+    );
+
+    let upload = dev
+        .http
+        .put(format!(
+            "{}/v1/threads/filler/files/home/user/more",
+            dev.url
+        ))
+        .body(vec![1u8; 8 << 20])
+        .send()
+        .await
+        .unwrap();
+    let status = upload.status().as_u16();
+    let body: Value = upload.json().await.unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no space left"),
+        "{body}"
+    );
+
+    let neighbour = dev
+        .post(
+            "/v1/threads/neighbour/exec",
+            Some(json!({"cmd": "echo written > f && cat f"})),
+        )
+        .await;
+    assert_eq!(neighbour["stdout"], "written\n", "{neighbour}");
+    let neighbour = dev.get("/v1/threads/neighbour").await;
+    assert_eq!(neighbour["session"]["status"], "active", "{neighbour}");
+    assert!(
+        !neighbour["events"].as_array().unwrap().is_empty(),
+        "the store still records: {neighbour}"
+    );
+
+    let filler = dev.get("/v1/threads/filler").await;
+    let disk = &filler["sandbox"]["disk"];
+    let (used, limit) = (
+        disk["used_bytes"].as_u64().unwrap(),
+        disk["limit_bytes"].as_u64().unwrap(),
+    );
+    assert!(limit <= 64 << 20 && used > limit * 9 / 10, "{filler}");
+    assert_eq!(disk["limit_inodes"], 4096, "{filler}");
+
+    let show = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .args(["threads", "show", "filler"])
+        .env("THREADBOX_URL", &dev.url)
+        .env_remove("THREADBOX_API_KEY")
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&show.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("disk "))
+        .unwrap_or_else(|| panic!("no disk line in:\n{text}"));
+    assert!(
+        line.contains(" MiB of ") && line.ends_with("of 4096 files"),
+        "{line}"
+    );
+}

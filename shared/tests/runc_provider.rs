@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use threadbox_shared::adapters::runc::{
-    host_can_run_sandboxes, RuncConfig, RuncProvider, SandboxLimits,
+    host_can_run_sandboxes, DiskQuota, RuncConfig, RuncProvider, SandboxLimits,
 };
 use threadbox_shared::ports::{
     CreateSandbox, ExecCommand, ExecRequest, FileKind, NetworkProfile, ProviderError,
@@ -90,14 +90,15 @@ impl Drop for Fixture {
         for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
             let _ = self.runc(&["delete", "--force", id]);
         }
-        // And the user namespace pins (bind mounts) of sandboxes the provider did not kill.
-        if let Ok(pins) = std::fs::read_dir(self.config.state_dir.join("userns")) {
-            for pin in pins.flatten() {
-                let _ = std::process::Command::new("umount")
-                    .arg("--lazy")
-                    .arg(pin.path())
-                    .status();
-            }
+        // And the mounts of sandboxes the provider did not kill (user namespace pins, root
+        // tmpfs, home volumes), deepest first.
+        let mut mounts = mounts_under(&self.config.state_dir);
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for mount_point in mounts {
+            let _ = std::process::Command::new("umount")
+                .arg("--lazy")
+                .arg(&mount_point)
+                .status();
         }
     }
 }
@@ -481,6 +482,28 @@ async fn names_that_are_not_utf8_are_listed_and_removable() {
     assert!(p.stat(&id, "/home/user/odd").await.is_err());
 }
 
+/// A file the sandbox keeps growing is read up to the size it had when opened: the answer's
+/// Content-Length promised that much, and a writer inside must not make a download endless.
+#[tokio::test]
+async fn an_open_file_reads_only_the_size_it_had_when_opened() {
+    use tokio::io::AsyncReadExt;
+    let fixture = fixture!();
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    let out = sh(&p, &id, "printf 0123456789 > /home/user/growing").await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+
+    let mut open = p.open_file(&id, "/home/user/growing").await.expect("open");
+    assert_eq!(open.size, 10);
+    let out = sh(&p, &id, "head -c 100000 /dev/zero >> /home/user/growing").await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+
+    let mut read = Vec::new();
+    open.reader.read_to_end(&mut read).await.expect("read");
+    assert_eq!(read, b"0123456789");
+    p.kill(&id).await.unwrap();
+}
+
 #[tokio::test]
 async fn paths_outside_and_escaping_symlinks_are_refused() {
     let fixture = fixture!();
@@ -636,7 +659,16 @@ async fn leftovers_are_swept_and_reported_gone() {
 
     // A sandbox whose bundle vanished has its container removed by list.
     let other = new_sandbox(&p).await;
-    std::fs::remove_dir_all(fixture.config.sandboxes_dir().join(&other)).unwrap();
+    let other_bundle = fixture.config.sandboxes_dir().join(&other);
+    // (Its home and root are mounts: the bundle cannot go before they do.)
+    for mount in ["home", "rootfs"] {
+        let unmounted = std::process::Command::new("umount")
+            .arg(other_bundle.join(mount))
+            .status()
+            .unwrap();
+        assert!(unmounted.success());
+    }
+    std::fs::remove_dir_all(&other_bundle).unwrap();
     assert!(p.list(&BTreeMap::new()).await.unwrap().is_empty());
     let listed = fixture.runc(&["list", "--quiet"]);
     assert!(!String::from_utf8_lossy(&listed.stdout).contains(&other));
@@ -722,10 +754,25 @@ async fn no_zombies_are_left_behind() {
 }
 
 /// A sandbox's home holding a chain of directories 30,000 deep is destroyed with the process
-/// alive; a recursive removal overflowed the stack and aborted the whole process there.
+/// alive; a recursive removal overflowed the stack and aborted the whole process there. Both
+/// kinds of home: a volume (unmounted and unlinked) and, without a quota, a plain directory
+/// (walked).
 #[tokio::test]
 async fn a_tree_thirty_thousand_deep_is_destroyed_without_harm() {
-    let fixture = fixture!();
+    thirty_thousand_deep(SandboxLimits::default()).await;
+}
+
+#[tokio::test]
+async fn a_tree_thirty_thousand_deep_in_a_plain_home_is_destroyed_without_harm() {
+    thirty_thousand_deep(SandboxLimits {
+        disk: None,
+        ..SandboxLimits::default()
+    })
+    .await;
+}
+
+async fn thirty_thousand_deep(limits: SandboxLimits) {
+    let fixture = fixture!(limits);
     let p = fixture.provider().await;
     let id = new_sandbox(&p).await;
     let made = sh(
@@ -1145,4 +1192,176 @@ async fn each_sandbox_is_a_host_uid_of_its_own_and_per_uid_limits_stay_apart() {
     assert_eq!(ranges(), 1);
     p.kill(&b).await.unwrap();
     assert_eq!(ranges(), 0);
+}
+
+/// Mount points under `dir` in this (the host's) mount namespace.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = format!("{}/", dir.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4).map(str::to_owned))
+        .filter(|mount_point| mount_point.starts_with(&dir))
+        .collect()
+}
+
+fn host_free_bytes(path: &Path) -> u64 {
+    let stat = rustix::fs::statvfs(path).unwrap();
+    stat.f_bavail * stat.f_frsize
+}
+
+/// The home is a filesystem of the quota's size: filling it gets ENOSPC inside, the file API
+/// meets the same limit, another sandbox still writes, the host's disk only pays for what was
+/// written, and the usage shows in the sandbox's info. A kill leaves no mount behind.
+#[tokio::test]
+async fn the_disk_quota_holds_and_nothing_outside_pays_for_it() {
+    let quota = DiskQuota {
+        bytes: 64 << 20,
+        inodes: 2048,
+    };
+    let fixture = fixture!(SandboxLimits {
+        disk: Some(quota),
+        ..SandboxLimits::default()
+    });
+    let p = fixture.provider().await;
+    let filler = new_sandbox(&p).await;
+    let neighbour = new_sandbox(&p).await;
+    let state_dir = &fixture.config.state_dir;
+
+    // What the sandbox sees: its own small filesystem, not the host's disk.
+    let df = sh(&p, &filler, "df -k --output=size /home/user | tail -1").await;
+    let size_kib: u64 = df
+        .stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{df:?}"));
+    assert!(
+        (40 << 10..=64 << 10).contains(&size_kib),
+        "df shows {size_kib} KiB"
+    );
+
+    let free_before = host_free_bytes(state_dir);
+    let fill = sh(
+        &p,
+        &filler,
+        "head -c 200000000 /dev/zero > /home/user/big; echo status=$?",
+    )
+    .await;
+    assert!(
+        fill.stderr.contains("No space left on device") && fill.stdout.contains("status=1"),
+        "{fill:?}"
+    );
+    let fallocate = sh(&p, &filler, "fallocate -l 1G /home/user/more").await;
+    assert_ne!(fallocate.exit_code, Some(0), "{fallocate:?}");
+    let grown = free_before.saturating_sub(host_free_bytes(state_dir));
+    assert!(
+        grown < 80 << 20,
+        "the host's disk lost {grown} bytes for a 64 MiB quota"
+    );
+
+    // The file API writes into the same filesystem, so it meets the same limit.
+    let put = p
+        .write_file(&filler, "/home/user/via-api", &vec![7u8; 4 << 20])
+        .await
+        .expect_err("the disk is full");
+    assert!(
+        matches!(&put, ProviderError::InvalidRequest(m) if m.contains("no space left")),
+        "{put:?}"
+    );
+
+    // Files count too: the inode limit stops a flood of empty ones.
+    sh(&p, &filler, "rm -f /home/user/big /home/user/more").await;
+    let files = sh(
+        &p,
+        &filler,
+        "mkdir /home/user/many && cd /home/user/many && i=0; \
+         while [ $i -lt 3000 ]; do touch f$i 2>/dev/null || break; i=$((i+1)); done; \
+         echo made=$i",
+    )
+    .await;
+    let made: u64 = files
+        .stdout
+        .trim()
+        .strip_prefix("made=")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{files:?}"));
+    assert!((1500..2048).contains(&made), "{made} files made: {files:?}");
+
+    let info = p.info(&filler).await.unwrap();
+    let disk = info.disk.expect("a sandbox with a quota reports its disk");
+    assert_eq!(disk.limit_inodes, 2048);
+    assert!(disk.used_inodes >= made, "{disk:?}");
+    assert!(disk.limit_bytes <= quota.bytes && disk.limit_bytes > quota.bytes / 2);
+
+    // The neighbour is untouched.
+    let write = sh(
+        &p,
+        &neighbour,
+        "head -c 1000000 /dev/zero > /home/user/f && echo ok",
+    )
+    .await;
+    assert_eq!(write.stdout, "ok\n", "{write:?}");
+    let neighbour_disk = p.info(&neighbour).await.unwrap().disk.unwrap();
+    assert!(neighbour_disk.used_inodes < 100, "{neighbour_disk:?}");
+
+    // Inside, no mount names where the sandbox lives on the host.
+    let mountinfo = sh(&p, &neighbour, "cat /proc/self/mountinfo").await;
+    assert!(mountinfo.stdout.contains(" /home/user "), "{mountinfo:?}");
+    assert!(
+        !mountinfo.stdout.contains(&*state_dir.to_string_lossy()),
+        "{}",
+        mountinfo.stdout
+    );
+
+    p.kill(&filler).await.unwrap();
+    p.kill(&neighbour).await.unwrap();
+    assert_eq!(
+        mounts_under(&fixture.config.sandboxes_dir()),
+        Vec::<String>::new()
+    );
+}
+
+/// Creates take formatted images from the pool, which refills itself in the background;
+/// leftovers of a format cut short, and spares made for another quota, go at the next start.
+#[tokio::test]
+async fn home_volumes_come_from_a_pool_that_refills_itself() {
+    let fixture = fixture!();
+    let volumes = fixture.config.volumes_dir();
+    let spares = || -> Vec<String> {
+        std::fs::read_dir(&volumes)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let settled = |want: usize| async move {
+        for _ in 0..200 {
+            let now = spares();
+            if now.len() == want && now.iter().all(|n| n.starts_with("spare-")) {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the pool did not settle at {want} spares: {:?}", spares());
+    };
+    {
+        let p = fixture.provider().await;
+        let first = settled(fixture.config.spare_volumes).await;
+        let id = new_sandbox(&p).await;
+        let after = settled(fixture.config.spare_volumes).await;
+        assert!(
+            first.iter().any(|n| !after.contains(n)),
+            "the create took a spare: {first:?} then {after:?}"
+        );
+        p.kill(&id).await.unwrap();
+    }
+    let half_formatted = volumes.join(".formatting-123-456-0.img");
+    std::fs::write(&half_formatted, b"half").unwrap();
+    age_dir(&half_formatted);
+    std::fs::write(volumes.join("spare-999b-9i-1-2-3.img"), b"other quota").unwrap();
+    let _p = fixture.provider().await;
+    settled(fixture.config.spare_volumes).await;
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use threadbox_shared::domain::{LifecycleEvent, Session};
-use threadbox_shared::usecases::SandboxHandle;
+use threadbox_shared::usecases::{SandboxHandle, SandboxStatus};
 
 /// A session with how long it has been idle (by the server's clock).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -26,11 +26,14 @@ pub struct ThreadPage {
     pub next: Option<String>,
 }
 
-/// `GET /v1/threads/{id}`: the session and its most recent events, oldest first.
+/// `GET /v1/threads/{id}`: the session, its most recent events (oldest first), and its sandbox
+/// as the provider sees it now, when it has one.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ThreadDetail {
     pub session: ThreadView,
     pub events: Vec<LifecycleEvent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxStatus>,
 }
 
 /// One page of `GET /v1/threads/{id}/events`.

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use threadbox_shared::adapters::runc::{RuncConfig, RuncProvider};
+use threadbox_shared::adapters::runc::{DiskQuota, RuncConfig, RuncProvider};
 use threadbox_shared::adapters::sqlite::{
     QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
 };
@@ -133,12 +133,74 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_MAX_SANDBOXES")]
     pub max_sandboxes: Option<usize>,
 
+    /// The most one thread's /home/user may hold, e.g. 2GiB or 500MiB: the home is a filesystem
+    /// of its own that size, and writing past it gets "No space left on device" (the API's file
+    /// uploads too). `none` makes the home a plain directory on this machine's disk, unlimited.
+    #[arg(long, env = "THREADBOX_DISK_QUOTA", default_value = "2GiB", value_parser = parse_disk_quota)]
+    pub disk_quota: DiskQuotaArg,
+
+    /// The largest file a process in a sandbox may write (past it: "File too large"), and so the
+    /// largest upload through the file API (past it: 413), e.g. 1GiB or 100MiB.
+    #[arg(long, env = "THREADBOX_MAX_FILE_SIZE", default_value = "1GiB", value_parser = parse_size)]
+    pub max_file_size: u64,
+
+    /// The most files (and directories) one thread's /home/user may hold, with --disk-quota.
+    #[arg(long, env = "THREADBOX_DISK_FILES", default_value_t = DiskQuota::default().inodes)]
+    pub disk_files: u64,
+
     /// Refused: keys on the command line show in `ps` to every local user.
     #[arg(long, hide = true)]
     pub api_keys: Option<String>,
 }
 
+/// `--disk-quota`: a size, or none at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskQuotaArg {
+    Bytes(u64),
+    None,
+}
+
+/// A size like 2GiB, 500MiB or 1000000 (bytes).
+fn parse_size(raw: &str) -> Result<u64, String> {
+    let bytes = raw
+        .trim()
+        .parse::<bytesize::ByteSize>()
+        .map_err(|e| format!("{raw:?} is not a size like 2GiB or 500MiB: {e}"))?
+        .as_u64();
+    if bytes == 0 {
+        return Err(format!(
+            "{raw:?}: a size of nothing leaves nothing to write"
+        ));
+    }
+    Ok(bytes)
+}
+
+fn parse_disk_quota(raw: &str) -> Result<DiskQuotaArg, String> {
+    if raw.trim().eq_ignore_ascii_case("none") {
+        return Ok(DiskQuotaArg::None);
+    }
+    let bytes = parse_size(raw).map_err(|e| format!("{e} (or none)"))?;
+    if bytes < DiskQuota::MIN_BYTES {
+        return Err(format!(
+            "{raw:?} is too small for a filesystem: at least {}",
+            bytesize::ByteSize::b(DiskQuota::MIN_BYTES).display().iec()
+        ));
+    }
+    Ok(DiskQuotaArg::Bytes(bytes))
+}
+
 impl DevArgs {
+    /// The sandboxes' disk quota, if they have one.
+    fn disk_quota(&self) -> Option<DiskQuota> {
+        match self.disk_quota {
+            DiskQuotaArg::Bytes(bytes) => Some(DiskQuota {
+                bytes,
+                inodes: self.disk_files,
+            }),
+            DiskQuotaArg::None => None,
+        }
+    }
+
     fn validate(&self) -> anyhow::Result<()> {
         if self.api_keys.is_some() {
             bail!(
@@ -165,6 +227,9 @@ impl DevArgs {
             bail!(
                 "--max-commands-per-thread, --max-commands and --max-sandboxes must be at least 1"
             );
+        }
+        if self.disk_files < DiskQuota::MIN_INODES {
+            bail!("--disk-files must be at least {}", DiskQuota::MIN_INODES);
         }
         if self.ws_max_per_token == 0 || self.ws_max_per_address == 0 {
             bail!("--ws-max-per-token and --ws-max-per-address must be at least 1");
@@ -223,6 +288,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if let Some(max) = args.max_sandboxes {
         runc_config.max_sandboxes = max;
     }
+    runc_config.limits.disk = args.disk_quota();
+    runc_config.limits.file_size_bytes = args.max_file_size;
     let caps = (
         runc_config.max_commands_per_sandbox,
         runc_config.max_commands,
@@ -438,6 +505,15 @@ fn print_banner(
         "  limits     {per_thread} commands per thread, {commands} in all, {sandboxes} sandboxes \
          (--max-commands-per-thread, --max-commands, --max-sandboxes)"
     );
+    let disk = match args.disk_quota() {
+        Some(quota) => format!(
+            "{} and {} files per thread's /home/user",
+            bytesize::ByteSize::b(quota.bytes).display().iec(),
+            quota.inodes
+        ),
+        None => "none: /home/user is a plain directory on this machine's disk".to_owned(),
+    };
+    println!("  disk       {disk} (--disk-quota, --disk-files)");
     println!("  try        curl -s -X POST {base}/v1/threads/demo/exec{auth_header} -H 'content-type: application/json' -d '{{\"cmd\":\"echo hello\"}}'");
     println!("             curl -s {base}/v1/threads{auth_header}");
     println!("             threadbox slack send --url {base} --data-dir {} --thread slack:T1:C1 '```echo hello from a thread```'", data_dir.display());
@@ -458,6 +534,33 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<DevArgs, clap::Error> {
         Wrapper::try_parse_from(std::iter::once("dev").chain(args.iter().copied())).map(|w| w.dev)
+    }
+
+    #[test]
+    fn the_disk_quota_is_a_size_or_none() {
+        let default = parse(&[]).unwrap();
+        assert_eq!(default.disk_quota(), Some(DiskQuota::default()));
+        let small = parse(&["--disk-quota", "500MiB", "--disk-files", "1000"]).unwrap();
+        assert_eq!(
+            small.disk_quota(),
+            Some(DiskQuota {
+                bytes: 500 << 20,
+                inodes: 1000
+            })
+        );
+        assert_eq!(parse(&["--disk-quota", "none"]).unwrap().disk_quota(), None);
+        let too_small = parse(&["--disk-quota", "1MiB"]).err().unwrap().to_string();
+        assert!(too_small.contains("too small"), "{too_small}");
+        let garbage = parse(&["--disk-quota", "lots"]).err().unwrap().to_string();
+        assert!(garbage.contains("not a size"), "{garbage}");
+        let few_files = parse(&["--disk-files", "3"])
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            few_files.to_string().contains("--disk-files"),
+            "{few_files}"
+        );
     }
 
     #[test]

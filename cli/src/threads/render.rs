@@ -1,7 +1,9 @@
 //! What the operator commands show people: thread tables, a thread's details, event timelines
 //! and one-line results. Pure functions from API values to text, so they are tested as text.
 
+use bytesize::ByteSize;
 use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status};
+use threadbox_shared::ports::DiskUsage;
 use threadbox_shared::usecases::SandboxHandle;
 
 use super::table::{Cell, Table, Tint};
@@ -77,6 +79,9 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
         ("destroyed", when(s.destroyed_at)),
         ("janitor due", when(s.next_action_at)),
     ];
+    if let Some(disk) = detail.sandbox.as_ref().and_then(|sandbox| sandbox.disk) {
+        lines.push(("disk", disk_usage(&disk)));
+    }
     if let Some(error) = &s.last_error {
         lines.push(("last error", error.clone()));
     }
@@ -94,6 +99,19 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
         }
     }
     out
+}
+
+/// "12.0 MiB of 1.9 GiB (1%), 35 of 262144 files".
+fn disk_usage(disk: &DiskUsage) -> String {
+    let share = |used: u64, limit: u64| used.saturating_mul(100) / limit.max(1);
+    format!(
+        "{} of {} ({}%), {} of {} files",
+        ByteSize::b(disk.used_bytes).display().iec(),
+        ByteSize::b(disk.limit_bytes).display().iec(),
+        share(disk.used_bytes, disk.limit_bytes),
+        disk.used_inodes,
+        disk.limit_inodes
+    )
 }
 
 // Fixed widths, so a followed timeline lines up with rows that have not arrived yet. CHANGE fits
@@ -377,6 +395,8 @@ mod tests {
 
     #[test]
     fn detail_lists_the_record_then_the_timeline() {
+        use threadbox_shared::ports::SandboxState;
+        use threadbox_shared::usecases::SandboxStatus;
         let detail = ThreadDetail {
             session: ThreadView {
                 session: session("demo", Status::Active),
@@ -386,6 +406,16 @@ mod tests {
                 event(1, None, Status::Creating, Cause::User),
                 event(2, Some(Status::Creating), Status::Active, Cause::User),
             ],
+            sandbox: Some(SandboxStatus {
+                sandbox_id: "sb-demo".into(),
+                state: SandboxState::Running,
+                disk: Some(DiskUsage {
+                    used_bytes: 12 << 20,
+                    limit_bytes: 2 << 30,
+                    used_inodes: 35,
+                    limit_inodes: 262_144,
+                }),
+            }),
         };
         let text = thread_detail(&detail, false);
         assert!(text.starts_with(
@@ -396,6 +426,7 @@ mod tests {
              holds        none\n"
         ));
         assert!(text.contains("paused       -\n"));
+        assert!(text.contains("disk         12.0 MiB of 2.0 GiB (0%), 35 of 262144 files\n"));
         assert!(text.contains("janitor due  2023-11-14T22:23:20Z\n"));
         assert!(text.contains("\n\nSEQ "));
         assert!(text.ends_with("creating → active      user            1\n"));

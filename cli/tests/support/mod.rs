@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod load;
+pub mod transfer;
 pub mod webdriver;
 
 use std::io::{BufRead, BufReader};
@@ -257,19 +258,29 @@ impl Drop for DevServer {
                     .status();
             }
         }
-        // Each sandbox's user namespace is pinned by a bind mount next to runc's state; the
-        // provider removes it with the sandbox, and here the sandboxes went behind its back.
-        if let Some(Ok(pins)) = root
-            .parent()
-            .map(|state| std::fs::read_dir(state.join("userns")))
-        {
-            for pin in pins.flatten() {
-                let _ = Command::new("umount")
-                    .arg("--lazy")
-                    .arg(pin.path())
-                    .status();
-            }
-        }
+        // Each sandbox has mounts next to runc's state (its user namespace pin, its root tmpfs
+        // and its home volume); the provider removes them with the sandbox, and here the
+        // sandboxes went behind its back.
+        unmount_all_under(&self.data_dir);
+    }
+}
+
+/// Detach every mount under `dir`, deepest first, so the directory can be deleted and no loop
+/// device stays attached to a file in it.
+pub fn unmount_all_under(dir: &Path) {
+    let prefix = format!("{}/", dir.display());
+    let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4).map(str::to_owned))
+        .filter(|mount_point| mount_point.starts_with(&prefix))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for mount_point in mounts {
+        let _ = Command::new("umount")
+            .arg("--lazy")
+            .arg(&mount_point)
+            .status();
     }
 }
 

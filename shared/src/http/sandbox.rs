@@ -26,7 +26,8 @@ use crate::usecases::Threadbox;
 
 /// The longest a command may run.
 pub const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-/// The largest file a PUT accepts: the providers' own file cap.
+/// The largest file a PUT accepts where the provider gathers uploads in memory (its file cap).
+/// A provider that streams them sets its own (`SandboxProvider::upload_limit`; runc: 1 GiB).
 pub const MAX_FILE_BODY: usize = DEFAULT_FILE_CAP as usize;
 
 pub(crate) fn routes() -> Router<Threadbox> {
@@ -37,8 +38,9 @@ pub(crate) fn routes() -> Router<Threadbox> {
             get(read)
                 .put(write)
                 .delete(remove)
-                // Files are the one body allowed past the API's JSON limit.
-                .layer(DefaultBodyLimit::max(MAX_FILE_BODY)),
+                // Files are the one body allowed past the API's JSON limit: the PUT handler
+                // counts the body against the provider's upload limit as it streams.
+                .layer(DefaultBodyLimit::disable()),
         )
 }
 
@@ -215,8 +217,8 @@ struct Written {
 }
 
 /// PUT: the body is the file's new contents; missing parent directories are created. The body
-/// is streamed into the sandbox as it arrives (bounded memory); past `MAX_FILE_BODY` bytes it is
-/// 413 and the file is left as it was.
+/// is streamed into the sandbox as it arrives (bounded memory); past the provider's upload limit
+/// it is 413 and the file is left as it was.
 async fn write(
     State(tb): State<Threadbox>,
     Thread(thread_id): Thread,
@@ -231,7 +233,7 @@ async fn write(
             "PUT takes no query options",
         ));
     }
-    let limit = MAX_FILE_BODY as u64;
+    let limit = tb.upload_limit();
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

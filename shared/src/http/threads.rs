@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::error::ApiError;
 use super::extract::{ApiQuery, Thread};
 use crate::domain::{LifecycleEvent, Millis, Session, ThreadId, MAX_SEQ};
-use crate::usecases::{SandboxHandle, Threadbox};
+use crate::usecases::{SandboxHandle, SandboxStatus, Threadbox};
 
 /// Events shown with a session.
 const RECENT_EVENTS: usize = 20;
@@ -116,6 +116,10 @@ struct ShowView {
     session: SessionView,
     /// The most recent events, oldest first.
     events: Vec<LifecycleEvent>,
+    /// The sandbox as the provider sees it now (state, disk usage); absent when the thread has
+    /// none it can use, or the provider could not be asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<SandboxStatus>,
 }
 
 async fn show(
@@ -125,9 +129,18 @@ async fn show(
     let (session, events) = tb
         .session_with_recent_events(&thread_id, RECENT_EVENTS)
         .await?;
+    // Best effort: the record is the answer, the provider's view an addition to it.
+    let sandbox = match tb.peek_sandbox(&thread_id).await {
+        Ok(sandbox) => Some(sandbox),
+        Err(e) => {
+            tracing::debug!(%thread_id, error = %e, "no sandbox view for show");
+            None
+        }
+    };
     Ok(Json(ShowView {
         session: SessionView::new(session, tb.clock.now()),
         events,
+        sandbox,
     }))
 }
 

@@ -152,6 +152,17 @@ pub struct SandboxInfo {
     pub started_at: Option<Millis>,
     /// When the provider will stop the sandbox unless its timeout is extended.
     pub deadline: Option<Millis>,
+    /// What its home holds against its quota, where the provider has one to show.
+    pub disk: Option<DiskUsage>,
+}
+
+/// A sandbox's disk as it stands: what it holds against its limits (bytes, and files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskUsage {
+    pub used_bytes: u64,
+    pub limit_bytes: u64,
+    pub used_inodes: u64,
+    pub limit_inodes: u64,
 }
 
 impl SandboxInfo {
@@ -314,7 +325,8 @@ pub fn too_large_upload(path: &str, limit: u64) -> ProviderError {
     ))
 }
 
-/// A file open for reading: its size when opened, and its bytes as they are read.
+/// A file open for reading: its size when opened, and its bytes as they are read, at most `size`
+/// of them (what the answer's Content-Length promised).
 pub struct OpenFile {
     pub size: u64,
     pub reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
@@ -376,6 +388,12 @@ pub trait SandboxProvider: Send + Sync {
         path: &str,
         contents: &[u8],
     ) -> Result<(), ProviderError>;
+    /// The largest upload `write_file_from` takes. The default, for providers that gather an
+    /// upload in memory, is the file cap; a provider that writes as the bytes come may take
+    /// more.
+    fn upload_limit(&self) -> u64 {
+        DEFAULT_FILE_CAP
+    }
     /// Write `chunks` to `path` as they come, at most `limit` bytes, creating missing parent
     /// directories; the number of bytes written. The file changes only once every chunk is in:
     /// a stream that fails or passes `limit` leaves `path` as it was. The default gathers the

@@ -295,6 +295,7 @@ impl InMemoryProvider {
             metadata: s.metadata.clone(),
             started_at: None,
             deadline: s.deadline,
+            disk: None,
         }
     }
 }

@@ -179,6 +179,11 @@ impl Threadbox {
         .await
     }
 
+    /// The largest file upload the provider takes (see `SandboxProvider::upload_limit`).
+    pub fn upload_limit(&self) -> u64 {
+        self.provider.upload_limit()
+    }
+
     /// Stream an upload into a file of the thread's sandbox (created or resumed first) under a
     /// hold, at most `limit` bytes; the number written. A sandbox found gone before the upload
     /// started is handled as for any file operation; one lost mid-upload takes the bytes sent

@@ -8,13 +8,38 @@
 
 use std::future::Future;
 
+use serde::{Deserialize, Serialize};
+
 use crate::domain::{Status, ThreadId};
-use crate::ports::{FileEntry, OpenFile, ProviderError};
+use crate::ports::{DiskUsage, FileEntry, OpenFile, ProviderError, SandboxState};
 
 use super::error::UseCaseError;
 use super::threadbox::Threadbox;
 
+/// The thread's sandbox as the provider sees it now: running or paused, and what its disk
+/// holds against its quota (where the provider reports one). Deserialize too, for API clients.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxStatus {
+    pub sandbox_id: String,
+    pub state: SandboxState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskUsage>,
+}
+
 impl Threadbox {
+    /// The thread's sandbox as it is now, without waking it.
+    pub async fn peek_sandbox(&self, thread_id: &ThreadId) -> Result<SandboxStatus, UseCaseError> {
+        self.in_place(thread_id, |id| async move {
+            let info = self.provider.info(&id).await?;
+            Ok(SandboxStatus {
+                sandbox_id: info.sandbox_id,
+                state: info.state,
+                disk: info.disk,
+            })
+        })
+        .await
+    }
+
     /// A file in the thread's sandbox open for streaming, without waking it.
     pub async fn peek_open_file(
         &self,

@@ -24,6 +24,7 @@ mod threadbox;
 
 pub use error::UseCaseError;
 pub use hold_request::HoldRequest;
+pub use inspect::SandboxStatus;
 pub use janitor::{SweepOptions, SweepReport};
 pub use resolve::{ResolveOptions, SandboxHandle};
 pub use threadbox::{Config, Threadbox, DEFAULT_RECORD_RETENTION};

@@ -93,6 +93,8 @@ impl SandboxDetail {
                 SandboxState::Running => time(&self.end_at),
                 SandboxState::Paused => None,
             },
+            // E2B reports a sandbox's disk size but not what it holds.
+            disk: None,
         })
     }
 }

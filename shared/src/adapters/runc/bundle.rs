@@ -6,7 +6,9 @@
 //!   config.json    the OCI runtime spec; thread id and generation are its annotations
 //!   sandbox.json   created_at and the deadline set_timeout moves (the janitor enforces it)
 //!   rootfs/        read-only inside: mount points, usrmerge symlinks and a generated /etc
-//!   home/          the sandbox's /home/user, writable and kept across pauses
+//!   home/          the sandbox's /home/user, writable and kept across pauses: with a disk
+//!                  quota, the mount point of home.img
+//!   home.img       the home's filesystem, a sparse ext4 image of the quota's size (`volume`)
 //!   run/           pid files of running commands
 //! <state>/userns/<id>  the sandbox's user namespace, pinned by a bind mount
 //! <state>/idranges/<slot>  the sandbox's host id range, allocated (see `idmap`)
@@ -26,6 +28,7 @@ use super::config::SandboxLimits;
 use super::idmap::{
     create_user_namespace, remove_user_namespace_pin, IdRange, SANDBOX_GID, SANDBOX_UID,
 };
+use super::volume::{self, VolumePool};
 use crate::domain::Millis;
 
 /// Under the state directory: one pinned user namespace per sandbox that has one.
@@ -61,6 +64,10 @@ const READONLY_PATHS: &[&str] = &[
     "/proc/sysrq-trigger",
 ];
 
+/// The root filesystem's tmpfs: room for /etc (the loader cache is the biggest file, under
+/// 100 KiB) and a few dozen mount points and links.
+const ROOTFS_TMPFS_OPTIONS: &str = "mode=755,size=4m,nr_inodes=1024";
+
 /// Top-level directories that usrmerged distributions make symlinks into /usr.
 const USRMERGE_DIRS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
@@ -85,6 +92,10 @@ impl Bundle {
     }
     pub fn home(&self) -> PathBuf {
         self.dir.join("home")
+    }
+    /// The home's filesystem image, where the sandbox has a disk quota.
+    pub fn home_image(&self) -> PathBuf {
+        self.dir.join("home.img")
     }
     pub fn run_dir(&self) -> PathBuf {
         self.dir.join("run")
@@ -131,11 +142,15 @@ impl Bundle {
             .ok()
     }
 
-    /// Delete the bundle, home included, whatever tree the sandbox left there (see `remove`:
-    /// iterative, so no depth can overflow the stack; links are removed, never followed). Gone
-    /// already is fine.
+    /// Delete the bundle, home included, whatever tree the sandbox left there. A home volume
+    /// is unmounted and its image unlinked, whatever it holds; a plain home directory is walked
+    /// (see `remove`: iterative, so no depth can overflow the stack; links are removed, never
+    /// followed). Gone already is fine.
     pub fn remove(&self) -> io::Result<()> {
         remove_user_namespace_pin(&self.userns_pin())?;
+        // Unmounted first, or the walk below would go into the volume file by file.
+        volume::unmount(&self.home())?;
+        volume::unmount(&self.rootfs())?;
         use std::os::unix::ffi::OsStrExt;
         let (Some(parent), Some(name)) = (self.dir.parent(), self.dir.file_name()) else {
             return Err(io::Error::other(
@@ -223,6 +238,8 @@ pub(crate) struct BundleSpec<'a> {
     pub host: &'a HostLayout,
     /// The host ids the sandbox's user namespace maps to.
     pub ids: IdRange,
+    /// Where the home's filesystem comes from, when it has a quota.
+    pub home_volume: Option<&'a VolumePool>,
 }
 
 /// Lay out a new bundle. The record is written first, so a crash part-way leaves a bundle that
@@ -245,15 +262,20 @@ pub(crate) fn write_bundle(
     let home = bundle.home();
     dirs.mode(0o750).create(&home)?;
     let ids = spec.ids;
-    std::os::unix::fs::chown(
-        &home,
-        Some(ids.host_uid(SANDBOX_UID)),
-        Some(ids.host_gid(SANDBOX_GID)),
-    )?;
+    let owner = (ids.host_uid(SANDBOX_UID), ids.host_gid(SANDBOX_GID));
+    std::os::unix::fs::chown(&home, Some(owner.0), Some(owner.1))?;
+    if let Some(pool) = spec.home_volume {
+        pool.take(&bundle.home_image())?;
+        volume::mount(&bundle.home_image(), &home, owner)?;
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o750))?;
+    }
 
-    // The root filesystem: only mount points, symlinks and /etc. It is mounted read-only.
+    // The root filesystem: only mount points, symlinks and /etc. It is mounted read-only. A
+    // small tmpfs of its own, so the sandbox's mount table shows "/" and not where the bundle
+    // lives on the host.
     let rootfs = bundle.rootfs();
-    dirs.mode(0o755);
+    dirs.mode(0o755).create(&rootfs)?;
+    volume::mount_tmpfs(&rootfs, ROOTFS_TMPFS_OPTIONS)?;
     for dir in ["", "proc", "dev", "sys", "usr", "tmp", "home/user", "etc"] {
         fs::DirBuilder::new()
             .recursive(true)
@@ -508,6 +530,7 @@ mod tests {
             swap_limit: true,
             host: &HostLayout::probe(),
             ids: IdRange::IDENTITY,
+            home_volume: None,
         };
         let config = oci_config(&bundle, &spec);
         assert_eq!(config["process"]["user"]["uid"], 1000);
@@ -562,6 +585,7 @@ mod tests {
             swap_limit: false,
             host: &HostLayout::probe(),
             ids,
+            home_volume: None,
         };
         let config = oci_config(&bundle, &spec);
         let user = config["linux"]["namespaces"]

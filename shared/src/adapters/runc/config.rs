@@ -20,6 +20,34 @@ pub struct SandboxLimits {
     /// Largest file any process in the sandbox may write (RLIMIT_FSIZE): past it the write fails
     /// with EFBIG and the process gets SIGXFSZ.
     pub file_size_bytes: u64,
+    /// The hard limit on `/home/user` (a filesystem of its own, see the `volume` module);
+    /// `None` leaves it a plain directory on the host's disk, limited only by that disk.
+    pub disk: Option<DiskQuota>,
+}
+
+/// How much `/home/user` may hold: bytes and files (inodes). Past either, writes get ENOSPC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskQuota {
+    /// The filesystem's size. It holds its own metadata too (journal and inode tables, about
+    /// 5% at the default inode count), so a little less is free for files.
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+impl Default for DiskQuota {
+    /// 2 GiB and 262,144 files (one per 8 KiB).
+    fn default() -> Self {
+        Self {
+            bytes: 2 << 30,
+            inodes: 262_144,
+        }
+    }
+}
+
+impl DiskQuota {
+    /// The smallest quota an ext4 filesystem with a journal holds comfortably.
+    pub const MIN_BYTES: u64 = 16 << 20;
+    pub const MIN_INODES: u64 = 128;
 }
 
 impl Default for SandboxLimits {
@@ -30,6 +58,7 @@ impl Default for SandboxLimits {
             pids: 256,
             tmp_bytes: 256 * 1024 * 1024,
             file_size_bytes: 1024 * 1024 * 1024,
+            disk: Some(DiskQuota::default()),
         }
     }
 }
@@ -70,6 +99,9 @@ pub struct RuncConfig {
     /// sandbox uses (see the `idmap` module), so per-uid kernel limits and host file ownership
     /// are per sandbox. On by default; off runs sandboxes as host uid 1000, as before.
     pub user_namespaces: bool,
+    /// Home volumes kept formatted ahead of creates (with `limits.disk`), so a create only
+    /// mounts one; see the `volume` module.
+    pub spare_volumes: usize,
 }
 
 /// Host-wide caps that fit this machine: 32 running commands per core, and as many sandboxes as
@@ -110,6 +142,7 @@ impl RuncConfig {
             max_commands,
             max_sandboxes,
             user_namespaces: true,
+            spare_volumes: 2,
         }
     }
 
@@ -123,6 +156,11 @@ impl RuncConfig {
     /// Where the per-sandbox bundles live.
     pub fn sandboxes_dir(&self) -> PathBuf {
         self.state_dir.join("sandboxes")
+    }
+
+    /// Home volumes formatted ahead of creates (see the `volume` module).
+    pub fn volumes_dir(&self) -> PathBuf {
+        self.state_dir.join("volumes")
     }
 
     /// One file per allocated host id range (see the `idmap` module).
@@ -142,13 +180,18 @@ pub fn host_can_run_sandboxes() -> Result<PathBuf, String> {
 
 /// The runc binary on `PATH`, or in the sbin directories where distributions install it.
 pub fn find_runc() -> Option<PathBuf> {
+    find_program("runc")
+}
+
+/// A program on `PATH`, or in the sbin directories a non-root `PATH` often lacks.
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
     let path_dirs = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default();
     path_dirs
         .into_iter()
         .chain(["/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/bin"].map(PathBuf::from))
-        .map(|dir| dir.join("runc"))
+        .map(|dir| dir.join(name))
         .find(|candidate| is_executable(candidate))
 }
 

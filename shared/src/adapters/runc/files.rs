@@ -689,7 +689,7 @@ pub(super) fn errno(path: &str, e: Errno) -> ProviderError {
     }
 }
 
-fn io_error(path: &str, e: std::io::Error) -> ProviderError {
+pub(super) fn io_error(path: &str, e: std::io::Error) -> ProviderError {
     match e.raw_os_error() {
         Some(code) => errno(path, Errno::from_raw_os_error(code)),
         None => ProviderError::Internal(format!("{path}: {e}")),

@@ -6,12 +6,13 @@
 //! namespace over a host id range of its own (`idmap`), pid, mount,
 //! network (loopback only), ipc, uts and cgroup namespaces; the host's `/usr` read-only under a
 //! read-only root with a generated `/etc`; `/tmp` a size-limited tmpfs; `/home/user` persistent
-//! and writable; memory, CPU and pid limits from [`SandboxLimits`]; a seccomp filter against
+//! and writable, a filesystem of its own with a hard size and file limit (`volume`); memory, CPU and pid limits from [`SandboxLimits`]; a seccomp filter against
 //! user namespaces and kernel-attack syscalls. Pause and resume use the cgroup freezer.
 //!
 //! The pieces: `bundle` lays out the OCI bundle, `runtime` drives the runc CLI, `exec` runs
 //! commands, `files` and `search` are the confined file API, `cgroup` finds a container on the
-//! host, `ids` makes and checks sandbox ids.
+//! host, `ids` makes and checks sandbox ids, `idmap` gives each sandbox its host ids, `volume`
+//! its home's filesystem.
 //!
 //! # Root and rootless
 //!
@@ -39,6 +40,7 @@ mod remove;
 mod runtime;
 mod search;
 mod version;
+mod volume;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,13 +56,14 @@ use self::files::SandboxFs;
 use self::idmap::{IdRange, IdRanges};
 use self::ids::{hostname_for, new_sandbox_id, validate_sandbox_id};
 use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
+use self::volume::VolumePool;
 use crate::ports::{
     too_large_upload, Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult,
     FileChunks, FileEntry, GrepMatch, Limit, NetworkProfile, OpenFile, ProviderError, SandboxInfo,
     SandboxProvider, SandboxState, SystemClock,
 };
 
-pub use self::config::{find_runc, host_can_run_sandboxes, RuncConfig, SandboxLimits};
+pub use self::config::{find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits};
 
 /// The local sandbox provider. See the module docs.
 pub struct RuncProvider {
@@ -69,6 +72,11 @@ pub struct RuncProvider {
     host: HostLayout,
     swap_limit: bool,
     id_ranges: IdRanges,
+    /// Where home volumes come from, when sandboxes have a disk quota.
+    volumes: Option<VolumePool>,
+    /// Wakes the task that formats spare volumes after a create took one; dropping the
+    /// provider drops it, which ends the task.
+    refill_volumes: Option<tokio::sync::mpsc::Sender<()>>,
     clock: Arc<dyn Clock>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// Commands running now, across every sandbox (for `max_commands`).
@@ -140,6 +148,26 @@ impl Drop for ExecHold {
     }
 }
 
+/// Keep `pool` topped up: once now, then after every wake-up, until the provider is dropped. A
+/// failure is logged and waits for the next wake-up (creates then format their own).
+fn spawn_volume_refill(pool: VolumePool) -> tokio::sync::mpsc::Sender<()> {
+    let (wake, mut woken) = tokio::sync::mpsc::channel::<()>(1);
+    tokio::spawn(async move {
+        loop {
+            let filling = pool.clone();
+            match tokio::task::spawn_blocking(move || filling.fill()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot format a spare home volume"),
+                Err(e) => tracing::warn!(error = %e, "formatting a spare home volume panicked"),
+            }
+            if woken.recv().await.is_none() {
+                break;
+            }
+        }
+    });
+    wake
+}
+
 fn limit(limit: Limit, message: String, retry_after: Duration) -> ProviderError {
     ProviderError::LimitReached {
         limit,
@@ -169,6 +197,7 @@ impl RuncProvider {
             (config.sandboxes_dir(), 0o711),
             (config.id_ranges_dir(), 0o700),
             (config.state_dir.join(bundle::USERNS_DIR), 0o700),
+            (config.volumes_dir(), 0o700),
         ] {
             create_dir_with_mode(&dir, mode).map_err(|e| {
                 ProviderError::Internal(format!("cannot create {}: {e}", dir.display()))
@@ -215,10 +244,27 @@ impl RuncProvider {
             }
             tracing::warn!("{message}; running anyway because an unpatched runtime is allowed");
         }
+        let volumes = match config.limits.disk {
+            Some(quota) => Some(
+                VolumePool::open(config.volumes_dir(), quota, config.spare_volumes).map_err(
+                    |why| {
+                        ProviderError::Unsupported(format!(
+                            "{why}: each sandbox's home is a filesystem image of its own, \
+                             the disk quota; install what is missing, or run without a \
+                             quota knowingly (threadbox dev --disk-quota none)"
+                        ))
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        let refill_volumes = volumes.clone().map(spawn_volume_refill);
         let provider = Self {
             host: HostLayout::probe(),
             swap_limit: cgroup::swap_limit_supported(),
             id_ranges: IdRanges::new(config.id_ranges_dir()),
+            volumes,
+            refill_volumes,
             runc,
             config,
             clock: Arc::new(SystemClock),
@@ -348,6 +394,11 @@ impl RuncProvider {
             metadata: state.annotations,
             started_at: record.as_ref().map(|r| r.created_at),
             deadline: record.and_then(|r| r.deadline),
+            disk: bundle
+                .home_image()
+                .exists()
+                .then(|| volume::usage(&bundle.home()).ok())
+                .flatten(),
             sandbox_id: state.id,
         }
     }
@@ -584,11 +635,12 @@ impl SandboxProvider for RuncProvider {
         };
         let hostname = hostname_for(request.owner.thread_id.as_str());
         let annotations = request.owner.to_metadata();
-        let (env, limits, host, swap_limit) = (
+        let (env, limits, host, swap_limit, volumes) = (
             request.env.clone(),
             self.config.limits.clone(),
             self.host.clone(),
             self.swap_limit,
+            self.volumes.clone(),
         );
         let layout = bundle.clone();
         let written = tokio::task::spawn_blocking(move || {
@@ -600,6 +652,7 @@ impl SandboxProvider for RuncProvider {
                 swap_limit,
                 host: &host,
                 ids,
+                home_volume: volumes.as_ref(),
             };
             write_bundle(&layout, &spec, &record)
         })
@@ -625,6 +678,10 @@ impl SandboxProvider for RuncProvider {
             }
             tracing::warn!(sandbox_id = %id, error = %e, "sandbox creation failed");
             return Err(e);
+        }
+        if let Some(refill) = &self.refill_volumes {
+            // Full means a refill is already due, which will see this take too.
+            let _ = refill.try_send(());
         }
         tracing::info!(sandbox_id = %id, "sandbox created");
         Ok(CreatedSandbox {
@@ -803,16 +860,24 @@ impl SandboxProvider for RuncProvider {
     }
 
     /// Streamed from the file itself: opened as the sandbox user, then read in chunks by
-    /// tokio, so memory stays bounded and no cap applies.
+    /// tokio, so memory stays bounded and no cap applies. Only the size seen at open is read: a
+    /// sandbox that keeps appending to the file must not make the answer endless.
     async fn open_file(&self, sandbox_id: &str, path: &str) -> Result<OpenFile, ProviderError> {
+        use tokio::io::AsyncReadExt;
         let path = path.to_owned();
         let (file, size) = self
             .with_files(sandbox_id, move |fs| fs.open(&path))
             .await?;
         Ok(OpenFile {
             size,
-            reader: Box::pin(tokio::fs::File::from_std(file)),
+            reader: Box::pin(tokio::fs::File::from_std(file).take(size)),
         })
+    }
+
+    /// Uploads stream to disk, so they may be as large as any file a process in the sandbox
+    /// may write (`SandboxLimits::file_size_bytes`); the disk quota bounds them too.
+    fn upload_limit(&self) -> u64 {
+        self.config.limits.file_size_bytes
     }
 
     /// Written as the chunks come, into a new file beside `path` that replaces it only when
@@ -841,11 +906,9 @@ impl SandboxProvider for RuncProvider {
                 }
                 file.write_all(&chunk)
                     .await
-                    .map_err(|e| ProviderError::InvalidRequest(format!("{path}: {e}")))?;
+                    .map_err(|e| files::io_error(path, e))?;
             }
-            file.flush()
-                .await
-                .map_err(|e| ProviderError::InvalidRequest(format!("{path}: {e}")))?;
+            file.flush().await.map_err(|e| files::io_error(path, e))?;
             Ok(written)
         }
         .await;
