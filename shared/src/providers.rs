@@ -1,9 +1,9 @@
-//! Which sandbox provider a process uses, chosen by configuration (`THREADBOX_PROVIDER`). It
-//! sits above `adapters` (it names them) and beside the wiring that builds them.
+//! Which sandbox provider a process uses, chosen by configuration (`THREADBOX_PROVIDER`), and
+//! the one place that builds it. It sits above `adapters` (it names them) and below the wiring
+//! of each process: `threadbox dev` and the Lambda functions both call [`open`].
 //!
 //! The choice is made once at start-up from the environment, so the same binary runs on runc
-//! locally and on E2B in production. Building the provider is left to the caller (`threadbox
-//! dev`, each Lambda's `main`): each provider has its own constructor and owns its resources.
+//! locally and on E2B in production, and `threadbox dev` can run on E2B too.
 
 use crate::config::{ConfigError, Env};
 
@@ -50,6 +50,37 @@ impl ProviderConfig {
             ProviderConfig::E2b(_) => "e2b",
         }
     }
+}
+
+/// What building a provider needs besides the choice: the runc provider's settings (its state
+/// directory and limits are the caller's), and what to do when E2B refuses the API key (the
+/// Lambda functions mark their secrets stale so a rotated key is fetched again).
+#[cfg(feature = "runc")]
+pub struct ProviderSetup {
+    pub runc: crate::adapters::runc::RuncConfig,
+    pub on_refused_key: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+}
+
+/// Build the provider `config` names.
+#[cfg(feature = "runc")]
+pub async fn open(
+    config: &ProviderConfig,
+    setup: ProviderSetup,
+) -> Result<std::sync::Arc<dyn crate::ports::SandboxProvider>, crate::ports::ProviderError> {
+    use std::sync::Arc;
+    Ok(match config {
+        ProviderConfig::Runc => {
+            Arc::new(crate::adapters::runc::RuncProvider::open(setup.runc).await?)
+        }
+        #[cfg(feature = "e2b")]
+        ProviderConfig::E2b(e2b) => {
+            let mut provider = crate::adapters::e2b::E2bProvider::new((**e2b).clone())?;
+            if let Some(hook) = setup.on_refused_key {
+                provider = provider.on_refused_key(move || hook());
+            }
+            Arc::new(provider)
+        }
+    })
 }
 
 #[cfg(test)]

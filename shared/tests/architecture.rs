@@ -14,7 +14,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // `fault` is the test-only crash-point switch, compiled out of normal builds.
     ("usecases", &["domain", "ports", "fault"]),
     ("adapters", &["config", "domain", "ports"]),
-    ("providers", &["config", "adapters"]),
+    ("providers", &["config", "adapters", "ports"]),
     ("fanout", &["domain", "ports", "fault"]),
     ("live", &["domain", "ports", "usecases", "fanout"]),
     ("slack", &["domain", "ports", "usecases", "fanout", "http"]),

@@ -18,6 +18,7 @@ mod dashboard;
 mod data_dir;
 mod janitor;
 mod preflight;
+mod provider;
 mod shutdown;
 mod slack;
 mod work;
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use threadbox_shared::adapters::runc::{DiskQuota, RuncConfig, RuncProvider};
+use threadbox_shared::adapters::runc::{DiskQuota, RuncConfig};
 use threadbox_shared::adapters::sqlite::{
     QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
 };
@@ -39,6 +40,7 @@ use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_shared::http::{require_local, router, token_routes, LocalOnly};
 use threadbox_shared::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
 use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue, SystemClock};
+use threadbox_shared::providers::{self, ProviderSetup};
 use threadbox_shared::usecases::{Config, Threadbox};
 use tokio::net::TcpListener;
 
@@ -132,6 +134,11 @@ pub struct DevArgs {
     /// 512 MiB each); past it 503 `too_many_sandboxes`.
     #[arg(long, env = "THREADBOX_MAX_SANDBOXES")]
     pub max_sandboxes: Option<usize>,
+
+    /// Where sandboxes run: runc (local containers; needs Linux and root) or e2b (E2B's cloud,
+    /// with E2B_API_KEY and the other E2B_* settings). Default: THREADBOX_PROVIDER, else runc.
+    #[arg(long, value_parser = ["runc", "e2b"])]
+    pub provider: Option<String>,
 
     /// The most one thread's /home/user may hold, e.g. 2GiB or 500MiB: the home is a filesystem
     /// of its own that size, and writing past it gets "No space left on device" (the API's file
@@ -251,7 +258,15 @@ impl DevArgs {
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     args.validate()?;
-    preflight::check()?;
+    let chosen = provider::choose(args.provider.as_deref())?;
+    if chosen.is_runc() {
+        preflight::check().map_err(|e| {
+            anyhow::anyhow!(
+                "{e:#}\nOr run the sandboxes on E2B, with no root or runc here: \
+                 THREADBOX_PROVIDER=e2b E2B_API_KEY=... threadbox dev"
+            )
+        })?;
+    }
     let data_dir = data_dir::prepare(&args.data_dir)?;
 
     let db_path = data_dir.join("threadbox.db");
@@ -290,14 +305,19 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     runc_config.limits.disk = args.disk_quota();
     runc_config.limits.file_size_bytes = args.max_file_size;
-    let caps = (
+    // The caps and the quota are the runc provider's own; E2B applies its plan's limits.
+    let caps = chosen.is_runc().then_some((
         runc_config.max_commands_per_sandbox,
         runc_config.max_commands,
         runc_config.max_sandboxes,
-    );
-    let provider = RuncProvider::open(runc_config)
+    ));
+    let setup = ProviderSetup {
+        runc: runc_config,
+        on_refused_key: None,
+    };
+    let provider = providers::open(&chosen.config, setup)
         .await
-        .context("starting the runc sandbox provider")?;
+        .with_context(|| format!("starting the {} sandbox provider", chosen.config.name()))?;
 
     let config = Config {
         timers: Timers {
@@ -313,7 +333,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let janitor_database = store.database().clone();
     let tb = Threadbox::new(
         Arc::new(store),
-        Arc::new(provider),
+        provider,
         queue.clone(),
         clock.clone(),
         config,
@@ -367,7 +387,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         auth.is_enabled(),
         &secret_source,
         &slack,
-        caps,
+        &sandbox_lines(&chosen, caps, &args),
     );
 
     let shutdown = Shutdown::install().context("installing signal handlers")?;
@@ -450,6 +470,40 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The banner's lines about sandboxes: the provider and what chose it, and runc's own limits.
+fn sandbox_lines(
+    provider: &provider::ChosenProvider,
+    caps: Option<(usize, usize, usize)>,
+    args: &DevArgs,
+) -> Vec<String> {
+    let where_ = if provider.is_runc() {
+        "local runc containers"
+    } else {
+        "E2B's cloud, with this machine's E2B_API_KEY"
+    };
+    let mut lines = vec![format!(
+        "provider   {} ({where_}; chosen by {})",
+        provider.config.name(),
+        provider.source
+    )];
+    if let Some((per_thread, commands, sandboxes)) = caps {
+        lines.push(format!(
+            "limits     {per_thread} commands per thread, {commands} in all, {sandboxes} \
+             sandboxes (--max-commands-per-thread, --max-commands, --max-sandboxes)"
+        ));
+        let disk = match args.disk_quota() {
+            Some(quota) => format!(
+                "{} and {} files per thread's /home/user",
+                bytesize::ByteSize::b(quota.bytes).display().iec(),
+                quota.inodes
+            ),
+            None => "none: /home/user is a plain directory on this machine's disk".to_owned(),
+        };
+        lines.push(format!("disk       {disk} (--disk-quota, --disk-files)"));
+    }
+    lines
+}
+
 /// Where to look: user-facing, so on stdout (logs go to stderr).
 fn print_banner(
     addr: SocketAddr,
@@ -458,7 +512,7 @@ fn print_banner(
     auth: bool,
     token_secret: &SecretSource,
     slack: &slack::SlackParts,
-    (per_thread, commands, sandboxes): (usize, usize, usize),
+    sandbox_lines: &[String],
 ) {
     let base = format!("http://{addr}");
     let auth_header = if auth {
@@ -501,19 +555,9 @@ fn print_banner(
         duration::format(args.retention),
         duration::format(args.record_retention)
     );
-    println!(
-        "  limits     {per_thread} commands per thread, {commands} in all, {sandboxes} sandboxes \
-         (--max-commands-per-thread, --max-commands, --max-sandboxes)"
-    );
-    let disk = match args.disk_quota() {
-        Some(quota) => format!(
-            "{} and {} files per thread's /home/user",
-            bytesize::ByteSize::b(quota.bytes).display().iec(),
-            quota.inodes
-        ),
-        None => "none: /home/user is a plain directory on this machine's disk".to_owned(),
-    };
-    println!("  disk       {disk} (--disk-quota, --disk-files)");
+    for line in sandbox_lines {
+        println!("  {line}");
+    }
     println!("  try        curl -s -X POST {base}/v1/threads/demo/exec{auth_header} -H 'content-type: application/json' -d '{{\"cmd\":\"echo hello\"}}'");
     println!("             curl -s {base}/v1/threads{auth_header}");
     println!("             threadbox slack send --url {base} --data-dir {} --thread slack:T1:C1 '```echo hello from a thread```'", data_dir.display());

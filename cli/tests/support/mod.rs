@@ -12,7 +12,7 @@ pub mod webdriver;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -75,6 +75,8 @@ pub struct DevServer {
     stderr_path: PathBuf,
     /// False once the process died on purpose and its sandboxes are left for the next start.
     cleanup: bool,
+    /// Lines the server printed on stdout.
+    printed: Arc<Mutex<Vec<String>>>,
     _tmp: tempfile::TempDir,
 }
 
@@ -126,14 +128,18 @@ impl DevServer {
             .stderr(std::fs::File::create(&stderr_path).unwrap())
             .spawn()
             .expect("start threadbox dev");
-        // The banner names the address; keep draining stdout so the child never blocks on it.
+        // The banner names the address; keep draining stdout so the child never blocks on it,
+        // and keep what it printed for tests that read the banner.
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
+        let printed = Arc::new(Mutex::new(Vec::new()));
+        let printing = printed.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(url) = line.trim().strip_prefix("API") {
                     let _ = tx.send(url.trim().to_owned());
                 }
+                printing.lock().unwrap().push(line);
             }
         });
         let mut dev = DevServer {
@@ -146,6 +152,7 @@ impl DevServer {
             data_dir,
             stderr_path,
             cleanup: true,
+            printed,
             _tmp: tmp,
         };
         match rx.recv_timeout(Duration::from_secs(60)) {
@@ -166,6 +173,11 @@ impl DevServer {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         dev
+    }
+
+    /// What the server printed on stdout so far: its banner.
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.printed.lock().unwrap().clone()
     }
 
     pub fn stderr(&self) -> String {

@@ -8,13 +8,12 @@ use super::secrets::SecretSet;
 use super::settings::Settings;
 use crate::adapters::aws::{load_config, ClientSettings, SdkConfig};
 use crate::adapters::dynamo::{DynamoDedupe, DynamoSessionStore, DynamoWindowCounter};
-use crate::adapters::e2b::E2bProvider;
-use crate::adapters::runc::{RuncConfig, RuncProvider};
+use crate::adapters::runc::RuncConfig;
 use crate::adapters::sqs::SqsQueue;
 use crate::config::ConfigError;
 use crate::http::ApiAuth;
 use crate::ports::{SandboxProvider, SystemClock};
-use crate::providers::ProviderConfig;
+use crate::providers::{self, ProviderSetup};
 use crate::slack::RateLimits;
 use crate::usecases::Threadbox;
 
@@ -49,22 +48,17 @@ async fn provider(
     settings: &Settings,
     secrets: &Arc<SecretSet>,
 ) -> Result<Arc<dyn SandboxProvider>, SetupError> {
-    let failed = |provider: &'static str| move |error| SetupError::Provider { provider, error };
-    Ok(match &settings.provider {
-        ProviderConfig::Runc => Arc::new(
-            RuncProvider::open(RuncConfig::new(&settings.runc_state_dir))
-                .await
-                .map_err(failed("runc"))?,
-        ),
-        ProviderConfig::E2b(config) => {
-            let secrets = secrets.clone();
-            Arc::new(
-                E2bProvider::new((**config).clone())
-                    .map_err(failed("e2b"))?
-                    .on_refused_key(move || secrets.mark_stale()),
-            )
-        }
-    })
+    let secrets = secrets.clone();
+    let setup = ProviderSetup {
+        runc: RuncConfig::new(&settings.runc_state_dir),
+        on_refused_key: Some(Arc::new(move || secrets.mark_stale())),
+    };
+    providers::open(&settings.provider, setup)
+        .await
+        .map_err(|error| SetupError::Provider {
+            provider: settings.provider.name(),
+            error,
+        })
 }
 
 /// The lifecycle queue (`THREADBOX_LIFECYCLE_QUEUE_URL`, `THREADBOX_LIFECYCLE_DLQ_URL`), for the

@@ -1,0 +1,173 @@
+//! `threadbox dev` on E2B: the whole local system (API, janitor, events, the CLI) with its
+//! sandboxes on E2B, here the E2B contract fake on 127.0.0.1 (`threadbox_shared::testing::
+//! e2b_fake`, which runs commands for real in a user namespace of their own). The same tour as
+//! `cli_dev_e2e.rs` on runc: exec through the CLI, the janitor's idle pause, resume, and a
+//! sandbox E2B paused on its own timeout woken by the next command.
+//!
+//! Needs no runc: only `unshare` (util-linux) and user namespaces or root, for the fake.
+
+mod support;
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{find_program, prerequisites_met, DevServer};
+use threadbox_shared::testing::e2b_fake::{E2bFake, FakeState};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+async fn threads(dev: &DevServer, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .arg("threads")
+        .args(args)
+        .env("THREADBOX_URL", &dev.url)
+        .env_remove("THREADBOX_API_KEY")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threadbox_dev_runs_its_sandboxes_on_e2b() {
+    let missing: Vec<String> = find_program("unshare")
+        .is_none()
+        .then(|| "unshare (util-linux), for the E2B fake".to_owned())
+        .into_iter()
+        .collect();
+    if !prerequisites_met("threadbox_dev_runs_its_sandboxes_on_e2b", &missing) {
+        return;
+    }
+    let fake = E2bFake::start().await;
+    let vars: Vec<(String, String)> = fake.env_vars().into_iter().collect();
+    let mut env: Vec<(&str, Option<&str>)> = vars
+        .iter()
+        .map(|(k, v)| (k.as_str(), Some(v.as_str())))
+        .collect();
+    env.push(("THREADBOX_PROVIDER", Some("e2b")));
+    let dev = DevServer::start_with_env(&["--idle-pause", "3s"], &env).await;
+    let banner = dev.stdout_lines();
+    assert!(
+        banner
+            .iter()
+            .any(|l| l.contains("provider   e2b (") && l.contains("chosen by THREADBOX_PROVIDER")),
+        "{banner:#?}"
+    );
+    assert!(
+        !banner.iter().any(|l| l.trim_start().starts_with("disk ")),
+        "runc's quota is not E2B's: {banner:#?}"
+    );
+
+    // Output and status pass through raw, from a command run in an E2B sandbox.
+    let run = threads(
+        &dev,
+        &["exec", "tour", "-c", "echo out; echo err >&2; exit 7"],
+    )
+    .await;
+    assert_eq!(run.status.code(), Some(7), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "out\n");
+    assert_eq!(text(&run.stderr), "err\n");
+    let shown = threads(&dev, &["show", "tour"]).await;
+    assert!(
+        text(&shown.stdout).contains("(e2b, generation 1)"),
+        "{}",
+        text(&shown.stdout)
+    );
+
+    // The janitor pauses the idle thread through E2B's pause.
+    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .args(["threads", "events", "tour", "--follow", "--json"])
+        .args(["--interval", "200ms", "--url", &dev.url])
+        .env_remove("THREADBOX_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let paused = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no idle pause within 30s; saw {seen:?}"))
+            .unwrap()
+            .expect("still following");
+        let event: Value = serde_json::from_str(&line).unwrap();
+        seen.push(format!("{} ({})", event["to"], event["cause"]));
+        if event["to"] == "paused" {
+            break event;
+        }
+    };
+    assert_eq!(paused["cause"], "idle", "{seen:?}");
+    follow.kill().await.unwrap();
+    let record = dev.get("/v1/threads/tour").await;
+    let sandbox_id = record["session"]["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        fake.sandbox(&sandbox_id).map(|s| s.state),
+        Some(FakeState::Paused),
+        "E2B holds {sandbox_id} paused"
+    );
+
+    let resumed = threads(&dev, &["resume", "tour"]).await;
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert!(
+        text(&resumed.stdout).ends_with(", resumed\n"),
+        "{}",
+        text(&resumed.stdout)
+    );
+
+    // E2B pauses a sandbox whose timeout passes on its own (autoPause); the next command
+    // wakes it, files intact.
+    let wrote = threads(&dev, &["exec", "tour", "-c", "echo kept > note"]).await;
+    assert!(wrote.status.success(), "{}", text(&wrote.stderr));
+    fake.advance(Duration::from_secs(24 * 3600));
+    let read = threads(&dev, &["exec", "tour", "--", "cat", "note"]).await;
+    assert!(read.status.success(), "{}", text(&read.stderr));
+    assert_eq!(text(&read.stdout), "kept\n");
+}
+
+/// Where runc cannot run (here: not root), `threadbox dev` stops at once with one message that
+/// says why and how to run on E2B instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_root_threadbox_dev_says_how_to_use_e2b_instead() {
+    let mut missing = Vec::new();
+    if !support::is_root() {
+        missing.push("root, to run threadbox dev as another user".to_owned());
+    }
+    if find_program("setpriv").is_none() {
+        missing.push("setpriv (util-linux)".to_owned());
+    }
+    if !prerequisites_met(
+        "without_root_threadbox_dev_says_how_to_use_e2b_instead",
+        &missing,
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_threadbox"))
+        .args(["dev", "--port", "0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env_remove("THREADBOX_PROVIDER")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stderr);
+    assert!(said.contains("needs root"), "{said}");
+    assert!(
+        said.contains("THREADBOX_PROVIDER=e2b E2B_API_KEY="),
+        "{said}"
+    );
+    assert!(
+        !dir.path().join("data").exists(),
+        "nothing was made: {said}"
+    );
+}
