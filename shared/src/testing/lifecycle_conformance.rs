@@ -351,7 +351,9 @@ pub async fn the_janitor_never_acts_on_a_stale_read(h: Harness) {
 pub async fn a_running_command_is_never_paused(h: Harness) {
     let thread = tid("busy-1");
     h.tb.resolve(&thread).await.unwrap();
-    h.provider.set_exec_delay(Duration::from_millis(300));
+    // Longer than a sweep takes on a loaded machine against moto: a command that ended before
+    // the janitor's claim may rightly be paused, which is not what this test is about.
+    h.provider.set_exec_delay(Duration::from_secs(2));
     let tb = h.tb.clone();
     let t = thread.clone();
     let exec = tokio::spawn(async move { tb.exec(&t, ExecRequest::shell("sleep 1")).await });
