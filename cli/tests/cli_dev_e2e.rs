@@ -108,3 +108,71 @@ async fn the_cli_runs_code_and_watches_the_idle_pause_on_runc() {
     assert!(shown.contains("  pausing → paused       idle "), "{shown}");
     assert!(shown.contains("  resuming → active      user "), "{shown}");
 }
+
+/// `threads exec` streams: a line the command prints comes out while the command still runs.
+/// Over the API, a client that goes away leaves its command running to its end, unless it
+/// asked `kill_on_disconnect`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_streams_as_it_happens_and_disconnecting_kills_only_when_asked() {
+    if !prerequisites_met(
+        "output_streams_as_it_happens_and_disconnecting_kills_only_when_asked",
+        &dev_missing(),
+    ) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    let mut run = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .args([
+            "threads",
+            "exec",
+            "live",
+            "-c",
+            "echo first; sleep 3; echo second",
+        ])
+        .env("THREADBOX_URL", &dev.url)
+        .env_remove("THREADBOX_API_KEY")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(2), lines.next_line())
+        .await
+        .expect("the first line comes before the command ends")
+        .unwrap();
+    assert_eq!(first.as_deref(), Some("first"));
+    assert!(run.try_wait().unwrap().is_none(), "still running");
+    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("second"));
+    assert!(run.wait().await.unwrap().success());
+
+    // Leave after the first event; the command goes on (or not) without us.
+    for (kill, file) in [(false, "kept"), (true, "killed")] {
+        let mut response = dev
+            .http
+            .post(format!("{}/v1/threads/live/exec", dev.url))
+            .header("accept", "text/event-stream")
+            .json(&serde_json::json!({
+                "cmd": format!("echo started; sleep 1; echo done > {file}"),
+                "kill_on_disconnect": kill,
+            }))
+            .send()
+            .await
+            .unwrap();
+        let first = response.chunk().await.unwrap().unwrap();
+        assert!(
+            String::from_utf8_lossy(&first).contains("started"),
+            "{first:?}"
+        );
+        drop(response);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let listing = dev
+        .post(
+            "/v1/threads/live/exec",
+            Some(serde_json::json!({"cmd": "ls kept killed 2>&1"})),
+        )
+        .await;
+    let seen = listing["stdout"].as_str().unwrap();
+    assert!(seen.contains("kept\n"), "{seen}");
+    assert!(seen.contains("'killed': No such file"), "{seen}");
+}

@@ -2,9 +2,11 @@
 //! stack (an API Gateway stage URL with a path prefix works: routes are appended to it).
 //!
 //! - `types`: the bodies, built on the shared crate's own session and event types;
+//! - `exec_stream`: a command's output as it happens (server-sent events);
 //! - `error`: failures and the exit status each one means.
 
 mod error;
+mod exec_stream;
 mod types;
 
 use std::time::Duration;
@@ -16,6 +18,7 @@ use threadbox_shared::ports::ExecResult;
 use threadbox_shared::usecases::SandboxHandle;
 
 pub use error::{is_busy, ClientError};
+pub use exec_stream::ExecUpdate;
 pub use types::{EventPage, ExecSpec, ResetView, ThreadDetail, ThreadPage, ThreadView};
 
 /// Where `threadbox dev` listens by default.

@@ -1,16 +1,17 @@
 //! `threadbox threads exec`: run one command in a thread's sandbox, with its output passed
-//! through untouched and its exit status as ours, so it composes like a local command.
+//! through untouched as it happens and its exit status as ours, so it composes like a local
+//! command. `--json` waits for the end and prints the whole result as one document.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use threadbox_shared::ports::ExecResult;
+use threadbox_shared::ports::{ExecResult, OutputChunk};
 
 use super::output::{write_stdout, Output};
 use super::thread_id;
-use crate::client::{Client, ExecSpec};
+use crate::client::{Client, ExecSpec, ExecUpdate};
 use crate::duration;
 
 /// Our status when the command was killed by its timeout, as `timeout(1)` does.
@@ -89,16 +90,27 @@ pub async fn run(client: &Client, args: ExecArgs, out: Output) -> anyhow::Result
         None
     };
     let thread = args.thread.clone();
-    let result = client.exec(&thread, &args.spec(stdin)).await?;
+    // `--json` wants one document: the result whole. Otherwise the output streams as it comes.
     if out.json {
+        let result = client.exec(&thread, &args.spec(stdin)).await?;
         out.document(&result)?;
-    } else {
-        write_stdout(result.stdout.as_bytes())?;
-        let mut stderr = std::io::stderr().lock();
-        stderr.write_all(result.stderr.as_bytes())?;
-        for note in notes(&result) {
-            writeln!(stderr, "threadbox: {note}")?;
+        return Ok(ExitCode::from(status_of(&result)));
+    }
+    let mut stream = client.exec_streaming(&thread, &args.spec(stdin)).await?;
+    let result = loop {
+        match stream.next().await? {
+            ExecUpdate::Output(OutputChunk::Stdout(bytes)) => write_stdout(&bytes)?,
+            ExecUpdate::Output(OutputChunk::Stderr(bytes)) => {
+                let mut stderr = std::io::stderr().lock();
+                stderr.write_all(&bytes)?;
+                stderr.flush()?;
+            }
+            ExecUpdate::Exit(result) => break result,
         }
+    };
+    let mut stderr = std::io::stderr().lock();
+    for note in notes(&result) {
+        writeln!(stderr, "threadbox: {note}")?;
     }
     Ok(ExitCode::from(status_of(&result)))
 }

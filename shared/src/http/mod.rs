@@ -12,6 +12,7 @@
 
 mod auth;
 mod error;
+mod exec_stream;
 mod extract;
 mod local_only;
 mod sandbox;

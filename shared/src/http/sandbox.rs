@@ -56,6 +56,10 @@ struct ExecBody {
     env: BTreeMap<String, String>,
     stdin: Option<String>,
     timeout_ms: Option<u64>,
+    /// With a streamed answer: kill the command if the client goes away before it ends (by
+    /// default it runs on to its end, its output dropped).
+    #[serde(default)]
+    kill_on_disconnect: bool,
 }
 
 impl ExecBody {
@@ -121,13 +125,38 @@ impl ExecBody {
     }
 }
 
+/// Run a command: the result as JSON when it ends, or with `Accept: text/event-stream` its
+/// output as it happens (see `exec_stream`).
 async fn exec(
     State(tb): State<Threadbox>,
     Thread(thread_id): Thread,
+    headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody<ExecBody>,
-) -> Result<Json<ExecResult>, ApiError> {
+) -> Result<Response, ApiError> {
+    let kill_on_disconnect = body.kill_on_disconnect;
     let request = body.into_request()?;
-    Ok(Json(tb.exec(&thread_id, request).await?))
+    if wants_event_stream(&headers) {
+        return Ok(
+            super::exec_stream::exec_events(tb, thread_id, request, kill_on_disconnect)
+                .into_response(),
+        );
+    }
+    let result: ExecResult = tb.exec(&thread_id, request).await?;
+    Ok(Json(result).into_response())
+}
+
+/// Whether the client asked for server-sent events (`Accept: text/event-stream`).
+fn wants_event_stream(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|kind| {
+            kind.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
 }
 
 #[derive(Deserialize, Default)]

@@ -933,3 +933,73 @@ async fn unknown_routes_and_methods_answer_in_the_error_shape() {
         .await
         .expect_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
 }
+
+/// `Accept: text/event-stream` turns an exec into server-sent events: the output, then `exit`;
+/// a command that cannot run ends with an `error` event carrying what a plain call would have
+/// answered (status, code, Retry-After's seconds).
+#[tokio::test]
+async fn exec_streams_its_output_as_server_sent_events() {
+    use crate::ports::Limit;
+    let api = Api::new();
+    let streamed = |body: &'static str| {
+        Request::post("/v1/threads/t1/exec")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "text/event-stream")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let reply = api.send(streamed(r#"{"cmd": "echo hi"}"#)).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(
+        reply.headers[header::CONTENT_TYPE].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let text = String::from_utf8(reply.body.to_vec()).unwrap();
+    let events: Vec<(&str, Value)> = text
+        .split("\n\n")
+        .filter(|block| block.starts_with("event:"))
+        .map(|block| {
+            let mut lines = block.lines();
+            let name = lines.next().unwrap().trim_start_matches("event:").trim();
+            let data = lines.next().unwrap().trim_start_matches("data:").trim();
+            (name, serde_json::from_str(data).unwrap())
+        })
+        .collect();
+    assert_eq!(events.len(), 2, "{text}");
+    assert_eq!(events[0], ("stdout", json!({"text": "echo hi"})));
+    assert_eq!(events[1].0, "exit");
+    assert_eq!(events[1].1["exit_code"], 0);
+    assert_eq!(events[1].1["timed_out"], false);
+
+    api.provider.fail_next(
+        Op::Exec,
+        ProviderError::LimitReached {
+            limit: Limit::CommandsInSandbox,
+            message: "over the limit".into(),
+            retry_after: Duration::from_secs(2),
+        },
+    );
+    let reply = api.send(streamed(r#"{"cmd": "true"}"#)).await;
+    let text = String::from_utf8(reply.body.to_vec()).unwrap();
+    let error = text
+        .split("\n\n")
+        .find(|block| block.starts_with("event: error") || block.starts_with("event:error"))
+        .unwrap_or_else(|| panic!("no error event in {text}"));
+    let data: Value = serde_json::from_str(
+        error
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim_start_matches("data:")
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(data["code"], "too_many_commands_in_thread");
+    assert_eq!(data["status"], 429);
+    assert_eq!(data["retry_after"], 2);
+
+    // A bad body is still a plain 400 before anything streams.
+    api.send(streamed(r#"{"cmd": ""}"#))
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "invalid_request");
+}

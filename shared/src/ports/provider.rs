@@ -318,6 +318,38 @@ pub struct GrepMatch {
 pub type FileChunks =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<Vec<u8>, ProviderError>> + Send>>;
 
+/// A piece of a running command's output, as it comes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutputChunk {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+}
+
+impl OutputChunk {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            OutputChunk::Stdout(bytes) | OutputChunk::Stderr(bytes) => bytes,
+        }
+    }
+}
+
+/// Where a streaming exec sends its output.
+pub type OutputSink = tokio::sync::mpsc::Sender<OutputChunk>;
+
+/// How long a streaming caller may leave output unread before it counts as gone. Waiting for it
+/// is what keeps output in order and memory bounded; giving up on it is what stops a caller
+/// that holds the connection open without reading from pinning the command's slot for ever.
+pub const SLOW_READER: Duration = Duration::from_secs(30);
+
+/// Send `chunk` on; false when the receiver is gone or did not take it within [`SLOW_READER`],
+/// after which nothing more should be sent to it.
+pub async fn forward(sink: &OutputSink, chunk: OutputChunk) -> bool {
+    matches!(
+        tokio::time::timeout(SLOW_READER, sink.send(chunk)).await,
+        Ok(Ok(()))
+    )
+}
+
 /// The error of an upload past its limit.
 pub fn too_large_upload(path: &str, limit: u64) -> ProviderError {
     ProviderError::InvalidRequest(format!(
@@ -368,6 +400,28 @@ pub trait SandboxProvider: Send + Sync {
         sandbox_id: &str,
         request: ExecRequest,
     ) -> Result<ExecResult, ProviderError>;
+
+    /// `exec`, with the output sent to `output` as it comes instead of kept in the result
+    /// (whose `stdout` and `stderr` are then empty). The output cap applies all the same. A
+    /// receiver that goes away, or stops reading for [`SLOW_READER`], is given up on: the
+    /// command runs on to its end. The default runs `exec` and sends each stream whole once the
+    /// command ends; providers that can do better send as it comes.
+    async fn exec_streaming(
+        &self,
+        sandbox_id: &str,
+        request: ExecRequest,
+        output: OutputSink,
+    ) -> Result<ExecResult, ProviderError> {
+        let mut result = self.exec(sandbox_id, request).await?;
+        let stdout = std::mem::take(&mut result.stdout).into_bytes();
+        let stderr = std::mem::take(&mut result.stderr).into_bytes();
+        for chunk in [OutputChunk::Stdout(stdout), OutputChunk::Stderr(stderr)] {
+            if !chunk.bytes().is_empty() && !forward(&output, chunk).await {
+                break;
+            }
+        }
+        Ok(result)
+    }
 
     async fn read_file(&self, sandbox_id: &str, path: &str) -> Result<Vec<u8>, ProviderError>;
     /// The file open for reading as a stream, with its size: memory stays bounded whatever the

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use crate::domain::{Hold, Millis, Session, ThreadId};
-use crate::ports::{ExecRequest, ExecResult, FileChunks, FileEntry, GrepMatch, ProviderError};
+use crate::ports::{
+    ExecRequest, ExecResult, FileChunks, FileEntry, GrepMatch, OutputSink, ProviderError,
+};
 
 use super::error::UseCaseError;
 use super::hold_request::HoldRequest;
@@ -107,10 +109,32 @@ impl Threadbox {
         thread_id: &ThreadId,
         request: ExecRequest,
     ) -> Result<ExecResult, UseCaseError> {
+        self.run_command(thread_id, request, None).await
+    }
+
+    /// `exec`, with the output sent to `output` as it comes (see
+    /// `SandboxProvider::exec_streaming`); the result carries the rest. The hold lasts as long
+    /// as the command, whether or not anyone still reads its output.
+    pub async fn exec_streaming(
+        &self,
+        thread_id: &ThreadId,
+        request: ExecRequest,
+        output: OutputSink,
+    ) -> Result<ExecResult, UseCaseError> {
+        self.run_command(thread_id, request, Some(output)).await
+    }
+
+    /// A command under a hold as long as its timeout, its output kept or streamed.
+    async fn run_command(
+        &self,
+        thread_id: &ThreadId,
+        request: ExecRequest,
+        output: Option<OutputSink>,
+    ) -> Result<ExecResult, UseCaseError> {
         let keep_alive = request.timeout + HOLD_GRACE;
         let hold = HoldRequest::new("exec", keep_alive);
         self.with_sandbox(thread_id, hold, |sandbox_id| {
-            let request = request.clone();
+            let (request, output) = (request.clone(), output.clone());
             async move {
                 if keep_alive > self.config.sandbox_timeout {
                     self.provider
@@ -118,7 +142,14 @@ impl Threadbox {
                         .await
                         .ok();
                 }
-                self.provider.exec(&sandbox_id, request).await
+                match output {
+                    Some(output) => {
+                        self.provider
+                            .exec_streaming(&sandbox_id, request, output)
+                            .await
+                    }
+                    None => self.provider.exec(&sandbox_id, request).await,
+                }
             }
         })
         .await

@@ -20,6 +20,7 @@ use super::connect::{
     FrameDecoder, ProcessConfig, StartRequest,
 };
 use super::errors::{E2bError, Plane};
+use crate::ports::{forward, OutputChunk, OutputSink};
 
 /// The template's default user; E2B's SDK sends it explicitly (older envd needs it).
 const USER: &str = "user";
@@ -45,6 +46,8 @@ pub(crate) struct ProcessSpec {
     pub stdin: Option<Vec<u8>>,
     pub timeout: Duration,
     pub output_cap: usize,
+    /// Where the output goes as it comes, for a streaming exec; it is then not kept.
+    pub output: Option<OutputSink>,
 }
 
 /// What a finished (or abandoned) process produced.
@@ -118,7 +121,7 @@ impl EnvdClient {
             .header("Keepalive-Ping-Interval", KEEPALIVE_SECS)
             .body(encode_frame(0, &message));
 
-        let mut stream = Stream::new(spec.output_cap);
+        let mut stream = Stream::new(spec.output_cap, spec.output.clone());
         let read = tokio::time::timeout(
             spec.timeout + GRACE,
             self.read_stream(request, target, spec, &mut stream),
@@ -170,8 +173,10 @@ impl EnvdClient {
                             stream.stdin_feeder = Some(self.feed_stdin(target, pid, input.clone()));
                         }
                     }
-                    Event::Stdout(bytes) | Event::Pty(bytes) => stream.stdout.push(&bytes),
-                    Event::Stderr(bytes) => stream.stderr.push(&bytes),
+                    Event::Stdout(bytes) | Event::Pty(bytes) => {
+                        stream.take(OutputChunk::Stdout(bytes)).await
+                    }
+                    Event::Stderr(bytes) => stream.take(OutputChunk::Stderr(bytes)).await,
                     Event::Keepalive => {}
                     Event::End(end) => stream.end = Some(end),
                 }
@@ -305,21 +310,29 @@ impl EnvdClient {
     }
 }
 
-/// One stream's output, kept up to the cap.
+/// One stream's output up to the cap: kept, or (streaming) only counted.
 struct Capped {
     bytes: Vec<u8>,
     cap: usize,
+    seen: usize,
     overflowed: bool,
 }
 
 impl Capped {
-    fn push(&mut self, chunk: &[u8]) {
-        let room = self.cap.saturating_sub(self.bytes.len());
+    /// The part of `chunk` within the cap, counted but not kept.
+    fn admit<'a>(&mut self, chunk: &'a [u8]) -> &'a [u8] {
+        let room = self.cap.saturating_sub(self.seen);
         if chunk.len() > room {
             self.overflowed = true;
         }
-        self.bytes
-            .extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let admitted = &chunk[..chunk.len().min(room)];
+        self.seen += admitted.len();
+        admitted
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        let admitted = self.admit(chunk);
+        self.bytes.extend_from_slice(admitted);
     }
 }
 
@@ -332,13 +345,17 @@ struct Stream {
     /// `Some(None)` for a clean end-of-stream, `Some(Some(e))` for a handler error.
     end_stream: Option<Option<ConnectError>>,
     stdin_feeder: Option<tokio::task::JoinHandle<()>>,
+    /// A streaming exec's receiver, until it goes away or stops reading.
+    forward_to: Option<OutputSink>,
+    streaming: bool,
 }
 
 impl Stream {
-    fn new(cap: usize) -> Self {
+    fn new(cap: usize, forward_to: Option<OutputSink>) -> Self {
         let capped = || Capped {
             bytes: Vec::new(),
             cap,
+            seen: 0,
             overflowed: false,
         };
         Self {
@@ -348,6 +365,37 @@ impl Stream {
             end: None,
             end_stream: None,
             stdin_feeder: None,
+            streaming: forward_to.is_some(),
+            forward_to,
+        }
+    }
+
+    /// Output read from the stream: kept up to the cap, or sent on as it comes when streaming.
+    async fn take(&mut self, chunk: OutputChunk) {
+        let (is_stdout, bytes) = match chunk {
+            OutputChunk::Stdout(bytes) => (true, bytes),
+            OutputChunk::Stderr(bytes) => (false, bytes),
+        };
+        let capped = if is_stdout {
+            &mut self.stdout
+        } else {
+            &mut self.stderr
+        };
+        if !self.streaming {
+            capped.push(&bytes);
+            return;
+        }
+        let admitted = capped.admit(&bytes);
+        if let Some(sink) = self.forward_to.as_ref().filter(|_| !admitted.is_empty()) {
+            let admitted = admitted.to_vec();
+            let chunk = if is_stdout {
+                OutputChunk::Stdout(admitted)
+            } else {
+                OutputChunk::Stderr(admitted)
+            };
+            if !forward(sink, chunk).await {
+                self.forward_to = None;
+            }
         }
     }
 
@@ -440,7 +488,7 @@ mod tests {
     use super::*;
 
     fn stream_with(end: Option<EndEvent>, end_stream: Option<ConnectError>) -> Stream {
-        let mut s = Stream::new(4);
+        let mut s = Stream::new(4, None);
         s.stdout.push(b"hello world");
         s.end = end;
         s.end_stream = Some(end_stream);
@@ -485,7 +533,7 @@ mod tests {
 
     #[test]
     fn a_process_that_cannot_start_exits_127() {
-        let mut s = Stream::new(100);
+        let mut s = Stream::new(100, None);
         s.end_stream = Some(Some(ConnectError {
             code: "invalid_argument".into(),
             message: Some("exec: no such file".into()),

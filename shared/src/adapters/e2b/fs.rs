@@ -40,6 +40,7 @@ fn script(body: &str, args: &[&str]) -> ProcessSpec {
         stdin: None,
         timeout: FS_TIMEOUT,
         output_cap: FS_OUTPUT_CAP,
+        output: None,
     }
 }
 

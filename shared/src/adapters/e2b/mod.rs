@@ -40,8 +40,8 @@ use sha2::{Digest, Sha256};
 
 use crate::ports::{
     Connected, CreateSandbox, CreatedSandbox, ExecCommand, ExecRequest, ExecResult, FileEntry,
-    GrepMatch, NetworkProfile, ProviderError, SandboxInfo, SandboxOwner, SandboxProvider,
-    SandboxState, DEFAULT_FILE_CAP,
+    GrepMatch, NetworkProfile, OutputSink, ProviderError, SandboxInfo, SandboxOwner,
+    SandboxProvider, SandboxState, DEFAULT_FILE_CAP,
 };
 
 pub use config::{E2bConfig, Secret, MAX_TIMEOUT};
@@ -212,6 +212,50 @@ impl E2bProvider {
             self.forget(sandbox_id);
         }
         error.into_provider(sandbox_id)
+    }
+
+    /// A command through envd, its output kept in the result or sent to `output` as it comes.
+    async fn run_command(
+        &self,
+        sandbox_id: &str,
+        request: ExecRequest,
+        output: Option<OutputSink>,
+    ) -> Result<ExecResult, ProviderError> {
+        let (cmd, args) = match request.command {
+            // A login shell, as E2B's SDK runs commands: the template's profile sets PATH.
+            ExecCommand::Shell(line) => (
+                "/bin/bash".to_owned(),
+                vec!["-l".to_owned(), "-c".to_owned(), line],
+            ),
+            ExecCommand::Argv(mut argv) => {
+                if argv.is_empty() {
+                    return Err(ProviderError::InvalidRequest("empty command".into()));
+                }
+                let cmd = argv.remove(0);
+                (cmd, argv)
+            }
+        };
+        let spec = ProcessSpec {
+            cmd,
+            args,
+            envs: request.env,
+            cwd: request.cwd,
+            stdin: request.stdin,
+            timeout: request.timeout,
+            output_cap: request.output_cap,
+            output,
+        };
+        let out = self.run(sandbox_id, &spec).await?;
+        Ok(ExecResult {
+            exit_code: out.exit_code,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            duration_ms: out.duration.as_millis() as u64,
+            timed_out: out.timed_out,
+            truncated: out.truncated,
+            // envd does not say why a process died; an OOM kill shows as a signal.
+            out_of_memory: false,
+        })
     }
 
     async fn run(
@@ -480,40 +524,17 @@ impl SandboxProvider for E2bProvider {
         sandbox_id: &str,
         request: ExecRequest,
     ) -> Result<ExecResult, ProviderError> {
-        let (cmd, args) = match request.command {
-            // A login shell, as E2B's SDK runs commands: the template's profile sets PATH.
-            ExecCommand::Shell(line) => (
-                "/bin/bash".to_owned(),
-                vec!["-l".to_owned(), "-c".to_owned(), line],
-            ),
-            ExecCommand::Argv(mut argv) => {
-                if argv.is_empty() {
-                    return Err(ProviderError::InvalidRequest("empty command".into()));
-                }
-                let cmd = argv.remove(0);
-                (cmd, argv)
-            }
-        };
-        let spec = ProcessSpec {
-            cmd,
-            args,
-            envs: request.env,
-            cwd: request.cwd,
-            stdin: request.stdin,
-            timeout: request.timeout,
-            output_cap: request.output_cap,
-        };
-        let out = self.run(sandbox_id, &spec).await?;
-        Ok(ExecResult {
-            exit_code: out.exit_code,
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            duration_ms: out.duration.as_millis() as u64,
-            timed_out: out.timed_out,
-            truncated: out.truncated,
-            // envd does not say why a process died; an OOM kill shows as a signal.
-            out_of_memory: false,
-        })
+        self.run_command(sandbox_id, request, None).await
+    }
+
+    /// envd streams a process's output as it comes; it is sent on as each frame arrives.
+    async fn exec_streaming(
+        &self,
+        sandbox_id: &str,
+        request: ExecRequest,
+        output: OutputSink,
+    ) -> Result<ExecResult, ProviderError> {
+        self.run_command(sandbox_id, request, Some(output)).await
     }
 
     #[tracing::instrument(skip(self))]

@@ -29,7 +29,9 @@ use super::idmap::IdRange;
 use super::idmap::{SANDBOX_GID, SANDBOX_UID};
 use super::process::{kill_tree, reap};
 use super::runtime::{error_message, Runc};
-use crate::ports::{ExecCommand, ExecRequest, ExecResult, ProviderError};
+use crate::ports::{
+    forward, ExecCommand, ExecRequest, ExecResult, OutputChunk, OutputSink, ProviderError,
+};
 
 /// Runs `"$@"` (the command) with fd 3 closed, then reports its status on fd 3.
 const WRAPPER: &str = r#""$@" 3>&-; printf %d "$?" >&3"#;
@@ -104,9 +106,11 @@ pub(crate) struct ExecTarget<'a> {
     pub ids: IdRange,
 }
 
+/// Run `request`; with `output`, its output goes there as it comes instead of into the result.
 pub(crate) async fn run(
     target: ExecTarget<'_>,
     request: ExecRequest,
+    output: Option<OutputSink>,
 ) -> Result<ExecResult, ExecError> {
     let started = Instant::now();
     let oom_before = target.cgroup.as_ref().and_then(|c| c.oom_kills());
@@ -173,8 +177,21 @@ pub(crate) async fn run(
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let cap = request.output_cap;
-    let out_task = tokio::spawn(read_capped(stdout, cap, stop_rx.clone()));
-    let err_task = tokio::spawn(read_capped(stderr, cap, stop_rx));
+    let forwards = output.map(|sink| {
+        (
+            Forward {
+                sink: sink.clone(),
+                wrap: OutputChunk::Stdout,
+            },
+            Forward {
+                sink,
+                wrap: OutputChunk::Stderr,
+            },
+        )
+    });
+    let (out_forward, err_forward) = forwards.unzip();
+    let out_task = tokio::spawn(read_capped(stdout, cap, stop_rx.clone(), out_forward));
+    let err_task = tokio::spawn(read_capped(stderr, cap, stop_rx, err_forward));
 
     // runc returns once the command has started (or failed to).
     let runc_status = match tokio::time::timeout(target.runc.call_timeout(), child.wait()).await {
@@ -371,27 +388,44 @@ async fn read_pid_file(path: &std::path::Path) -> Result<i32, ProviderError> {
         .map_err(|_| ProviderError::Internal(format!("runc exec wrote a bad pid file: {text:?}")))
 }
 
+/// Where a streaming exec's stream goes, and which stream it is.
+struct Forward {
+    sink: OutputSink,
+    wrap: fn(Vec<u8>) -> OutputChunk,
+}
+
 /// Read a stream to its end (or until told to stop), keeping the first `cap` bytes and
-/// discarding the rest, so a chatty command never blocks on a full pipe.
+/// discarding the rest, so a chatty command never blocks on a full pipe. With `forward`, the
+/// first `cap` bytes are sent on as they come instead of kept; a receiver that is gone or too
+/// slow (see `ports::forward`) is dropped and the rest discarded.
 async fn read_capped<R: AsyncRead + Unpin>(
     mut reader: R,
     cap: usize,
     mut stop: watch::Receiver<bool>,
+    mut forward_to: Option<Forward>,
 ) -> (Vec<u8>, bool) {
+    let streaming = forward_to.is_some();
     let mut kept = Vec::new();
-    let mut truncated = false;
+    let (mut seen, mut truncated) = (0usize, false);
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        tokio::select! {
+        let n = tokio::select! {
             read = reader.read(&mut buf) => match read {
                 Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let room = cap.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buf[..n.min(room)]);
-                    truncated |= n > room;
-                }
+                Ok(n) => n,
             },
             _ = stop.wait_for(|stop| *stop) => break,
+        };
+        let room = cap.saturating_sub(seen);
+        let take = &buf[..n.min(room)];
+        seen += take.len();
+        truncated |= n > room;
+        if !streaming {
+            kept.extend_from_slice(take);
+        } else if let Some(to) = forward_to.as_ref().filter(|_| !take.is_empty()) {
+            if !forward(&to.sink, (to.wrap)(take.to_vec())).await {
+                forward_to = None;
+            }
         }
     }
     (kept, truncated)
@@ -419,11 +453,11 @@ mod tests {
     async fn output_is_capped_but_read_to_the_end() {
         let data = vec![b'x'; 100_000];
         let (_tx, rx) = watch::channel(false);
-        let (kept, truncated) = read_capped(&data[..], 10, rx).await;
+        let (kept, truncated) = read_capped(&data[..], 10, rx, None).await;
         assert_eq!(kept, b"xxxxxxxxxx");
         assert!(truncated);
         let (_tx, rx) = watch::channel(false);
-        let (kept, truncated) = read_capped(&b"short"[..], 10, rx).await;
+        let (kept, truncated) = read_capped(&b"short"[..], 10, rx, None).await;
         assert_eq!(kept, b"short");
         assert!(!truncated);
     }

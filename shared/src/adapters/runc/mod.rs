@@ -59,8 +59,8 @@ use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use self::volume::VolumePool;
 use crate::ports::{
     too_large_upload, Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult,
-    FileChunks, FileEntry, GrepMatch, Limit, NetworkProfile, OpenFile, ProviderError, SandboxInfo,
-    SandboxProvider, SandboxState, SystemClock,
+    FileChunks, FileEntry, GrepMatch, Limit, NetworkProfile, OpenFile, OutputSink, ProviderError,
+    SandboxInfo, SandboxProvider, SandboxState, SystemClock,
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits};
@@ -582,6 +582,66 @@ impl RuncProvider {
         }
         result
     }
+
+    /// A command in a sandbox, its output kept in the result or sent to `output` as it comes.
+    #[tracing::instrument(skip(self, request, output))]
+    async fn run_command(
+        &self,
+        sandbox_id: &str,
+        request: ExecRequest,
+        output: Option<OutputSink>,
+    ) -> Result<ExecResult, ProviderError> {
+        exec::validate(&request)?;
+        let bundle = self.existing_bundle(sandbox_id)?;
+        let slot = self.slot(sandbox_id);
+        let _hold = {
+            let _lifecycle = slot.lifecycle.lock().await;
+            ExecHold::admit(slot.clone(), self.commands.clone(), &self.config)?
+        };
+        let cgroup = self.container_cgroup(sandbox_id, &slot).await?;
+        let cwd = request.cwd.clone();
+        let target = ExecTarget {
+            runc: &self.runc,
+            id: sandbox_id,
+            run_dir: bundle.run_dir(),
+            cgroup,
+            ids: sandbox_ids(&bundle),
+        };
+        match exec::run(target, request, output).await {
+            Ok(_) if !bundle.exists() => Err(gone(sandbox_id)),
+            Ok(result) => {
+                tracing::debug!(
+                    sandbox_id,
+                    exit_code = ?result.exit_code,
+                    duration_ms = result.duration_ms,
+                    timed_out = result.timed_out,
+                    "command finished"
+                );
+                Ok(result)
+            }
+            Err(ExecError::Provider(e)) => Err(e),
+            Err(ExecError::NotStarted(message)) => match self.runc.state(sandbox_id).await? {
+                Some(state) if state.status == ContainerStatus::Paused => {
+                    Err(ProviderError::Conflict(format!(
+                        "sandbox {sandbox_id} is paused; connect resumes it"
+                    )))
+                }
+                Some(state) if state.status.is_alive() => {
+                    if message.contains("chdir to cwd") {
+                        Err(ProviderError::InvalidRequest(format!(
+                            "working directory {} does not exist in the sandbox",
+                            cwd.as_deref().unwrap_or(bundle::HOME)
+                        )))
+                    } else {
+                        Err(ProviderError::Internal(format!(
+                            "runc exec failed: {message}"
+                        )))
+                    }
+                }
+                _ => Err(gone(sandbox_id)),
+            },
+        }
+    }
 }
 
 #[async_trait]
@@ -796,62 +856,22 @@ impl SandboxProvider for RuncProvider {
             .collect())
     }
 
-    #[tracing::instrument(skip(self, request))]
     async fn exec(
         &self,
         sandbox_id: &str,
         request: ExecRequest,
     ) -> Result<ExecResult, ProviderError> {
-        exec::validate(&request)?;
-        let bundle = self.existing_bundle(sandbox_id)?;
-        let slot = self.slot(sandbox_id);
-        let _hold = {
-            let _lifecycle = slot.lifecycle.lock().await;
-            ExecHold::admit(slot.clone(), self.commands.clone(), &self.config)?
-        };
-        let cgroup = self.container_cgroup(sandbox_id, &slot).await?;
-        let cwd = request.cwd.clone();
-        let target = ExecTarget {
-            runc: &self.runc,
-            id: sandbox_id,
-            run_dir: bundle.run_dir(),
-            cgroup,
-            ids: sandbox_ids(&bundle),
-        };
-        match exec::run(target, request).await {
-            Ok(_) if !bundle.exists() => Err(gone(sandbox_id)),
-            Ok(result) => {
-                tracing::debug!(
-                    sandbox_id,
-                    exit_code = ?result.exit_code,
-                    duration_ms = result.duration_ms,
-                    timed_out = result.timed_out,
-                    "command finished"
-                );
-                Ok(result)
-            }
-            Err(ExecError::Provider(e)) => Err(e),
-            Err(ExecError::NotStarted(message)) => match self.runc.state(sandbox_id).await? {
-                Some(state) if state.status == ContainerStatus::Paused => {
-                    Err(ProviderError::Conflict(format!(
-                        "sandbox {sandbox_id} is paused; connect resumes it"
-                    )))
-                }
-                Some(state) if state.status.is_alive() => {
-                    if message.contains("chdir to cwd") {
-                        Err(ProviderError::InvalidRequest(format!(
-                            "working directory {} does not exist in the sandbox",
-                            cwd.as_deref().unwrap_or(bundle::HOME)
-                        )))
-                    } else {
-                        Err(ProviderError::Internal(format!(
-                            "runc exec failed: {message}"
-                        )))
-                    }
-                }
-                _ => Err(gone(sandbox_id)),
-            },
-        }
+        self.run_command(sandbox_id, request, None).await
+    }
+
+    /// The output is read from the command's pipes as it comes and sent on at once.
+    async fn exec_streaming(
+        &self,
+        sandbox_id: &str,
+        request: ExecRequest,
+        output: OutputSink,
+    ) -> Result<ExecResult, ProviderError> {
+        self.run_command(sandbox_id, request, Some(output)).await
     }
 
     async fn read_file(&self, sandbox_id: &str, path: &str) -> Result<Vec<u8>, ProviderError> {
