@@ -61,6 +61,24 @@ ensure_moto() {
   "$MOTO_VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
 }
 
+# The official MCP Python SDK, pinned, in a virtualenv of its own: the client the `threadbox mcp`
+# test drives the server with, as an agent host would.
+MCP_SDK_VERSION="2.3.0"
+MCP_VENV="target/mcp-venv"
+ensure_mcp_sdk() {
+  if "$MCP_VENV/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('mcp') != '$MCP_SDK_VERSION')" 2>/dev/null; then
+    return 0
+  fi
+  say "installing the MCP Python SDK (mcp==$MCP_SDK_VERSION) into $MCP_VENV"
+  rm -rf "$MCP_VENV"
+  if ! python3 -m venv "$MCP_VENV" >/dev/null 2>&1; then
+    rm -rf "$MCP_VENV"
+    apt_install python3-venv
+    python3 -m venv "$MCP_VENV"
+  fi
+  "$MCP_VENV/bin/pip" install --quiet --disable-pip-version-check "mcp==$MCP_SDK_VERSION"
+}
+
 # A TCP port on 127.0.0.1 that nothing listens on right now.
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test, with everything the tests need installed first (runc, Chromium, cargo-nextest, moto,
-# cargo-lambda and aws-sam-cli). CI runs exactly this.
+# cargo-lambda, aws-sam-cli and the MCP Python SDK). CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -18,6 +18,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 ensure_moto
 ensure_lambda_tools
+ensure_mcp_sdk
 
 say "format check"
 cargo fmt --all -- --check
@@ -45,6 +46,9 @@ say "tests"
 export THREADBOX_REQUIRE_SANDBOXES=1
 # The same for the local Lambda loop test, which needs cargo-lambda (installed above).
 export THREADBOX_REQUIRE_LAMBDA=1
+# The `threadbox mcp` test's client, the MCP Python SDK (installed above).
+THREADBOX_MCP_PYTHON="$(pwd)/$MCP_VENV/bin/python"
+export THREADBOX_MCP_PYTHON
 # First under cargo test, a Rust developer's first command: the tests must not depend on
 # nextest's process per test. Then under nextest, whose summary closes the run.
 cargo test --workspace --all-features --no-fail-fast --quiet

@@ -5,6 +5,7 @@ mod dev;
 mod dlq;
 mod duration;
 mod exit;
+mod mcp;
 mod secret_file;
 mod slack;
 mod threads;
@@ -41,6 +42,8 @@ enum Command {
     Slack(slack::SlackArgs),
     /// A deployed stack's dead-letter queues, through SQS: `dlq list`, `dlq redrive`.
     Dlq(dlq::DlqArgs),
+    /// One thread's sandbox as an MCP server on stdio, for agent hosts (Claude, IDEs).
+    Mcp(mcp::McpArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -64,6 +67,7 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map(|()| std::process::ExitCode::SUCCESS),
             Command::Dlq(args) => dlq::run(args).await,
+            Command::Mcp(args) => mcp::run(args).await,
         }
     });
     match result {

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use reqwest::header::{ACCEPT, AUTHORIZATION};
+use reqwest::header::ACCEPT;
 use reqwest::Method;
 use serde::Deserialize;
 use threadbox_shared::ports::{ExecResult, OutputChunk};
@@ -43,16 +43,11 @@ impl Client {
             threadbox_shared::ports::DEFAULT_EXEC_TIMEOUT,
             Duration::from_millis,
         );
-        let mut request = self
-            .http
+        let response = self
             .request(Method::POST, url)
             .header(ACCEPT, "text/event-stream")
             .json(spec)
-            .timeout(command + REQUEST_TIMEOUT);
-        if let Some(auth) = &self.auth {
-            request = request.header(AUTHORIZATION, auth.clone());
-        }
-        let response = request
+            .timeout(command + REQUEST_TIMEOUT)
             .send()
             .await
             .map_err(|e| ClientError::unreachable(&shown, &e))?;

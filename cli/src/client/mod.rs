@@ -3,10 +3,12 @@
 //!
 //! - `types`: the bodies, built on the shared crate's own session and event types;
 //! - `exec_stream`: a command's output as it happens (server-sent events);
+//! - `files`: reading, writing, listing and removing files in a thread's sandbox;
 //! - `error`: failures and the exit status each one means.
 
 mod error;
 mod exec_stream;
+mod files;
 mod types;
 
 use std::time::Duration;
@@ -96,6 +98,15 @@ impl Client {
         url
     }
 
+    /// A request to `url` with the API key, if any.
+    fn request(&self, method: Method, url: Url) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, url);
+        match &self.auth {
+            Some(auth) => request.header(AUTHORIZATION, auth.clone()),
+            None => request,
+        }
+    }
+
     /// Send a request and decode a success body as `T`, or turn the answer into a `ClientError`.
     async fn call<T: DeserializeOwned>(
         &self,
@@ -105,20 +116,26 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<T, ClientError> {
         let shown = url.to_string();
-        let mut request = self.http.request(method, url);
-        if let Some(auth) = &self.auth {
-            request = request.header(AUTHORIZATION, auth.clone());
-        }
+        let mut request = self.request(method, url);
         if let Some(body) = body {
             request = request.json(body);
         }
         if let Some(timeout) = timeout {
             request = request.timeout(timeout);
         }
+        let bytes = Self::answer(request, &shown).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol {
+            url: shown,
+            detail: format!("a body that is not threadbox's JSON ({e})"),
+        })
+    }
+
+    /// Send `request` and return a success's body, or the error the answer means.
+    async fn answer(request: reqwest::RequestBuilder, shown: &str) -> Result<Vec<u8>, ClientError> {
         let response = request
             .send()
             .await
-            .map_err(|e| ClientError::unreachable(&shown, &e))?;
+            .map_err(|e| ClientError::unreachable(shown, &e))?;
         let status = response.status();
         let retry_after = response
             .headers()
@@ -128,7 +145,7 @@ impl Client {
         let bytes = response
             .bytes()
             .await
-            .map_err(|e| ClientError::unreachable(&shown, &e))?;
+            .map_err(|e| ClientError::unreachable(shown, &e))?;
         if !status.is_success() {
             return Err(ClientError::from_response(
                 status.as_u16(),
@@ -136,10 +153,7 @@ impl Client {
                 &bytes,
             ));
         }
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol {
-            url: shown,
-            detail: format!("HTTP {status} with a body that is not threadbox's JSON ({e})"),
-        })
+        Ok(bytes.to_vec())
     }
 
     /// One page of threads; pass the previous page's `next` as `cursor`.

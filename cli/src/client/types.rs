@@ -68,4 +68,7 @@ pub struct ExecSpec {
     pub stdin: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// With a streamed answer: the server kills the command if this client goes away.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kill_on_disconnect: bool,
 }

@@ -75,6 +75,8 @@ impl ExecArgs {
             timeout_ms: self
                 .timeout
                 .map(|t| u64::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)),
+            // Ctrl-C on the CLI stops the command, as it would a local one.
+            kill_on_disconnect: true,
         }
     }
 }
@@ -178,13 +180,19 @@ mod tests {
         let json = serde_json::to_value(args.spec(None)).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"argv": ["ls", "-la"], "env": {"A": "1"}, "timeout_ms": 90_000})
+            serde_json::json!({
+                "argv": ["ls", "-la"], "env": {"A": "1"}, "timeout_ms": 90_000,
+                "kill_on_disconnect": true
+            })
         );
         let args = parse(&["demo", "-c", "echo $HOME | wc -c", "--cwd", "/tmp"]).unwrap();
         let json = serde_json::to_value(args.spec(Some("in".into()))).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"cmd": "echo $HOME | wc -c", "cwd": "/tmp", "stdin": "in"})
+            serde_json::json!({
+                "cmd": "echo $HOME | wc -c", "cwd": "/tmp", "stdin": "in",
+                "kill_on_disconnect": true
+            })
         );
     }
 

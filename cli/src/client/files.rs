@@ -1,0 +1,87 @@
+//! The file routes, `/v1/threads/{id}/files/{path}`: read, write, list, stat and remove.
+
+use reqwest::Method;
+use serde::Deserialize;
+use threadbox_shared::ports::FileEntry;
+
+use super::{Client, ClientError};
+
+#[derive(Deserialize)]
+struct Listing {
+    entries: Vec<FileEntry>,
+}
+
+#[derive(Deserialize)]
+struct Written {
+    size: u64,
+}
+
+impl Client {
+    /// `…/files/<path>`, each part of the sandbox path its own encoded segment.
+    fn file_url(&self, thread_id: &str, path: &str) -> reqwest::Url {
+        let mut url = self.url(Some(thread_id), Some("files"));
+        url.path_segments_mut()
+            .expect("an http(s) base URL")
+            .extend(path.split('/').filter(|part| !part.is_empty()));
+        url
+    }
+
+    /// A file's bytes. Reading does not wake a paused sandbox (the API's GETs change nothing).
+    pub async fn read_file(&self, thread_id: &str, path: &str) -> Result<Vec<u8>, ClientError> {
+        let url = self.file_url(thread_id, path);
+        let shown = url.to_string();
+        Self::answer(self.request(Method::GET, url), &shown).await
+    }
+
+    /// Replace (or create) a file, parents included; the bytes written.
+    pub async fn write_file(
+        &self,
+        thread_id: &str,
+        path: &str,
+        contents: Vec<u8>,
+    ) -> Result<u64, ClientError> {
+        let url = self.file_url(thread_id, path);
+        let shown = url.to_string();
+        let body = Self::answer(self.request(Method::PUT, url).body(contents), &shown).await?;
+        let written: Written =
+            serde_json::from_slice(&body).map_err(|e| ClientError::Protocol {
+                url: shown,
+                detail: format!("an upload answer that is not threadbox's JSON ({e})"),
+            })?;
+        Ok(written.size)
+    }
+
+    pub async fn list_dir(
+        &self,
+        thread_id: &str,
+        path: &str,
+    ) -> Result<Vec<FileEntry>, ClientError> {
+        let mut url = self.file_url(thread_id, path);
+        url.set_query(Some("list=true"));
+        let listing: Listing = self.call(Method::GET, url, None, None).await?;
+        Ok(listing.entries)
+    }
+
+    pub async fn stat(&self, thread_id: &str, path: &str) -> Result<FileEntry, ClientError> {
+        let mut url = self.file_url(thread_id, path);
+        url.set_query(Some("stat=true"));
+        self.call(Method::GET, url, None, None).await
+    }
+
+    /// Remove a file, or a directory (with everything in it when `recursive`).
+    pub async fn remove(
+        &self,
+        thread_id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<(), ClientError> {
+        let mut url = self.file_url(thread_id, path);
+        if recursive {
+            url.set_query(Some("recursive=true"));
+        }
+        let shown = url.to_string();
+        Self::answer(self.request(Method::DELETE, url), &shown)
+            .await
+            .map(drop)
+    }
+}

@@ -1,0 +1,80 @@
+"""An MCP host's side of `threadbox mcp`, on the official MCP Python SDK (`mcp` on PyPI).
+
+Spawns `threadbox mcp` over stdio (the command line after `--`), runs the tools an agent would,
+and prints one JSON document of what it saw for the Rust test (cli/tests/mcp_stdio.rs) to check.
+"""
+
+import asyncio
+import json
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def field(obj, snake, camel):
+    """An attribute under the SDK's current name (snake_case since 2.0) or its older one."""
+    value = getattr(obj, snake, None)
+    return value if value is not None else getattr(obj, camel, None)
+
+
+def content(result):
+    """The tool's answer: its structured content, or its text parsed as JSON."""
+    structured = field(result, "structured_content", "structuredContent")
+    if structured is not None:
+        return structured
+    return json.loads(result.content[0].text)
+
+
+def is_error(result):
+    return bool(field(result, "is_error", "isError"))
+
+
+async def main(command):
+    seen = {}
+    server = StdioServerParameters(command=command[0], args=command[1:])
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            seen["server"] = field(init, "server_info", "serverInfo").name
+            tools = await session.list_tools()
+            seen["tools"] = {
+                tool.name: sorted(
+                    (field(tool, "input_schema", "inputSchema") or {}).get("properties", {})
+                )
+                for tool in tools.tools
+            }
+
+            progress = []
+
+            async def on_progress(done, total, message):
+                progress.append(message)
+
+            ran = await session.call_tool(
+                "run_command",
+                {"command": "echo one; sleep 1; echo two >&2; exit 3"},
+                progress_callback=on_progress,
+            )
+            seen["run"] = {"error": is_error(ran), "result": content(ran), "progress": progress}
+
+            wrote = await session.call_tool(
+                "write_file", {"path": "/home/user/notes/a.txt", "content": "hello from mcp\n"}
+            )
+            seen["write"] = {"error": is_error(wrote), "result": content(wrote)}
+            read_back = await session.call_tool("read_file", {"path": "/home/user/notes/a.txt"})
+            seen["read"] = {"error": is_error(read_back), "result": content(read_back)}
+            listed = await session.call_tool("list_dir", {"path": "/home/user/notes"})
+            seen["list"] = {"error": is_error(listed), "result": content(listed)}
+
+            missing = await session.call_tool("read_file", {"path": "/home/user/nope"})
+            seen["missing"] = {"error": is_error(missing), "result": content(missing)}
+            both = await session.call_tool("run_command", {"command": "true", "argv": ["true"]})
+            seen["both"] = {"error": is_error(both), "result": content(both)}
+
+            status = await session.call_tool("status", {})
+            seen["status"] = {"error": is_error(status), "result": content(status)}
+    print(json.dumps(seen))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[sys.argv.index("--") + 1 :]))
