@@ -1182,11 +1182,7 @@ async fn each_sandbox_is_a_host_uid_of_its_own_and_per_uid_limits_stay_apart() {
     );
 
     // Each range is recorded while its sandbox lives and freed when it is destroyed.
-    let ranges = || {
-        std::fs::read_dir(fixture.config.id_ranges_dir())
-            .unwrap()
-            .count()
-    };
+    let ranges = || ranges_owned_by(&fixture).len();
     assert_eq!(ranges(), 2);
     p.kill(&a).await.unwrap();
     assert_eq!(ranges(), 1);
@@ -1423,4 +1419,58 @@ async fn streaming_exec_sends_output_as_it_comes() {
         "the command ran to its end with nobody reading"
     );
     p.kill(&id).await.unwrap();
+}
+
+/// The host id table's entries whose owner is a bundle of this fixture's provider.
+fn ranges_owned_by(fixture: &Fixture) -> Vec<PathBuf> {
+    let ours = std::fs::canonicalize(fixture.config.sandboxes_dir()).unwrap();
+    std::fs::read_dir(&fixture.config.id_ranges_dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let owner = PathBuf::from(std::fs::read_to_string(entry.ok()?.path()).ok()?);
+            owner.starts_with(&ours).then_some(owner)
+        })
+        .collect()
+}
+
+/// Two providers over different state directories (two `threadbox dev` data directories) share
+/// the host's id table, so their sandboxes never get the same host ids; each one's sweep leaves
+/// the other's live ranges alone, and a table a state directory kept of its own before is moved
+/// into the host's.
+#[tokio::test]
+async fn providers_on_one_host_share_one_id_table() {
+    let table = tempfile::tempdir().unwrap();
+    let mut first = fixture!();
+    let mut second = fixture!();
+    for fixture in [&mut first, &mut second] {
+        fixture.config.id_ranges_dir = table.path().join("idranges");
+    }
+    let (p1, p2) = (first.provider().await, second.provider().await);
+    let (a, b) = (new_sandbox(&p1).await, new_sandbox(&p2).await);
+    assert_ne!(host_uid_of_init(&first, &a), host_uid_of_init(&second, &b));
+    assert_eq!(ranges_owned_by(&first).len(), 1);
+    assert_eq!(ranges_owned_by(&second).len(), 1);
+
+    // Reopening one sweeps the table; the other's live range stays.
+    drop(p1);
+    let p1 = first.provider().await;
+    assert_eq!(ranges_owned_by(&second).len(), 1);
+
+    // A state directory's own old table: its live sandbox's slot joins the host's.
+    let legacy = second.config.state_dir.join("idranges");
+    std::fs::create_dir(&legacy).unwrap();
+    std::fs::write(legacy.join("4242"), &b).unwrap();
+    drop(p2);
+    let p2 = second.provider().await;
+    assert!(!legacy.exists());
+    assert_eq!(
+        std::fs::read_to_string(table.path().join("idranges/4242")).unwrap(),
+        std::fs::canonicalize(second.config.sandboxes_dir())
+            .unwrap()
+            .join(&b)
+            .to_string_lossy()
+    );
+    p1.kill(&a).await.unwrap();
+    p2.kill(&b).await.unwrap();
+    assert!(ranges_owned_by(&first).is_empty());
 }

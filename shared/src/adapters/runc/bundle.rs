@@ -575,7 +575,7 @@ mod tests {
         let bundle = Bundle::new(&sandboxes, "rc-0123456789ab");
         let ids = super::super::idmap::IdRanges::new(dir.path().join("idranges"));
         std::fs::create_dir(dir.path().join("idranges")).unwrap();
-        let ids = ids.allocate("rc-0123456789ab").unwrap();
+        let ids = ids.allocate(&sandboxes.join("rc-0123456789ab")).unwrap();
         let (env, limits) = (BTreeMap::new(), SandboxLimits::default());
         let spec = BundleSpec {
             hostname: "tb-x".into(),

@@ -99,10 +99,17 @@ pub struct RuncConfig {
     /// sandbox uses (see the `idmap` module), so per-uid kernel limits and host file ownership
     /// are per sandbox. On by default; off runs sandboxes as host uid 1000, as before.
     pub user_namespaces: bool,
+    /// The host's table of allocated id ranges (see the `idmap` module), shared by every
+    /// provider on the host so no two sandboxes ever get the same host ids, whichever state
+    /// directory they live in.
+    pub id_ranges_dir: PathBuf,
     /// Home volumes kept formatted ahead of creates (with `limits.disk`), so a create only
     /// mounts one; see the `volume` module.
     pub spare_volumes: usize,
 }
+
+/// The default host-wide table of allocated id ranges.
+pub const HOST_ID_RANGES_DIR: &str = "/var/lib/threadbox/idranges";
 
 /// Host-wide caps that fit this machine: 32 running commands per core, and as many sandboxes as
 /// fit in its memory at each sandbox's memory limit.
@@ -142,6 +149,7 @@ impl RuncConfig {
             max_commands,
             max_sandboxes,
             user_namespaces: true,
+            id_ranges_dir: PathBuf::from(HOST_ID_RANGES_DIR),
             spare_volumes: 2,
         }
     }
@@ -163,8 +171,9 @@ impl RuncConfig {
         self.state_dir.join("volumes")
     }
 
-    /// One file per allocated host id range (see the `idmap` module).
-    pub fn id_ranges_dir(&self) -> PathBuf {
+    /// Where a state directory kept its own id table before the table became the host's;
+    /// moved into `id_ranges_dir` when the provider opens.
+    pub(crate) fn legacy_id_ranges_dir(&self) -> PathBuf {
         self.state_dir.join("idranges")
     }
 }

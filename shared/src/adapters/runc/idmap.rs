@@ -10,8 +10,9 @@
 
 use std::fs;
 use std::io::{self, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -75,7 +76,12 @@ impl IdRange {
     }
 }
 
-/// The on-disk table of allocated ranges.
+/// The on-disk table of allocated ranges: one file per slot, holding the absolute path of the
+/// bundle of the sandbox it belongs to. The table is the host's, not one provider's
+/// (`RuncConfig::id_ranges_dir`, `/var/lib/threadbox/idranges` by default): two providers over
+/// different state directories (two `threadbox dev` data directories) must never hand out the
+/// same host ids. An owner is a bundle path, so any provider can tell a leftover (its bundle is
+/// gone) from a range another provider's sandbox still uses.
 #[derive(Clone, Debug)]
 pub(crate) struct IdRanges {
     dir: PathBuf,
@@ -86,27 +92,15 @@ impl IdRanges {
         Self { dir }
     }
 
-    /// Take a free range for `sandbox_id`. The search starts at a random slot so concurrent
-    /// creates rarely contend for the same file; the exclusive create decides when they do.
-    pub fn allocate(&self, sandbox_id: &str) -> io::Result<IdRange> {
+    /// Take a free range for the sandbox whose bundle is `owner`. The search starts at a random
+    /// slot so concurrent creates rarely contend for the same file; the exclusive create decides
+    /// when they do.
+    pub fn allocate(&self, owner: &Path) -> io::Result<IdRange> {
         let start = (uuid::Uuid::new_v4().as_u128() % u128::from(SLOTS)) as u32;
         for step in 0..SLOTS {
             let slot = (start + step) % SLOTS;
-            let path = self.dir.join(slot.to_string());
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-            {
-                Ok(mut file) => {
-                    // A crash before the id is written leaves an empty file: the sweep frees
-                    // it once it is older than any create can take.
-                    file.write_all(sandbox_id.as_bytes())?;
-                    return Ok(IdRange::of_slot(slot));
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
+            if self.claim(slot, owner)? {
+                return Ok(IdRange::of_slot(slot));
             }
         }
         Err(io::Error::other(format!(
@@ -114,21 +108,47 @@ impl IdRanges {
         )))
     }
 
-    /// Give a range back. Only after its sandbox is gone: the ids may still own files until
-    /// then. Freed already is fine.
-    pub fn release(&self, range: IdRange) -> io::Result<()> {
-        let Some(slot) = range.slot() else {
-            return Ok(());
-        };
-        match fs::remove_file(self.dir.join(slot.to_string())) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            other => other,
+    /// Record `slot` as `owner`'s; false when it is taken.
+    fn claim(&self, slot: u32, owner: &Path) -> io::Result<bool> {
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(self.dir.join(slot.to_string()))
+        {
+            Ok(mut file) => {
+                // A crash before the owner is written leaves an empty file: the sweep frees it
+                // once it is older than any create can take.
+                file.write_all(owner.as_os_str().as_bytes())?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
-    /// Every allocation older than `grace` whose sandbox `is_gone` says has no bundle: what a
-    /// crash between allocating and recording, or between removing and releasing, leaves.
-    pub fn stale(&self, grace: Duration, is_gone: impl Fn(&str) -> bool) -> Vec<IdRange> {
+    /// Give `owner`'s range back. Only after its sandbox is gone: the ids may still own files
+    /// until then. Freed already, or held by another owner now, is left alone.
+    pub fn release(&self, range: IdRange, owner: &Path) -> io::Result<()> {
+        let Some(slot) = range.slot() else {
+            return Ok(());
+        };
+        let path = self.dir.join(slot.to_string());
+        match fs::read(&path) {
+            Ok(held) if held == owner.as_os_str().as_bytes() => match fs::remove_file(&path) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            },
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every allocation older than `grace` whose owner's bundle is gone (or that never got an
+    /// owner), with that owner: what a crash between allocating and recording, or between
+    /// removing and releasing, leaves, by this provider or any other.
+    pub fn stale(&self, grace: Duration) -> Vec<(IdRange, PathBuf)> {
         let Ok(entries) = fs::read_dir(&self.dir) else {
             return Vec::new();
         };
@@ -140,10 +160,46 @@ impl IdRanges {
                 if age < grace {
                     return None;
                 }
-                let owner = fs::read_to_string(entry.path()).ok()?;
-                is_gone(owner.trim()).then(|| IdRange::of_slot(slot))
+                let owner =
+                    PathBuf::from(std::ffi::OsString::from_vec(fs::read(entry.path()).ok()?));
+                let gone = !owner.is_absolute() || !owner.is_dir();
+                gone.then(|| (IdRange::of_slot(slot), owner))
             })
             .collect()
+    }
+
+    /// Move the allocations of a state directory from before the table was the host's
+    /// (`<state>/idranges/<slot>`, naming a sandbox id) into it, so no other provider can hand
+    /// out a range a sandbox of ours still uses. Those whose bundle is gone are dropped.
+    pub fn adopt_legacy(&self, legacy_dir: &Path, sandboxes_dir: &Path) -> io::Result<()> {
+        let Ok(entries) = fs::read_dir(legacy_dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let Some(slot) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let id = fs::read_to_string(entry.path()).unwrap_or_default();
+            let owner = sandboxes_dir.join(id.trim());
+            if !id.trim().is_empty() && owner.is_dir() && !self.claim(slot, &owner)? {
+                let held = fs::read(self.dir.join(slot.to_string())).unwrap_or_default();
+                if held != owner.as_os_str().as_bytes() {
+                    tracing::warn!(
+                        slot,
+                        owner = %owner.display(),
+                        "a sandbox from before the host-wide id table shares its host ids with \
+                         another provider's sandbox; reset its thread to give it ids of its own"
+                    );
+                }
+            }
+            fs::remove_file(entry.path())?;
+        }
+        let _ = fs::remove_dir(legacy_dir);
+        Ok(())
     }
 }
 
@@ -198,7 +254,6 @@ pub(crate) fn create_user_namespace(range: IdRange, pin: &std::path::Path) -> io
 }
 
 fn bind_mount(source: &std::path::Path, target: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     let source = std::ffi::CString::new(source.as_os_str().as_bytes())?;
     let target = std::ffi::CString::new(target.as_os_str().as_bytes())?;
     // SAFETY: valid NUL-terminated paths; no data argument for a bind mount.
@@ -221,7 +276,6 @@ fn bind_mount(source: &std::path::Path, target: &std::path::Path) -> io::Result<
 /// Undo [`create_user_namespace`]'s pin: unmount (detached, so nothing can hold it busy) and
 /// unlink. Neither there is fine.
 pub(crate) fn remove_user_namespace_pin(pin: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(pin.as_os_str().as_bytes())?;
     // SAFETY: a valid NUL-terminated path. EINVAL: not a mount point; ENOENT: no file.
     if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } != 0 {
@@ -301,35 +355,70 @@ mod tests {
                 let ranges = ranges.clone();
                 std::thread::spawn(move || {
                     (0..50)
-                        .map(|i| ranges.allocate(&format!("rc-{t}-{i}")).unwrap())
+                        .map(|i| {
+                            let owner = PathBuf::from(format!("/state/sandboxes/rc-{t}-{i}"));
+                            (ranges.allocate(&owner).unwrap(), owner)
+                        })
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
-        let all: Vec<IdRange> = handles
+        let all: Vec<(IdRange, PathBuf)> = handles
             .into_iter()
             .flat_map(|h| h.join().unwrap())
             .collect();
-        let distinct: HashSet<u32> = all.iter().map(|r| r.base).collect();
+        let distinct: HashSet<u32> = all.iter().map(|(r, _)| r.base).collect();
         assert_eq!(distinct.len(), 400);
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 400);
 
-        for range in &all {
-            ranges.release(*range).unwrap();
+        // Only the owner frees a range.
+        ranges.release(all[0].0, &all[1].1).unwrap();
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 400);
+        for (range, owner) in &all {
+            ranges.release(*range, owner).unwrap();
         }
-        ranges.release(all[0]).unwrap();
+        ranges.release(all[0].0, &all[0].1).unwrap();
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
+    /// Stale is decided by the owner's bundle, so any provider sharing the table can sweep
+    /// another's leftovers without touching what it still uses.
     #[test]
-    fn stale_allocations_are_those_of_gone_sandboxes() {
-        let dir = tempfile::tempdir().unwrap();
-        let ranges = IdRanges::new(dir.path().to_owned());
-        let kept = ranges.allocate("rc-kept").unwrap();
-        let gone = ranges.allocate("rc-gone").unwrap();
-        assert!(ranges.stale(Duration::from_secs(3600), |_| true).is_empty());
-        let stale = ranges.stale(Duration::ZERO, |id| id == "rc-gone");
-        assert_eq!(stale, vec![gone]);
+    fn stale_allocations_are_those_whose_bundle_is_gone() {
+        let table = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let ranges = IdRanges::new(table.path().to_owned());
+        let kept_bundle = state.path().join("rc-kept");
+        fs::create_dir(&kept_bundle).unwrap();
+        let kept = ranges.allocate(&kept_bundle).unwrap();
+        let gone = ranges.allocate(&state.path().join("rc-gone")).unwrap();
+        assert!(ranges.stale(Duration::from_secs(3600)).is_empty());
+        let stale = ranges.stale(Duration::ZERO);
+        assert_eq!(stale, vec![(gone, state.path().join("rc-gone"))]);
         assert_ne!(kept, gone);
+    }
+
+    #[test]
+    fn a_state_directorys_own_table_moves_into_the_hosts() {
+        let table = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let (legacy, sandboxes) = (
+            state.path().join("idranges"),
+            state.path().join("sandboxes"),
+        );
+        fs::create_dir_all(sandboxes.join("rc-live")).unwrap();
+        fs::create_dir(&legacy).unwrap();
+        fs::write(legacy.join("7"), "rc-live").unwrap();
+        fs::write(legacy.join("8"), "rc-dead").unwrap();
+        let ranges = IdRanges::new(table.path().to_owned());
+        ranges.adopt_legacy(&legacy, &sandboxes).unwrap();
+        assert!(!legacy.exists());
+        assert_eq!(
+            fs::read(table.path().join("7")).unwrap(),
+            sandboxes.join("rc-live").as_os_str().as_bytes()
+        );
+        assert!(!table.path().join("8").exists());
+        // Slot 7 is now taken for everyone.
+        assert!(!ranges.claim(7, Path::new("/elsewhere/rc-x")).unwrap());
     }
 }

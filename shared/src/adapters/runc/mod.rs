@@ -72,6 +72,8 @@ pub struct RuncProvider {
     host: HostLayout,
     swap_limit: bool,
     id_ranges: IdRanges,
+    /// The sandboxes directory as an absolute path, for naming owners in the host's id table.
+    sandboxes_root: std::path::PathBuf,
     /// Where home volumes come from, when sandboxes have a disk quota.
     volumes: Option<VolumePool>,
     /// Wakes the task that formats spare volumes after a create took one; dropping the
@@ -195,7 +197,7 @@ impl RuncProvider {
             (config.state_dir.clone(), 0o711),
             (config.runc_root(), 0o700),
             (config.sandboxes_dir(), 0o711),
-            (config.id_ranges_dir(), 0o700),
+            (config.id_ranges_dir.clone(), 0o700),
             (config.state_dir.join(bundle::USERNS_DIR), 0o700),
             (config.volumes_dir(), 0o700),
         ] {
@@ -258,11 +260,27 @@ impl RuncProvider {
             ),
             None => None,
         };
+        let sandboxes_root = std::fs::canonicalize(config.sandboxes_dir()).map_err(|e| {
+            ProviderError::Internal(format!(
+                "cannot resolve {}: {e}",
+                config.sandboxes_dir().display()
+            ))
+        })?;
+        let id_ranges = IdRanges::new(config.id_ranges_dir.clone());
+        id_ranges
+            .adopt_legacy(&config.legacy_id_ranges_dir(), &sandboxes_root)
+            .map_err(|e| {
+                ProviderError::Internal(format!(
+                    "cannot move {} into the host's id table: {e}",
+                    config.legacy_id_ranges_dir().display()
+                ))
+            })?;
         let refill_volumes = volumes.clone().map(spawn_volume_refill);
         let provider = Self {
             host: HostLayout::probe(),
             swap_limit: cgroup::swap_limit_supported(),
-            id_ranges: IdRanges::new(config.id_ranges_dir()),
+            id_ranges,
+            sandboxes_root,
             volumes,
             refill_volumes,
             runc,
@@ -461,11 +479,8 @@ impl RuncProvider {
         }
         // Ranges whose sandbox is gone: a crash between allocating and writing the bundle, or
         // between removing it and releasing. Only those older than any create can take.
-        let stale = self.id_ranges.stale(self.leftover_grace(), |owner| {
-            validate_sandbox_id(owner).is_err() || !Bundle::new(&sandboxes_dir, owner).exists()
-        });
-        for range in stale {
-            if let Err(e) = self.id_ranges.release(range) {
+        for (range, owner) in self.id_ranges.stale(self.leftover_grace()) {
+            if let Err(e) = self.id_ranges.release(range, &owner) {
                 tracing::warn!(error = %e, "cannot release a leftover id range");
             }
         }
@@ -681,7 +696,7 @@ impl SandboxProvider for RuncProvider {
         }
 
         let ids = if self.config.user_namespaces {
-            self.id_ranges.allocate(&id).map_err(|e| {
+            self.id_ranges.allocate(&self.owner(&id)).map_err(|e| {
                 ProviderError::Unavailable(format!("cannot allocate host ids for a sandbox: {e}"))
             })?
         } else {
@@ -1019,10 +1034,15 @@ fn sandbox_ids(bundle: &Bundle) -> IdRange {
 }
 
 impl RuncProvider {
+    /// How the host's id table names a sandbox of ours: its bundle's absolute path.
+    fn owner(&self, sandbox_id: &str) -> std::path::PathBuf {
+        self.sandboxes_root.join(sandbox_id)
+    }
+
     /// Free a removed sandbox's id range; a failure only delays reuse until the next sweep.
     fn release_ids(&self, sandbox_id: &str, ids: Option<IdRange>) {
         if let Some(ids) = ids {
-            if let Err(e) = self.id_ranges.release(ids) {
+            if let Err(e) = self.id_ranges.release(ids, &self.owner(sandbox_id)) {
                 tracing::warn!(sandbox_id, error = %e, "cannot release the id range");
             }
         }
