@@ -5,6 +5,7 @@
 mod clock;
 mod connection_sender;
 mod dedupe;
+pub(crate) mod exec_files;
 mod fanout_target;
 mod provider;
 mod queue;

@@ -470,25 +470,47 @@ pub trait SandboxProvider: Send + Sync {
         self.write_file(sandbox_id, path, &contents).await?;
         Ok(contents.len() as u64)
     }
-    async fn list_dir(&self, sandbox_id: &str, path: &str)
-        -> Result<Vec<FileEntry>, ProviderError>;
-    async fn stat(&self, sandbox_id: &str, path: &str) -> Result<FileEntry, ProviderError>;
-    async fn make_dir(&self, sandbox_id: &str, path: &str) -> Result<(), ProviderError>;
+
+    // The rest of the file API has defaults that run small scripts through `exec_streaming`
+    // (`exec_files`): a provider gets them for free and overrides what it can do better.
+
+    /// A directory's entries, sorted by path.
+    async fn list_dir(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+    ) -> Result<Vec<FileEntry>, ProviderError> {
+        super::exec_files::list_dir(self, sandbox_id, path).await
+    }
+    async fn stat(&self, sandbox_id: &str, path: &str) -> Result<FileEntry, ProviderError> {
+        super::exec_files::stat(self, sandbox_id, path).await
+    }
+    /// Make a directory and its missing parents.
+    async fn make_dir(&self, sandbox_id: &str, path: &str) -> Result<(), ProviderError> {
+        super::exec_files::make_dir(self, sandbox_id, path).await
+    }
+    /// Removing what is not there succeeds; a non-empty directory needs `recursive`.
     async fn remove(
         &self,
         sandbox_id: &str,
         path: &str,
         recursive: bool,
-    ) -> Result<(), ProviderError>;
+    ) -> Result<(), ProviderError> {
+        super::exec_files::remove(self, sandbox_id, path, recursive).await
+    }
     /// Paths matching a shell glob pattern (`**` for any depth).
-    async fn glob(&self, sandbox_id: &str, pattern: &str) -> Result<Vec<String>, ProviderError>;
+    async fn glob(&self, sandbox_id: &str, pattern: &str) -> Result<Vec<String>, ProviderError> {
+        super::exec_files::glob(self, sandbox_id, pattern).await
+    }
     /// Lines matching a regular expression under `path`.
     async fn grep(
         &self,
         sandbox_id: &str,
         pattern: &str,
         path: &str,
-    ) -> Result<Vec<GrepMatch>, ProviderError>;
+    ) -> Result<Vec<GrepMatch>, ProviderError> {
+        super::exec_files::grep(self, sandbox_id, pattern, path).await
+    }
 }
 
 #[cfg(test)]

@@ -151,6 +151,34 @@ pub async fn set_timeout_moves_the_deadline(p: &dyn SandboxProvider) {
     p.kill(&id).await.expect("kill");
 }
 
+/// `exec_streaming` hands over the output `exec` would keep, stdout and stderr apart, and keeps
+/// none of it in its result.
+pub async fn exec_streaming_hands_over_the_output(p: &dyn SandboxProvider) {
+    use crate::ports::OutputChunk;
+    let id = create(p, fresh_owner(1)).await;
+    let (sink, mut output) = tokio::sync::mpsc::channel(16);
+    let collect = async {
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(chunk) = output.recv().await {
+            match chunk {
+                OutputChunk::Stdout(bytes) => stdout.extend(bytes),
+                OutputChunk::Stderr(bytes) => stderr.extend(bytes),
+            }
+        }
+        (stdout, stderr)
+    };
+    let (result, (stdout, stderr)) = tokio::join!(
+        p.exec_streaming(&id, shell("echo hello; echo oops >&2"), sink),
+        collect
+    );
+    let result = result.expect("exec_streaming");
+    assert_eq!(result.exit_code, Some(0));
+    assert_eq!(stdout, b"hello\n");
+    assert_eq!(stderr, b"oops\n");
+    assert_eq!((result.stdout.as_str(), result.stderr.as_str()), ("", ""));
+    p.kill(&id).await.expect("kill");
+}
+
 pub async fn exec_shell_and_argv(p: &dyn SandboxProvider) {
     let id = create(p, fresh_owner(1)).await;
 

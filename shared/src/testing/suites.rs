@@ -163,6 +163,7 @@ macro_rules! provider_conformance_tests {
     (@group $make:path; exec) => {
         $crate::provider_conformance_tests!(@tests $make;
             exec_shell_and_argv,
+            exec_streaming_hands_over_the_output,
             exec_stdin_env_and_cwd,
             exec_timeout_and_output_cap,
             files_and_commands_share_the_sandbox,

@@ -26,7 +26,6 @@ mod connect;
 mod control;
 mod envd;
 mod errors;
-mod fs;
 mod retry;
 pub(crate) mod rfc3339;
 
@@ -38,10 +37,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
+use crate::ports::exec_files::checked_path;
 use crate::ports::{
-    Connected, CreateSandbox, CreatedSandbox, ExecCommand, ExecRequest, ExecResult, FileEntry,
-    GrepMatch, NetworkProfile, OutputSink, ProviderError, SandboxInfo, SandboxOwner,
-    SandboxProvider, SandboxState, DEFAULT_FILE_CAP,
+    Connected, CreateSandbox, CreatedSandbox, ExecCommand, ExecRequest, ExecResult, NetworkProfile,
+    OutputSink, ProviderError, SandboxInfo, SandboxOwner, SandboxProvider, SandboxState,
+    DEFAULT_FILE_CAP,
 };
 
 pub use config::{E2bConfig, Secret, MAX_TIMEOUT};
@@ -270,44 +270,6 @@ impl E2bProvider {
         .await
     }
 
-    /// Run one of the `fs` scripts; a non-zero exit is the caller's mistake (no such path, not a
-    /// directory, bad pattern) and carries the script's message. With `silent_failure_ok`, a
-    /// failure that printed nothing counts as success (grep's exit 2 for files it could not
-    /// read, which `-s` keeps quiet about).
-    async fn run_fs(
-        &self,
-        sandbox_id: &str,
-        spec: ProcessSpec,
-        silent_failure_ok: bool,
-    ) -> Result<Vec<u8>, ProviderError> {
-        let out = self.run(sandbox_id, &spec).await?;
-        if silent_failure_ok && out.exit_code.is_some() && out.stderr.is_empty() {
-            return Ok(out.stdout);
-        }
-        if out.timed_out {
-            return Err(ProviderError::Unavailable(format!(
-                "file operation in sandbox {sandbox_id} timed out"
-            )));
-        }
-        if out.truncated {
-            return Err(ProviderError::InvalidRequest(format!(
-                "the result is larger than {} bytes; narrow the path or pattern",
-                fs::FS_OUTPUT_CAP
-            )));
-        }
-        match out.exit_code {
-            Some(0) => Ok(out.stdout),
-            code => {
-                let message = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-                Err(ProviderError::InvalidRequest(if message.is_empty() {
-                    format!("file operation failed (exit {code:?})")
-                } else {
-                    message
-                }))
-            }
-        }
-    }
-
     async fn connect_once(
         &self,
         sandbox_id: &str,
@@ -344,17 +306,6 @@ fn check_id(sandbox_id: &str) -> Result<(), ProviderError> {
 
 /// Paths with a `..` component are refused before they reach the sandbox: what a caller may
 /// name is decided here, the same for every provider, not by how the sandbox resolves it.
-fn checked_path(path: &str) -> Result<&str, ProviderError> {
-    if path.is_empty() {
-        return Err(ProviderError::InvalidRequest("an empty path".into()));
-    }
-    if path.contains('\0') || path.split('/').any(|part| part == "..") {
-        return Err(ProviderError::InvalidRequest(format!(
-            "{path}: paths may not contain '..' or NUL"
-        )));
-    }
-    Ok(path)
-}
 
 #[async_trait]
 impl SandboxProvider for E2bProvider {
@@ -566,71 +517,6 @@ impl SandboxProvider for E2bProvider {
             async move { envd.write_file(&target, path, contents).await }
         })
         .await
-    }
-
-    #[tracing::instrument(skip(self))]
-    async fn list_dir(
-        &self,
-        sandbox_id: &str,
-        path: &str,
-    ) -> Result<Vec<FileEntry>, ProviderError> {
-        let out = self
-            .run_fs(sandbox_id, fs::list_dir(checked_path(path)?), false)
-            .await?;
-        fs::parse_entries(&out).map_err(ProviderError::Internal)
-    }
-
-    #[tracing::instrument(skip(self))]
-    async fn stat(&self, sandbox_id: &str, path: &str) -> Result<FileEntry, ProviderError> {
-        let out = self
-            .run_fs(sandbox_id, fs::stat(checked_path(path)?), false)
-            .await?;
-        fs::parse_entries(&out)
-            .map_err(ProviderError::Internal)?
-            .pop()
-            .ok_or_else(|| ProviderError::Internal(format!("stat of {path} printed nothing")))
-    }
-
-    #[tracing::instrument(skip(self))]
-    async fn make_dir(&self, sandbox_id: &str, path: &str) -> Result<(), ProviderError> {
-        self.run_fs(sandbox_id, fs::make_dir(checked_path(path)?), false)
-            .await
-            .map(drop)
-    }
-
-    #[tracing::instrument(skip(self))]
-    async fn remove(
-        &self,
-        sandbox_id: &str,
-        path: &str,
-        recursive: bool,
-    ) -> Result<(), ProviderError> {
-        self.run_fs(
-            sandbox_id,
-            fs::remove(checked_path(path)?, recursive),
-            false,
-        )
-        .await
-        .map(drop)
-    }
-
-    #[tracing::instrument(skip(self))]
-    async fn glob(&self, sandbox_id: &str, pattern: &str) -> Result<Vec<String>, ProviderError> {
-        let out = self.run_fs(sandbox_id, fs::glob(pattern), false).await?;
-        Ok(fs::parse_paths(&out))
-    }
-
-    #[tracing::instrument(skip(self))]
-    async fn grep(
-        &self,
-        sandbox_id: &str,
-        pattern: &str,
-        path: &str,
-    ) -> Result<Vec<GrepMatch>, ProviderError> {
-        let out = self
-            .run_fs(sandbox_id, fs::grep(pattern, checked_path(path)?), true)
-            .await?;
-        fs::parse_grep(&out).map_err(ProviderError::Internal)
     }
 }
 
