@@ -4,8 +4,8 @@
 //! `threads`), so it works the same against `threadbox dev` and a deployed stack.
 //!
 //! Tools: `run_command` (its output as progress notifications while it runs, when the host asks
-//! for progress), `read_file`, `write_file`, `list_dir`, `stat`, `remove`, `pause`, `resume`
-//! and `status`. The input schemas come from the parameter types; an API error is a tool error
+//! for progress), `read_file`, `write_file`, `list_dir`, `stat`, `make_dir`, `glob`, `grep`,
+//! `remove`, `pause`, `resume` and `status`. The input schemas come from the parameter types; an API error is a tool error
 //! (`isError`) naming the API's code, so the model can read it and adapt.
 
 use std::collections::BTreeMap;
@@ -100,6 +100,22 @@ struct WriteFile {
     /// `content` is base64 (for bytes that are not text).
     #[serde(default)]
     base64: bool,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct Glob {
+    /// The folder to search from, an absolute path (for example /home/user).
+    path: String,
+    /// A pattern relative to `path`: `*.py`, `src/**/*.rs`, `[ab]?.txt`.
+    glob: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct Grep {
+    /// A file, or a folder searched to any depth, as an absolute path.
+    path: String,
+    /// A regular expression to look for, line by line.
+    pattern: String,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -273,6 +289,33 @@ impl SandboxTools {
     #[tool(description = "Describe a path in the sandbox: kind, size and mtime.")]
     async fn stat(&self, Parameters(args): Parameters<PathArg>) -> CallToolResult {
         outcome(self.client.stat(&self.thread, &args.path).await)
+    }
+
+    #[tool(description = "Make a folder in the sandbox, with its missing parents.")]
+    async fn make_dir(&self, Parameters(args): Parameters<PathArg>) -> CallToolResult {
+        let made = self
+            .client
+            .make_dir(&self.thread, &args.path)
+            .await
+            .map(|()| json!({"path": args.path, "kind": "dir"}));
+        outcome(made)
+    }
+
+    #[tool(description = "Find paths under a folder matching a glob pattern (`**` for any depth).")]
+    async fn glob(&self, Parameters(args): Parameters<Glob>) -> CallToolResult {
+        let paths = self.client.glob(&self.thread, &args.path, &args.glob).await;
+        outcome(paths.map(|paths| json!({"paths": paths})))
+    }
+
+    #[tool(
+        description = "Find the lines matching a regular expression in a file or under a folder; each match has path, line_number and line."
+    )]
+    async fn grep(&self, Parameters(args): Parameters<Grep>) -> CallToolResult {
+        let matches = self
+            .client
+            .grep(&self.thread, &args.path, &args.pattern)
+            .await;
+        outcome(matches.map(|matches| json!({"matches": matches})))
     }
 
     #[tool(description = "Remove a file, or a folder (with everything in it when recursive).")]

@@ -62,6 +62,9 @@ async fn an_mcp_host_runs_commands_and_files_through_threadbox_mcp() {
         "write_file",
         "list_dir",
         "stat",
+        "make_dir",
+        "glob",
+        "grep",
         "remove",
         "pause",
         "resume",
@@ -97,6 +100,22 @@ async fn an_mcp_host_runs_commands_and_files_through_threadbox_mcp() {
         .filter_map(|e| e["name"].as_str())
         .collect();
     assert_eq!(names, ["a.txt"]);
+
+    assert_eq!(seen["make_dir"]["error"], false, "{}", seen["make_dir"]);
+    assert_eq!(
+        seen["glob"]["result"]["paths"],
+        serde_json::json!(["/home/user/src/deep/main.rs"]),
+        "{}",
+        seen["glob"]
+    );
+    let grep = &seen["grep"]["result"]["matches"][0];
+    assert_eq!(
+        grep["path"], "/home/user/src/deep/main.rs",
+        "{}",
+        seen["grep"]
+    );
+    assert_eq!(grep["line_number"], 1);
+    assert_eq!(grep["line"], "fn main() {}");
 
     let missing = &seen["missing"];
     assert_eq!(missing["error"], true);

@@ -2,7 +2,7 @@
 
 use reqwest::Method;
 use serde::Deserialize;
-use threadbox_shared::ports::FileEntry;
+use threadbox_shared::ports::{FileEntry, GrepMatch};
 
 use super::{Client, ClientError};
 
@@ -14,6 +14,16 @@ struct Listing {
 #[derive(Deserialize)]
 struct Written {
     size: u64,
+}
+
+#[derive(Deserialize)]
+struct Globbed {
+    paths: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Grepped {
+    matches: Vec<GrepMatch>,
 }
 
 impl Client {
@@ -83,5 +93,41 @@ impl Client {
         Self::answer(self.request(Method::DELETE, url), &shown)
             .await
             .map(drop)
+    }
+
+    /// Make a directory and its missing parents.
+    pub async fn make_dir(&self, thread_id: &str, path: &str) -> Result<(), ClientError> {
+        let mut url = self.file_url(thread_id, path);
+        url.set_query(Some("dir=true"));
+        let shown = url.to_string();
+        Self::answer(self.request(Method::PUT, url), &shown)
+            .await
+            .map(drop)
+    }
+
+    /// Paths under `path` matching `glob` (relative to it; `**` for any depth).
+    pub async fn glob(
+        &self,
+        thread_id: &str,
+        path: &str,
+        glob: &str,
+    ) -> Result<Vec<String>, ClientError> {
+        let mut url = self.file_url(thread_id, path);
+        url.query_pairs_mut().append_pair("glob", glob);
+        let found: Globbed = self.call(Method::GET, url, None, None).await?;
+        Ok(found.paths)
+    }
+
+    /// Lines under `path` matching the regular expression `pattern`.
+    pub async fn grep(
+        &self,
+        thread_id: &str,
+        path: &str,
+        pattern: &str,
+    ) -> Result<Vec<GrepMatch>, ClientError> {
+        let mut url = self.file_url(thread_id, path);
+        url.query_pairs_mut().append_pair("grep", pattern);
+        let found: Grepped = self.call(Method::GET, url, None, None).await?;
+        Ok(found.matches)
     }
 }

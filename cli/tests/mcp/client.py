@@ -66,6 +66,16 @@ async def main(command):
             listed = await session.call_tool("list_dir", {"path": "/home/user/notes"})
             seen["list"] = {"error": is_error(listed), "result": content(listed)}
 
+            made = await session.call_tool("make_dir", {"path": "/home/user/src/deep"})
+            seen["make_dir"] = {"error": is_error(made), "result": content(made)}
+            await session.call_tool(
+                "write_file", {"path": "/home/user/src/deep/main.rs", "content": "fn main() {}\n"}
+            )
+            globbed = await session.call_tool("glob", {"path": "/home/user", "glob": "src/**/*.rs"})
+            seen["glob"] = {"error": is_error(globbed), "result": content(globbed)}
+            grepped = await session.call_tool("grep", {"path": "/home/user/src", "pattern": "fn ma+in"})
+            seen["grep"] = {"error": is_error(grepped), "result": content(grepped)}
+
             missing = await session.call_tool("read_file", {"path": "/home/user/nope"})
             seen["missing"] = {"error": is_error(missing), "result": content(missing)}
             both = await session.call_tool("run_command", {"command": "true", "argv": ["true"]})

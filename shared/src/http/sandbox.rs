@@ -171,6 +171,42 @@ struct FileQuery {
     /// DELETE: remove a directory and everything in it.
     #[serde(default)]
     recursive: bool,
+    /// GET on a directory: the paths under it matching this glob (`*`, `?`, `[..]`, `**`).
+    glob: Option<String>,
+    /// GET on a file or directory: the lines under it matching this regular expression.
+    grep: Option<String>,
+    /// PUT with an empty body: make the path a directory (parents included).
+    #[serde(default)]
+    dir: bool,
+}
+
+impl FileQuery {
+    /// The GET-only options given, by name.
+    fn reads(&self) -> Vec<&'static str> {
+        [
+            ("list", self.list),
+            ("stat", self.stat),
+            ("glob", self.glob.is_some()),
+            ("grep", self.grep.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+}
+
+#[derive(Serialize)]
+struct Globbed {
+    path: String,
+    glob: String,
+    paths: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Grepped {
+    path: String,
+    grep: String,
+    matches: Vec<crate::ports::GrepMatch>,
 }
 
 #[derive(Serialize)]
@@ -179,25 +215,55 @@ struct Listing {
     entries: Vec<FileEntry>,
 }
 
-/// GET: the file's bytes, or a listing (`?list=true`), or its metadata (`?stat=true`).
+/// GET: the file's bytes, or a listing (`?list=true`), its metadata (`?stat=true`), the paths
+/// under it matching a glob (`?glob=`), or the lines under it matching a regex (`?grep=`).
 async fn read(
     State(tb): State<Threadbox>,
     Thread(thread_id): Thread,
     SandboxPath(path): SandboxPath,
     ApiQuery(query): ApiQuery<FileQuery>,
 ) -> Result<Response, ApiError> {
-    if query.recursive {
+    if query.recursive || query.dir {
         return Err(ApiError::bad_request(
             "invalid_query",
-            "recursive applies to DELETE only",
+            "recursive applies to DELETE and dir to PUT only",
         ));
     }
-    match (query.list, query.stat) {
-        (true, true) => Err(ApiError::bad_request(
+    let reads = query.reads();
+    if reads.len() > 1 {
+        return Err(ApiError::bad_request(
             "invalid_query",
-            "give list=true or stat=true, not both",
-        )),
-        (true, false) => {
+            format!("give one of {}, not several", reads.join(", ")),
+        ));
+    }
+    if let Some(glob) = query.glob {
+        if glob.is_empty() || glob.starts_with('/') || glob.contains('\0') {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                "glob is a pattern relative to the path, like *.rs or src/**/*.toml",
+            ));
+        }
+        let pattern = format!("{}/{glob}", path.trim_end_matches('/'));
+        let paths = tb.peek_glob(&thread_id, &pattern).await?;
+        return Ok(Json(Globbed { path, glob, paths }).into_response());
+    }
+    if let Some(grep) = query.grep {
+        if grep.is_empty() || grep.contains('\0') {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                "grep is a regular expression to look for",
+            ));
+        }
+        let matches = tb.peek_grep(&thread_id, &grep, &path).await?;
+        return Ok(Json(Grepped {
+            path,
+            grep,
+            matches,
+        })
+        .into_response());
+    }
+    match (query.list, query.stat) {
+        (true, _) => {
             let entries = tb.peek_dir(&thread_id, &path).await?;
             Ok(Json(Listing { path, entries }).into_response())
         }
@@ -255,12 +321,23 @@ async fn write(
     ApiQuery(query): ApiQuery<FileQuery>,
     headers: axum::http::HeaderMap,
     body: axum::body::Body,
-) -> Result<Json<Written>, ApiError> {
-    if query.list || query.stat || query.recursive {
+) -> Result<Response, ApiError> {
+    if query.recursive || !query.reads().is_empty() {
         return Err(ApiError::bad_request(
             "invalid_query",
-            "PUT takes no query options",
+            "PUT takes only dir=true",
         ));
+    }
+    if query.dir {
+        // A directory has no contents: a body would be lost, so it is refused.
+        if axum::body::to_bytes(body, 0).await.is_err() {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "dir=true makes a directory and takes no body",
+            ));
+        }
+        tb.make_dir(&thread_id, &path).await?;
+        return Ok(Json(serde_json::json!({"path": path, "kind": "dir"})).into_response());
     }
     let limit = tb.upload_limit();
     let too_large = || {
@@ -280,7 +357,7 @@ async fn write(
     let overflowed = Arc::new(AtomicBool::new(false));
     let chunks = upload_chunks(body, limit, overflowed.clone());
     match tb.write_file_from(&thread_id, &path, chunks, limit).await {
-        Ok(size) => Ok(Json(Written { path, size })),
+        Ok(size) => Ok(Json(Written { path, size }).into_response()),
         Err(_) if overflowed.load(Ordering::SeqCst) => Err(too_large()),
         Err(error) => Err(error.into()),
     }
@@ -317,7 +394,7 @@ async fn remove(
     SandboxPath(path): SandboxPath,
     ApiQuery(query): ApiQuery<FileQuery>,
 ) -> Result<StatusCode, ApiError> {
-    if query.list || query.stat {
+    if query.dir || !query.reads().is_empty() {
         return Err(ApiError::bad_request(
             "invalid_query",
             "DELETE takes only recursive=true",

@@ -1003,3 +1003,53 @@ async fn exec_streams_its_output_as_server_sent_events() {
         .await
         .expect_error(StatusCode::BAD_REQUEST, "invalid_request");
 }
+
+/// The rest of the file API over HTTP: a directory made with `PUT ?dir=true`, paths found with
+/// `GET ?glob=` (relative to the path) and lines with `GET ?grep=`; options that do not go
+/// together are a 400 naming them.
+#[tokio::test]
+async fn directories_globs_and_greps_over_http() {
+    let api = Api::new();
+    api.resolve("t1").await;
+    let made = api
+        .put("/v1/threads/t1/files/home/user/src?dir=true", Body::empty())
+        .await;
+    assert_eq!(made.status, StatusCode::OK, "{}", made.json());
+    assert_eq!(made.json()["kind"], "dir");
+    let put = api
+        .put(
+            "/v1/threads/t1/files/home/user/src/main.rs",
+            "fn main() {}\n",
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK);
+
+    let globbed = api
+        .call(Method::GET, "/v1/threads/t1/files/home/user?glob=src/*.rs")
+        .await;
+    assert_eq!(globbed.status, StatusCode::OK, "{}", globbed.json());
+    assert_eq!(globbed.json()["paths"], json!(["/home/user/src/main.rs"]));
+    let grepped = api
+        .call(
+            Method::GET,
+            "/v1/threads/t1/files/home/user/src?grep=fn%20main",
+        )
+        .await;
+    assert_eq!(grepped.status, StatusCode::OK, "{}", grepped.json());
+    let matches = &grepped.json()["matches"];
+    assert_eq!(matches[0]["path"], "/home/user/src/main.rs", "{matches}");
+    assert_eq!(matches[0]["line_number"], 1);
+
+    for uri in [
+        "/v1/threads/t1/files/home/user?glob=*.rs&list=true",
+        "/v1/threads/t1/files/home/user?glob=/etc/*",
+        "/v1/threads/t1/files/home/user?dir=true",
+    ] {
+        api.call(Method::GET, uri)
+            .await
+            .expect_error(StatusCode::BAD_REQUEST, "invalid_query");
+    }
+    api.put("/v1/threads/t1/files/home/user/x?dir=true", "contents")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "invalid_request");
+}

@@ -295,6 +295,16 @@ impl Threadbox {
         .await
     }
 
+    /// Make a directory (and its missing parents) in the thread's sandbox, under a hold.
+    pub async fn make_dir(&self, thread_id: &ThreadId, path: &str) -> Result<(), UseCaseError> {
+        self.with_sandbox(
+            thread_id,
+            HoldRequest::new("files", HOLD_GRACE),
+            |id| async move { self.provider.make_dir(&id, path).await },
+        )
+        .await
+    }
+
     pub async fn glob(
         &self,
         thread_id: &ThreadId,

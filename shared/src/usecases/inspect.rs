@@ -11,7 +11,7 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{Status, ThreadId};
-use crate::ports::{DiskUsage, FileEntry, OpenFile, ProviderError, SandboxState};
+use crate::ports::{DiskUsage, FileEntry, GrepMatch, OpenFile, ProviderError, SandboxState};
 
 use super::error::UseCaseError;
 use super::threadbox::Threadbox;
@@ -72,6 +72,31 @@ impl Threadbox {
     ) -> Result<FileEntry, UseCaseError> {
         self.in_place(thread_id, |id| async move {
             self.provider.stat(&id, path).await
+        })
+        .await
+    }
+
+    /// Paths matching a glob in the thread's sandbox, without waking it.
+    pub async fn peek_glob(
+        &self,
+        thread_id: &ThreadId,
+        pattern: &str,
+    ) -> Result<Vec<String>, UseCaseError> {
+        self.in_place(thread_id, |id| async move {
+            self.provider.glob(&id, pattern).await
+        })
+        .await
+    }
+
+    /// Lines matching a regular expression under `path`, without waking the sandbox.
+    pub async fn peek_grep(
+        &self,
+        thread_id: &ThreadId,
+        pattern: &str,
+        path: &str,
+    ) -> Result<Vec<GrepMatch>, UseCaseError> {
+        self.in_place(thread_id, |id| async move {
+            self.provider.grep(&id, pattern, path).await
         })
         .await
     }
