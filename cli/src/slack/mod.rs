@@ -1,8 +1,10 @@
 //! `threadbox slack`: try the Slack app without Slack.
 //!
 //! - `send`: post a signed event to the local ingress;
+//! - `manifest`: the Slack app manifest for a deployment;
 //! - `secret`: the signing secret `threadbox dev` and `send` share.
 
+mod manifest;
 pub mod secret;
 mod send;
 
@@ -17,10 +19,14 @@ enum SlackCommand {
     /// Post a signed Slack event (an @mention, or a DM) to `threadbox dev`'s /slack/events;
     /// replies appear in `GET /v1/slack/sink` (or in Slack when dev has a bot token).
     Send(send::SendArgs),
+    /// Print the Slack app manifest for an API URL: create the app from it in Slack ("From an
+    /// app manifest"), install it, and give threadbox its two secrets.
+    Manifest(manifest::ManifestArgs),
 }
 
 pub async fn run(args: SlackArgs) -> anyhow::Result<()> {
     match args.command {
         SlackCommand::Send(args) => send::run(args).await,
+        SlackCommand::Manifest(args) => manifest::run(args),
     }
 }
