@@ -145,14 +145,15 @@ async fn output_streams_as_it_happens_and_disconnecting_kills_only_when_asked() 
     assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("second"));
     assert!(run.wait().await.unwrap().success());
 
-    // Leave after the first event; the command goes on (or not) without us.
-    for (kill, file) in [(false, "kept"), (true, "killed")] {
+    // Leave after the first event; the command goes on (or not) without us. The one to kill
+    // sleeps long enough for the server to notice the disconnect on a loaded machine.
+    for (kill, file, sleep) in [(false, "kept", 1), (true, "killed", 5)] {
         let mut response = dev
             .http
             .post(format!("{}/v1/threads/live/exec", dev.url))
             .header("accept", "text/event-stream")
             .json(&serde_json::json!({
-                "cmd": format!("echo started; sleep 1; echo done > {file}"),
+                "cmd": format!("echo started; sleep {sleep}; echo done > {file}"),
                 "kill_on_disconnect": kill,
             }))
             .send()
@@ -165,7 +166,7 @@ async fn output_streams_as_it_happens_and_disconnecting_kills_only_when_asked() 
         );
         drop(response);
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
     let listing = dev
         .post(
             "/v1/threads/live/exec",

@@ -5,7 +5,6 @@
 mod clock;
 mod connection_sender;
 mod dedupe;
-pub(crate) mod exec_files;
 mod fanout_target;
 mod provider;
 mod queue;
@@ -23,6 +22,8 @@ pub use clock::{Clock, SystemClock};
 pub use connection_sender::{ConnectionSender, Frame, SendError};
 pub use dedupe::DedupeStore;
 pub use fanout_target::{DeliveryError, FanoutTarget};
+/// The file operations a provider gets over its exec (used by E2B for its path checks too).
+pub(crate) use provider::exec_files;
 pub use provider::*;
 pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage};
 pub use session_store::{Page, Purged, SessionStore, StoreError, StoreStats};

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{Millis, ThreadId};
 
+pub(crate) mod exec_files;
+
 /// Metadata keys every provider stores with a sandbox, so reconciliation can find its owner.
 pub const META_THREAD_ID: &str = "threadbox.thread_id";
 pub const META_GENERATION: &str = "threadbox.generation";
@@ -480,14 +482,14 @@ pub trait SandboxProvider: Send + Sync {
         sandbox_id: &str,
         path: &str,
     ) -> Result<Vec<FileEntry>, ProviderError> {
-        super::exec_files::list_dir(self, sandbox_id, path).await
+        exec_files::list_dir(self, sandbox_id, path).await
     }
     async fn stat(&self, sandbox_id: &str, path: &str) -> Result<FileEntry, ProviderError> {
-        super::exec_files::stat(self, sandbox_id, path).await
+        exec_files::stat(self, sandbox_id, path).await
     }
     /// Make a directory and its missing parents.
     async fn make_dir(&self, sandbox_id: &str, path: &str) -> Result<(), ProviderError> {
-        super::exec_files::make_dir(self, sandbox_id, path).await
+        exec_files::make_dir(self, sandbox_id, path).await
     }
     /// Removing what is not there succeeds; a non-empty directory needs `recursive`.
     async fn remove(
@@ -496,11 +498,11 @@ pub trait SandboxProvider: Send + Sync {
         path: &str,
         recursive: bool,
     ) -> Result<(), ProviderError> {
-        super::exec_files::remove(self, sandbox_id, path, recursive).await
+        exec_files::remove(self, sandbox_id, path, recursive).await
     }
     /// Paths matching a shell glob pattern (`**` for any depth).
     async fn glob(&self, sandbox_id: &str, pattern: &str) -> Result<Vec<String>, ProviderError> {
-        super::exec_files::glob(self, sandbox_id, pattern).await
+        exec_files::glob(self, sandbox_id, pattern).await
     }
     /// Lines matching a regular expression under `path`.
     async fn grep(
@@ -509,7 +511,7 @@ pub trait SandboxProvider: Send + Sync {
         pattern: &str,
         path: &str,
     ) -> Result<Vec<GrepMatch>, ProviderError> {
-        super::exec_files::grep(self, sandbox_id, pattern, path).await
+        exec_files::grep(self, sandbox_id, pattern, path).await
     }
 }
 

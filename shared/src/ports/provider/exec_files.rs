@@ -12,7 +12,7 @@
 use base64::Engine as _;
 use tokio::sync::mpsc;
 
-use super::provider::{
+use super::{
     ExecCommand, ExecRequest, FileEntry, FileKind, GrepMatch, OutputChunk, ProviderError,
     SandboxProvider,
 };
