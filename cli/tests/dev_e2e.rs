@@ -2,6 +2,8 @@
 //! data directory, driven over HTTP, with real runc sandboxes. Needs root and runc (CI has both;
 //! `scripts/test.sh` installs runc). Without root the test says so and does nothing.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -217,18 +219,10 @@ impl Drop for Runc {
                 .args(["delete", "-f", &id])
                 .status();
         }
-        // Each sandbox's user namespace is pinned by a bind mount next to runc's state.
-        if let Some(Ok(pins)) = self
-            .root
-            .parent()
-            .map(|state| std::fs::read_dir(state.join("userns")))
-        {
-            for pin in pins.flatten() {
-                let _ = Command::new("umount")
-                    .arg("--lazy")
-                    .arg(pin.path())
-                    .status();
-            }
+        // Each sandbox has mounts next to runc's state (its user namespace pin, its root tmpfs
+        // and its home volume), which went with the containers behind the provider's back.
+        if let Some(state) = self.root.parent() {
+            support::unmount_all_under(state);
         }
     }
 }
