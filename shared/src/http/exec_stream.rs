@@ -29,8 +29,11 @@ use crate::usecases::{Threadbox, UseCaseError};
 /// Output chunks in flight between the command and the socket: enough to ride out a slow
 /// moment of the client's, few enough to bound memory (each chunk is at most 16 KiB).
 const CHANNEL_CHUNKS: usize = 32;
-/// A comment line this often keeps proxies from closing a stream that is quiet for a while.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// A comment line this often, while the command is quiet. It keeps proxies from closing the
+/// stream, and it is how a client that went away is noticed: the server learns of a closed
+/// connection only when a write to it fails, so without it a silent command would run to its
+/// end before `kill_on_disconnect` could act.
+const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 /// Start `request` in the thread's sandbox and answer its output as events.
 pub(crate) fn exec_events(

@@ -164,6 +164,13 @@ pub(crate) async fn run(
         .map_err(|e| ProviderError::Internal(format!("could not run runc exec: {e}")))?;
     // Our copy of the write end must go, or the status pipe never reports the wrapper's end.
     drop(status_write);
+    // From here the command may be running before runc returns (its output can even reach a
+    // streaming caller first): a caller that goes away now must still take the command with it.
+    let mut starting = StartingGuard {
+        pid_file: pid_file.clone(),
+        cgroup: target.cgroup.clone(),
+        armed: true,
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stdin = child.stdin.take();
@@ -209,6 +216,7 @@ pub(crate) async fn run(
         }
     };
     if !runc_status.success() {
+        starting.armed = false;
         // Nothing started, so runc was the only writer of stderr and it has exited: the
         // stream ends on its own (the stop is only a safety net).
         stdin_task.abort();
@@ -230,6 +238,7 @@ pub(crate) async fn run(
         cgroup: target.cgroup.clone(),
         armed: true,
     };
+    starting.armed = false;
 
     // Wait for the command's leader (the wrapper) to exit, through a pidfd: it becomes readable
     // when the process ends, costs no thread, and nothing in the sandbox can hold it open (a
@@ -338,6 +347,30 @@ struct TreeGuard {
     leader: i32,
     cgroup: Option<Arc<ContainerCgroup>>,
     armed: bool,
+}
+
+/// The command while runc is still starting it: dropped then (the caller went away), it kills
+/// whatever runc has started, found through the pid file runc writes as it starts the command.
+/// runc itself is killed with its `Child` (kill on drop).
+struct StartingGuard {
+    pid_file: PathBuf,
+    cgroup: Option<Arc<ContainerCgroup>>,
+    armed: bool,
+}
+
+impl Drop for StartingGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let leader = std::fs::read_to_string(&self.pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok());
+        let _ = std::fs::remove_file(&self.pid_file);
+        if let Some(leader) = leader {
+            kill_tree(leader, self.cgroup.as_deref());
+        }
+    }
 }
 
 impl Drop for TreeGuard {
