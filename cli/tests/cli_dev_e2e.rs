@@ -6,25 +6,11 @@
 
 mod support;
 
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::Value;
-use support::{dev_missing, prerequisites_met, DevServer};
+use support::{dev_missing, follow_until_paused, prerequisites_met, threads, DevServer};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-async fn threads(dev: &DevServer, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .arg("threads")
-        .args(args)
-        .env("THREADBOX_URL", &dev.url)
-        .env_remove("THREADBOX_API_KEY")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap()
-}
 
 fn text(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap()
@@ -58,31 +44,8 @@ async fn the_cli_runs_code_and_watches_the_idle_pause_on_runc() {
     );
 
     // Follow the thread's events while the janitor pauses it for being idle.
-    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["threads", "events", "tour", "--follow", "--json"])
-        .args(["--interval", "200ms", "--url", &dev.url])
-        .env_remove("THREADBOX_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    let paused = loop {
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("no idle pause within 30s; saw {seen:?}"))
-            .unwrap()
-            .expect("still following");
-        let event: Value = serde_json::from_str(&line).unwrap();
-        seen.push(format!("{} ({})", event["to"], event["cause"]));
-        if event["to"] == "paused" {
-            break event;
-        }
-    };
-    assert_eq!(paused["cause"], "idle", "{seen:?}");
-    follow.kill().await.unwrap();
+    let paused = follow_until_paused(&dev, "tour").await;
+    assert_eq!(paused["cause"], "idle", "{paused}");
 
     let list = threads(&dev, &["list"]).await;
     assert!(list.status.success());

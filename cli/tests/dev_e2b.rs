@@ -8,26 +8,11 @@
 
 mod support;
 
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::Value;
-use support::{find_program, prerequisites_met, DevServer};
+use support::{find_program, follow_until_paused, prerequisites_met, threads, DevServer};
 use threadbox_shared::testing::e2b_fake::{E2bFake, FakeState};
-use tokio::io::{AsyncBufReadExt, BufReader};
-
-async fn threads(dev: &DevServer, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .arg("threads")
-        .args(args)
-        .env("THREADBOX_URL", &dev.url)
-        .env_remove("THREADBOX_API_KEY")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap()
-}
 
 fn text(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap()
@@ -80,31 +65,8 @@ async fn threadbox_dev_runs_its_sandboxes_on_e2b() {
     );
 
     // The janitor pauses the idle thread through E2B's pause.
-    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["threads", "events", "tour", "--follow", "--json"])
-        .args(["--interval", "200ms", "--url", &dev.url])
-        .env_remove("THREADBOX_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    let paused = loop {
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("no idle pause within 30s; saw {seen:?}"))
-            .unwrap()
-            .expect("still following");
-        let event: Value = serde_json::from_str(&line).unwrap();
-        seen.push(format!("{} ({})", event["to"], event["cause"]));
-        if event["to"] == "paused" {
-            break event;
-        }
-    };
-    assert_eq!(paused["cause"], "idle", "{seen:?}");
-    follow.kill().await.unwrap();
+    let paused = follow_until_paused(&dev, "tour").await;
+    assert_eq!(paused["cause"], "idle", "{paused}");
     let record = dev.get("/v1/threads/tour").await;
     let sandbox_id = record["session"]["sandbox_id"].as_str().unwrap().to_owned();
     assert_eq!(

@@ -770,39 +770,3 @@ async fn resolve_pause_resume_and_the_janitor_through_the_use_cases() {
         .unwrap();
     assert!(fake.sandboxes().is_empty());
 }
-
-/// envd streams a process's output frame by frame, and a streaming exec hands each on as it
-/// arrives: the first line comes while the command still runs, stdout and stderr apart, and the
-/// result keeps none of it.
-#[tokio::test]
-async fn streaming_exec_sends_envd_output_as_it_comes() {
-    use threadbox_shared::ports::OutputChunk;
-    let (_fake, p) = setup().await;
-    let p = Arc::new(p);
-    let id = new_sandbox(&p).await;
-    let (sink, mut output) = tokio::sync::mpsc::channel(8);
-    let running = tokio::spawn({
-        let (p, id) = (p.clone(), id.clone());
-        async move {
-            p.exec_streaming(
-                &id,
-                ExecRequest::shell("echo first; sleep 2; echo second >&2"),
-                sink,
-            )
-            .await
-        }
-    });
-    let first = tokio::time::timeout(Duration::from_millis(1500), output.recv())
-        .await
-        .expect("the first line arrives while the command still runs");
-    assert_eq!(first, Some(OutputChunk::Stdout(b"first\n".to_vec())));
-    assert!(!running.is_finished());
-    assert_eq!(
-        output.recv().await,
-        Some(OutputChunk::Stderr(b"second\n".to_vec()))
-    );
-    assert_eq!(output.recv().await, None);
-    let result = running.await.unwrap().expect("exec");
-    assert_eq!(result.exit_code, Some(0));
-    assert_eq!((result.stdout.as_str(), result.stderr.as_str()), ("", ""));
-}

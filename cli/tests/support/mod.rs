@@ -296,6 +296,50 @@ pub fn unmount_all_under(dir: &Path) {
     }
 }
 
+/// Run `threadbox threads <args>` against `dev`, as an operator would (no key, no colour).
+pub async fn threads(dev: &DevServer, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .arg("threads")
+        .args(args)
+        .env("THREADBOX_URL", &dev.url)
+        .env_remove("THREADBOX_API_KEY")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
+/// Follow `thread`'s events with `threads events --follow` until it is paused (within 30 s),
+/// and return that event.
+pub async fn follow_until_paused(dev: &DevServer, thread: &str) -> Value {
+    use tokio::io::{AsyncBufReadExt, BufReader as AsyncBufReader};
+    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .args(["threads", "events", thread, "--follow", "--json"])
+        .args(["--interval", "200ms", "--url", &dev.url])
+        .env_remove("THREADBOX_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = AsyncBufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no pause within 30s; saw {seen:?}"))
+            .unwrap()
+            .expect("still following");
+        let event: Value = serde_json::from_str(&line).unwrap();
+        seen.push(format!("{} ({})", event["to"], event["cause"]));
+        if event["to"] == "paused" {
+            let _ = follow.kill().await;
+            return event;
+        }
+    }
+}
+
 /// SIGTERM, then SIGKILL if it has not exited within ten seconds.
 pub fn stop(child: &mut Child) {
     if let Ok(Some(_)) = child.try_wait() {

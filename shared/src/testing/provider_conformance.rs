@@ -179,6 +179,35 @@ pub async fn exec_streaming_hands_over_the_output(p: &dyn SandboxProvider) {
     p.kill(&id).await.expect("kill");
 }
 
+/// Output is handed over as the command writes it: the first line arrives while the command
+/// still runs, stdout and stderr apart.
+pub async fn exec_streaming_delivers_output_before_the_end(p: &dyn SandboxProvider) {
+    use crate::ports::OutputChunk;
+    let id = create(p, fresh_owner(1)).await;
+    let (sink, mut output) = tokio::sync::mpsc::channel(8);
+    let running = p.exec_streaming(&id, shell("echo first; sleep 2; echo second >&2"), sink);
+    let watch = async {
+        let first = tokio::time::timeout(Duration::from_millis(1500), output.recv())
+            .await
+            .expect("the first line arrives while the command still runs");
+        assert_eq!(first, Some(OutputChunk::Stdout(b"first\n".to_vec())));
+        assert_eq!(
+            output.recv().await,
+            Some(OutputChunk::Stderr(b"second\n".to_vec()))
+        );
+        assert_eq!(
+            output.recv().await,
+            None,
+            "the stream ends with the command"
+        );
+    };
+    let (result, ()) = tokio::join!(running, watch);
+    let result = result.expect("exec_streaming");
+    assert_eq!(result.exit_code, Some(0));
+    assert_eq!((result.stdout.as_str(), result.stderr.as_str()), ("", ""));
+    p.kill(&id).await.expect("kill");
+}
+
 pub async fn exec_shell_and_argv(p: &dyn SandboxProvider) {
     let id = create(p, fresh_owner(1)).await;
 

@@ -164,6 +164,7 @@ macro_rules! provider_conformance_tests {
         $crate::provider_conformance_tests!(@tests $make;
             exec_shell_and_argv,
             exec_streaming_hands_over_the_output,
+            exec_streaming_delivers_output_before_the_end,
             exec_stdin_env_and_cwd,
             exec_timeout_and_output_cap,
             files_and_commands_share_the_sandbox,
