@@ -240,17 +240,16 @@ impl SandboxTools {
         description = "Read a file from the sandbox (at most 1 MiB). Text comes as `text`; other bytes as `base64`."
     )]
     async fn read_file(&self, Parameters(args): Parameters<PathArg>) -> CallToolResult {
-        let bytes = match self.client.read_file(&self.thread, &args.path).await {
-            Ok(bytes) => bytes,
+        let bytes = match self.client.read_file(&self.thread, &args.path, READ_LIMIT).await {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                return invalid(&format!(
+                    "{} is more than read_file returns ({READ_LIMIT} bytes); read a part with run_command (head, tail, sed -n)",
+                    args.path
+                ))
+            }
             Err(error) => return tool_error(error),
         };
-        if bytes.len() > READ_LIMIT {
-            return invalid(&format!(
-                "{} is {} bytes, more than read_file returns ({READ_LIMIT}); read a part with run_command (head, tail, sed -n)",
-                args.path,
-                bytes.len()
-            ));
-        }
         CallToolResult::structured(match String::from_utf8(bytes) {
             Ok(text) => json!({"path": args.path, "text": text}),
             Err(not_text) => json!({

@@ -117,6 +117,16 @@ async fn an_mcp_host_runs_commands_and_files_through_threadbox_mcp() {
     assert_eq!(grep["line_number"], 1);
     assert_eq!(grep["line"], "fn main() {}");
 
+    // A file over read_file's 1 MiB is refused, pointing at run_command, not returned.
+    let big = &seen["big"];
+    assert_eq!(big["error"], true, "{big}");
+    assert!(
+        big["result"]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("run_command")),
+        "{big}"
+    );
+
     let missing = &seen["missing"];
     assert_eq!(missing["error"], true);
     // What the API answers a GET of a path that is not there: 400, naming the path.

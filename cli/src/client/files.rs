@@ -36,11 +36,42 @@ impl Client {
         url
     }
 
-    /// A file's bytes. Reading does not wake a paused sandbox (the API's GETs change nothing).
-    pub async fn read_file(&self, thread_id: &str, path: &str) -> Result<Vec<u8>, ClientError> {
+    /// A file's bytes if it holds at most `limit` of them, else `None`: reading stops one byte
+    /// past the limit, so a huge file costs no more memory than a small one. Reading does not
+    /// wake a paused sandbox (the API's GETs change nothing).
+    pub async fn read_file(
+        &self,
+        thread_id: &str,
+        path: &str,
+        limit: usize,
+    ) -> Result<Option<Vec<u8>>, ClientError> {
         let url = self.file_url(thread_id, path);
         let shown = url.to_string();
-        Self::answer(self.request(Method::GET, url), &shown).await
+        let mut response = self
+            .request(Method::GET, url)
+            .send()
+            .await
+            .map_err(|e| ClientError::unreachable(&shown, &e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| ClientError::unreachable(&shown, &e))?;
+            return Err(ClientError::from_response(status.as_u16(), None, &body));
+        }
+        let mut contents = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| ClientError::unreachable(&shown, &e))?
+        {
+            contents.extend_from_slice(&chunk);
+            if contents.len() > limit {
+                return Ok(None);
+            }
+        }
+        Ok(Some(contents))
     }
 
     /// Replace (or create) a file, parents included; the bytes written.

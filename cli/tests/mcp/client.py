@@ -76,6 +76,12 @@ async def main(command):
             grepped = await session.call_tool("grep", {"path": "/home/user/src", "pattern": "fn ma+in"})
             seen["grep"] = {"error": is_error(grepped), "result": content(grepped)}
 
+            await session.call_tool(
+                "run_command", {"command": "head -c 3000000 /dev/zero > /home/user/big"}
+            )
+            big = await session.call_tool("read_file", {"path": "/home/user/big"})
+            seen["big"] = {"error": is_error(big), "result": content(big)}
+
             missing = await session.call_tool("read_file", {"path": "/home/user/nope"})
             seen["missing"] = {"error": is_error(missing), "result": content(missing)}
             both = await session.call_tool("run_command", {"command": "true", "argv": ["true"]})
