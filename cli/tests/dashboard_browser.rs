@@ -5,6 +5,11 @@
 //!   arrives live. The page is saved (paused) as `target/dashboard.png` for a person to look at.
 //! - With API keys, the page asks for one and goes live once it has it.
 //! - Without the WebSocket, the page polls and still follows changes.
+//! - The Slack sink shows what Slack would: a thread's Block Kit status card with its state and
+//!   its Pause / Resume / Reset buttons (no raw mrkdwn such as `<!date^…>`), a click on Pause
+//!   in the page pauses the thread through the signed interactions route, `threadbox slack
+//!   click` resumes it, command output with markup in it shows as text, and Reset opens the
+//!   confirmation modal as a dialog that Cancel closes.
 //!
 //! Needs root, runc, and Debian's `chromium` and `chromium-driver` (`scripts/test.sh` installs
 //! them). Without them the tests are skipped with a message, or fail when
@@ -316,4 +321,222 @@ async fn dashboard_shows_what_slack_would_have_been_sent() {
             context,
         )
         .await;
+}
+
+/// The text of the first element matching `css` once `holds` accepts it, read again as the page
+/// redraws; panics with the last text seen after `WAIT`.
+async fn wait_for(
+    browser: &Browser,
+    css: &str,
+    what: &str,
+    holds: impl Fn(&str) -> bool,
+    context: impl Fn() -> String,
+) -> String {
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut last = None;
+    loop {
+        if let Some(element) = browser.find(css).await {
+            if let Some(text) = browser.try_text(&element).await {
+                if holds(&text) {
+                    return text;
+                }
+                last = Some(text);
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{css} never showed {what}; last shown: {last:?}\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `threadbox slack <args>` against `dev`, with its data directory (for the signing secret).
+async fn slack_cli(dev: &DevServer, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .arg("slack")
+        .args(args)
+        .args(["--url", &dev.url, "--data-dir"])
+        .arg(dev.data_dir())
+        .env_remove("SLACK_SIGNING_SECRET")
+        .env_remove("THREADBOX_API_KEY")
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_shows_the_status_card_and_its_buttons_work() {
+    let Some(dashboard) = start("the_sink_shows_the_status_card_and_its_buttons_work", &[]).await
+    else {
+        return;
+    };
+    let Dashboard { browser, dev, .. } = &dashboard;
+    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+    const SLACK_THREAD: &str = "slack:T1:C77:1700000100.000100";
+    browser.goto(&format!("{}/", dev.url)).await;
+    browser
+        .wait_for_text("#sink-empty", "Nothing posted yet.", WAIT, context)
+        .await;
+
+    // A code block in a Slack thread creates its sandbox; the fan-out posts the thread's status
+    // card (Block Kit) to the sink and edits it as the state changes.
+    let sent = slack_cli(
+        dev,
+        &["send", "--thread", SLACK_THREAD, "```\necho card\n```"],
+    )
+    .await;
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+
+    // The card: the message with a Pause button. Rendered, it names the state and offers
+    // Pause and Reset, as buttons, not as text.
+    let card = "#sink-messages li:has(button[data-action-id=\"pause\"])";
+    let shown = wait_for(
+        browser,
+        card,
+        "the active state",
+        |t| t.to_lowercase().contains("active"),
+        context,
+    )
+    .await;
+    assert!(
+        !shown.contains("<!date^"),
+        "raw mrkdwn in the card: {shown}"
+    );
+    assert_eq!(
+        browser
+            .text_of(&format!("{card} button[data-action-id=\"pause\"]"))
+            .await,
+        "Pause"
+    );
+    assert_eq!(
+        browser
+            .text_of(&format!("{card} button[data-action-id=\"reset\"]"))
+            .await,
+        "Reset"
+    );
+    let page = browser.text_of("body").await;
+    assert!(!page.contains("<!date^"), "raw mrkdwn on the page:\n{page}");
+
+    // Pause, clicked in the page: the sink sends the signed block_actions to
+    // /slack/interactions, the thread pauses, and the card says so and offers Resume.
+    browser
+        .click_on(&format!("{card} button[data-action-id=\"pause\"]"))
+        .await;
+    wait_for(
+        browser,
+        "#sink-status",
+        "the click's answer",
+        |t| t.starts_with("Clicked Pause"),
+        context,
+    )
+    .await;
+    let resumable = "#sink-messages li:has(button[data-action-id=\"resume\"])";
+    wait_for(
+        browser,
+        resumable,
+        "the paused state",
+        |t| t.to_lowercase().contains("paused"),
+        context,
+    )
+    .await;
+    browser
+        .wait_for_text(
+            &format!("tr[data-thread=\"{SLACK_THREAD}\"] .badge"),
+            "paused",
+            WAIT,
+            context,
+        )
+        .await;
+    assert_eq!(
+        browser
+            .text_of(&format!("{resumable} button[data-action-id=\"resume\"]"))
+            .await,
+        "Resume"
+    );
+
+    // Resume from the command line, through the same signed interaction.
+    let clicked = slack_cli(dev, &["click", "--thread", SLACK_THREAD, "resume"]).await;
+    let said = String::from_utf8_lossy(&clicked.stdout);
+    assert!(
+        clicked.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&clicked.stderr)
+    );
+    assert!(said.starts_with("clicked Resume (resume)"), "{said}");
+    browser
+        .wait_for_text(
+            &format!("tr[data-thread=\"{SLACK_THREAD}\"] .badge"),
+            "active",
+            WAIT,
+            context,
+        )
+        .await;
+
+    // Command output is hostile: markup in it shows as text and never becomes elements.
+    let hostile = slack_cli(
+        dev,
+        &[
+            "send",
+            "--thread",
+            SLACK_THREAD,
+            "```\necho '<img src=x id=pwned onerror=alert(1)> *not bold* <https://evil.example|x>'\n```",
+        ],
+    )
+    .await;
+    assert!(
+        hostile.status.success(),
+        "{}",
+        String::from_utf8_lossy(&hostile.stderr)
+    );
+    wait_for(
+        browser,
+        "#sink-messages",
+        "the hostile output as text",
+        |t| t.contains("<img src=x id=pwned onerror=alert(1)>"),
+        context,
+    )
+    .await;
+    assert_eq!(browser.find("#pwned").await, None, "output became markup");
+    assert_eq!(browser.find("#sink-messages img").await, None);
+
+    // Reset asks first: a modal, shown as a dialog; Cancel closes it and resets nothing.
+    let reset = slack_cli(dev, &["click", "--thread", SLACK_THREAD, "reset"]).await;
+    assert!(
+        reset.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reset.stderr)
+    );
+    wait_for(
+        browser,
+        "#sink-modal[open] #sink-modal-title",
+        "the reset confirmation",
+        |t| !t.is_empty(),
+        context,
+    )
+    .await;
+    let callback = browser.text_of("#sink-modal-meta").await;
+    assert!(callback.contains("reset_confirm"), "{callback}");
+    browser.click_on("#sink-modal-cancel").await;
+    let deadline = std::time::Instant::now() + WAIT;
+    while browser.find("#sink-modal[open]").await.is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the modal stayed open\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let page = browser.text_of("body").await;
+    assert!(!page.contains("<!date^"), "raw mrkdwn on the page:\n{page}");
+    let png = browser.screenshot().await;
+    let path = target_dir().join("dashboard-slack.png");
+    std::fs::write(&path, &png).unwrap();
+    eprintln!("saved {}", path.display());
 }

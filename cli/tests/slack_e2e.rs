@@ -355,3 +355,140 @@ async fn signed_events_arrive_through_a_tunnel_without_keys() {
         .unwrap();
     assert_eq!(api.status(), 403);
 }
+
+/// `threadbox slack click`; returns its one line.
+fn click(dev: &DevServer, thread: &str, what: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .args(["slack", "click", "--url", &dev.url, "--thread", thread])
+        .args(what)
+        .env("SLACK_SIGNING_SECRET", SECRET)
+        .env("THREADBOX_API_KEY", API_KEY)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run threadbox slack click");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "slack click {what:?} failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+async fn generation(dev: &DevServer, thread: &str) -> u64 {
+    let response = dev
+        .http
+        .get(format!("{}/v1/threads/{thread}", dev.url))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    body["session"]["generation"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{body}"))
+}
+
+/// Reset from the status card: the button asks in a modal, and submitting it (what the person's
+/// "Reset" in Slack does) throws the sandbox away and starts a fresh one, whose card shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_from_the_card_asks_first_then_starts_a_fresh_sandbox() {
+    if !prerequisites_met("slack_e2e", &dev_missing()) {
+        return;
+    }
+    let dev = start().await;
+    let thread = send(&dev, "slack:T1:C1", "```echo kept > note.txt```");
+    wait_for(&dev, &thread, "an active card", |t| {
+        t.contains("Sandbox *active*")
+    })
+    .await;
+    assert_eq!(generation(&dev, &thread).await, 1);
+
+    let line = click(&dev, &thread, &["reset"]);
+    assert!(line.contains("answered 200"), "{line}");
+    // Only a question so far: nothing was reset.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(generation(&dev, &thread).await, 1);
+
+    let line = click(&dev, &thread, &["--submit"]);
+    assert!(line.contains("200"), "{line}");
+    let messages = wait_for(&dev, &thread, "a generation 2 card", |t| {
+        t.contains("Sandbox *active*") && t.contains("generation 2")
+    })
+    .await;
+    assert_eq!(generation(&dev, &thread).await, 2);
+    // One card, edited in place, with its buttons.
+    let cards: Vec<&Value> = messages.iter().filter(|m| m["blocks"].is_array()).collect();
+    assert_eq!(cards.len(), 1, "{messages:#?}");
+    assert!(cards[0]["blocks"]
+        .to_string()
+        .contains("\"action_id\":\"pause\""));
+}
+
+/// `/sandbox list` through the real ingress and worker: the answer only the caller sees lists the
+/// thread they used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_list_answers_the_caller_with_their_threads() {
+    if !prerequisites_met("slack_e2e", &dev_missing()) {
+        return;
+    }
+    let dev = start().await;
+    let thread = send(&dev, "slack:T1:C1", "```echo hi```");
+    wait_for(&dev, &thread, "an active card", |t| {
+        t.contains("Sandbox *active*")
+    })
+    .await;
+    let body = serde_urlencoded::to_string([
+        ("team_id", "T1"),
+        ("channel_id", "C1"),
+        ("user_id", "ULOCAL"),
+        ("command", "/sandbox"),
+        ("text", "list"),
+        ("trigger_id", "e2e-trigger-1"),
+    ])
+    .unwrap();
+    let ts = now_secs();
+    let signature = SigningSecret::new(SECRET)
+        .unwrap()
+        .sign(ts, body.as_bytes());
+    let response = dev
+        .http
+        .post(format!("{}/slack/commands", dev.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-slack-request-timestamp", ts.to_string())
+        .header("x-slack-signature", signature)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let response = dev
+            .http
+            .get(format!("{}/v1/slack/sink", dev.url))
+            .query(&[("channel", "C1")])
+            .bearer_auth(API_KEY)
+            .send()
+            .await
+            .unwrap();
+        let body: Value = response.json().await.unwrap();
+        let answer = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["ephemeral_to"] == "ULOCAL")
+            .cloned();
+        if let Some(answer) = answer {
+            let ts = thread.rsplit(':').next().unwrap();
+            assert!(answer["blocks"].to_string().contains(ts), "{answer:#}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no answer: {body:#}\n{}",
+            dev.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

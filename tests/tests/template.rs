@@ -117,7 +117,14 @@ fn every_route_of_the_router_is_in_the_template_and_nothing_else_is() {
         let text = std::fs::read_to_string(source).unwrap();
         // Only the code before an inline tests module.
         let code = text.split("#[cfg(test)]\nmod tests {").next().unwrap();
-        router.extend(router_routes(code, &[("EVENTS_PATH", "/slack/events")]));
+        router.extend(router_routes(
+            code,
+            &[
+                ("EVENTS_PATH", "/slack/events"),
+                ("INTERACTIONS_PATH", "/slack/interactions"),
+                ("COMMANDS_PATH", "/slack/commands"),
+            ],
+        ));
     }
     assert!(
         router.contains(&("POST".into(), "/v1/threads/{thread_id}/exec".into())),

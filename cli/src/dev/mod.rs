@@ -539,8 +539,10 @@ fn print_banner(
         }
     };
     println!(
-        "  slack      POST {base}{}  (signing secret: {}); {replies}",
+        "  slack      POST {base}{} {} {}  (signing secret: {}); {replies}",
         threadbox_shared::slack::EVENTS_PATH,
+        threadbox_shared::slack::INTERACTIONS_PATH,
+        threadbox_shared::slack::COMMANDS_PATH,
         slack.secret
     );
     println!(

@@ -1,5 +1,6 @@
-//! The Slack app inside `threadbox dev`: `POST /slack/events`, the worker loop on the work
-//! queue, and the Slack status target for the fan-out.
+//! The Slack app inside `threadbox dev`: `POST /slack/events`, `/slack/interactions` and
+//! `/slack/commands`, the worker loop on the work queue, and the Slack status target for the
+//! fan-out.
 //!
 //! Outgoing calls go to Slack when `SLACK_BOT_TOKEN` is set (and `SLACK_API_URL`, if set, says
 //! where the Web API is); otherwise to a sink in the same SQLite file, shown at
@@ -14,12 +15,13 @@ use axum::Router;
 use threadbox_shared::adapters::slack_web::{SlackClientConfig, SlackWebClient};
 use threadbox_shared::adapters::sqlite::{
     Database, QueueConfig, SqliteQueue, SqliteSlackSink, SqliteSlackStatusStore,
-    SqliteWindowCounter,
+    SqliteSlackUserThreads, SqliteWindowCounter,
 };
 use threadbox_shared::config::Env;
 use threadbox_shared::fanout::FanoutTarget;
 use threadbox_shared::http::ApiAuth;
 use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue};
+use threadbox_shared::slack::sink_route::SinkClicks;
 use threadbox_shared::slack::slack_sink_routes;
 use threadbox_shared::slack::{
     router as events_router, MessageRates, RateLimits, SlackApi, SlackIngress, SlackStatusTarget,
@@ -40,8 +42,9 @@ pub enum Outgoing {
 pub struct SlackParts {
     /// `GET /v1/slack/sink` (with the sink): behind the API's keys or its local-only rule.
     pub routes: Router,
-    /// `POST /slack/events`: authenticated by Slack's signature, so it also answers requests
-    /// addressed to a tunnel's name (how Slack reaches a developer's machine).
+    /// `POST /slack/events`, `/slack/interactions`, `/slack/commands`: authenticated by Slack's
+    /// signature, so they also answer requests addressed to a tunnel's name (how Slack reaches a
+    /// developer's machine).
     pub events: Router,
     pub target: Arc<dyn FanoutTarget>,
     pub work: WorkLoop,
@@ -69,6 +72,8 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
         SlackClientConfig::from_env(&Env::process()).context("reading the Slack settings")?;
 
     let mut routes = Router::new();
+    // The sink's routes are made once the interactions router exists (clicks go through it).
+    let mut sink_for_routes = None;
     let (api, outgoing): (Arc<dyn SlackApi>, Outgoing) = match client_config {
         Some(config) => {
             if !matches!(secret_source, SecretSource::Environment(_)) {
@@ -84,7 +89,7 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
         None => {
             let sink = SqliteSlackSink::open(deps.db_path)
                 .with_context(|| format!("opening the Slack sink in {}", deps.db_path.display()))?;
-            routes = routes.merge(slack_sink_routes(Arc::new(sink.clone()), deps.auth.clone()));
+            sink_for_routes = Some(sink.clone());
             (Arc::new(sink), Outgoing::Sink)
         }
     };
@@ -94,12 +99,14 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
             .await
             .context("opening the Slack work queue")?,
     );
+    let clicks_secret = signing_secret.clone();
     let ingress = SlackIngress::new(
         Some(signing_secret),
         deps.dedupe.clone(),
         work_queue.clone(),
         deps.clock.clone(),
-    );
+    )
+    .with_api(api.clone());
     let status_store = SqliteSlackStatusStore::open(deps.db_path).with_context(|| {
         format!(
             "opening the Slack status store in {}",
@@ -113,11 +120,30 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
         .await
         .context("opening the Slack rate counters")?;
     let rates = MessageRates::new(Arc::new(counter), deps.rates, deps.clock.clone());
+    let user_threads = SqliteSlackUserThreads::open(deps.db_path).with_context(|| {
+        format!(
+            "opening the Slack user threads in {}",
+            deps.db_path.display()
+        )
+    })?;
     let worker = SlackWorker::new(deps.tb, api, deps.dedupe, work_queue.clone(), worker_config)
-        .with_rates(rates);
+        .with_rates(rates)
+        .with_user_threads(Arc::new(user_threads));
+    let events = events_router(ingress);
+    if let Some(sink) = sink_for_routes {
+        let clicks = SinkClicks {
+            secret: clicks_secret,
+            slack: events.clone(),
+        };
+        routes = routes.merge(slack_sink_routes(
+            Arc::new(sink),
+            deps.auth.clone(),
+            Some(clicks),
+        ));
+    }
     Ok(SlackParts {
         routes,
-        events: events_router(ingress),
+        events,
         target,
         work: WorkLoop::new(work_queue, worker, work_config),
         secret: secret_source,

@@ -1,15 +1,18 @@
-//! slack-events: `POST /slack/events`, the Slack Events API's request URL.
+//! slack-events: Slack's three request URLs, `POST /slack/events` (the Events API),
+//! `/slack/interactions` (buttons and modals) and `/slack/commands` (`/sandbox`).
 //!
 //! The shared ingress does the whole job within Slack's three seconds: verify the `v0`
 //! signature on the raw body (a bad or stale one is a 401), answer `url_verification` with its
-//! challenge, drop an event id seen before (Slack's retries), and queue the message on the FIFO
-//! work queue (one group per thread) for the worker; then a 200. API Gateway hands the body over
-//! byte for byte (JSON is not base64-encoded), so the signature is checked on what Slack signed.
+//! challenge, drop an event id or click seen before (Slack's retries), open Reset's
+//! confirmation modal, and queue the work on the FIFO work queue (one group per thread) for the
+//! worker; then a 200. API Gateway hands the body over byte for byte (JSON is not
+//! base64-encoded; a form body may be, and `lambda_http` decodes it), so the signature is
+//! checked on what Slack signed.
 
 use axum::Router;
 use threadbox_shared::slack::{router, SlackIngress};
 
-/// The handler: the ingress's one route.
+/// The handler: the ingress's routes.
 pub fn app(ingress: SlackIngress) -> Router {
     router(ingress)
 }
@@ -91,6 +94,67 @@ mod tests {
             "{}",
             message.text
         );
+    }
+
+    /// API Gateway hands a form body over base64-encoded: the signature is checked on the
+    /// decoded bytes (what Slack signed), and the click is queued in its thread's FIFO group.
+    #[tokio::test]
+    async fn a_button_click_is_queued_once_in_its_threads_group() {
+        let local = local();
+        let event = fixture_json("apigw-http-slack-interaction.json");
+        assert_eq!(event["isBase64Encoded"], true);
+        let answer = invoke_http(local.router.clone(), &event).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.json());
+        let again = invoke_http(local.router, &event).await;
+        assert_eq!(again.status, 200);
+
+        let queued = local
+            .work
+            .receive(10, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(queued.len(), 1, "a redelivered click is not queued twice");
+        let thread = "slack:T0001:C0001:1767225590.000100";
+        assert_eq!(queued[0].group_id, thread);
+        let WorkItem::Action(action) = serde_json::from_str(&queued[0].body).unwrap() else {
+            panic!("a click: {}", queued[0].body);
+        };
+        assert_eq!(action.thread_id.as_str(), thread);
+        assert_eq!(action.user, "U0001");
+        let answer_in = action.answer_in.expect("answered in the channel");
+        assert_eq!(answer_in.channel, "C0001");
+        assert_eq!(answer_in.thread_ts.as_deref(), Some("1767225590.000100"));
+    }
+
+    #[tokio::test]
+    async fn a_slash_command_is_queued_and_a_forged_one_refused() {
+        let local = local();
+        let event = fixture_json("apigw-http-slack-command.json");
+        let answer = invoke_http(local.router.clone(), &event).await;
+        assert_eq!(answer.status, 200);
+
+        let mut forged = event.clone();
+        forged["headers"]["x-slack-signature"] =
+            Value::from("v0=0000000000000000000000000000000000000000000000000000000000000000");
+        forged["headers"]["x-slack-request-timestamp"] = Value::from("1767225601");
+        let answer = invoke_http(local.router, &forged).await;
+        assert_eq!(answer.status, 401);
+
+        let queued = local
+            .work
+            .receive(10, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(queued.len(), 1);
+        let WorkItem::Slash(command) = serde_json::from_str(&queued[0].body).unwrap() else {
+            panic!("a slash command: {}", queued[0].body);
+        };
+        assert_eq!(
+            (command.team.as_str(), command.channel.as_str()),
+            ("T0001", "C0001")
+        );
+        assert_eq!(command.text, "list");
+        assert_eq!(queued[0].group_id, "slack:T0001:C0001");
     }
 
     #[tokio::test]

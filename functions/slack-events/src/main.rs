@@ -1,9 +1,10 @@
-//! Wiring only: the signing secret (fetched from Secrets Manager when given by reference), the
-//! dedupe table and the work queue from the environment, then the router through `lambda_http`,
-//! rebuilt when the secret changes.
+//! Wiring only: the signing secret and the bot token (fetched from Secrets Manager when given by
+//! reference), the dedupe table and the work queue from the environment, then the router
+//! through `lambda_http`, rebuilt when a secret changes.
 
 use std::sync::Arc;
 
+use threadbox_shared::adapters::slack_web::BOT_TOKEN_VAR;
 use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
 use threadbox_shared::ports::SystemClock;
 use threadbox_shared::slack::SlackIngress;
@@ -13,15 +14,24 @@ async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
     let sdk = lambda::aws_config().await;
     let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
+    let watched = secrets.clone();
     let router = Rebuilt::new(secrets, move |env: Env| {
         let sdk = sdk.clone();
+        let secrets = watched.clone();
         async move {
-            let ingress = SlackIngress::new(
+            let mut ingress = SlackIngress::new(
                 Some(lambda::signing_secret(&env)?),
                 Arc::new(lambda::dedupe(&sdk, &env)?),
                 Arc::new(lambda::work_queue(&sdk, &env)?),
                 Arc::new(SystemClock),
             );
+            // The bot token opens Reset's confirmation modal, which cannot wait for the worker.
+            // Without one (the local Lambda loop) a Reset click is refused with a clear error and
+            // everything else works.
+            if env.get(BOT_TOKEN_VAR).is_some() {
+                let api = lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env)?), secrets);
+                ingress = ingress.with_api(api);
+            }
             Ok(slack_events::app(ingress))
         }
     })

@@ -34,7 +34,8 @@ async fn main() -> Result<(), lambda::Error> {
                 Arc::new(lambda::window_counter(&sdk, &env)?),
                 lambda::slack_rates(&env)?,
                 Arc::new(SystemClock),
-            ));
+            ))
+            .with_user_threads(Arc::new(lambda::slack_user_threads(&sdk, &env)?));
             // The same queue settles each batch's records (visibility, dead letters), and the
             // dedupe table counts each record's own attempts.
             let settler = BatchSettler::new(work_queue).with_attempt_limit(

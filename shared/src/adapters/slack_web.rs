@@ -4,8 +4,11 @@
 //! Slack answers most failures with HTTP 200 and `{"ok": false, "error": "..."}`; those become
 //! typed `SlackError::Api` codes. HTTP 429 carries `Retry-After` (seconds), which callers honour.
 //! The bot token goes only to Slack (or the configured API host): a download link from anywhere
-//! else is refused rather than handed our credentials.
+//! else is refused rather than handed our credentials, and a file's bytes go to the upload URL
+//! Slack hands out without it unless that URL is on the API host itself (the URL is its own
+//! permission).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +20,8 @@ use serde_json::Value;
 
 use crate::config::{ConfigError, Env};
 use crate::ports::{
-    ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage,
+    ApiErrorCode, EphemeralMessage, FileUpload, PostMessage, Posted, SlackApi, SlackError,
+    SlackFile, UpdateMessage,
 };
 
 /// Slack's Web API.
@@ -26,6 +30,13 @@ pub const DEFAULT_API_URL: &str = "https://slack.com/api/";
 pub const BOT_TOKEN_VAR: &str = "SLACK_BOT_TOKEN";
 /// Another Web API base than Slack's (a fake, a proxy).
 pub const API_URL_VAR: &str = "SLACK_API_URL";
+
+/// `conversations.members` pages `is_member` reads before giving up: 100 pages of 1,000 is
+/// 100,000 members, past any channel threadbox serves, so more means a cursor that never ends
+/// (Slack's bug or ours), which must not become a loop that never ends.
+pub const MAX_MEMBER_PAGES: usize = 100;
+/// Members asked for per page: Slack's documented maximum, for the fewest round trips.
+const MEMBERS_PAGE_LIMIT: &str = "1000";
 
 /// A bot token (`xoxb-…`). Never shown in `Debug` or logs.
 #[derive(Clone)]
@@ -182,18 +193,89 @@ impl SlackWebClient {
         read_answer(method, response).await
     }
 
+    /// POST form-encoded arguments, for methods documented with form bodies only
+    /// (`files.getUploadURLExternal`).
+    async fn post_form(
+        &self,
+        method: &str,
+        form: &[(&str, &str)],
+    ) -> Result<serde_json::Map<String, Value>, SlackError> {
+        let response = self
+            .http
+            .post(self.method_url(method))
+            .timeout(self.config.request_timeout)
+            .header(AUTHORIZATION, self.config.token.bearer())
+            .form(form)
+            .send()
+            .await
+            .map_err(|e| transport(method, e))?;
+        read_answer(method, response).await
+    }
+
+    /// Whether `url` is on the configured API host (scheme, host and port).
+    fn is_api_origin(&self, url: &Url) -> bool {
+        let api = &self.config.api_url;
+        url.scheme() == api.scheme()
+            && url.host_str() == api.host_str()
+            && url.port_or_known_default() == api.port_or_known_default()
+    }
+
     /// Whether `url` may receive the bot token: HTTPS on slack.com or a subdomain (where
     /// Slack's file links point), or the configured API host itself.
     fn may_receive_token(&self, url: &Url) -> bool {
-        let api = &self.config.api_url;
-        let same_origin = url.scheme() == api.scheme()
-            && url.host_str() == api.host_str()
-            && url.port_or_known_default() == api.port_or_known_default();
         let slack = url.scheme() == "https"
             && url
                 .host_str()
                 .is_some_and(|h| h == "slack.com" || h.ends_with(".slack.com"));
-        same_origin || slack
+        self.is_api_origin(url) || slack
+    }
+
+    /// The middle step of `upload_file`: the raw bytes to the URL Slack handed out. Slack's
+    /// upload service takes a raw body as well as multipart, and answers 200 when it has it.
+    async fn send_upload_bytes(&self, upload_url: &str, bytes: &[u8]) -> Result<(), SlackError> {
+        const METHOD: &str = "file upload";
+        let url = Url::parse(upload_url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "https" | "http"))
+            .ok_or_else(|| SlackError::Transport {
+                method: "files.getUploadURLExternal".to_owned(),
+                detail: "the upload_url is not an HTTP(S) URL".to_owned(),
+            })?;
+        let mut request = self
+            .http
+            .post(url.clone())
+            // As long as a download may take: the body is as big as a file.
+            .timeout(self.config.download_timeout)
+            .header(CONTENT_TYPE, "application/octet-stream")
+            .body(bytes.to_vec());
+        // The URL carries its own permission, so Slack's upload host (files.slack.com) gets no
+        // token; only the configured API host itself (a proxy, the tests' fake) is sent it.
+        if self.is_api_origin(&url) {
+            request = request.header(AUTHORIZATION, self.config.token.bearer());
+        }
+        let response = request.send().await.map_err(|e| transport(METHOD, e))?;
+        let status = response.status();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            return Err(SlackError::RateLimited {
+                method: METHOD.to_owned(),
+                retry_after: retry_after(response.headers()),
+            });
+        }
+        if status.is_server_error() {
+            return Err(SlackError::Transport {
+                method: METHOD.to_owned(),
+                detail: format!("HTTP {status}"),
+            });
+        }
+        if !status.is_success() {
+            // A 4xx from the upload service is about this request (an expired URL, a length
+            // that does not match): the same bytes again will not do better.
+            return Err(SlackError::Api {
+                method: METHOD.to_owned(),
+                code: ApiErrorCode::Other(format!("upload_rejected_http_{}", status.as_u16())),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -274,6 +356,100 @@ fn string_field(
 
 #[async_trait]
 impl SlackApi for SlackWebClient {
+    async fn post_ephemeral(&self, message: &EphemeralMessage) -> Result<(), SlackError> {
+        let body = serde_json::to_value(message).expect("messages serialise");
+        self.call("chat.postEphemeral", &body).await.map(|_| ())
+    }
+
+    async fn open_view(&self, trigger_id: &str, view: &Value) -> Result<(), SlackError> {
+        // In a JSON body the view goes as an object; the "JSON-encoded string" of Slack's docs
+        // is for form-encoded calls.
+        let body = serde_json::json!({ "trigger_id": trigger_id, "view": view });
+        self.call("views.open", &body).await.map(|_| ())
+    }
+
+    async fn publish_view(&self, user: &str, view: &Value) -> Result<(), SlackError> {
+        let body = serde_json::json!({ "user_id": user, "view": view });
+        self.call("views.publish", &body).await.map(|_| ())
+    }
+
+    async fn upload_file(&self, upload: &FileUpload) -> Result<String, SlackError> {
+        const GET_URL: &str = "files.getUploadURLExternal";
+        const COMPLETE: &str = "files.completeUploadExternal";
+        let length = upload.bytes.len().to_string();
+        let answer = self
+            .post_form(
+                GET_URL,
+                &[("filename", &upload.filename), ("length", &length)],
+            )
+            .await?;
+        let upload_url = string_field(GET_URL, &answer, "upload_url")?;
+        let file_id = string_field(GET_URL, &answer, "file_id")?;
+
+        self.send_upload_bytes(&upload_url, &upload.bytes).await?;
+
+        let mut file = serde_json::json!({ "id": file_id });
+        if !upload.title.is_empty() {
+            file["title"] = Value::from(upload.title.as_str());
+        }
+        let mut body = serde_json::json!({
+            "files": [file],
+            "channel_id": upload.channel,
+        });
+        if let Some(thread_ts) = &upload.thread_ts {
+            body["thread_ts"] = Value::from(thread_ts.as_str());
+        }
+        // An empty comment would be an empty message; without one Slack shares the file alone.
+        if !upload.initial_comment.is_empty() {
+            body["initial_comment"] = Value::from(upload.initial_comment.as_str());
+        }
+        self.call(COMPLETE, &body).await?;
+        Ok(file_id)
+    }
+
+    async fn is_member(&self, channel: &str, user: &str) -> Result<bool, SlackError> {
+        const METHOD: &str = "conversations.members";
+        let mut cursor = String::new();
+        let mut cursors_seen = HashSet::new();
+        for _ in 0..MAX_MEMBER_PAGES {
+            let mut query = vec![("channel", channel), ("limit", MEMBERS_PAGE_LIMIT)];
+            if !cursor.is_empty() {
+                query.push(("cursor", cursor.as_str()));
+            }
+            let answer = self.get(METHOD, &query).await?;
+            let members = answer
+                .get("members")
+                .and_then(Value::as_array)
+                .ok_or_else(|| SlackError::Transport {
+                    method: METHOD.to_owned(),
+                    detail: "the answer has no \"members\" list".to_owned(),
+                })?;
+            // The first page that names the user settles it; the rest need not be read.
+            if members.iter().any(|m| m.as_str() == Some(user)) {
+                return Ok(true);
+            }
+            // Slack ends the list with an empty (or null, or no) next_cursor.
+            let next = answer
+                .get("response_metadata")
+                .and_then(|m| m.get("next_cursor"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if next.is_empty() {
+                return Ok(false);
+            }
+            if !cursors_seen.insert(next.to_owned()) {
+                return Err(SlackError::Transport {
+                    method: METHOD.to_owned(),
+                    detail: "the member list's cursor came round again".to_owned(),
+                });
+            }
+            cursor = next.to_owned();
+        }
+        Err(SlackError::Unsupported(format!(
+            "{METHOD}: {channel} has more than {MAX_MEMBER_PAGES} pages of members; gave up"
+        )))
+    }
+
     async fn post_message(&self, message: &PostMessage) -> Result<Posted, SlackError> {
         const METHOD: &str = "chat.postMessage";
         let body = serde_json::to_value(message).expect("messages serialise");
@@ -399,6 +575,20 @@ mod tests {
         assert!(!ok("https://files.slack.com.evil.example/x"));
         assert!(!ok("https://evilslack.com/x"));
         assert!(!ok("http://127.0.0.1:4001/files/F1"), "another port");
+    }
+
+    #[test]
+    fn upload_urls_get_the_token_only_on_the_api_host() {
+        let c = client("https://slack.com/api");
+        let api = |u: &str| c.is_api_origin(&Url::parse(u).unwrap());
+        assert!(api("https://slack.com/upload/v1/abc"));
+        // Slack's own upload host needs no token: the URL is the permission.
+        assert!(!api("https://files.slack.com/upload/v1/abc"));
+        assert!(
+            !api("http://slack.com/upload/v1/abc"),
+            "not over plain HTTP"
+        );
+        assert!(!api("https://slack.com:8443/upload/v1/abc"), "another port");
     }
 
     #[test]

@@ -66,8 +66,8 @@ pub use refresh::Rebuilt;
 pub use secrets::SecretSet;
 pub use settings::Settings;
 pub use slack::{
-    signing_secret, slack_api, slack_status_target, slack_status_target_watched, watch_slack_auth,
-    work_queue,
+    signing_secret, slack_api, slack_status_target, slack_status_target_watched,
+    slack_user_threads, watch_slack_auth, work_queue,
 };
 pub use wiring::lifecycle_queue;
 pub use wiring::{api_auth, aws_config, dedupe, slack_rates, threadbox, window_counter};

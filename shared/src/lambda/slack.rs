@@ -7,14 +7,16 @@ use std::sync::Arc;
 use super::env::{Env, SetupError};
 use super::secrets::SecretSet;
 use crate::adapters::aws::SdkConfig;
-use crate::adapters::dynamo::{DynamoConfig, DynamoSlackStatusStore};
+use crate::adapters::dynamo::{DynamoConfig, DynamoSlackStatusStore, DynamoSlackUserThreads};
 use crate::adapters::slack_web::{SlackClientConfig, SlackWebClient, BOT_TOKEN_VAR};
 use crate::adapters::sqs::{SqsQueue, SqsQueueUrls};
 use crate::config::ConfigError;
 use crate::ports::{
-    ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage,
+    ApiErrorCode, EphemeralMessage, FileUpload, PostMessage, Posted, SlackApi, SlackError,
+    SlackFile, UpdateMessage,
 };
 use crate::slack::{SigningSecret, SlackStatusTarget};
+use serde_json::Value;
 
 pub const WORK_QUEUE_URL_VAR: &str = "THREADBOX_WORK_QUEUE_URL";
 pub const WORK_DLQ_URL_VAR: &str = "THREADBOX_WORK_DLQ_URL";
@@ -82,6 +84,17 @@ pub fn slack_status_target_watched(
     Ok(Some(SlackStatusTarget::new(api, Arc::new(store))))
 }
 
+/// Who used which Slack thread (`/sandbox list`, the App Home): rows on the status table
+/// (`THREADBOX_SLACK_STATUS_TABLE`), kept as long as the status rows.
+pub fn slack_user_threads(
+    sdk: &SdkConfig,
+    env: &Env,
+) -> Result<DynamoSlackUserThreads, SetupError> {
+    let table = env.required(DynamoSlackStatusStore::TABLE_VAR)?;
+    let retention = DynamoConfig::retention_from_env(env)?;
+    Ok(DynamoSlackUserThreads::from_sdk_config(sdk, table).with_retention(retention))
+}
+
 /// `api`, marking `secrets` stale whenever Slack refuses the bot token (`invalid_auth`,
 /// `not_authed`, `token_revoked`): the token may have been rotated in Secrets Manager since it
 /// was fetched, and the next invocation fetches it again (at most once a minute).
@@ -125,6 +138,26 @@ impl SlackApi for AuthWatched {
 
     async fn download_file(&self, url: &str, max_bytes: u64) -> Result<Vec<u8>, SlackError> {
         self.seen(self.api.download_file(url, max_bytes).await)
+    }
+
+    async fn post_ephemeral(&self, message: &EphemeralMessage) -> Result<(), SlackError> {
+        self.seen(self.api.post_ephemeral(message).await)
+    }
+
+    async fn open_view(&self, trigger_id: &str, view: &Value) -> Result<(), SlackError> {
+        self.seen(self.api.open_view(trigger_id, view).await)
+    }
+
+    async fn publish_view(&self, user: &str, view: &Value) -> Result<(), SlackError> {
+        self.seen(self.api.publish_view(user, view).await)
+    }
+
+    async fn upload_file(&self, upload: &FileUpload) -> Result<String, SlackError> {
+        self.seen(self.api.upload_file(upload).await)
+    }
+
+    async fn is_member(&self, channel: &str, user: &str) -> Result<bool, SlackError> {
+        self.seen(self.api.is_member(channel, user).await)
     }
 }
 
@@ -175,6 +208,7 @@ mod tests {
             channel: "C1".into(),
             thread_ts: None,
             text: "hello".into(),
+            blocks: None,
         };
         slack.fail_next("chat.postMessage", Fault::Error("channel_not_found".into()));
         assert!(api.post_message(&post).await.is_err());

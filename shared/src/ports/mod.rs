@@ -15,6 +15,8 @@ mod slack_api;
 mod slack_sink;
 #[cfg(feature = "slack")]
 mod slack_status_store;
+#[cfg(feature = "slack")]
+mod slack_user_threads;
 mod subscription_store;
 mod window_counter;
 
@@ -29,11 +31,17 @@ pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage};
 pub use session_store::{Page, Purged, SessionStore, StoreError, StoreStats};
 #[cfg(feature = "slack")]
 pub use slack_api::{
-    ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, UpdateMessage,
+    ApiErrorCode, EphemeralMessage, FileUpload, PostMessage, Posted, SlackApi, SlackError,
+    SlackFile, UpdateMessage,
 };
 #[cfg(feature = "slack")]
-pub use slack_sink::{SinkMessage, SinkQuery, SlackSink};
+pub use slack_sink::{
+    SinkFile, SinkMessage, SinkQuery, SinkView, SinkViewKind, SinkViewState, SlackSink,
+    FILE_PREVIEW_BYTES,
+};
 #[cfg(feature = "slack")]
 pub use slack_status_store::{SlackStatusStore, StatusMessage};
+#[cfg(feature = "slack")]
+pub use slack_user_threads::{check_slack_user, SlackUserThreads, UserThread, MAX_USER_THREADS};
 pub use subscription_store::{Connection, Subscription, SubscriptionStore};
 pub use window_counter::WindowCounter;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// `chat.postMessage`: a message in a channel, or in a thread when `thread_ts` is set.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,16 +13,48 @@ pub struct PostMessage {
     pub channel: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_ts: Option<String>,
-    /// mrkdwn text.
+    /// mrkdwn text; with `blocks`, the fallback shown in notifications and read by screen
+    /// readers.
     pub text: String,
+    /// Block Kit blocks (`slack::blocks` builds them), shown instead of `text` when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<Vec<Value>>,
 }
 
-/// `chat.update`: replace the text of a message the app posted.
+/// `chat.update`: replace the text (and blocks) of a message the app posted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UpdateMessage {
     pub channel: String,
     pub ts: String,
     pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<Vec<Value>>,
+}
+
+/// `chat.postEphemeral`: a message only `user` sees, in a channel (or thread) they are in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EphemeralMessage {
+    pub channel: String,
+    pub user: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_ts: Option<String>,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<Vec<Value>>,
+}
+
+/// A file to share in a channel or thread through Slack's external upload flow
+/// (`files.getUploadURLExternal`, the bytes to the URL it gives, `files.completeUploadExternal`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileUpload {
+    pub channel: String,
+    pub thread_ts: Option<String>,
+    /// The file's name (`output.txt`); Slack picks the snippet's highlighting from it.
+    pub filename: String,
+    pub title: String,
+    /// mrkdwn posted with the file, as a message of its own.
+    pub initial_comment: String,
+    pub bytes: Vec<u8>,
 }
 
 /// A posted message's address.
@@ -205,6 +238,22 @@ pub trait SlackApi: Send + Sync {
     /// Download a file's bytes from its `url_private_download` with the bot token, giving up
     /// with `TooLarge` as soon as more than `max_bytes` arrive.
     async fn download_file(&self, url: &str, max_bytes: u64) -> Result<Vec<u8>, SlackError>;
+
+    /// `chat.postEphemeral`.
+    async fn post_ephemeral(&self, message: &EphemeralMessage) -> Result<(), SlackError>;
+
+    /// `views.open`: show a modal to the person whose click or command gave `trigger_id`
+    /// (valid for 3 seconds after it was issued).
+    async fn open_view(&self, trigger_id: &str, view: &Value) -> Result<(), SlackError>;
+
+    /// `views.publish`: set `user`'s App Home tab to `view`.
+    async fn publish_view(&self, user: &str, view: &Value) -> Result<(), SlackError>;
+
+    /// Share a file: Slack's external upload flow, three calls. Returns the file's id.
+    async fn upload_file(&self, upload: &FileUpload) -> Result<String, SlackError>;
+
+    /// Whether `user` is a member of `channel` (`conversations.members`, every page).
+    async fn is_member(&self, channel: &str, user: &str) -> Result<bool, SlackError>;
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 use serde::Deserialize;
 
 use super::thread::{is_direct, thread_of};
-use super::work::IncomingMessage;
+use super::work::{HomeOpened, IncomingMessage};
 use crate::ports::SlackFile;
 
 /// The outer JSON of every Events API request.
@@ -63,6 +63,9 @@ pub struct Event {
     pub thread_ts: Option<String>,
     #[serde(default)]
     pub files: Vec<SlackFile>,
+    /// `app_home_opened`: which tab (`home` or `messages`).
+    #[serde(default)]
+    pub tab: Option<String>,
 }
 
 /// Why an event is acknowledged without work. Reported in logs and the ack body.
@@ -91,6 +94,19 @@ impl Ignored {
 /// Subtypes that carry a person's words or files.
 fn is_user_content(subtype: Option<&str>) -> bool {
     matches!(subtype, None | Some("file_share" | "thread_broadcast"))
+}
+
+/// `app_home_opened` on the Home tab: the person's Home view is to be (re)published. The
+/// Messages tab is the DM with the app, whose messages arrive as `message.im`.
+pub fn home_opened(callback: &Callback) -> Option<HomeOpened> {
+    let event = &callback.event;
+    (event.kind == "app_home_opened" && event.tab.as_deref() == Some("home")).then(|| {
+        event.user.as_ref().map(|user| HomeOpened {
+            event_id: callback.event_id.clone(),
+            team: callback.team_id.clone(),
+            user: user.clone(),
+        })
+    })?
 }
 
 /// Decide whether a callback is work, and shape it for the queue.

@@ -126,19 +126,7 @@ pub fn duration(d: Duration) -> String {
 /// The reply to a code block that ran: outcome, duration, then stdout and stderr, within
 /// `budget` characters.
 pub fn exec_reply(language: &str, result: &ExecResult, budget: usize) -> String {
-    let took = duration(Duration::from_millis(result.duration_ms));
-    let header = if result.timed_out {
-        format!(":hourglass: `{language}` timed out after {took} and was stopped")
-    } else if result.out_of_memory {
-        format!(":boom: `{language}` ran out of memory after {took} and was killed")
-    } else {
-        match result.exit_code {
-            Some(0) => format!(":white_check_mark: `{language}` exited 0 in {took}"),
-            Some(code) => format!(":x: `{language}` exited {code} in {took}"),
-            None => format!(":x: `{language}` was killed by a signal after {took}"),
-        }
-    };
-
+    let header = exec_header(language, result);
     let available = budget.saturating_sub(OVERHEAD + header.chars().count());
     let (out_room, err_room) = split_room(
         block_len(&result.stdout),
@@ -178,6 +166,93 @@ pub fn exec_reply(language: &str, result: &ExecResult, budget: usize) -> String 
         );
     }
     reply
+}
+
+/// The first line of a code block's reply: how it ended and how long it took.
+fn exec_header(language: &str, result: &ExecResult) -> String {
+    let took = duration(Duration::from_millis(result.duration_ms));
+    if result.timed_out {
+        format!(":hourglass: `{language}` timed out after {took} and was stopped")
+    } else if result.out_of_memory {
+        format!(":boom: `{language}` ran out of memory after {took} and was killed")
+    } else {
+        match result.exit_code {
+            Some(0) => format!(":white_check_mark: `{language}` exited 0 in {took}"),
+            Some(code) => format!(":x: `{language}` exited {code} in {took}"),
+            None => format!(":x: `{language}` was killed by a signal after {took}"),
+        }
+    }
+}
+
+/// Whether [`exec_reply`] shows all of this result's output within `budget` characters.
+pub fn fits_inline(language: &str, result: &ExecResult, budget: usize) -> bool {
+    let header = exec_header(language, result);
+    let available = budget.saturating_sub(OVERHEAD + header.chars().count());
+    block_len(&result.stdout) + block_len(&result.stderr) <= available
+}
+
+/// Lines of each stream shown above an attached output file.
+pub const PREVIEW_LINES: usize = 10;
+/// Characters of each stream shown above an attached output file.
+const PREVIEW_CHARS: usize = 1_000;
+
+/// The reply for output too long to show whole: the header, the first lines of each stream,
+/// and where the rest is (`filename`, attached with it).
+pub fn exec_reply_with_file(language: &str, result: &ExecResult, filename: &str) -> String {
+    let mut reply = exec_header(language, result);
+    for (label, stream) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
+        if stream.trim().is_empty() {
+            continue;
+        }
+        let head: String = stream
+            .lines()
+            .take(PREVIEW_LINES)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let head = take_chars(&head, PREVIEW_CHARS);
+        reply.push_str(&format!(
+            "\n*{label}* (first lines of {})\n{}",
+            lines_words(stream),
+            fenced(head)
+        ));
+    }
+    reply.push_str(&format!(
+        "\n:page_facing_up: The whole output is in `{}`, attached.",
+        escape(filename)
+    ));
+    if result.truncated {
+        reply.push_str(
+            "\n_The sandbox kept only the start of the output; write large output to a file and \
+             use `files` to find it._",
+        );
+    }
+    reply
+}
+
+/// The attached file's text: stdout, then stderr under a marker line when there is any.
+pub fn output_file(result: &ExecResult) -> String {
+    match (result.stdout.is_empty(), result.stderr.is_empty()) {
+        (_, true) => result.stdout.clone(),
+        (true, false) => result.stderr.clone(),
+        (false, false) => format!(
+            "{}{}----- stderr -----\n{}",
+            result.stdout,
+            if result.stdout.ends_with('\n') {
+                ""
+            } else {
+                "\n"
+            },
+            result.stderr
+        ),
+    }
+}
+
+/// "1 line", "12,345 lines".
+fn lines_words(text: &str) -> String {
+    match text.lines().count() {
+        1 => "1 line".to_owned(),
+        n => format!("{} lines", group_thousands(n)),
+    }
 }
 
 /// Share `available` characters between two streams: each gets what it needs if both fit,

@@ -1,10 +1,13 @@
 //! The Slack app (feature `slack`): every thread, or DM, is one sandbox; people run code blocks
 //! and commands there and see results and the sandbox's status.
 //!
+//! - `blocks`: Block Kit builders within Slack's limits, and the buttons' actions;
 //! - `signature`: Slack's `v0` request signing, on the raw body;
 //! - `events`: the Events API payloads, and which become work;
 //! - `thread`: which thread id (sandbox) a message belongs to, and where replies go;
 //! - `ingress`: `POST /slack/events`, verify, dedupe, enqueue, ack (axum router);
+//! - `interactions`: `POST /slack/interactions`, button clicks and the reset modal;
+//! - `slash`: `POST /slack/commands`, the `/sandbox` command;
 //! - `work`: what the work queue carries;
 //! - `command`: what a message asks for (code blocks, `status`, `reset`, ...);
 //! - `worker`: runs it in the thread's sandbox and replies;
@@ -20,13 +23,17 @@
 //! The ports Slack needs (`SlackApi`: post, update, file info, download, with typed errors;
 //! `SlackStatusStore`) are in `ports`, behind the same feature; they are re-exported here.
 
+pub mod blocks;
 pub mod command;
 pub mod events;
 pub mod format;
 pub mod ingress;
+pub mod interactions;
+pub mod local_click;
 pub mod rate_limit;
 pub mod signature;
 pub mod sink_route;
+pub mod slash;
 pub mod status;
 pub mod thread;
 pub mod work;
@@ -36,7 +43,7 @@ pub use crate::ports::{
     ApiErrorCode, PostMessage, Posted, SlackApi, SlackError, SlackFile, SlackStatusStore,
     StatusMessage, UpdateMessage,
 };
-pub use ingress::{router, Ack, SlackIngress, EVENTS_PATH};
+pub use ingress::{router, Ack, SlackIngress, COMMANDS_PATH, EVENTS_PATH, INTERACTIONS_PATH};
 pub use rate_limit::{MessageRates, RateLimits};
 pub use signature::{SignatureError, SigningSecret};
 pub use sink_route::slack_sink_routes;

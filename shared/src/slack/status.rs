@@ -1,6 +1,11 @@
-//! The Slack fan-out target: one status message per thread, posted on the thread's first event
+//! The Slack fan-out target: one status card per thread, posted on the thread's first event
 //! and edited in place (`chat.update`) as the sandbox changes state, plus a separate notice
 //! for the changes people must not miss: expired, recreated (files lost) and error.
+//!
+//! The card is Block Kit: the state with its colour, a context line (generation, why and when it
+//! changed, the sandbox id) and the buttons that make sense in that state (Pause, Resume,
+//! Reset; see `interactions`). Its `text` is the same status as one line of mrkdwn, which Slack
+//! shows in notifications and screen readers read.
 //!
 //! Each event reaches this target once (the fan-out core's dedupe). Within a delivery the
 //! status edit comes first and is recorded with the event's seq, the notice last: when the
@@ -11,6 +16,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use serde_json::Value;
+
+use super::blocks::{self, Action};
 use super::format::escape;
 use super::thread::SlackPlace;
 use crate::domain::{Cause, LifecycleEvent, Status};
@@ -43,6 +51,7 @@ impl SlackStatusTarget {
             .await
             .map_err(|e| DeliveryError::retry(format!("status store: {e}")))?;
         let text = status_text(event);
+        let blocks = Some(status_card(event));
         let ts = match stored {
             Some(message) if message.seq >= event.seq => return Ok(()),
             Some(message) => {
@@ -50,6 +59,7 @@ impl SlackStatusTarget {
                     channel: message.channel.clone(),
                     ts: message.ts.clone(),
                     text: text.clone(),
+                    blocks: blocks.clone(),
                 };
                 match self.api.update_message(&update).await {
                     Ok(()) => message.ts,
@@ -57,11 +67,11 @@ impl SlackStatusTarget {
                     Err(SlackError::Api {
                         code: ApiErrorCode::MessageNotFound | ApiErrorCode::CantUpdateMessage,
                         ..
-                    }) => self.post(place, text).await?,
+                    }) => self.post(place, text, blocks).await?,
                     Err(error) => return Err(delivery_error(error)),
                 }
             }
-            None => self.post(place, text).await?,
+            None => self.post(place, text, blocks).await?,
         };
         let record = StatusMessage {
             channel: place.channel.clone(),
@@ -77,13 +87,19 @@ impl SlackStatusTarget {
         Ok(())
     }
 
-    async fn post(&self, place: &SlackPlace, text: String) -> Result<String, DeliveryError> {
+    async fn post(
+        &self,
+        place: &SlackPlace,
+        text: String,
+        blocks: Option<Vec<Value>>,
+    ) -> Result<String, DeliveryError> {
         let posted = self
             .api
             .post_message(&PostMessage {
                 channel: place.channel.clone(),
                 thread_ts: place.thread_ts.clone(),
                 text,
+                blocks,
             })
             .await
             .map_err(delivery_error)?;
@@ -104,7 +120,7 @@ impl FanoutTarget for SlackStatusTarget {
         };
         self.show_status(event, &place).await?;
         if let Some(text) = notice_text(event) {
-            self.post(&place, text).await?;
+            self.post(&place, text, None).await?;
         }
         Ok(())
     }
@@ -123,10 +139,45 @@ pub fn delivery_error(error: SlackError) -> DeliveryError {
     }
 }
 
-/// The badge: state, generation and when, in words and colours matching the dashboard's
-/// (green active, yellow in transition, blue resuming, grey paused, red error).
-pub fn status_text(event: &LifecycleEvent) -> String {
-    let (icon, words) = match event.to {
+/// The status card: the state in words and colour, a context line, and the buttons for this
+/// state. Buttons carry the thread id, so a click needs no lookup to know which thread it is for.
+pub fn status_card(event: &LifecycleEvent) -> Vec<Value> {
+    let (icon, words) = state_words(event.to);
+    let secs = event.at.0.div_euclid(1000);
+    let mut context = format!(
+        "Generation {} · {} <!date^{secs}^{{ago}}|at {secs}>",
+        event.generation,
+        cause_phrase(event.cause),
+    );
+    if let Some(id) = &event.sandbox_id {
+        context.push_str(&format!(" · `{}`", escape(id)));
+    }
+    let thread = event.thread_id.as_str();
+    let buttons: Vec<Value> = buttons_for(event.to)
+        .iter()
+        .map(|action| blocks::button(*action, thread, None))
+        .collect();
+    let mut card = vec![
+        blocks::section(&format!("{icon} Sandbox *{words}*")),
+        blocks::context(&context),
+    ];
+    card.extend(blocks::actions("sandbox", buttons));
+    card
+}
+
+/// The buttons a card shows: what can be done from this state. None while a change is under
+/// way (its end edits the card again).
+pub fn buttons_for(status: Status) -> &'static [Action] {
+    match status {
+        Status::Active => &[Action::Pause, Action::Reset],
+        Status::Paused => &[Action::Resume, Action::Reset],
+        Status::Expired | Status::Error | Status::Destroyed => &[Action::Reset],
+        Status::Creating | Status::Pausing | Status::Resuming | Status::Deleting => &[],
+    }
+}
+
+pub fn state_words(status: Status) -> (&'static str, &'static str) {
+    match status {
         Status::Creating => (":large_yellow_circle:", "creating…"),
         Status::Active => (":large_green_circle:", "active"),
         Status::Pausing => (":large_yellow_circle:", "pausing…"),
@@ -142,7 +193,13 @@ pub fn status_text(event: &LifecycleEvent) -> String {
         ),
         Status::Expired => (":red_circle:", "expired (send `reset` to start again)"),
         Status::Error => (":red_circle:", "error"),
-    };
+    }
+}
+
+/// The badge as one line (the card's `text` fallback): state, generation and when, in words and colours matching the dashboard's
+/// (green active, yellow in transition, blue resuming, grey paused, red error).
+pub fn status_text(event: &LifecycleEvent) -> String {
+    let (icon, words) = state_words(event.to);
     let secs = event.at.0.div_euclid(1000);
     let mut text = format!(
         "{icon} Sandbox *{words}* · generation {} · {} <!date^{secs}^{{date_short_pretty}} {{time_secs}}|at {secs}>",
@@ -155,7 +212,7 @@ pub fn status_text(event: &LifecycleEvent) -> String {
     text
 }
 
-fn cause_phrase(cause: Cause) -> &'static str {
+pub fn cause_phrase(cause: Cause) -> &'static str {
     match cause {
         Cause::User => "by request",
         Cause::Idle => "after going quiet",

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::blocks::Action;
 use crate::domain::ThreadId;
 use crate::ports::SlackFile;
 
@@ -21,6 +22,53 @@ pub enum WorkItem {
     /// A reply the worker could not post at once (Slack rate limit): posted by a later attempt,
     /// so the command that produced it never runs twice.
     Reply(PendingReply),
+    /// A button clicked (on a status card, an ephemeral answer or the App Home), or a reset
+    /// confirmed in its modal.
+    Action(ActionRequest),
+    /// A `/sandbox …` slash command.
+    Slash(SlashCommand),
+    /// Someone opened the app's Home tab: publish their view.
+    HomeOpened(HomeOpened),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionRequest {
+    /// The click's identity (`{team}:{user}:{action_ts}`, or `view:{view_id}` for a modal): its
+    /// dedupe key and queue dedup id, so a redelivered click acts once.
+    pub id: String,
+    pub thread_id: ThreadId,
+    pub action: Action,
+    pub team: String,
+    pub user: String,
+    /// Where an answer only the clicker sees goes: the channel (and thread) the clicked message
+    /// is in; `None` for the App Home, whose answer is the refreshed Home itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_in: Option<AnswerPlace>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerPlace {
+    pub channel: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_ts: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlashCommand {
+    /// The command's `trigger_id`: unique per invocation, its dedupe key.
+    pub id: String,
+    pub team: String,
+    pub channel: String,
+    pub user: String,
+    /// What followed `/sandbox`.
+    pub text: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HomeOpened {
+    pub event_id: String,
+    pub team: String,
+    pub user: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,10 +107,16 @@ pub struct PendingReply {
 
 impl WorkItem {
     /// The FIFO group: one thread's work runs in order, one item at a time.
-    pub fn group_id(&self) -> &str {
+    /// A button shares its thread's group, so a click never races a command in that thread.
+    /// A slash command or a Home view names no thread until the worker resolves it: they go
+    /// in order per conversation, and per person.
+    pub fn group_id(&self) -> String {
         match self {
-            WorkItem::Message(m) => m.thread_id.as_str(),
-            WorkItem::Reply(r) => r.thread_id.as_str(),
+            WorkItem::Message(m) => m.thread_id.to_string(),
+            WorkItem::Reply(r) => r.thread_id.to_string(),
+            WorkItem::Action(a) => a.thread_id.to_string(),
+            WorkItem::Slash(s) => format!("slack:{}:{}", s.team, s.channel),
+            WorkItem::HomeOpened(h) => format!("slack-home:{}:{}", h.team, h.user),
         }
     }
 }

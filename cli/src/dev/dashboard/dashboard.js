@@ -529,6 +529,506 @@
   }
 
   // ---- the local Slack sink ----------------------------------------------------------------
+  //
+  // What Slack would show: messages with their Block Kit blocks (mrkdwn rendered), ephemeral
+  // messages, shared files, the open modal and App Home views. Buttons and the modal's Submit
+  // and Cancel go through POST /v1/slack/sink/{click,submit,close}, which send the signed
+  // interaction Slack would send to threadbox's own /slack/interactions.
+  //
+  // Message content is hostile (command output, text people typed): everything from the sink is
+  // put in the page as text nodes or attributes set through the DOM, never as HTML, and links
+  // keep only http(s) and mailto URLs.
+
+  const EMOJI = {
+    large_green_circle: "🟢",
+    large_yellow_circle: "🟡",
+    large_blue_circle: "🔵",
+    white_circle: "⚪",
+    black_circle: "⚫",
+    red_circle: "🔴",
+    warning: "⚠️",
+    recycle: "♻️",
+    x: "❌",
+    hourglass: "⌛",
+    hourglass_flowing_sand: "⏳",
+    paperclip: "📎",
+    no_entry: "⛔",
+    white_check_mark: "✅",
+    heavy_check_mark: "✔️",
+    zzz: "💤",
+    rocket: "🚀",
+  };
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  // Slack escapes only these three in message text.
+  function unescapeSlack(text) {
+    return text.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
+  }
+
+  // `:name:` as its character, for the names threadbox uses; others stay as typed.
+  function emojiText(text) {
+    return text.replace(/:([a-z0-9_+-]+):/g, (whole, name) => EMOJI[name] || whole);
+  }
+
+  function safeUrl(raw) {
+    try {
+      const url = new URL(raw);
+      return ["http:", "https:", "mailto:"].includes(url.protocol) ? url.href : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function link(url, label) {
+    const safe = safeUrl(url);
+    if (!safe) return document.createTextNode(label);
+    const a = el("a", null, label);
+    a.href = safe;
+    a.target = "_blank";
+    a.rel = "noopener noreferrer";
+    return a;
+  }
+
+  // ---- dates: <!date^SECS^FORMAT[^LINK]|fallback> ----
+
+  function ordinal(n) {
+    const teen = n % 100 >= 11 && n % 100 <= 13;
+    const suffix = teen ? "th" : ["th", "st", "nd", "rd"][n % 10] || "th";
+    return n + suffix;
+  }
+
+  function dayOffset(date) {
+    const start = (d) => new Date(d.getFullYear(), d.getMonth(), d.getDate()).getTime();
+    return Math.round((start(date) - start(new Date())) / 86400000);
+  }
+
+  function ago(date) {
+    const seconds = Math.round((Date.now() - date.getTime()) / 1000);
+    const future = seconds < 0;
+    const s = Math.abs(seconds);
+    let amount;
+    if (s < 60) amount = s === 1 ? "1 second" : s + " seconds";
+    else if (s < 3600) amount = plural(Math.floor(s / 60), "minute");
+    else if (s < 86400) amount = plural(Math.floor(s / 3600), "hour");
+    else amount = plural(Math.floor(s / 86400), "day");
+    if (s < 5) return "just now";
+    return future ? "in " + amount : amount + " ago";
+  }
+
+  function plural(n, unit) {
+    return n + " " + unit + (n === 1 ? "" : "s");
+  }
+
+  function formatDate(date, format) {
+    const month = (style) => date.toLocaleDateString(undefined, { month: style });
+    const weekday = date.toLocaleDateString(undefined, { weekday: "long" });
+    const year = date.getFullYear();
+    const pretty = (fallback) => {
+      const offset = dayOffset(date);
+      if (offset === 0) return "today";
+      if (offset === -1) return "yesterday";
+      if (offset === 1) return "tomorrow";
+      return fallback();
+    };
+    const plain = {
+      date_num: () =>
+        year + "-" + String(date.getMonth() + 1).padStart(2, "0") + "-" + String(date.getDate()).padStart(2, "0"),
+      date: () => month("long") + " " + ordinal(date.getDate()) + ", " + year,
+      date_short: () => month("short") + " " + date.getDate() + ", " + year,
+      date_long: () => weekday + ", " + month("long") + " " + ordinal(date.getDate()) + ", " + year,
+      time: () => date.toLocaleTimeString(undefined, { hour: "numeric", minute: "2-digit" }),
+      time_secs: () => date.toLocaleTimeString(undefined, { hour: "numeric", minute: "2-digit", second: "2-digit" }),
+      ago: () => ago(date),
+    };
+    return format.replace(/\{([a-z_]+)\}/g, (whole, token) => {
+      if (plain[token]) return plain[token]();
+      const base = token.replace(/_pretty$/, "").replace(/^date_pretty$/, "date");
+      if (token.endsWith("_pretty") && plain[base]) return pretty(plain[base]);
+      if (token === "date_pretty") return pretty(plain.date);
+      return whole;
+    });
+  }
+
+  // A <time> that keeps its Slack format, so relative times ({ago}) are redrawn as time passes.
+  function dateNode(secs, format, fallback) {
+    const date = new Date(Number(secs) * 1000);
+    if (!Number.isFinite(date.getTime())) return document.createTextNode(unescapeSlack(fallback || ""));
+    const node = el("time", "sk-date", formatDate(date, format));
+    node.dateTime = date.toISOString();
+    node.title = date.toLocaleString();
+    node.dataset.secs = String(secs);
+    node.dataset.format = format;
+    return node;
+  }
+
+  function refreshDates(root) {
+    for (const node of root.querySelectorAll("time.sk-date")) {
+      const text = formatDate(new Date(Number(node.dataset.secs) * 1000), node.dataset.format);
+      if (node.textContent !== text) node.textContent = text;
+    }
+  }
+
+  // ---- mrkdwn ----
+
+  // <...> control sequences: dates, mentions, channels, links.
+  function angle(inner) {
+    const bar = inner.indexOf("|");
+    const target = bar >= 0 ? inner.slice(0, bar) : inner;
+    const label = bar >= 0 ? unescapeSlack(inner.slice(bar + 1)) : null;
+    if (target.startsWith("!date^")) {
+      const parts = target.split("^");
+      const node = dateNode(parts[1], unescapeSlack(parts[2] || "{date_num} {time}"), label);
+      if (parts[3] && safeUrl(unescapeSlack(parts[3]))) {
+        const a = link(unescapeSlack(parts[3]), "");
+        a.append(node);
+        return a;
+      }
+      return node;
+    }
+    if (target.startsWith("!subteam^")) return el("span", "sk-mention", label || "@group");
+    if (target.startsWith("!")) return el("span", "sk-mention", "@" + target.slice(1));
+    if (target.startsWith("@")) return el("span", "sk-mention", label ? "@" + label.replace(/^@/, "") : target);
+    if (target.startsWith("#")) return el("span", "sk-mention", "#" + (label || target.slice(1)));
+    const url = unescapeSlack(target);
+    return link(url, label !== null ? label : url);
+  }
+
+  // Inline formatting; *, _ and ~ count only at word edges (snake_case stays as it is).
+  const INLINE =
+    /`([^`\n]+)`|<([^<>\n]+)>|(?<![A-Za-z0-9*])\*(?!\s)([^*\n]+?)\*(?![A-Za-z0-9])|(?<![A-Za-z0-9_])_(?!\s)([^_\n]+?)_(?![A-Za-z0-9])|(?<![A-Za-z0-9~])~(?!\s)([^~\n]+?)~(?![A-Za-z0-9])/g;
+
+  function inline(text) {
+    const nodes = [];
+    let last = 0;
+    for (const match of text.matchAll(INLINE)) {
+      if (match.index > last) nodes.push(document.createTextNode(emojiText(unescapeSlack(text.slice(last, match.index)))));
+      const [, code, ctrl, bold, italic, strike] = match;
+      if (code !== undefined) nodes.push(el("code", null, unescapeSlack(code)));
+      else if (ctrl !== undefined) nodes.push(angle(ctrl));
+      else {
+        const tag = bold !== undefined ? "strong" : italic !== undefined ? "em" : "s";
+        const wrapper = el(tag);
+        wrapper.append(...inline(bold ?? italic ?? strike));
+        nodes.push(wrapper);
+      }
+      last = match.index + match[0].length;
+    }
+    if (last < text.length) nodes.push(document.createTextNode(emojiText(unescapeSlack(text.slice(last)))));
+    return nodes;
+  }
+
+  // mrkdwn to DOM nodes: ``` fences as preformatted blocks (nothing formats inside them), the
+  // rest inline; newlines are kept by CSS (white-space: pre-wrap).
+  function mrkdwn(text) {
+    const box = el("div", "sk-mrkdwn");
+    const parts = String(text || "").split("```");
+    parts.forEach((part, index) => {
+      if (index % 2 === 1 && index < parts.length - 1) {
+        box.append(el("pre", "sk-pre", unescapeSlack(part.replace(/^\n/, "").replace(/\n$/, ""))));
+      } else {
+        const rest = index % 2 === 1 ? "```" + part : part;
+        box.append(...inline(rest));
+      }
+    });
+    return box;
+  }
+
+  function textObject(object) {
+    if (!object || typeof object !== "object") return el("span");
+    if (object.type === "mrkdwn") return mrkdwn(object.text);
+    const span = el("span", "sk-plain", object.emoji === false ? object.text : emojiText(String(object.text || "")));
+    return span;
+  }
+
+  function plainText(object) {
+    if (!object || typeof object !== "object") return "";
+    return emojiText(String(object.text || ""));
+  }
+
+  // ---- Block Kit ----
+
+  // `where` says what a button click acts on: {ts} for a message; null where the sink cannot
+  // click (inside modals and home views).
+  function blockButton(element, where) {
+    const button = el("button", "sk-button", plainText(element.text) || element.action_id);
+    button.type = "button";
+    if (element.style === "primary" || element.style === "danger") button.classList.add("sk-" + element.style);
+    button.dataset.actionId = String(element.action_id || "");
+    if (where && where.ts) {
+      button.dataset.sinkClick = "1";
+      button.dataset.ts = where.ts;
+    } else {
+      button.disabled = true;
+      button.title = "Only buttons in messages can be clicked in the sink";
+    }
+    return button;
+  }
+
+  function element(element, where) {
+    switch (element && element.type) {
+      case "button":
+        return blockButton(element, where);
+      case "mrkdwn":
+      case "plain_text":
+        return textObject(element);
+      case "image":
+        return el("span", "sk-muted", "[image" + (element.alt_text ? ": " + element.alt_text : "") + "]");
+      default: {
+        const label = element && (element.placeholder || element.text);
+        return el("span", "sk-muted sk-control", "[" + (element && element.type) + (label ? ": " + plainText(label) : "") + "]");
+      }
+    }
+  }
+
+  function richText(elements) {
+    const nodes = [];
+    for (const item of elements || []) {
+      let node;
+      if (item.type === "text") {
+        node = document.createTextNode(String(item.text || ""));
+        const style = item.style || {};
+        if (style.code) node = wrap("code", node);
+        if (style.bold) node = wrap("strong", node);
+        if (style.italic) node = wrap("em", node);
+        if (style.strike) node = wrap("s", node);
+      } else if (item.type === "link") {
+        node = link(String(item.url || ""), String(item.text || item.url || ""));
+      } else if (item.type === "emoji") {
+        node = document.createTextNode(EMOJI[item.name] || ":" + item.name + ":");
+      } else if (item.type === "user") {
+        node = el("span", "sk-mention", "@" + item.user_id);
+      } else if (item.type === "channel") {
+        node = el("span", "sk-mention", "#" + item.channel_id);
+      } else if (item.type === "date") {
+        node = dateNode(item.timestamp, item.format || "{date_num} {time}", item.fallback);
+      } else {
+        continue;
+      }
+      nodes.push(node);
+    }
+    return nodes;
+  }
+
+  function wrap(tag, child) {
+    const node = el(tag);
+    node.append(child);
+    return node;
+  }
+
+  function richTextBlock(block) {
+    const box = el("div", "sk-rich");
+    for (const part of block.elements || []) {
+      if (part.type === "rich_text_section") {
+        const p = el("div", "sk-mrkdwn");
+        p.append(...richText(part.elements));
+        box.append(p);
+      } else if (part.type === "rich_text_preformatted") {
+        const pre = el("pre", "sk-pre");
+        pre.append(...richText(part.elements));
+        box.append(pre);
+      } else if (part.type === "rich_text_quote") {
+        const quote = el("blockquote", "sk-quote");
+        quote.append(...richText(part.elements));
+        box.append(quote);
+      } else if (part.type === "rich_text_list") {
+        const list = el(part.style === "ordered" ? "ol" : "ul");
+        for (const section of part.elements || []) {
+          const li = el("li");
+          li.append(...richText(section.elements));
+          list.append(li);
+        }
+        box.append(list);
+      }
+    }
+    return box;
+  }
+
+  function block(block, where) {
+    switch (block && block.type) {
+      case "header":
+        return el("h3", "sk-header", plainText(block.text));
+      case "section": {
+        const box = el("div", "sk-section");
+        const main = el("div", "sk-section-main");
+        if (block.text) main.append(textObject(block.text));
+        if (Array.isArray(block.fields) && block.fields.length) {
+          const fields = el("div", "sk-fields");
+          for (const field of block.fields) fields.append(textObject(field));
+          main.append(fields);
+        }
+        box.append(main);
+        if (block.accessory) box.append(element(block.accessory, where));
+        return box;
+      }
+      case "context": {
+        const box = el("div", "sk-context");
+        for (const item of block.elements || []) box.append(element(item, where));
+        return box;
+      }
+      case "divider":
+        return el("hr", "sk-divider");
+      case "actions": {
+        const box = el("div", "sk-actions");
+        box.dataset.blockId = String(block.block_id || "");
+        for (const item of block.elements || []) box.append(element(item, where));
+        return box;
+      }
+      case "rich_text":
+        return richTextBlock(block);
+      case "input": {
+        const box = el("div", "sk-input");
+        box.append(el("div", "sk-label", plainText(block.label)), element(block.element, where));
+        return box;
+      }
+      case "image":
+        return el("div", "sk-muted", "[image" + (block.alt_text ? ": " + block.alt_text : "") + "]");
+      default:
+        return el("div", "sk-muted", "[" + (block && block.type) + " block]");
+    }
+  }
+
+  function blocks(list, where) {
+    const box = el("div", "sk-blocks");
+    for (const item of Array.isArray(list) ? list : []) box.append(block(item, where));
+    return box;
+  }
+
+  function size(bytes) {
+    if (bytes < 1024) return bytes + " B";
+    if (bytes < 1024 * 1024) return (bytes / 1024).toFixed(1) + " KB";
+    return (bytes / 1024 / 1024).toFixed(1) + " MB";
+  }
+
+  function fileCard(file) {
+    const box = el("figure", "sk-file");
+    const caption = el("figcaption");
+    caption.append(el("span", "sk-file-icon", "📎"), el("strong", null, file.title || file.name));
+    const facts = el("span", "sk-muted", " " + file.name + " · " + size(file.size));
+    caption.append(facts);
+    box.append(caption, el("pre", "sk-pre sk-preview", file.preview));
+    if (file.size > file.preview.length) box.append(el("div", "sk-muted", "preview: the first " + size(file.preview.length)));
+    return box;
+  }
+
+  function sinkItem(message) {
+    const item = el("li");
+    item.dataset.ts = message.ts;
+    if (message.ephemeral_to) item.classList.add("sk-ephemeral");
+    const meta = el("div", "meta");
+    const parts = ["#" + message.channel];
+    if (message.thread_ts) parts.push("thread " + message.thread_ts);
+    const posted = new Date(message.posted_at);
+    parts.push(posted.toLocaleTimeString());
+    if (message.edits > 0) parts.push("edited " + (message.edits === 1 ? "once" : message.edits + " times"));
+    meta.textContent = parts.join(" · ");
+    meta.title = "posted " + posted.toISOString() + ", ts " + message.ts;
+    item.append(meta);
+    if (message.ephemeral_to) {
+      item.append(el("div", "sk-only-you", "👁 Only visible to you (" + message.ephemeral_to + ")"));
+    }
+    const hasBlocks = Array.isArray(message.blocks) && message.blocks.length > 0;
+    const body = hasBlocks ? blocks(message.blocks, { ts: message.ts }) : mrkdwn(message.text);
+    body.classList.add("text");
+    item.append(body);
+    if (message.file) item.append(fileCard(message.file));
+    return item;
+  }
+
+  function showSinkStatus(text, failed) {
+    const status = $("sink-status");
+    status.textContent = text;
+    status.classList.toggle("error-text", Boolean(failed));
+  }
+
+  function interactionResult(what, answer) {
+    const body = answer && answer.body;
+    const said = body && typeof body === "object" ? JSON.stringify(body) : body ? String(body) : "";
+    return what + ": /slack/interactions answered " + (answer ? answer.status : "?") + (said ? " " + said : "");
+  }
+
+  $("sink-messages").addEventListener("click", async (event) => {
+    const target = event.target.closest("button[data-sink-click]");
+    if (!target || target.disabled) return;
+    const label = target.textContent;
+    target.disabled = true;
+    try {
+      const answer = await api("POST", "/v1/slack/sink/click", { ts: target.dataset.ts, action_id: target.dataset.actionId });
+      showSinkStatus(interactionResult("Clicked " + label, answer), false);
+    } catch (error) {
+      if (error.status !== 401) showSinkStatus("Clicking " + label + " failed: " + error.message + " (" + error.code + ")", true);
+    } finally {
+      target.disabled = false;
+      state.sinkSeen = "";
+      refreshSink();
+    }
+  });
+
+  // ---- the open modal ----
+
+  async function finishModal(kind) {
+    const dialog = $("sink-modal");
+    const viewId = dialog.dataset.viewId;
+    if (!viewId) return;
+    for (const button of dialog.querySelectorAll("button")) button.disabled = true;
+    try {
+      const answer = await api("POST", "/v1/slack/sink/" + kind, { view_id: viewId });
+      showSinkStatus(kind === "submit" ? interactionResult("Submitted the modal", answer) : "Closed the modal", false);
+    } catch (error) {
+      if (error.status !== 401) showSinkStatus("Could not " + kind + " the modal: " + error.message + " (" + error.code + ")", true);
+    } finally {
+      for (const button of dialog.querySelectorAll("button")) button.disabled = false;
+      state.sinkSeen = "";
+      refreshSink();
+    }
+  }
+
+  $("sink-modal-submit").addEventListener("click", () => finishModal("submit"));
+  $("sink-modal-cancel").addEventListener("click", () => finishModal("close"));
+  // Escape closes a Slack modal too: through the sink, so it knows.
+  $("sink-modal").addEventListener("cancel", (event) => {
+    event.preventDefault();
+    finishModal("close");
+  });
+
+  function renderModal(modal) {
+    const dialog = $("sink-modal");
+    if (!modal) {
+      delete dialog.dataset.viewId;
+      delete dialog.dataset.shown;
+      if (dialog.open) dialog.close();
+      return;
+    }
+    const shown = modal.id + "@" + modal.updated_at;
+    if (dialog.dataset.shown === shown && dialog.open) return;
+    dialog.dataset.viewId = modal.id;
+    dialog.dataset.shown = shown;
+    const view = modal.view || {};
+    $("sink-modal-title").textContent = plainText(view.title) || "Modal";
+    $("sink-modal-blocks").replaceChildren(blocks(view.blocks, null));
+    $("sink-modal-submit").textContent = plainText(view.submit) || "Submit";
+    $("sink-modal-submit").hidden = !view.submit;
+    $("sink-modal-cancel").textContent = plainText(view.close) || "Cancel";
+    $("sink-modal-meta").textContent = "callback " + (view.callback_id || "none") + " · " + modal.id;
+    if (!dialog.open) dialog.showModal();
+  }
+
+  function renderHomes(homes) {
+    $("sink-home").hidden = homes.length === 0;
+    const items = homes.map((home) => {
+      const item = el("li");
+      item.dataset.user = String(home.user || "");
+      item.append(el("div", "meta", "App Home of " + home.user + " · published " + new Date(home.opened_at).toLocaleTimeString()));
+      item.append(blocks((home.view || {}).blocks, null));
+      return item;
+    });
+    $("sink-home-views").replaceChildren(...items);
+  }
 
   async function refreshSink() {
     if (!state.sinkSupported || state.needKey) return;
@@ -540,36 +1040,24 @@
       backgroundError(error);
       return;
     }
-    // Oldest first from the API; shown newest first. Status messages are edited in place
-    // (chat.update), so an edit must redraw too.
+    // Oldest first from the API; shown newest first. Status cards are edited in place
+    // (chat.update), so an edit must redraw too, as must a view that changed.
     const messages = (answer && answer.messages) || [];
-    const fingerprint = messages.map((m) => m.ts + "@" + m.updated_at).join(",");
+    const views = (answer && answer.views) || [];
+    const fingerprint =
+      messages.map((m) => m.ts + "@" + m.updated_at).join(",") +
+      "|" +
+      views.map((v) => v.id + "@" + v.updated_at + v.state).join(",");
     $("sink").hidden = false;
+    refreshDates($("sink"));
     if (fingerprint === state.sinkSeen) return;
     state.sinkSeen = fingerprint;
-    const items = messages
-      .slice()
-      .reverse()
-      .map((message) => {
-        const item = document.createElement("li");
-        const meta = document.createElement("div");
-        meta.className = "meta";
-        const parts = ["#" + message.channel];
-        if (message.thread_ts) parts.push("thread " + message.thread_ts);
-        const posted = new Date(message.posted_at);
-        parts.push(posted.toLocaleTimeString());
-        if (message.edits > 0) parts.push("edited " + (message.edits === 1 ? "once" : message.edits + " times"));
-        meta.textContent = parts.join(" · ");
-        meta.title = "posted " + posted.toISOString() + ", ts " + message.ts;
-        const text = document.createElement("p");
-        text.className = "text";
-        text.textContent = message.text;
-        item.dataset.ts = message.ts;
-        item.append(meta, text);
-        return item;
-      });
+    const items = messages.slice().reverse().map(sinkItem);
     $("sink-messages").replaceChildren(...items);
     $("sink-empty").hidden = items.length > 0;
+    renderHomes(views.filter((v) => v.kind === "home"));
+    // Views come newest first: the newest open modal is the one on screen.
+    renderModal(views.find((v) => v.kind === "modal" && v.state === "open"));
   }
 
   // ---- helpers and start -------------------------------------------------------------------

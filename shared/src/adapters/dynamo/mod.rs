@@ -56,14 +56,17 @@
 //! No indexes. TTL is enabled on `expires_at` (epoch seconds). Claims are conditional on the key
 //! being absent or expired, so TTL's lag never lets a key count twice or stick past its expiry.
 //!
-//! **Slack status table** ([`DynamoSlackStatusStore`], feature `slack`): which Slack message shows
-//! each thread's status.
+//! **Slack status table** ([`DynamoSlackStatusStore`] and [`DynamoSlackUserThreads`], feature
+//! `slack`): which Slack message shows each thread's status, and which threads each person used.
 //!
 //! | | attribute | type |
 //! |---|---|---|
 //! | partition key | `thread_id` | S |
 //!
-//! Attributes `channel` (S), `ts` (S), `seq` (N). No indexes, no TTL (one small item per thread).
+//! A thread's row: `channel` (S), `ts` (S), `seq` (N). A person's row, keyed
+//! `slack-user:{team}:{user}` (never a thread id, which starts `slack:`): `threads` (M, thread id to
+//! last use in milliseconds, at most 100 entries). No indexes. TTL on `expires_at` (epoch
+//! seconds), the record retention after each row's last write.
 //!
 //! **Subscriptions table** ([`DynamoSubscriptionStore`], feature `live`): live-events connections
 //! and their subscriptions, keyed as `ports::subscription_store` documents.
@@ -94,6 +97,8 @@
 //! | `list` | 1 `Query` of `by_thread` + 1 `BatchGetItem` per page (at most 100) |
 //! | dedupe `claim` / `contains` / `release` | 1 conditional `PutItem` / `GetItem` / `DeleteItem` |
 //! | Slack status `get` / `put` | 1 `GetItem` (strongly consistent) / 1 conditional `PutItem` |
+//! | Slack user threads `touch` | 1 conditional `UpdateItem`; a person's first also 1 conditional `PutItem`; past 100 threads 1 more `UpdateItem` trims |
+//! | Slack user threads `recent` | 1 `GetItem` (strongly consistent) |
 //!
 //! So resolving an active thread is two requests: one read, one conditional write.
 //!
@@ -110,6 +115,8 @@ mod schema;
 mod session_store;
 #[cfg(feature = "slack")]
 mod slack_status;
+#[cfg(feature = "slack")]
+mod slack_user_threads;
 #[cfg(feature = "live")]
 mod subscriptions;
 mod ttl;
@@ -126,6 +133,8 @@ pub use schema::{create_dedupe_table, create_tables, DUE_INDEX, LIST_INDEX, UNSE
 pub use session_store::DynamoSessionStore;
 #[cfg(feature = "slack")]
 pub use slack_status::DynamoSlackStatusStore;
+#[cfg(feature = "slack")]
+pub use slack_user_threads::DynamoSlackUserThreads;
 #[cfg(feature = "live")]
 pub use subscriptions::{DynamoSubscriptionStore, SUBSCRIBERS_INDEX};
 pub use window_counter::DynamoWindowCounter;

@@ -10,6 +10,8 @@ mod session_store;
 mod slack_sink;
 #[cfg(feature = "slack")]
 mod slack_status;
+#[cfg(feature = "slack")]
+mod slack_user_threads;
 mod subscriptions;
 mod window_counter;
 
@@ -22,5 +24,7 @@ pub use session_store::{SqliteSessionStore, DEFAULT_SHARDS};
 pub use slack_sink::SqliteSlackSink;
 #[cfg(feature = "slack")]
 pub use slack_status::SqliteSlackStatusStore;
+#[cfg(feature = "slack")]
+pub use slack_user_threads::SqliteSlackUserThreads;
 pub use subscriptions::SqliteSubscriptionStore;
 pub use window_counter::SqliteWindowCounter;

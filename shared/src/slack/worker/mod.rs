@@ -28,12 +28,16 @@
 //! timeout is cut to what is left, and a block that no longer fits is not started; its reply
 //! says so.
 
+mod controls;
+mod home;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::command::{self, CodeBlock, Command, Language};
 use super::format::{self, escape, REPLY_BUDGET};
 use super::rate_limit::{MessageRates, Verdict};
+use super::thread::SlackPlace;
 use super::work::{IncomingMessage, PendingReply, WorkItem};
 use crate::domain::{RejectKind, Session, ThreadId};
 use crate::fanout::RecordOutcome;
@@ -41,7 +45,7 @@ use crate::ports::{
     DedupeStore, DurableQueue, ExecCommand, ExecRequest, FileKind, OutgoingMessage,
     DEFAULT_OUTPUT_CAP,
 };
-use crate::ports::{PostMessage, SlackApi, SlackError, SlackFile};
+use crate::ports::{FileUpload, PostMessage, SlackApi, SlackError, SlackFile, SlackUserThreads};
 use crate::usecases::{Threadbox, UseCaseError};
 
 /// The sandbox user's home, where relative paths start.
@@ -98,6 +102,9 @@ pub struct SlackWorker {
     config: SlackWorkerConfig,
     /// Per-thread and per-workspace message limits; none without `with_rates`.
     rates: Option<MessageRates>,
+    /// Who used which thread, for `/sandbox list` and the App Home; none without
+    /// `with_user_threads` (both then say they cannot list).
+    user_threads: Option<Arc<dyn SlackUserThreads>>,
 }
 
 impl SlackWorker {
@@ -115,7 +122,14 @@ impl SlackWorker {
             queue,
             config,
             rates: None,
+            user_threads: None,
         }
+    }
+
+    /// Remember who used which thread (see `user_threads`).
+    pub fn with_user_threads(mut self, store: Arc<dyn SlackUserThreads>) -> Self {
+        self.user_threads = Some(store);
+        self
     }
 
     /// Act on at most so many messages per thread and per workspace a minute (see `rate_limit`).
@@ -157,6 +171,18 @@ impl SlackWorker {
                 tracing::Instrument::instrument(self.handle_message(message, deadline), span).await
             }
             WorkItem::Reply(reply) => self.post_pending(reply).await,
+            WorkItem::Action(request) => {
+                let span = tracing::info_span!(
+                    "slack_action",
+                    thread_id = %request.thread_id,
+                    action = request.action.name()
+                );
+                tracing::Instrument::instrument(self.handle_action(request), span).await
+            }
+            WorkItem::Slash(command) => self.handle_slash(command).await,
+            WorkItem::HomeOpened(opened) => {
+                self.publish_home(&opened.team, &opened.user, None).await
+            }
         }
     }
 
@@ -185,7 +211,10 @@ impl SlackWorker {
         // of the same event reads the progress markers.
         let owner = format!("{OWNER}:{}", message.event_id);
         match self.dedupe.claim(&key, memory).await {
-            Ok(true) => self.mark(&key, &owner).await,
+            Ok(true) => {
+                self.mark(&key, &owner).await;
+                self.note_user(&message).await;
+            }
             Ok(false) => match self.earlier_run(&key, &owner).await {
                 Ok(EarlierRun::Twin) => {
                     tracing::debug!("message claimed by its twin event; nothing to do");
@@ -228,6 +257,22 @@ impl SlackWorker {
             .await;
         self.mark(&key, DONE).await;
         RecordOutcome::Delivered
+    }
+
+    /// Remember that the message's author used its thread. Only a convenience for listings, so
+    /// a failure is logged, never fatal.
+    async fn note_user(&self, message: &IncomingMessage) {
+        let (Some(store), Some(place)) = (&self.user_threads, SlackPlace::of(&message.thread_id))
+        else {
+            return;
+        };
+        let now = self.tb.clock.now();
+        if let Err(error) = store
+            .touch(&place.team, &message.user, &message.thread_id, now)
+            .await
+        {
+            tracing::warn!(%error, "could not record who used this thread");
+        }
     }
 
     /// What became of the run that claimed this message first.
@@ -294,22 +339,28 @@ impl SlackWorker {
                         continue;
                     };
                     replies.start().await;
-                    let text = self.run_block(thread_id, block, timeout).await;
-                    replies.send(text).await;
+                    match self.run_block(thread_id, block, timeout).await {
+                        BlockReply::Text(text) => replies.send(text).await,
+                        BlockReply::WithFile {
+                            text,
+                            file,
+                            fallback,
+                        } => replies.send_with_file(text, file, fallback).await,
+                    }
                 }
             }
             Command::Status => replies.send(self.status(thread_id).await).await,
             Command::Pause => {
                 replies.start().await;
-                replies.send(self.pause(thread_id).await).await
+                replies.send(self.pause(thread_id).await.text()).await
             }
             Command::Resume => {
                 replies.start().await;
-                replies.send(self.resume(thread_id).await).await
+                replies.send(self.resume(thread_id).await.text()).await
             }
             Command::Reset => {
                 replies.start().await;
-                replies.send(self.reset(thread_id).await).await
+                replies.send(self.reset(thread_id).await.text()).await
             }
             Command::Files(path) => {
                 replies
@@ -356,15 +407,20 @@ impl SlackWorker {
         ))
     }
 
-    async fn run_block(&self, thread_id: &ThreadId, block: CodeBlock, timeout: Duration) -> String {
+    async fn run_block(
+        &self,
+        thread_id: &ThreadId,
+        block: CodeBlock,
+        timeout: Duration,
+    ) -> BlockReply {
         let interpreter = match block.language {
             Language::Runnable(interpreter) => interpreter,
             Language::Unsupported(language) => {
-                return format!(
+                return BlockReply::Text(format!(
                     "I can't run `{}` code. I can run `bash`, `sh`, `python` and `node`: put \
                      the language after the opening fence, like ```python",
                     escape(&language)
-                )
+                ))
             }
         };
         let request = ExecRequest {
@@ -376,9 +432,25 @@ impl SlackWorker {
             output_cap: DEFAULT_OUTPUT_CAP,
         };
         // `exec` holds the sandbox for the command's duration, so it is never paused mid-run.
-        match self.tb.exec(thread_id, request).await {
-            Ok(result) => format::exec_reply(interpreter.name(), &result, self.config.reply_budget),
-            Err(error) => failure(&error),
+        let result = match self.tb.exec(thread_id, request).await {
+            Ok(result) => result,
+            Err(error) => return BlockReply::Text(failure(&error)),
+        };
+        let language = interpreter.name();
+        let budget = self.config.reply_budget;
+        if format::fits_inline(language, &result, budget) {
+            return BlockReply::Text(format::exec_reply(language, &result, budget));
+        }
+        // Too long for a message: the first lines inline, the whole output as a file.
+        let filename = format!("{language}-output.txt");
+        BlockReply::WithFile {
+            text: format::exec_reply_with_file(language, &result, &filename),
+            fallback: format::exec_reply(language, &result, budget),
+            file: OutputFile {
+                title: format!("{language} output"),
+                bytes: format::output_file(&result).into_bytes(),
+                filename,
+            },
         }
     }
 
@@ -390,40 +462,44 @@ impl SlackWorker {
         }
     }
 
-    async fn pause(&self, thread_id: &ThreadId) -> String {
+    async fn pause(&self, thread_id: &ThreadId) -> Outcome {
         match self.tb.pause(thread_id).await {
-            Ok(_) => "Paused. Files are kept; the next command resumes the sandbox.".to_owned(),
-            Err(UseCaseError::UnknownThread(_)) => NO_SANDBOX.to_owned(),
-            Err(UseCaseError::Held(_)) => {
+            Ok(_) => Outcome::Done(
+                "Paused. Files are kept; the next command resumes the sandbox.".to_owned(),
+            ),
+            Err(UseCaseError::UnknownThread(_)) => Outcome::Refused(NO_SANDBOX.to_owned()),
+            Err(UseCaseError::Held(_)) => Outcome::Refused(
                 "A command is running, so the sandbox stays awake; try again when it finishes."
-                    .to_owned()
-            }
-            Err(error) => failure(&error),
+                    .to_owned(),
+            ),
+            Err(error) => Outcome::Refused(failure(&error)),
         }
     }
 
-    async fn resume(&self, thread_id: &ThreadId) -> String {
+    async fn resume(&self, thread_id: &ThreadId) -> Outcome {
         match self.tb.resume(thread_id).await {
-            Ok(handle) if handle.resumed => "Resumed: the sandbox is active.".to_owned(),
-            Ok(_) => "The sandbox is already active.".to_owned(),
-            Err(UseCaseError::UnknownThread(_)) => NO_SANDBOX.to_owned(),
-            Err(error) => failure(&error),
+            Ok(handle) if handle.resumed => {
+                Outcome::Done("Resumed: the sandbox is active.".to_owned())
+            }
+            Ok(_) => Outcome::Done("The sandbox is already active.".to_owned()),
+            Err(UseCaseError::UnknownThread(_)) => Outcome::Refused(NO_SANDBOX.to_owned()),
+            Err(error) => Outcome::Refused(failure(&error)),
         }
     }
 
-    async fn reset(&self, thread_id: &ThreadId) -> String {
+    async fn reset(&self, thread_id: &ThreadId) -> Outcome {
         let result = match self.tb.session(thread_id).await {
             Ok(None) => self.tb.resolve(thread_id).await,
             Ok(Some(_)) => self.tb.reset(thread_id).await,
             Err(error) => Err(error.into()),
         };
         match result {
-            Ok(handle) => format!(
+            Ok(handle) => Outcome::Done(format!(
                 ":recycle: Reset: the old sandbox and all its files are gone. A fresh sandbox is \
                  ready (generation {}).",
                 handle.generation
-            ),
-            Err(error) => failure(&error),
+            )),
+            Err(error) => Outcome::Refused(failure(&error)),
         }
     }
 
@@ -539,6 +615,7 @@ impl SlackWorker {
             channel: reply.channel,
             thread_ts: reply.thread_ts,
             text: reply.text,
+            blocks: None,
         };
         match self.api.post_message(&post).await {
             Ok(_) => {
@@ -557,6 +634,38 @@ impl SlackWorker {
             },
         }
     }
+}
+
+/// What a control (pause, resume, reset) came to, in words for the person who asked. A button's
+/// success needs no words (the status card changes); a refusal does.
+enum Outcome {
+    Done(String),
+    Refused(String),
+}
+
+impl Outcome {
+    fn text(self) -> String {
+        match self {
+            Outcome::Done(text) | Outcome::Refused(text) => text,
+        }
+    }
+}
+
+/// A code block's reply: text, or text with the whole output attached as a file.
+enum BlockReply {
+    Text(String),
+    WithFile {
+        text: String,
+        file: OutputFile,
+        /// Posted instead (the output cut to fit) if the file cannot be shared.
+        fallback: String,
+    },
+}
+
+struct OutputFile {
+    filename: String,
+    title: String,
+    bytes: Vec<u8>,
 }
 
 /// What a redelivered message's earlier run got to.
@@ -630,12 +739,34 @@ impl<'a> Replies<'a> {
         (left >= MIN_BLOCK_TIME).then(|| left.min(limit))
     }
 
+    /// Post `text` with `file` attached (Slack's external upload: the file and the text arrive
+    /// as one message). When the upload fails, `fallback` is posted as an ordinary reply, so the
+    /// person always gets the result.
+    async fn send_with_file(&mut self, text: String, file: OutputFile, fallback: String) {
+        let upload = FileUpload {
+            channel: self.message.channel.clone(),
+            thread_ts: self.message.reply_thread_ts.clone(),
+            filename: file.filename,
+            title: file.title,
+            initial_comment: text,
+            bytes: file.bytes,
+        };
+        match self.worker.api.upload_file(&upload).await {
+            Ok(_) => self.sent += 1,
+            Err(error) => {
+                tracing::warn!(%error, "could not attach the output as a file; posting it cut");
+                self.send(fallback).await;
+            }
+        }
+    }
+
     async fn send(&mut self, text: String) {
         self.sent += 1;
         let post = PostMessage {
             channel: self.message.channel.clone(),
             thread_ts: self.message.reply_thread_ts.clone(),
             text,
+            blocks: None,
         };
         let mut attempt = 0;
         let error = loop {
@@ -665,7 +796,7 @@ impl<'a> Replies<'a> {
             reply_id: Some(reply_id.clone()),
         });
         let queued = OutgoingMessage {
-            group_id: item.group_id().to_owned(),
+            group_id: item.group_id(),
             dedup_id: reply_id,
             body: serde_json::to_string(&item).expect("work items serialise"),
         };
@@ -680,7 +811,8 @@ fn retry(reason: String) -> RecordOutcome {
     RecordOutcome::Retry { retry_after: None }
 }
 
-const NO_SANDBOX: &str = "This thread has no sandbox yet: send a code block to start one.";
+pub(super) const NO_SANDBOX: &str =
+    "This thread has no sandbox yet: send a code block to start one.";
 
 fn help() -> String {
     "I run code in this thread's own sandbox: a Linux machine that keeps its files between \
@@ -694,7 +826,7 @@ fn help() -> String {
         .to_owned()
 }
 
-fn status_line(session: &Session) -> String {
+pub(super) fn status_line(session: &Session) -> String {
     let sandbox = session
         .sandbox_id
         .as_deref()
