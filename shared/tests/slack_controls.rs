@@ -14,17 +14,15 @@ use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
 use threadbox_shared::adapters::sqlite::{
-    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSlackStatusStore,
-    SqliteSlackUserThreads,
+    SqliteQueue, SqliteSlackStatusStore, SqliteSlackUserThreads,
 };
 use threadbox_shared::domain::{Cause, Status, ThreadId};
 use threadbox_shared::fanout::{FanoutTarget, RecordOutcome};
 use threadbox_shared::ports::{DurableQueue, SystemClock};
 use threadbox_shared::slack::{
     router, IncomingMessage, SigningSecret, SlackIngress, SlackStatusTarget, SlackWorker,
-    SlackWorkerConfig, WorkItem, COMMANDS_PATH, EVENTS_PATH, INTERACTIONS_PATH, WORK_QUEUE,
+    SlackWorkerConfig, WorkItem, COMMANDS_PATH, EVENTS_PATH, INTERACTIONS_PATH,
 };
-use threadbox_shared::testing::lifecycle_conformance::test_config;
 use threadbox_shared::testing::slack_fake::SlackFake;
 use threadbox_shared::testing::InMemoryProvider;
 use threadbox_shared::usecases::Threadbox;
@@ -51,30 +49,12 @@ async fn world_with(config: SlackWorkerConfig) -> World {
     let fake = fake().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("c.db");
-    let store = SqliteSessionStore::open(&db).unwrap();
-    let events = Arc::new(
-        SqliteQueue::new(
-            store.database().clone(),
-            "lifecycle",
-            QueueConfig::default(),
-        )
-        .await
-        .unwrap(),
-    );
-    let work = Arc::new(
-        SqliteQueue::new(store.database().clone(), WORK_QUEUE, QueueConfig::default())
-            .await
-            .unwrap(),
-    );
-    let provider = InMemoryProvider::new();
-    let tb = Threadbox::new(
-        Arc::new(store),
-        provider.clone(),
-        events,
-        Arc::new(SystemClock),
-        test_config(),
-    );
-    let dedupe = Arc::new(SqliteDedupe::open(&db).unwrap());
+    let support::Embedded {
+        tb,
+        provider,
+        work,
+        dedupe,
+    } = support::embedded(&db).await;
     let worker = SlackWorker::new(
         tb.clone(),
         client(&fake),

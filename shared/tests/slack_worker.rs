@@ -9,16 +9,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use threadbox_shared::adapters::sqlite::{
-    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore,
-};
+use threadbox_shared::adapters::sqlite::SqliteQueue;
 use threadbox_shared::domain::{Status, ThreadId};
 use threadbox_shared::fanout::RecordOutcome;
-use threadbox_shared::ports::{DurableQueue, SystemClock};
+use threadbox_shared::ports::DurableQueue;
 use threadbox_shared::slack::{
-    IncomingMessage, SlackFile, SlackWorker, SlackWorkerConfig, WorkItem, WORK_QUEUE,
+    IncomingMessage, SlackFile, SlackWorker, SlackWorkerConfig, WorkItem,
 };
-use threadbox_shared::testing::lifecycle_conformance::test_config;
 use threadbox_shared::testing::slack_fake::{Fault, SlackFake};
 use threadbox_shared::testing::InMemoryProvider;
 use threadbox_shared::usecases::{Threadbox, UseCaseError};
@@ -40,36 +37,13 @@ async fn setup_with(config: SlackWorkerConfig) -> Setup {
     let fake = fake().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("w.db");
-    let store = SqliteSessionStore::open(&db).unwrap();
-    let events = Arc::new(
-        SqliteQueue::new(
-            store.database().clone(),
-            "lifecycle",
-            QueueConfig::default(),
-        )
-        .await
-        .unwrap(),
-    );
-    let work = Arc::new(
-        SqliteQueue::new(store.database().clone(), WORK_QUEUE, QueueConfig::default())
-            .await
-            .unwrap(),
-    );
-    let provider = InMemoryProvider::new();
-    let tb = Threadbox::new(
-        Arc::new(store),
-        provider.clone(),
-        events,
-        Arc::new(SystemClock),
-        test_config(),
-    );
-    let worker = SlackWorker::new(
-        tb.clone(),
-        client(&fake),
-        Arc::new(SqliteDedupe::open(&db).unwrap()),
-        work.clone(),
-        config,
-    );
+    let support::Embedded {
+        tb,
+        provider,
+        work,
+        dedupe,
+    } = support::embedded(&db).await;
+    let worker = SlackWorker::new(tb.clone(), client(&fake), dedupe, work.clone(), config);
     Setup {
         fake,
         provider,

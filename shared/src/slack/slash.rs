@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::ingress::SlackIngress;
+use super::thread::is_ts;
 use super::work::{SlashCommand, WorkItem};
 use crate::http::ApiError;
 
@@ -91,15 +92,6 @@ pub fn thread_ts_of(target: &str) -> Option<String> {
     }
     let (secs, micros) = digits.split_at(digits.len() - 6);
     Some(format!("{secs}.{micros}"))
-}
-
-fn is_ts(value: &str) -> bool {
-    value.split_once('.').is_some_and(|(s, m)| {
-        !s.is_empty()
-            && m.len() == 6
-            && s.bytes().all(|b| b.is_ascii_digit())
-            && m.bytes().all(|b| b.is_ascii_digit())
-    })
 }
 
 pub fn usage() -> String {

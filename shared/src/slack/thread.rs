@@ -38,6 +38,16 @@ pub fn thread_of(
     }
 }
 
+/// Slack's `ts` shape: seconds, a dot, six digits of microseconds (`1767225600.000100`).
+pub fn is_ts(value: &str) -> bool {
+    value.split_once('.').is_some_and(|(s, m)| {
+        !s.is_empty()
+            && m.len() == 6
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && m.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 /// Where a thread's own messages (the status message, notices) are posted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlackPlace {

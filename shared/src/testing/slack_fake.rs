@@ -36,6 +36,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::slack::thread::is_ts;
 use crate::slack::SlackFile;
 use crate::testing::block_kit_limits::{self, BlockKitError, ViewKind};
 
@@ -416,6 +417,18 @@ impl World {
         self.reject_because(method, "invalid_blocks", error.to_string())
     }
 
+    /// The prelude of every JSON method: the auth check and faults, then the body.
+    #[allow(clippy::result_large_err)] // as for `gate`
+    fn json_call(
+        &mut self,
+        method: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<serde_json::Map<String, Value>, Response> {
+        self.gate(method, headers)?;
+        self.json_body(method, headers, body)
+    }
+
     /// A JSON object body sent as JSON.
     #[allow(clippy::result_large_err)] // as for `gate`
     fn json_body(
@@ -445,15 +458,6 @@ impl World {
             self.next_ts % 1_000_000
         )
     }
-}
-
-fn is_ts(value: &str) -> bool {
-    value.split_once('.').is_some_and(|(s, m)| {
-        !s.is_empty()
-            && m.len() == 6
-            && s.bytes().all(|b| b.is_ascii_digit())
-            && m.bytes().all(|b| b.is_ascii_digit())
-    })
 }
 
 fn is_channel(value: &str) -> bool {
@@ -525,10 +529,7 @@ fn is_user(value: &str) -> bool {
 async fn post_message(State(world): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     const METHOD: &str = "chat.postMessage";
     let mut world = lock(&world);
-    if let Err(response) = world.gate(METHOD, &headers) {
-        return response;
-    }
-    let map = match world.json_body(METHOD, &headers, &body) {
+    let map = match world.json_call(METHOD, &headers, &body) {
         Ok(map) => map,
         Err(response) => return response,
     };
@@ -561,10 +562,7 @@ async fn post_message(State(world): State<Shared>, headers: HeaderMap, body: Byt
 async fn update_message(State(world): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     const METHOD: &str = "chat.update";
     let mut world = lock(&world);
-    if let Err(response) = world.gate(METHOD, &headers) {
-        return response;
-    }
-    let map = match world.json_body(METHOD, &headers, &body) {
+    let map = match world.json_call(METHOD, &headers, &body) {
         Ok(map) => map,
         Err(response) => return response,
     };
@@ -605,10 +603,7 @@ async fn update_message(State(world): State<Shared>, headers: HeaderMap, body: B
 async fn post_ephemeral(State(world): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     const METHOD: &str = "chat.postEphemeral";
     let mut world = lock(&world);
-    if let Err(response) = world.gate(METHOD, &headers) {
-        return response;
-    }
-    let map = match world.json_body(METHOD, &headers, &body) {
+    let map = match world.json_call(METHOD, &headers, &body) {
         Ok(map) => map,
         Err(response) => return response,
     };
@@ -706,10 +701,7 @@ fn view_answer(world: &mut World, mut view: Value) -> Response {
 async fn views_open(State(world): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     const METHOD: &str = "views.open";
     let mut world = lock(&world);
-    if let Err(response) = world.gate(METHOD, &headers) {
-        return response;
-    }
-    let map = match world.json_body(METHOD, &headers, &body) {
+    let map = match world.json_call(METHOD, &headers, &body) {
         Ok(map) => map,
         Err(response) => return response,
     };
@@ -744,10 +736,7 @@ async fn views_open(State(world): State<Shared>, headers: HeaderMap, body: Bytes
 async fn views_publish(State(world): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     const METHOD: &str = "views.publish";
     let mut world = lock(&world);
-    if let Err(response) = world.gate(METHOD, &headers) {
-        return response;
-    }
-    let map = match world.json_body(METHOD, &headers, &body) {
+    let map = match world.json_call(METHOD, &headers, &body) {
         Ok(map) => map,
         Err(response) => return response,
     };
@@ -907,10 +896,7 @@ async fn upload_bytes(
 async fn complete_upload(State(world): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     const METHOD: &str = "files.completeUploadExternal";
     let mut world = lock(&world);
-    if let Err(response) = world.gate(METHOD, &headers) {
-        return response;
-    }
-    let map = match world.json_body(METHOD, &headers, &body) {
+    let map = match world.json_call(METHOD, &headers, &body) {
         Ok(map) => map,
         Err(response) => return response,
     };

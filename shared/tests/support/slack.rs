@@ -2,12 +2,21 @@
 
 #![allow(dead_code)] // each test file uses its own subset
 
+use std::path::Path;
 use std::sync::Arc;
 
 use threadbox_shared::adapters::slack_web::{BotToken, SlackClientConfig, SlackWebClient};
+use threadbox_shared::adapters::sqlite::{
+    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore,
+};
 use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
+use threadbox_shared::ports::SystemClock;
 use threadbox_shared::slack::SlackApi;
+use threadbox_shared::slack::WORK_QUEUE;
+use threadbox_shared::testing::lifecycle_conformance::test_config;
 use threadbox_shared::testing::slack_fake::SlackFake;
+use threadbox_shared::testing::InMemoryProvider;
+use threadbox_shared::usecases::Threadbox;
 
 pub const TOKEN: &str = "xoxb-test-token";
 
@@ -38,5 +47,46 @@ pub fn event(id: &str, thread: &str, seq: u64, to: Status, cause: Cause) -> Life
         at: Millis(1_767_225_600_000),
         sandbox_id: Some("sb-1".into()),
         detail: None,
+    }
+}
+
+/// What a Slack worker runs on in these tests: the session store, the lifecycle and work queues
+/// and the dedupe store in one SQLite file, and the in-memory provider.
+pub struct Embedded {
+    pub tb: Threadbox,
+    pub provider: Arc<InMemoryProvider>,
+    pub work: Arc<SqliteQueue>,
+    pub dedupe: Arc<SqliteDedupe>,
+}
+
+pub async fn embedded(db: &Path) -> Embedded {
+    let store = SqliteSessionStore::open(db).unwrap();
+    let events = Arc::new(
+        SqliteQueue::new(
+            store.database().clone(),
+            "lifecycle",
+            QueueConfig::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    let work = Arc::new(
+        SqliteQueue::new(store.database().clone(), WORK_QUEUE, QueueConfig::default())
+            .await
+            .unwrap(),
+    );
+    let provider = InMemoryProvider::new();
+    let tb = Threadbox::new(
+        Arc::new(store),
+        provider.clone(),
+        events,
+        Arc::new(SystemClock),
+        test_config(),
+    );
+    Embedded {
+        tb,
+        provider,
+        work,
+        dedupe: Arc::new(SqliteDedupe::open(db).unwrap()),
     }
 }
