@@ -15,15 +15,13 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use threadbox_shared::domain::ThreadId;
 use threadbox_shared::slack::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
+// The events come from the local workspace's one developer (who also clicks), and mention the
+// app's own user at the start of channel messages.
+use threadbox_shared::slack::local_click::{APP_USER, LOCAL_USER};
 use threadbox_shared::slack::thread::SlackPlace;
 use threadbox_shared::slack::{SigningSecret, EVENTS_PATH};
 
 use super::secret;
-
-/// The user the events come from (any Slack-shaped id works).
-const LOCAL_USER: &str = "ULOCAL";
-/// The app's own user id, mentioned at the start of channel messages.
-const APP_USER: &str = "UTHREADBOX";
 
 #[derive(clap::Args, Debug)]
 pub struct SendArgs {

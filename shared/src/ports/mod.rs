@@ -25,6 +25,7 @@ pub use connection_sender::{ConnectionSender, Frame, SendError};
 pub use dedupe::DedupeStore;
 pub use fanout_target::{DeliveryError, FanoutTarget};
 /// The file operations a provider gets over its exec (used by E2B for its path checks too).
+#[cfg(feature = "e2b")]
 pub(crate) use provider::exec_files;
 pub use provider::*;
 pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage};

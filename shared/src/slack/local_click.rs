@@ -20,8 +20,8 @@ use super::signature::SigningSecret;
 use super::thread::SlackPlace;
 use crate::domain::ThreadId;
 
-/// Where Slack posts interactivity requests.
-pub const INTERACTIONS_PATH: &str = "/slack/interactions";
+/// Where Slack posts interactivity requests (the ingress's route, re-exported for callers here).
+pub use super::ingress::INTERACTIONS_PATH;
 /// The person clicking: the developer (the same user `threadbox slack send` writes as).
 pub const LOCAL_USER: &str = "ULOCAL";
 /// The workspace when no thread id says which.
@@ -29,7 +29,7 @@ pub const LOCAL_TEAM: &str = "TLOCAL";
 const LOCAL_APP: &str = "ALOCAL";
 const LOCAL_BOT: &str = "BLOCAL";
 /// The app's own user, author of the messages it posts (as `threadbox slack send` names it).
-const APP_USER: &str = "UTHREADBOX";
+pub const APP_USER: &str = "UTHREADBOX";
 /// Never reachable (RFC 2606's `.invalid`): threadbox does not answer through response URLs.
 pub const RESPONSE_URL: &str = "https://hooks.slack.invalid/actions/local";
 
