@@ -135,7 +135,7 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_MAX_SANDBOXES")]
     pub max_sandboxes: Option<usize>,
 
-    /// Where sandboxes run: runc (local containers; needs Linux and root) or e2b (E2B's cloud,
+    /// Where sandboxes run: runc (local containers; Linux, as root or rootless) or e2b (E2B's cloud,
     /// with E2B_API_KEY and the other E2B_* settings). Default: THREADBOX_PROVIDER, else runc.
     #[arg(long, value_parser = ["runc", "e2b"])]
     pub provider: Option<String>,
@@ -143,8 +143,9 @@ pub struct DevArgs {
     /// The most one thread's /home/user may hold, e.g. 2GiB or 500MiB: the home is a filesystem
     /// of its own that size, and writing past it gets "No space left on device" (the API's file
     /// uploads too). `none` makes the home a plain directory on this machine's disk, unlimited.
-    #[arg(long, env = "THREADBOX_DISK_QUOTA", default_value = "2GiB", value_parser = parse_disk_quota)]
-    pub disk_quota: DiskQuotaArg,
+    /// Default: 2GiB as root; none rootless, where a quota cannot be had (it needs mounts).
+    #[arg(long, env = "THREADBOX_DISK_QUOTA", value_parser = parse_disk_quota)]
+    pub disk_quota: Option<DiskQuotaArg>,
 
     /// The largest file a process in a sandbox may write (past it: "File too large"), and so the
     /// largest upload through the file API (past it: 413), e.g. 1GiB or 100MiB.
@@ -199,13 +200,21 @@ fn parse_disk_quota(raw: &str) -> Result<DiskQuotaArg, String> {
 impl DevArgs {
     /// The sandboxes' disk quota, if they have one.
     fn disk_quota(&self) -> Option<DiskQuota> {
-        match self.disk_quota {
-            DiskQuotaArg::Bytes(bytes) => Some(DiskQuota {
-                bytes,
-                inodes: self.disk_files,
-            }),
-            DiskQuotaArg::None => None,
-        }
+        self.disk_quota_for(preflight::rootless())
+    }
+
+    /// The quota asked for, else the default: 2 GiB, or none when the sandboxes run rootless.
+    fn disk_quota_for(&self, rootless: bool) -> Option<DiskQuota> {
+        let bytes = match self.disk_quota {
+            Some(DiskQuotaArg::Bytes(bytes)) => bytes,
+            Some(DiskQuotaArg::None) => return None,
+            None if rootless => return None,
+            None => DiskQuota::default().bytes,
+        };
+        Some(DiskQuota {
+            bytes,
+            inodes: self.disk_files,
+        })
     }
 
     fn validate(&self) -> anyhow::Result<()> {
@@ -476,7 +485,10 @@ fn sandbox_lines(
     caps: Option<(usize, usize, usize)>,
     args: &DevArgs,
 ) -> Vec<String> {
-    let where_ = if provider.is_runc() {
+    let rootless = provider.is_runc() && preflight::rootless();
+    let where_ = if rootless {
+        "local runc containers, rootless"
+    } else if provider.is_runc() {
         "local runc containers"
     } else {
         "E2B's cloud, with this machine's E2B_API_KEY"
@@ -500,6 +512,16 @@ fn sandbox_lines(
             None => "none: /home/user is a plain directory on this machine's disk".to_owned(),
         };
         lines.push(format!("disk       {disk} (--disk-quota, --disk-files)"));
+    }
+    if rootless {
+        // What running without root costs, said where the developer looks first.
+        for (n, weaker) in threadbox_shared::adapters::runc::ROOTLESS_WEAKER
+            .iter()
+            .enumerate()
+        {
+            let label = if n == 0 { "rootless" } else { "" };
+            lines.push(format!("{label:<10} {weaker}"));
+        }
     }
     lines
 }
@@ -585,7 +607,9 @@ mod tests {
     #[test]
     fn the_disk_quota_is_a_size_or_none() {
         let default = parse(&[]).unwrap();
-        assert_eq!(default.disk_quota(), Some(DiskQuota::default()));
+        assert_eq!(default.disk_quota_for(false), Some(DiskQuota::default()));
+        // Rootless there is no quota to have unless asked for (and then the provider refuses).
+        assert_eq!(default.disk_quota_for(true), None);
         let small = parse(&["--disk-quota", "500MiB", "--disk-files", "1000"]).unwrap();
         assert_eq!(
             small.disk_quota(),

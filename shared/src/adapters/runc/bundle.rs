@@ -25,9 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::config::SandboxLimits;
-use super::idmap::{
-    create_user_namespace, remove_user_namespace_pin, IdRange, SANDBOX_GID, SANDBOX_UID,
-};
+use super::idmap::{create_user_namespace, remove_user_namespace_pin, IdRange};
 use super::volume::{self, VolumePool};
 use crate::domain::Millis;
 
@@ -147,10 +145,17 @@ impl Bundle {
     /// (see `remove`: iterative, so no depth can overflow the stack; links are removed, never
     /// followed). Gone already is fine.
     pub fn remove(&self) -> io::Result<()> {
-        remove_user_namespace_pin(&self.userns_pin())?;
-        // Unmounted first, or the walk below would go into the volume file by file.
-        volume::unmount(&self.home())?;
-        volume::unmount(&self.rootfs())?;
+        // Rootless, nothing was mounted (and unmounting is refused anyway).
+        if rustix::process::geteuid().is_root() {
+            remove_user_namespace_pin(&self.userns_pin())?;
+            // Unmounted first, or the walk below would go into the volume file by file.
+            volume::unmount(&self.home())?;
+            volume::unmount(&self.rootfs())?;
+        } else if let Err(e) = fs::remove_file(self.userns_pin()) {
+            if e.kind() != io::ErrorKind::NotFound {
+                return Err(e);
+            }
+        }
         use std::os::unix::ffi::OsStrExt;
         let (Some(parent), Some(name)) = (self.dir.parent(), self.dir.file_name()) else {
             return Err(io::Error::other(
@@ -262,7 +267,7 @@ pub(crate) fn write_bundle(
     let home = bundle.home();
     dirs.mode(0o750).create(&home)?;
     let ids = spec.ids;
-    let owner = (ids.host_uid(SANDBOX_UID), ids.host_gid(SANDBOX_GID));
+    let owner = ids.user_on_host();
     std::os::unix::fs::chown(&home, Some(owner.0), Some(owner.1))?;
     if let Some(pool) = spec.home_volume {
         pool.take(&bundle.home_image())?;
@@ -275,7 +280,11 @@ pub(crate) fn write_bundle(
     // lives on the host.
     let rootfs = bundle.rootfs();
     dirs.mode(0o755).create(&rootfs)?;
-    volume::mount_tmpfs(&rootfs, ROOTFS_TMPFS_OPTIONS)?;
+    // Rootless, there is no mounting on the host: the root is a plain directory (the sandbox
+    // then sees the bundle's path as its root's source in /proc/mounts; nothing more).
+    if !ids.is_rootless() {
+        volume::mount_tmpfs(&rootfs, ROOTFS_TMPFS_OPTIONS)?;
+    }
     for dir in ["", "proc", "dev", "sys", "usr", "tmp", "home/user", "etc"] {
         fs::DirBuilder::new()
             .recursive(true)
@@ -291,7 +300,7 @@ pub(crate) fn write_bundle(
         }
     }
     let etc = rootfs.join("etc");
-    for (name, contents) in etc_files(&spec.hostname, spec.host.login_shell) {
+    for (name, contents) in etc_files(&spec.hostname, spec.host.login_shell, ids.user_inside()) {
         write_file(&etc.join(name), contents.as_bytes(), 0o644)?;
     }
     std::os::unix::fs::symlink("../proc/self/mounts", etc.join("mtab"))?;
@@ -301,7 +310,7 @@ pub(crate) fn write_bundle(
         write_file(&etc.join("ld.so.cache"), &cache, 0o644)?;
     }
 
-    if !ids.is_identity() {
+    if !ids.is_identity() && !ids.is_rootless() {
         create_user_namespace(ids, &bundle.userns_pin())?;
     }
     let config = oci_config(bundle, spec);
@@ -310,20 +319,31 @@ pub(crate) fn write_bundle(
 }
 
 /// The sandbox's own `/etc`: just enough for names, users and the loader. Never the host's.
-fn etc_files(hostname: &str, login_shell: &str) -> Vec<(&'static str, String)> {
+fn etc_files(
+    hostname: &str,
+    login_shell: &str,
+    (uid, gid): (u32, u32),
+) -> Vec<(&'static str, String)> {
+    // Rootless, the sandbox's user is its namespace's uid 0 (see `rootless`): named `user`, and
+    // the only root there is.
+    let root = if uid == 0 {
+        String::new()
+    } else {
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n".to_owned()
+    };
+    let root_group = if gid == 0 { "" } else { "root:x:0:\n" };
     vec![
         (
             "passwd",
             format!(
-                "root:x:0:0:root:/root:/usr/sbin/nologin\n\
-                 user:x:{SANDBOX_UID}:{SANDBOX_GID}:threadbox sandbox user:{HOME}:{login_shell}\n\
+                "{root}user:x:{uid}:{gid}:threadbox sandbox user:{HOME}:{login_shell}\n\
                  nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
             ),
         ),
         (
             "group",
             // tty (5) owns /dev/pts entries.
-            format!("root:x:0:\ntty:x:5:\nuser:x:{SANDBOX_GID}:\nnogroup:x:65534:\n"),
+            format!("{root_group}tty:x:5:\nuser:x:{gid}:\nnogroup:x:65534:\n"),
         ),
         ("hostname", format!("{hostname}\n")),
         (
@@ -408,17 +428,23 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
         json!({"type": "cgroup"}),
     ];
     let mut linux = json!({});
-    if !spec.ids.is_identity() {
+    if spec.ids.is_rootless() {
+        // runc makes the namespace itself, as an unprivileged process may: mapping only the
+        // caller's own ids.
+        namespaces.push(json!({"type": "user"}));
+    } else if !spec.ids.is_identity() {
         namespaces.push(json!({"type": "user", "path": bundle.userns_pin()}));
-        linux["uidMappings"] = spec.ids.oci_mapping();
-        linux["gidMappings"] = spec.ids.oci_mapping();
+    }
+    if !spec.ids.is_identity() {
+        linux["uidMappings"] = spec.ids.oci_uid_mapping();
+        linux["gidMappings"] = spec.ids.oci_gid_mapping();
     }
 
     let mut config = json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
-            "user": {"uid": SANDBOX_UID, "gid": SANDBOX_GID},
+            "user": {"uid": spec.ids.user_inside().0, "gid": spec.ids.user_inside().1},
             "args": ["/bin/sh", "-c", INIT_SCRIPT],
             "env": env,
             "cwd": HOME,
@@ -450,7 +476,27 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
     if let (Some(config), Some(extra)) = (config["linux"].as_object_mut(), linux.as_object()) {
         config.extend(extra.clone());
     }
+    if spec.ids.is_rootless() {
+        rootless_spec(&mut config);
+    }
     config
+}
+
+/// What an unprivileged runc cannot do, taken out of the spec: cgroups (no memory, CPU, pid or
+/// device limits: they need a cgroup subtree delegated to the user, which the provider does not
+/// set up; `rootless::WEAKER` says so to the user), and a devpts owned by the host's `tty`
+/// group, which is not mapped.
+fn rootless_spec(config: &mut Value) {
+    if let Some(linux) = config["linux"].as_object_mut() {
+        linux.remove("resources");
+    }
+    if let Some(mounts) = config["mounts"].as_array_mut() {
+        for mount in mounts.iter_mut().filter(|m| m["destination"] == "/dev/pts") {
+            if let Some(options) = mount["options"].as_array_mut() {
+                options.retain(|o| o != "gid=5");
+            }
+        }
+    }
 }
 
 /// Defense in depth on top of "uid 1000, no capabilities": refuse the syscalls an unprivileged
@@ -608,7 +654,14 @@ mod tests {
 
     #[test]
     fn etc_is_generated_not_copied() {
-        let files = etc_files("tb-x", "/bin/sh");
+        let files = etc_files(
+            "tb-x",
+            "/bin/sh",
+            (
+                super::super::idmap::SANDBOX_UID,
+                super::super::idmap::SANDBOX_GID,
+            ),
+        );
         let passwd = &files.iter().find(|(n, _)| *n == "passwd").unwrap().1;
         assert!(passwd.contains("user:x:1000:1000:"));
         assert!(passwd.contains(":/home/user:/bin/sh"));

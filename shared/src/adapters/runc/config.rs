@@ -181,8 +181,8 @@ impl RuncConfig {
 /// Can this process run runc sandboxes? The runc binary if so; otherwise why not, in words
 /// fit for a skipped test or a CLI falling back to another provider.
 pub fn host_can_run_sandboxes() -> Result<PathBuf, String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("the runc provider needs root (see docs/runc.md on rootless use)".into());
+    if super::rootless::is_rootless() {
+        super::rootless::check_host()?;
     }
     find_runc().ok_or_else(|| "runc is not installed (apt-get install runc)".into())
 }

@@ -26,7 +26,6 @@ use tokio::sync::watch;
 use super::bundle::HOME;
 use super::cgroup::ContainerCgroup;
 use super::idmap::IdRange;
-use super::idmap::{SANDBOX_GID, SANDBOX_UID};
 use super::process::{kill_tree, reap};
 use super::runtime::{error_message, Runc};
 use crate::ports::{
@@ -102,7 +101,7 @@ pub(crate) struct ExecTarget<'a> {
     pub run_dir: PathBuf,
     /// For the OOM count and the timeout sweep; both degrade gracefully without it.
     pub cgroup: Option<Arc<ContainerCgroup>>,
-    /// Where the sandbox's ids land on the host: the stdio pipes are chowned to its uid 1000.
+    /// Where the sandbox's ids land on the host: the stdio pipes are chowned to its user.
     pub ids: IdRange,
 }
 
@@ -134,7 +133,10 @@ pub(crate) async fn run(
         .arg("--preserve-fds")
         .arg("1")
         .arg("--user")
-        .arg(format!("{SANDBOX_UID}:{SANDBOX_GID}"))
+        .arg({
+            let (uid, gid) = target.ids.user_inside();
+            format!("{uid}:{gid}")
+        })
         .arg("--cwd")
         .arg(request.cwd.as_deref().unwrap_or(HOME));
     for (key, value) in &request.env {
@@ -150,10 +152,7 @@ pub(crate) async fn run(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let status_fd = status_write.as_raw_fd();
-    let owner = (
-        target.ids.host_uid(SANDBOX_UID),
-        target.ids.host_gid(SANDBOX_GID),
-    );
+    let owner = target.ids.user_on_host();
     // SAFETY: the closure only makes async-signal-safe system calls (fstat, fchown, fcntl,
     // dup2) on descriptors it does not own, and allocates nothing.
     unsafe {

@@ -29,7 +29,6 @@ use rustix::io::Errno;
 
 use super::bundle::HOME;
 use super::idmap::IdRange;
-use super::idmap::{SANDBOX_GID, SANDBOX_UID};
 use crate::domain::Millis;
 use crate::ports::{FileEntry, FileKind, ProviderError};
 
@@ -637,10 +636,10 @@ pub(super) fn file_entry(path: &str, stat: &Stat) -> FileEntry {
 }
 
 fn sandbox_uid(ids: IdRange) -> Uid {
-    Uid::from_raw(ids.host_uid(SANDBOX_UID))
+    Uid::from_raw(ids.user_on_host().0)
 }
 fn sandbox_gid(ids: IdRange) -> Gid {
-    Gid::from_raw(ids.host_gid(SANDBOX_GID))
+    Gid::from_raw(ids.user_on_host().1)
 }
 
 pub(super) fn invalid(message: String) -> ProviderError {

@@ -36,19 +36,59 @@ pub(crate) struct IdRange {
     /// The host id of the sandbox's id 0. Zero means no user namespace: the sandbox's ids are
     /// the host's (sandboxes created before ranges existed, still alive over an upgrade).
     base: u32,
+    /// Rootless: the uid and gid running threadbox, the only ids an unprivileged process may
+    /// map without `newuidmap`. runc wants the sandbox's root mapped (it chowns its exec fifo
+    /// to it), so the sandbox's user is its namespace's uid 0, with no capabilities, and that
+    /// is the caller on the host: files it writes are the caller's, and the caller's are its.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    caller: Option<(u32, u32)>,
 }
 
 impl IdRange {
     /// Ids inside are host ids: for sandboxes made without a user namespace.
-    pub const IDENTITY: Self = Self { base: 0 };
+    pub const IDENTITY: Self = Self {
+        base: 0,
+        caller: None,
+    };
 
     fn of_slot(slot: u32) -> Self {
         Self {
             base: FIRST_BASE + slot * RANGE_SIZE,
+            caller: None,
         }
     }
 
+    /// A rootless sandbox's ids: its user, uid 0 inside, is `uid`/`gid` on the host.
+    pub fn rootless(uid: u32, gid: u32) -> Self {
+        Self {
+            base: 0,
+            caller: Some((uid, gid)),
+        }
+    }
+
+    /// The sandbox user's uid and gid inside its namespace: 1000, or 0 rootless (see `caller`).
+    pub fn user_inside(self) -> (u32, u32) {
+        match self.caller {
+            Some(_) => (0, 0),
+            None => (SANDBOX_UID, SANDBOX_GID),
+        }
+    }
+
+    /// The sandbox user's uid and gid on the host.
+    pub fn user_on_host(self) -> (u32, u32) {
+        let (uid, gid) = self.user_inside();
+        (self.host_uid(uid), self.host_gid(gid))
+    }
+
+    /// A rootless sandbox: its user namespace is runc's to make, mapping only the caller.
+    pub fn is_rootless(self) -> bool {
+        self.caller.is_some()
+    }
+
     fn slot(self) -> Option<u32> {
+        if self.caller.is_some() {
+            return None;
+        }
         self.base
             .checked_sub(FIRST_BASE)
             .filter(|offset| offset % RANGE_SIZE == 0)
@@ -56,23 +96,44 @@ impl IdRange {
     }
 
     pub fn is_identity(self) -> bool {
-        self.base == 0
+        self.base == 0 && self.caller.is_none()
     }
 
-    /// The host uid of uid `inside` in the sandbox.
+    /// The host uid of uid `inside` in the sandbox. Rootless, only the sandbox's user is
+    /// mapped, and everything threadbox writes for it is the caller's.
     pub fn host_uid(self, inside: u32) -> u32 {
         debug_assert!(inside < RANGE_SIZE);
-        self.base + inside
+        match self.caller {
+            // Only the sandbox's root is mapped; it is the one id threadbox writes as.
+            Some((uid, _)) => uid,
+            None => self.base + inside,
+        }
     }
 
     /// The host gid of gid `inside` in the sandbox (the same mapping as for uids).
     pub fn host_gid(self, inside: u32) -> u32 {
-        self.host_uid(inside)
+        match self.caller {
+            Some((_, gid)) => gid,
+            None => self.host_uid(inside),
+        }
     }
 
-    /// The OCI `uidMappings`/`gidMappings` entry.
-    pub fn oci_mapping(self) -> serde_json::Value {
-        serde_json::json!([{"containerID": 0, "hostID": self.base, "size": RANGE_SIZE}])
+    /// The OCI `uidMappings` entry.
+    pub fn oci_uid_mapping(self) -> serde_json::Value {
+        match self.caller {
+            Some((uid, _)) => serde_json::json!([{"containerID": 0, "hostID": uid, "size": 1}]),
+            None => {
+                serde_json::json!([{"containerID": 0, "hostID": self.base, "size": RANGE_SIZE}])
+            }
+        }
+    }
+
+    /// The OCI `gidMappings` entry.
+    pub fn oci_gid_mapping(self) -> serde_json::Value {
+        match self.caller {
+            Some((_, gid)) => serde_json::json!([{"containerID": 0, "hostID": gid, "size": 1}]),
+            None => self.oci_uid_mapping(),
+        }
     }
 }
 

@@ -12,21 +12,15 @@
 //! The pieces: `bundle` lays out the OCI bundle, `runtime` drives the runc CLI, `exec` runs
 //! commands, `files` and `search` are the confined file API, `cgroup` finds a container on the
 //! host, `ids` makes and checks sandbox ids, `idmap` gives each sandbox its host ids, `volume`
-//! its home's filesystem.
+//! its home's filesystem, `rootless` what stands in for root when there is none.
 //!
 //! # Root and rootless
 //!
-//! The provider needs root: runc must create cgroups, mount the bundle, and switch to uid 1000;
-//! the file API chowns what it writes to uid 1000. [`RuncProvider::open`] refuses to start
-//! otherwise with `ProviderError::Unsupported`.
-//!
-//! Rootless operation (a developer laptop without sudo) is not implemented. runc supports it
-//! (`runc --rootless true` with a user namespace), and the missing pieces are: a user namespace
-//! in the spec mapping the sandbox's uid 1000 to the caller (plus a subordinate id range through
-//! `newuidmap` for the other ids a sandbox sees); cgroup limits, which need cgroup v2 with a
-//! delegated subtree (systemd's `Delegate=yes`, e.g. under `systemd-run --user --scope`) and
-//! must otherwise be dropped; and the file API writing as the caller instead of chowning.
-//! `docs/runc.md` explains the steps.
+//! As root the provider has everything above. Run by an ordinary user it runs rootless (see
+//! `rootless`): runc makes each sandbox's user namespace, mapping the sandbox's user 1000 to
+//! the caller, and there are no cgroups (no limits; pause by `SIGSTOP`), no mounts on the host
+//! (no disk quota) and no per-sandbox host ids. [`RuncProvider::open`] refuses, in one line
+//! naming the setting, where the kernel forbids unprivileged user namespaces.
 
 mod bundle;
 mod cgroup;
@@ -37,6 +31,7 @@ mod idmap;
 mod ids;
 mod process;
 mod remove;
+mod rootless;
 mod runtime;
 mod search;
 mod version;
@@ -64,10 +59,13 @@ use crate::ports::{
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits};
+pub use self::rootless::WEAKER as ROOTLESS_WEAKER;
 
 /// The local sandbox provider. See the module docs.
 pub struct RuncProvider {
     config: RuncConfig,
+    /// Run by an ordinary user: the ids its sandboxes map (see the `rootless` module).
+    rootless_ids: Option<IdRange>,
     runc: Runc,
     host: HostLayout,
     swap_limit: bool,
@@ -182,25 +180,43 @@ impl RuncProvider {
     /// Open (or create) the state directory, check runc, and sweep leftovers of earlier runs:
     /// bundles whose container is gone and containers whose bundle is gone.
     pub async fn open(config: RuncConfig) -> Result<Self, ProviderError> {
-        if !rustix::process::geteuid().is_root() {
-            return Err(ProviderError::Unsupported(
-                "the runc provider needs root (it creates cgroups and mounts, and runs \
-                 sandboxes as uid 1000); rootless operation is described in docs/runc.md \
-                 but not implemented"
-                    .into(),
+        let rootless = rootless::is_rootless();
+        let mut rootless_ids = None;
+        if rootless {
+            rootless::check_host().map_err(|why| {
+                ProviderError::Unsupported(format!(
+                    "{why}: rootless sandboxes need one; run as root, or use E2B \
+                     (threadbox dev --provider e2b)"
+                ))
+            })?;
+            rootless_ids = Some(IdRange::rootless(
+                rustix::process::getuid().as_raw(),
+                rustix::process::getgid().as_raw(),
             ));
+            if config.limits.disk.is_some() {
+                return Err(ProviderError::Unsupported(
+                    "a disk quota needs root (each home is a loop-mounted filesystem image); \
+                     rootless, run without one (threadbox dev --disk-quota none)"
+                        .into(),
+                ));
+            }
         }
         // The state and sandboxes directories are searchable (0711, never listable): each
         // container's root is a host id of its own range and must reach its bundle. runc's
-        // state and the id allocations stay 0700.
-        for (dir, mode) in [
+        // state and the id allocations stay 0700. Rootless there is no host id table.
+        let mut dirs = vec![
             (config.state_dir.clone(), 0o711),
             (config.runc_root(), 0o700),
             (config.sandboxes_dir(), 0o711),
-            (config.id_ranges_dir.clone(), 0o700),
             (config.state_dir.join(bundle::USERNS_DIR), 0o700),
             (config.volumes_dir(), 0o700),
-        ] {
+        ];
+        if rootless {
+            dirs.push((rootless::paused_dir(&config.state_dir), 0o700));
+        } else {
+            dirs.push((config.id_ranges_dir.clone(), 0o700));
+        }
+        for (dir, mode) in dirs {
             create_dir_with_mode(&dir, mode).map_err(|e| {
                 ProviderError::Internal(format!("cannot create {}: {e}", dir.display()))
             })?;
@@ -210,12 +226,15 @@ impl RuncProvider {
                 tracing::warn!(error = %e, "cannot become a child subreaper; kills may be slow");
             }
         }
-        let runc = Runc::new(
+        let mut runc = Runc::new(
             config.runc_binary.clone(),
             config.runc_root(),
             config.call_timeout,
             config.limits.file_size_bytes,
         );
+        if rootless {
+            runc = runc.with_signal_freezer(rootless::paused_dir(&config.state_dir));
+        }
         let version = runc.version().await.map_err(|e| {
             ProviderError::Unavailable(format!(
                 "{e}; the runc provider needs runc (apt-get install runc)"
@@ -267,16 +286,19 @@ impl RuncProvider {
             ))
         })?;
         let id_ranges = IdRanges::new(config.id_ranges_dir.clone());
-        id_ranges
-            .adopt_legacy(&config.legacy_id_ranges_dir(), &sandboxes_root)
-            .map_err(|e| {
-                ProviderError::Internal(format!(
-                    "cannot move {} into the host's id table: {e}",
-                    config.legacy_id_ranges_dir().display()
-                ))
-            })?;
+        if !rootless {
+            id_ranges
+                .adopt_legacy(&config.legacy_id_ranges_dir(), &sandboxes_root)
+                .map_err(|e| {
+                    ProviderError::Internal(format!(
+                        "cannot move {} into the host's id table: {e}",
+                        config.legacy_id_ranges_dir().display()
+                    ))
+                })?;
+        }
         let refill_volumes = volumes.clone().map(spawn_volume_refill);
         let provider = Self {
+            rootless_ids,
             host: HostLayout::probe(),
             swap_limit: cgroup::swap_limit_supported(),
             id_ranges,
@@ -296,6 +318,7 @@ impl RuncProvider {
             %version,
             sandboxes = live.len(),
             swap_limit = provider.swap_limit,
+            rootless,
             "runc provider ready"
         );
         Ok(provider)
@@ -309,6 +332,11 @@ impl RuncProvider {
 
     pub fn config(&self) -> &RuncConfig {
         &self.config
+    }
+
+    /// Whether the sandboxes run rootless (see the `rootless` module for what that lacks).
+    pub fn is_rootless(&self) -> bool {
+        self.rootless_ids.is_some()
     }
 
     /// The memory a live sandbox's cgroup is charged for now (page cache included), in bytes:
@@ -611,6 +639,14 @@ impl RuncProvider {
         let slot = self.slot(sandbox_id);
         let _hold = {
             let _lifecycle = slot.lifecycle.lock().await;
+            // A frozen cgroup makes runc refuse a command in a paused sandbox; rootless there
+            // is none, and the command would run, so it is refused here (pause takes the same
+            // lock, so this cannot race it).
+            if self.runc.marked_paused(sandbox_id) {
+                return Err(ProviderError::Conflict(format!(
+                    "sandbox {sandbox_id} is paused; connect resumes it"
+                )));
+            }
             ExecHold::admit(slot.clone(), self.commands.clone(), &self.config)?
         };
         let cgroup = self.container_cgroup(sandbox_id, &slot).await?;
@@ -695,7 +731,9 @@ impl SandboxProvider for RuncProvider {
             ));
         }
 
-        let ids = if self.config.user_namespaces {
+        let ids = if let Some(ids) = self.rootless_ids {
+            ids
+        } else if self.config.user_namespaces {
             self.id_ranges.allocate(&self.owner(&id)).map_err(|e| {
                 ProviderError::Unavailable(format!("cannot allocate host ids for a sandbox: {e}"))
             })?

@@ -8,7 +8,9 @@
 //! So the walk is iterative: one open directory at a time (the current one; the way back up is
 //! `..`), and per level only the names still to remove, so memory grows with the entries along
 //! the current path and never with the stack. Names are raw bytes, never decoded. Symlinks are
-//! removed, never followed. The provider runs as root, so modes the sandbox set do not stop it.
+//! removed, never followed. Modes the sandbox set do not stop it: root ignores them, and rootless
+//! the provider owns the sandbox's files, so it gives each directory back `rwx` to itself before
+//! reading it (`open_dir`).
 //!
 //! Only for a dead sandbox's files (its container is gone, so nothing changes the tree). Never
 //! use it on a live sandbox: a process in it could rename the directory being walked, and the
@@ -70,13 +72,39 @@ pub(crate) fn remove_tree_at(parent: impl AsFd, name: &CString) -> io::Result<()
     }
 }
 
+/// Open a directory to empty it. A directory the sandbox left unreadable or unwritable is given
+/// `rwx` for its owner first: root needs nothing of the kind, but rootless the provider is only
+/// the owner, and the owner may always change a mode. The change goes through a descriptor of the
+/// directory itself (never a path that could be swapped for a link).
 fn open_dir(parent: impl AsFd, name: &CString) -> io::Result<OwnedFd> {
-    Ok(openat(
-        parent,
-        name.as_c_str(),
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?)
+    let parent = parent.as_fd();
+    let open = || {
+        openat(
+            parent,
+            name.as_c_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    let dir = match open() {
+        Err(Errno::ACCESS) => {
+            // O_PATH needs no permission on the directory itself; the magic link in /proc
+            // names exactly the directory it opened.
+            let path = openat(
+                parent,
+                name.as_c_str(),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let link = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&path));
+            rustix::fs::chmod(link.as_str(), Mode::from_raw_mode(0o700))?;
+            open()?
+        }
+        other => other?,
+    };
+    // Unlinking its entries needs write permission on it, which the sandbox may have taken.
+    let _ = rustix::fs::fchmod(&dir, Mode::from_raw_mode(0o700));
+    Ok(dir)
 }
 
 /// The entries of a directory, as raw names, `.` and `..` left out.
@@ -169,16 +197,16 @@ mod tests {
         std::fs::write(locked.join("inside"), b"x").unwrap();
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
 
-        let result = remove(&root);
-        // Without root a 000 directory cannot be read; the provider always runs as root.
-        if rustix::process::geteuid().is_root() {
-            result.unwrap();
-            assert!(!root.exists());
-        } else {
-            assert!(result.is_err());
-            std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
-            remove(&root).unwrap();
-        }
+        // A directory left unwritable too: its entries cannot be unlinked without a change.
+        let sealed = root.join("sealed");
+        std::fs::create_dir(&sealed).unwrap();
+        std::fs::write(sealed.join("inside"), b"x").unwrap();
+        std::fs::set_permissions(&sealed, std::fs::Permissions::from_mode(0o500)).unwrap();
+
+        // As root the modes do not matter; as their owner (rootless) the walk gives itself
+        // access back.
+        remove(&root).unwrap();
+        assert!(!root.exists());
         assert_eq!(std::fs::read(outside.join("keep.txt")).unwrap(), b"kept");
         remove(&root).unwrap();
         remove(&tmp.path().join("never-was")).unwrap();

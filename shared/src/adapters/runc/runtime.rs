@@ -80,6 +80,9 @@ pub(crate) struct Runc {
     call_timeout: Duration,
     /// RLIMIT_FSIZE for the sandbox's processes (see `command`).
     file_size_limit: u64,
+    /// Rootless: there is no cgroup freezer, so pause stops the processes with signals and
+    /// marks the container paused with a file in this directory (see `rootless`).
+    signal_freezer: Option<PathBuf>,
 }
 
 impl Runc {
@@ -94,7 +97,34 @@ impl Runc {
             root,
             call_timeout,
             file_size_limit,
+            signal_freezer: None,
         }
+    }
+
+    /// Pause and resume with signals, recording paused containers in `markers` (rootless).
+    pub fn with_signal_freezer(mut self, markers: PathBuf) -> Self {
+        self.signal_freezer = Some(markers);
+        self
+    }
+
+    /// Whether the signal freezer has this container paused (always false with the cgroup
+    /// freezer, which runc itself enforces).
+    pub fn marked_paused(&self, id: &str) -> bool {
+        self.paused_marker(id).is_some_and(|m| m.exists())
+    }
+
+    fn paused_marker(&self, id: &str) -> Option<PathBuf> {
+        self.signal_freezer.as_ref().map(|dir| dir.join(id))
+    }
+
+    /// A running container with a pause marker is paused (rootless).
+    fn with_marker(&self, mut state: ContainerState) -> ContainerState {
+        if state.status == ContainerStatus::Running
+            && self.paused_marker(&state.id).is_some_and(|m| m.exists())
+        {
+            state.status = ContainerStatus::Paused;
+        }
+        state
     }
 
     pub fn call_timeout(&self) -> Duration {
@@ -166,14 +196,12 @@ impl Runc {
     /// The container's state, or `None` when runc has no such container.
     pub async fn state(&self, id: &str) -> Result<Option<ContainerState>, RuncError> {
         match self.call("state", &["state", id]).await {
-            Ok(out) => {
-                serde_json::from_slice(&out)
-                    .map(Some)
-                    .map_err(|source| RuncError::BadOutput {
-                        op: "state",
-                        source,
-                    })
-            }
+            Ok(out) => serde_json::from_slice(&out)
+                .map(|state| Some(self.with_marker(state)))
+                .map_err(|source| RuncError::BadOutput {
+                    op: "state",
+                    source,
+                }),
             // runc's CLI reports a missing container only in words; this message has been the
             // same since runc 1.0 (libcontainer's ErrNotExist).
             Err(RuncError::Failed { message, .. }) if message.contains("does not exist") => {
@@ -188,20 +216,67 @@ impl Runc {
         // With no containers runc prints `null`.
         let listed: Option<Vec<ContainerState>> = serde_json::from_slice(&out)
             .map_err(|source| RuncError::BadOutput { op: "list", source })?;
-        Ok(listed.unwrap_or_default())
+        Ok(listed
+            .unwrap_or_default()
+            .into_iter()
+            .map(|state| self.with_marker(state))
+            .collect())
     }
 
-    /// Freeze every process of the container (the cgroup freezer).
+    /// Freeze every process of the container: the cgroup freezer, or rootless `SIGSTOP`.
     pub async fn pause(&self, id: &str) -> Result<(), RuncError> {
-        self.call("pause", &["pause", id]).await.map(drop)
+        let Some(marker) = self.paused_marker(id) else {
+            return self.call("pause", &["pause", id]).await.map(drop);
+        };
+        let init = self.running_init("pause", id).await?;
+        // Marked first: a crash between the two leaves a paused-looking sandbox whose resume
+        // continues whatever was stopped, never a stopped one that looks running.
+        std::fs::write(&marker, b"").map_err(|e| failed("pause", e))?;
+        tokio::task::spawn_blocking(move || super::rootless::stop_all(init))
+            .await
+            .map_err(|e| failed("pause", std::io::Error::other(e)))?
+            .map_err(|e| failed("pause", e))
     }
 
     pub async fn resume(&self, id: &str) -> Result<(), RuncError> {
-        self.call("resume", &["resume", id]).await.map(drop)
+        let Some(marker) = self.paused_marker(id) else {
+            return self.call("resume", &["resume", id]).await.map(drop);
+        };
+        let init = self.running_init("resume", id).await?;
+        tokio::task::spawn_blocking(move || super::rootless::continue_all(init))
+            .await
+            .map_err(|e| failed("resume", std::io::Error::other(e)))?
+            .map_err(|e| failed("resume", e))?;
+        remove_marker(&marker).map_err(|e| failed("resume", e))
+    }
+
+    /// The init pid of a live container, for the signal freezer; refused like runc refuses to
+    /// pause a paused container or resume a running one.
+    async fn running_init(&self, op: &'static str, id: &str) -> Result<i32, RuncError> {
+        let state = self.state(id).await?.ok_or_else(|| RuncError::Failed {
+            op,
+            message: format!("container {id} does not exist"),
+        })?;
+        let wanted = if op == "pause" {
+            ContainerStatus::Running
+        } else {
+            ContainerStatus::Paused
+        };
+        if state.status != wanted || state.pid <= 0 {
+            return Err(RuncError::Failed {
+                op,
+                message: format!("container {id} is not {wanted:?}"),
+            });
+        }
+        Ok(state.pid)
     }
 
     /// Kill every process of the container (paused or not) and forget it.
     pub async fn delete_force(&self, id: &str) -> Result<(), RuncError> {
+        if let Some(marker) = self.paused_marker(id) {
+            // Stopped processes die of SIGKILL; the marker must not outlive them.
+            remove_marker(&marker).map_err(|e| failed("delete", e))?;
+        }
         self.call("delete", &["delete", "--force", id])
             .await
             .map(drop)
@@ -248,6 +323,20 @@ impl Runc {
 
 /// runc logs errors as `time="..." level=error msg="..."`; keep the `msg` parts, which are what
 /// a person needs, or the whole text when it has another shape.
+fn failed(op: &'static str, error: std::io::Error) -> RuncError {
+    RuncError::Failed {
+        op,
+        message: error.to_string(),
+    }
+}
+
+fn remove_marker(marker: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(marker) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 pub(crate) fn error_message(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let messages: Vec<String> = text
