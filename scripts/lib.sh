@@ -34,7 +34,6 @@ ensure_runc() {
   runc --version | head -n 1 >&2
 }
 
-
 # Headless Chromium and its WebDriver server, for the dashboard's browser test
 # (cli/tests/dashboard_browser.rs). Debian's packages; the two always share a version.
 ensure_chromium() {

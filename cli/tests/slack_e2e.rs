@@ -492,3 +492,47 @@ async fn sandbox_list_answers_the_caller_with_their_threads() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A block that runs for seconds shows its output as it comes: the reply is posted while it
+/// runs, with the first line and not yet the last, then edited into the final reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_block_shows_its_output_while_it_runs() {
+    if !prerequisites_met("slack_e2e", &dev_missing()) {
+        return;
+    }
+    let dev = start().await;
+    let code =
+        "```python\nimport time\nprint('first', flush=True)\ntime.sleep(4)\nprint('last')\n```";
+    let thread = send(&dev, "slack:T1:C1", code);
+    let live = wait_for(&dev, &thread, "a live message", |t| {
+        t.contains("running for") && t.contains("first")
+    })
+    .await;
+    let shown = live
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .find(|t| t.contains("running for"))
+        .unwrap();
+    assert!(!shown.contains("last"), "{shown}");
+    let done = wait_for(&dev, &thread, "the final reply", |t| t.contains("exited 0")).await;
+    let replies: Vec<&Value> = done
+        .iter()
+        .filter(|m| m["text"].as_str().unwrap().contains("exited 0"))
+        .collect();
+    assert_eq!(replies.len(), 1, "{done:#?}");
+    let reply = replies[0];
+    assert!(
+        reply["text"].as_str().unwrap().contains("first\nlast"),
+        "{reply}"
+    );
+    assert!(
+        reply["edits"].as_u64().unwrap() >= 1,
+        "edited in place: {reply}"
+    );
+    // No message is left saying it is still running.
+    assert!(
+        done.iter()
+            .all(|m| !m["text"].as_str().unwrap().contains("running for")),
+        "{done:#?}"
+    );
+}

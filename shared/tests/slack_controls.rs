@@ -575,3 +575,30 @@ async fn a_long_output_is_shared_as_a_file_with_its_first_lines_inline() {
     assert!(w.fake.messages().iter().all(|m| !m.text.contains("cut")));
     assert!(w.fake.rejections().is_empty(), "{:?}", w.fake.rejections());
 }
+
+#[tokio::test]
+async fn a_long_command_shows_live_and_its_message_becomes_the_reply() {
+    let w = world().await;
+    // Longer than the live threshold: a message appears while it runs, then turns into the
+    // reply, in place.
+    w.provider.set_exec_delay(Duration::from_millis(3_500));
+    w.mention(THREAD, "U1", "1767225600.000100", "```echo slow```")
+        .await;
+    let replies = w.fake.messages();
+    assert_eq!(replies.len(), 1, "one message, edited: {replies:#?}");
+    let reply = &replies[0];
+    assert!(reply.text.contains("exited 0"), "{}", reply.text);
+    assert!(
+        reply.history.iter().any(|t| t.contains("running for")),
+        "{:#?}",
+        reply.history
+    );
+    // A quick command never shows a live message.
+    w.provider.set_exec_delay(Duration::ZERO);
+    w.mention(THREAD, "U1", "1767225600.000200", "```echo quick```")
+        .await;
+    let replies = w.fake.messages();
+    assert_eq!(replies.len(), 2);
+    assert!(replies[1].history.is_empty(), "{:#?}", replies[1]);
+    assert!(w.fake.rejections().is_empty(), "{:?}", w.fake.rejections());
+}

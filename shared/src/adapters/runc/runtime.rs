@@ -179,18 +179,27 @@ impl Runc {
     /// The container's init inherits runc's stdio; it points them at /dev/null as its first
     /// act, so the stderr pipe we read runc's errors from closes as soon as the init is up.
     pub async fn run_detached(&self, id: &str, bundle: &Path) -> Result<(), RuncError> {
-        self.call(
-            "run",
-            &[
-                OsStr::new("run"),
-                OsStr::new("--detach"),
-                OsStr::new("--bundle"),
-                bundle.as_os_str(),
-                OsStr::new(id),
-            ],
-        )
-        .await
-        .map(drop)
+        let args = [
+            OsStr::new("run"),
+            OsStr::new("--detach"),
+            OsStr::new("--bundle"),
+            bundle.as_os_str(),
+            OsStr::new(id),
+        ];
+        let run = || self.call("run", &args);
+        match run().await {
+            // runc 1.1 copies itself before starting a container (its guard against
+            // CVE-2019-5736); unprivileged, the copy has been seen to fail once with EBUSY while
+            // other runc processes start. The attempt left at most a half-made container: remove
+            // it and try once more.
+            Err(RuncError::Failed { message, .. }) if message.contains("cloned binary") => {
+                tracing::warn!(container = id, %message, "runc could not clone itself; retrying once");
+                let _ = self.delete_force(id).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                run().await.map(drop)
+            }
+            other => other.map(drop),
+        }
     }
 
     /// The container's state, or `None` when runc has no such container.

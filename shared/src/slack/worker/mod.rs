@@ -30,6 +30,7 @@
 
 mod controls;
 mod home;
+mod live;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,9 +44,10 @@ use crate::domain::{RejectKind, Session, ThreadId};
 use crate::fanout::RecordOutcome;
 use crate::ports::{
     DedupeStore, DurableQueue, ExecCommand, ExecRequest, FileKind, OutgoingMessage,
-    DEFAULT_OUTPUT_CAP,
 };
-use crate::ports::{FileUpload, PostMessage, SlackApi, SlackError, SlackFile, SlackUserThreads};
+use crate::ports::{
+    FileUpload, PostMessage, SlackApi, SlackError, SlackFile, SlackUserThreads, UpdateMessage,
+};
 use crate::usecases::{Threadbox, UseCaseError};
 
 /// The sandbox user's home, where relative paths start.
@@ -72,6 +74,9 @@ pub struct SlackWorkerConfig {
     pub max_blocks_per_message: usize,
     /// Most characters of code (all blocks together) one message may run.
     pub max_code_chars_per_message: usize,
+    /// Bytes of each output stream kept from a code block: more than a reply shows, since
+    /// longer output is shared as a file.
+    pub output_cap: usize,
 }
 
 impl Default for SlackWorkerConfig {
@@ -88,6 +93,7 @@ impl Default for SlackWorkerConfig {
             // person, and an agent can send several messages.
             max_blocks_per_message: 5,
             max_code_chars_per_message: 20_000,
+            output_cap: 1024 * 1024,
         }
     }
 }
@@ -339,13 +345,18 @@ impl SlackWorker {
                         continue;
                     };
                     replies.start().await;
-                    match self.run_block(thread_id, block, timeout).await {
-                        BlockReply::Text(text) => replies.send(text).await,
+                    let place = live::LivePlace {
+                        channel: replies.message.channel.clone(),
+                        thread_ts: replies.message.reply_thread_ts.clone(),
+                    };
+                    let (reply, live_ts) = self.run_block(thread_id, block, timeout, &place).await;
+                    match reply {
+                        BlockReply::Text(text) => replies.finish(text, live_ts).await,
                         BlockReply::WithFile {
                             text,
                             file,
                             fallback,
-                        } => replies.send_with_file(text, file, fallback).await,
+                        } => replies.send_with_file(text, file, fallback, live_ts).await,
                     }
                 }
             }
@@ -407,20 +418,26 @@ impl SlackWorker {
         ))
     }
 
+    /// Run a code block, live in `place` if it runs long; its reply, and the live message to
+    /// edit into it, if one was posted.
     async fn run_block(
         &self,
         thread_id: &ThreadId,
         block: CodeBlock,
         timeout: Duration,
-    ) -> BlockReply {
+        place: &live::LivePlace,
+    ) -> (BlockReply, Option<String>) {
         let interpreter = match block.language {
             Language::Runnable(interpreter) => interpreter,
             Language::Unsupported(language) => {
-                return BlockReply::Text(format!(
-                    "I can't run `{}` code. I can run `bash`, `sh`, `python` and `node`: put \
+                return (
+                    BlockReply::Text(format!(
+                        "I can't run `{}` code. I can run `bash`, `sh`, `python` and `node`: put \
                      the language after the opening fence, like ```python",
-                    escape(&language)
-                ))
+                        escape(&language)
+                    )),
+                    None,
+                )
             }
         };
         let request = ExecRequest {
@@ -429,21 +446,26 @@ impl SlackWorker {
             env: Default::default(),
             stdin: None,
             timeout,
-            output_cap: DEFAULT_OUTPUT_CAP,
+            output_cap: self.config.output_cap,
         };
-        // `exec` holds the sandbox for the command's duration, so it is never paused mid-run.
-        let result = match self.tb.exec(thread_id, request).await {
-            Ok(result) => result,
-            Err(error) => return BlockReply::Text(failure(&error)),
-        };
+        // The exec holds the sandbox for the command's duration, so it is never paused mid-run.
         let language = interpreter.name();
+        let streamed = self.run_live(thread_id, request, language, place).await;
+        let live_ts = streamed.live_ts;
+        let result = match streamed.result {
+            Ok(result) => result,
+            Err(error) => return (BlockReply::Text(failure(&error)), live_ts),
+        };
         let budget = self.config.reply_budget;
         if format::fits_inline(language, &result, budget) {
-            return BlockReply::Text(format::exec_reply(language, &result, budget));
+            return (
+                BlockReply::Text(format::exec_reply(language, &result, budget)),
+                live_ts,
+            );
         }
         // Too long for a message: the first lines inline, the whole output as a file.
         let filename = format!("{language}-output.txt");
-        BlockReply::WithFile {
+        let reply = BlockReply::WithFile {
             text: format::exec_reply_with_file(language, &result, &filename),
             fallback: format::exec_reply(language, &result, budget),
             file: OutputFile {
@@ -451,7 +473,8 @@ impl SlackWorker {
                 bytes: format::output_file(&result).into_bytes(),
                 filename,
             },
-        }
+        };
+        (reply, live_ts)
     }
 
     async fn status(&self, thread_id: &ThreadId) -> String {
@@ -742,22 +765,59 @@ impl<'a> Replies<'a> {
     /// Post `text` with `file` attached (Slack's external upload: the file and the text arrive
     /// as one message). When the upload fails, `fallback` is posted as an ordinary reply, so the
     /// person always gets the result.
-    async fn send_with_file(&mut self, text: String, file: OutputFile, fallback: String) {
+    ///
+    /// With a live message (the command ran long), the file is shared on its own and the live
+    /// message is edited into the text.
+    async fn send_with_file(
+        &mut self,
+        text: String,
+        file: OutputFile,
+        fallback: String,
+        live_ts: Option<String>,
+    ) {
         let upload = FileUpload {
             channel: self.message.channel.clone(),
             thread_ts: self.message.reply_thread_ts.clone(),
             filename: file.filename,
             title: file.title,
-            initial_comment: text,
+            initial_comment: if live_ts.is_some() {
+                String::new()
+            } else {
+                text.clone()
+            },
             bytes: file.bytes,
         };
         match self.worker.api.upload_file(&upload).await {
+            Ok(_) if live_ts.is_some() => self.finish(text, live_ts).await,
             Ok(_) => self.sent += 1,
             Err(error) => {
                 tracing::warn!(%error, "could not attach the output as a file; posting it cut");
-                self.send(fallback).await;
+                self.finish(fallback, live_ts).await;
             }
         }
+    }
+
+    /// The reply to a code block: the live message edited into it when there is one (posted
+    /// anew if the edit fails), else posted.
+    async fn finish(&mut self, text: String, live_ts: Option<String>) {
+        if let Some(ts) = live_ts {
+            let update = UpdateMessage {
+                channel: self.message.channel.clone(),
+                ts,
+                text: text.clone(),
+                blocks: None,
+            };
+            match self.worker.api.update_message(&update).await {
+                Ok(()) => {
+                    self.sent += 1;
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "could not edit the live message into the reply; posting it");
+                }
+            }
+        }
+        self.send(text).await;
     }
 
     async fn send(&mut self, text: String) {
