@@ -227,6 +227,17 @@ impl Browser {
             .map(str::to_owned)
     }
 
+    /// Run `script` (a function body; `arguments` holds `args`) in the page and return what it
+    /// returns, so a test can read several things at one instant, between two redraws.
+    pub async fn execute(&self, script: &str, args: Value) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({ "script": script, "args": args })),
+        )
+        .await
+    }
+
     /// Click the element matching `css`, finding it again if it was redrawn first.
     pub async fn click_on(&self, css: &str) {
         for _ in 0..50 {
