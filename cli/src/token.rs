@@ -37,7 +37,12 @@ pub struct TokenArgs {
     #[arg(long, env = "THREADBOX_DATA_DIR", default_value = ".threadbox")]
     pub data_dir: PathBuf,
 
-    /// Print `{"token", "expires_at", "threads"}` as JSON instead of the bare token.
+    /// Let the token also run commands in its threads' sandboxes over the WebSocket (`exec`
+    /// frames), not only watch them. Off by default.
+    #[arg(long)]
+    pub exec: bool,
+
+    /// Print `{"token", "expires_at", "threads", "exec"}` as JSON instead of the bare token.
     #[arg(long)]
     pub json: bool,
 }
@@ -59,8 +64,9 @@ pub fn run(args: TokenArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
     let (secret, source) = token_secret::load(&args.data_dir)?;
-    let minted = TokenKey::new(secret).mint(scope, args.ttl, SystemClock.now())?;
-    tracing::debug!(%source, expires_at = minted.expires_at.0, "minted a live-events token");
+    let minted =
+        TokenKey::new(secret).mint_with_exec(scope, args.ttl, SystemClock.now(), args.exec)?;
+    tracing::debug!(%source, expires_at = minted.expires_at.0, exec = minted.exec, "minted a live-events token");
     if args.json {
         println!("{}", serde_json::to_string(&minted)?);
     } else {

@@ -269,12 +269,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     args.validate()?;
     let chosen = provider::choose(args.provider.as_deref())?;
     if chosen.is_runc() {
-        preflight::check().map_err(|e| {
-            anyhow::anyhow!(
-                "{e:#}\nOr run the sandboxes on E2B, with no root or runc here: \
-                 THREADBOX_PROVIDER=e2b E2B_API_KEY=... threadbox dev"
-            )
-        })?;
+        preflight::check()?;
     }
     let data_dir = data_dir::prepare(&args.data_dir)?;
 
@@ -426,6 +421,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let live = ws::routes(LiveSocket {
         gateway: LiveGateway::new(subscribers, token_key.clone()),
         sender: sockets,
+        threadbox: tb.clone(),
         shutdown: shutdown.subscribe(),
         connections: ws_limits::ConnectionCounter::new(ws_limits::ConnectionLimits {
             per_token: args.ws_max_per_token,

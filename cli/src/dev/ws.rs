@@ -5,6 +5,12 @@
 //! it, each text frame goes to the shared [`LiveGateway`], exactly what API Gateway's routes
 //! call in production, and every frame for the client (replies, replayed and live events) comes
 //! through the connection's channel in the [`InProcessSender`], so they share one order.
+//!
+//! `exec` frames run commands for the connection (a token with the `exec` capability only): a
+//! [`ConnectionExec`] per socket starts them, and their output frames come through an exec lane
+//! of their own that the writer drains beside the channel, so a chatty command never makes the
+//! connection look stalled to the live-events fan-out. When the socket closes, the commands whose
+//! frame asked `kill_on_disconnect` are killed; the others run to their end.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,8 +24,12 @@ use axum::Router;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use threadbox_shared::http::ApiError;
-use threadbox_shared::live::{InProcessSender, LiveGateway, ProtocolError, MAX_CLIENT_MESSAGE};
+use threadbox_shared::live::{
+    ConnectionExec, InProcessSender, LiveGateway, ProtocolError, SubscriptionToken,
+    MAX_EXEC_MESSAGE,
+};
 use threadbox_shared::ports::{ConnectionSender, Frame};
+use threadbox_shared::usecases::Threadbox;
 use tokio::sync::{mpsc, watch};
 
 use super::ws_limits::{Admission, ConnectionCounter};
@@ -32,6 +42,8 @@ const POLICY: u16 = 1008;
 pub struct LiveSocket {
     pub gateway: LiveGateway,
     pub sender: Arc<InProcessSender>,
+    /// Runs the commands of `exec` frames.
+    pub threadbox: Threadbox,
     pub shutdown: watch::Receiver<bool>,
     pub connections: ConnectionCounter,
 }
@@ -79,23 +91,31 @@ async fn upgrade(
     let connection_id = uuid::Uuid::new_v4().to_string();
     // Routed before the connection is recorded, so no frame for it can find no route.
     let frames = live.sender.register(&connection_id);
-    if let Err(error) = live.gateway.connect(&connection_id, token.as_deref()).await {
-        live.sender.unregister(&connection_id);
-        let status = if error.is_unauthorized() {
-            StatusCode::UNAUTHORIZED
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
-        };
-        return ApiError::new(status, error.code(), error.to_string()).into_response();
-    }
+    let grant = match live
+        .gateway
+        .connect_granting(&connection_id, token.as_deref())
+        .await
+    {
+        Ok((_, grant)) => grant,
+        Err(error) => {
+            live.sender.unregister(&connection_id);
+            let status = if error.is_unauthorized() {
+                StatusCode::UNAUTHORIZED
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            return ApiError::new(status, error.code(), error.to_string()).into_response();
+        }
+    };
     let failed = (live.clone(), connection_id.clone());
-    ws.max_message_size(MAX_CLIENT_MESSAGE)
+    // `exec` frames may carry stdin up to this; the protocol holds the others to less.
+    ws.max_message_size(MAX_EXEC_MESSAGE)
         .on_failed_upgrade(move |error| {
             let (live, connection_id) = failed;
             tracing::debug!(%error, %connection_id, "WebSocket upgrade failed");
             tokio::spawn(async move { forget(&live, &connection_id).await });
         })
-        .on_upgrade(move |socket| serve(live, connection_id, socket, frames, admission))
+        .on_upgrade(move |socket| serve(live, connection_id, grant, socket, frames, admission))
 }
 
 /// Pump one connection: frames out from the channel, client messages in to the gateway, until
@@ -103,11 +123,15 @@ async fn upgrade(
 async fn serve(
     live: LiveSocket,
     connection_id: String,
+    grant: SubscriptionToken,
     socket: WebSocket,
     mut frames: mpsc::Receiver<Frame>,
     // Held while the connection is open: its place under the caps.
     _admission: Admission,
 ) {
+    let sender: Arc<dyn ConnectionSender> = live.sender.clone();
+    let (exec, mut exec_frames) =
+        ConnectionExec::new(live.threadbox.clone(), sender, &connection_id, grant);
     let (mut sink, mut stream) = socket.split();
     let stop = stopping(live.shutdown.clone());
     tokio::pin!(stop);
@@ -126,6 +150,12 @@ async fn serve(
                         return;
                     }
                 },
+                // Commands' output; the lane lives as long as `exec`, so it never ends here.
+                Some(frame) = exec_frames.recv() => {
+                    if sink.send(Message::Text(frame.as_ref().into())).await.is_err() {
+                        return;
+                    }
+                }
                 () = &mut stop => {
                     let _ = sink.send(close(GOING_AWAY, "threadbox dev is stopping")).await;
                     return;
@@ -137,7 +167,11 @@ async fn serve(
         while let Some(Ok(message)) = stream.next().await {
             match message {
                 Message::Text(text) => {
-                    if let Err(error) = live.gateway.message(&connection_id, text.as_str()).await {
+                    let handled = live
+                        .gateway
+                        .message_with_exec(&connection_id, text.as_str(), &exec)
+                        .await;
+                    if let Err(error) = handled {
                         tracing::warn!(connection_id, %error, "live-events message failed");
                         let reply = ProtocolError::new(
                             "unavailable",
@@ -161,6 +195,7 @@ async fn serve(
         _ = writer => {}
         _ = reader => {}
     }
+    exec.disconnect();
     forget(&live, &connection_id).await;
 }
 

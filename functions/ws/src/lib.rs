@@ -12,6 +12,12 @@
 //!   the same way live events do, so they share one order; a message the server cannot use is
 //!   answered with an error frame and the connection stays open. Binary frames are not part of
 //!   the protocol and are answered as a message that is not JSON.
+//! - `exec` frames are answered with the error frame `exec_not_supported_here` (with the
+//!   frame's `request_id`), naming `POST /v1/threads/{id}/exec` with `Accept: text/event-stream`
+//!   instead; nothing runs. Commands over the socket are `threadbox dev`'s: here `$disconnect`
+//!   reaches another invocation (perhaps another instance) than the one running the command, so
+//!   `kill_on_disconnect` and the per-connection command cap would need shared state, and this
+//!   function would need the sandbox provider's credentials and the use cases' permissions.
 //!
 //! A 500 answer means a store or `PostToConnection` failure; the client may send again.
 
@@ -321,5 +327,46 @@ mod tests {
             .await
             .unwrap()
             .is_empty());
+    }
+
+    #[tokio::test]
+    async fn exec_frames_are_answered_with_the_http_route_and_run_nothing() {
+        let l = local();
+        let mut rx = l.sender.register(CONNECTION);
+        // Even a token that may run commands: this function does not run them.
+        let token = l
+            .key
+            .mint_with_exec(
+                ThreadScope::Any,
+                Duration::from_secs(600),
+                l.local.clock.now(),
+                true,
+            )
+            .unwrap()
+            .token;
+        assert_eq!(l.invoke(&connect_with(Some(&token))).await.status_code, 200);
+        let mut message = fixture_json("apigw-ws-message.json");
+        message["body"] = serde_json::json!({
+            "action": "exec", "request_id": "r1", "thread_id": THREAD, "cmd": "echo hi",
+        })
+        .to_string()
+        .into();
+        assert_eq!(l.invoke(&message).await.status_code, 200);
+        let got = frames(&mut rx);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["type"], "error");
+        assert_eq!(got[0]["code"], "exec_not_supported_here");
+        assert_eq!(got[0]["request_id"], "r1");
+        assert_eq!(got[0]["thread_id"], THREAD);
+        let why = got[0]["message"].as_str().unwrap();
+        assert!(
+            why.contains("POST /v1/threads/{id}/exec") && why.contains("text/event-stream"),
+            "{why}"
+        );
+        let thread = ThreadId::parse(THREAD).unwrap();
+        assert!(
+            l.local.tb.session(&thread).await.unwrap().is_none(),
+            "no thread or sandbox was made"
+        );
     }
 }

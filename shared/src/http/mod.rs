@@ -36,6 +36,8 @@ pub use error::ApiError;
 #[cfg(feature = "slack")]
 pub(crate) use extract::ApiQuery;
 pub use local_only::{require_local, LocalOnly};
+// The live-events WebSocket's `exec` frame takes the exec body's fields.
+pub(crate) use sandbox::ExecBody;
 pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
 pub use tokens::{token_routes, DEFAULT_TOKEN_TTL};
 

@@ -44,9 +44,10 @@ pub(crate) fn routes() -> Router<Threadbox> {
         )
 }
 
+/// An exec body; the live-events WebSocket's `exec` frame takes the same fields.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ExecBody {
+pub(crate) struct ExecBody {
     /// A shell command line, run with `/bin/sh -c`.
     cmd: Option<String>,
     /// A program and its arguments, run without a shell.
@@ -59,12 +60,12 @@ struct ExecBody {
     /// With a streamed answer: kill the command if the client goes away before it ends (by
     /// default it runs on to its end, its output dropped).
     #[serde(default)]
-    kill_on_disconnect: bool,
+    pub(crate) kill_on_disconnect: bool,
 }
 
 impl ExecBody {
     /// Turn the body into a request, or say exactly what is wrong with it.
-    fn into_request(self) -> Result<ExecRequest, ApiError> {
+    pub(crate) fn into_request(self) -> Result<ExecRequest, ApiError> {
         let bad = |message: String| ApiError::bad_request("invalid_request", message);
         let command = match (self.cmd, self.argv) {
             (Some(_), Some(_)) => return Err(bad("give either cmd or argv, not both".into())),

@@ -1,8 +1,11 @@
 //! `POST /v1/tokens`: mint a live-events subscription token, behind the API's bearer keys.
 //!
-//! Body `{"threads": ["t1", …] | "*", "ttl_seconds": 3600}` (ttl optional, one hour by default,
-//! at most a day); answer 201 `{"token", "expires_at", "threads"}`. Whoever holds an API key may
-//! watch any thread anyway (it can read every thread's events), so the key may mint any scope.
+//! Body `{"threads": ["t1", …] | "*", "ttl_seconds": 3600, "exec": false}` (ttl optional, one hour
+//! by default, at most a day); answer 201 `{"token", "expires_at", "threads", "exec"}`. Whoever
+//! holds an API key may watch any thread anyway (it can read every thread's events), so the key
+//! may mint any scope. `"exec": true` lets the token also run commands in those threads'
+//! sandboxes over the socket (`exec` frames); the key can run them over HTTP anyway, and a token
+//! only gets the capability when asked for.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +38,8 @@ struct Minter {
 struct TokenRequest {
     threads: ThreadScope,
     ttl_seconds: Option<u64>,
+    #[serde(default)]
+    exec: bool,
 }
 
 /// The token route, to merge into [`super::router`]'s router (it has its own state: the key).
@@ -55,7 +60,7 @@ async fn mint(
         .map_or(DEFAULT_TOKEN_TTL, Duration::from_secs);
     let minted = minter
         .key
-        .mint(request.threads, ttl, minter.clock.now())
+        .mint_with_exec(request.threads, ttl, minter.clock.now(), request.exec)
         .map_err(|e| ApiError::bad_request("invalid_ttl", e.to_string()))?;
     Ok((StatusCode::CREATED, Json(minted)))
 }
@@ -113,6 +118,23 @@ mod tests {
             .check_thread(&ThreadId::parse("t1").unwrap())
             .unwrap();
         assert_eq!(granted.expires_at, Millis(now.0 + 60_000));
+        assert!(!granted.exec, "watch-only unless asked");
+        assert_eq!(body["exec"], false);
+
+        let (status, body) = post(
+            ApiAuth::new(["k1"]),
+            Some("k1"),
+            json!({"threads": ["t1"], "exec": true}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(body["exec"], true);
+        assert!(
+            key()
+                .verify(body["token"].as_str().unwrap(), now)
+                .unwrap()
+                .exec
+        );
 
         let (status, body) = post(ApiAuth::disabled(), None, json!({"threads": "*"})).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
@@ -151,6 +173,11 @@ mod tests {
                 json!({"ttl_seconds": 60}),
                 "invalid_json",
                 "missing field `threads`",
+            ),
+            (
+                json!({"threads": "*", "exec": "yes"}),
+                "invalid_json",
+                "invalid type",
             ),
             (
                 json!({"threads": "*", "ttl_seconds": 0}),

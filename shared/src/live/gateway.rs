@@ -6,6 +6,9 @@
 //! - `$disconnect` → [`LiveGateway::disconnect`].
 //! - `$default` → [`LiveGateway::message`]: replies (subscribed, replayed events, pong, error
 //!   frames) go through the connection sender, like live events, so they share one order.
+//!   `exec` frames are answered `exec_not_supported_here` (naming the HTTP route that streams a
+//!   command's output) unless the server runs commands for its connections: `threadbox dev`
+//!   calls [`LiveGateway::message_with_exec`] with the connection's `ConnectionExec`.
 //!
 //! `threadbox dev` calls the same three from its own WebSocket endpoint.
 
@@ -13,9 +16,15 @@ use std::sync::Arc;
 
 use super::protocol::{self, ClientMessage, ProtocolError, ServerFrame};
 use super::subscribers::{LiveError, Reach, Subscribers};
-use super::token::{TokenError, TokenKey};
+use super::token::{SubscriptionToken, TokenError, TokenKey};
 use crate::domain::ThreadId;
 use crate::ports::{Connection, StoreError};
+
+/// What runs a connection's commands: `ConnectionExec` where the HTTP API's exec body exists.
+#[cfg(feature = "http")]
+type ExecRunner = super::exec::ConnectionExec;
+#[cfg(not(feature = "http"))]
+type ExecRunner = std::convert::Infallible;
 
 /// Threads one connection may watch at once.
 pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 50;
@@ -59,11 +68,21 @@ impl LiveGateway {
         connection_id: &str,
         token: Option<&str>,
     ) -> Result<Connection, ConnectError> {
+        Ok(self.connect_granting(connection_id, token).await?.0)
+    }
+
+    /// [`LiveGateway::connect`], with all the token grants (the record keeps only what watching
+    /// needs; a server that runs commands keeps the rest with its socket).
+    pub async fn connect_granting(
+        &self,
+        connection_id: &str,
+        token: Option<&str>,
+    ) -> Result<(Connection, SubscriptionToken), ConnectError> {
         let now = self.subscribers.now();
         let granted = self.key.verify(token.unwrap_or_default(), now)?;
         let connection = Connection {
             connection_id: connection_id.to_owned(),
-            scope: granted.scope,
+            scope: granted.scope.clone(),
             expires_at: granted.expires_at,
             connected_at: now,
         };
@@ -71,8 +90,8 @@ impl LiveGateway {
             .subscriptions()
             .add_connection(&connection)
             .await?;
-        tracing::debug!(connection_id, scope = %connection.scope, "live-events connection opened");
-        Ok(connection)
+        tracing::debug!(connection_id, scope = %connection.scope, exec = granted.exec, "live-events connection opened");
+        Ok((connection, granted))
     }
 
     /// `$disconnect`: forget the connection and its subscriptions.
@@ -87,6 +106,27 @@ impl LiveGateway {
     /// `$default`: act on one client frame. A frame the server cannot use is answered with an
     /// error frame and the connection stays open; `Err` only for a store or sender failure.
     pub async fn message(&self, connection_id: &str, body: &str) -> Result<(), LiveError> {
+        self.dispatch(connection_id, body, None).await
+    }
+
+    /// [`LiveGateway::message`] on a server that runs commands for its connections: `exec`
+    /// frames start a command in `exec`, whose frames follow on its own lane.
+    #[cfg(feature = "http")]
+    pub async fn message_with_exec(
+        &self,
+        connection_id: &str,
+        body: &str,
+        exec: &super::exec::ConnectionExec,
+    ) -> Result<(), LiveError> {
+        self.dispatch(connection_id, body, Some(exec)).await
+    }
+
+    async fn dispatch(
+        &self,
+        connection_id: &str,
+        body: &str,
+        exec: Option<&ExecRunner>,
+    ) -> Result<(), LiveError> {
         // Held through the replay, so live events for this connection wait behind it.
         let _order = self.subscribers.locks().lock(connection_id).await;
         let reply = match protocol::parse(body) {
@@ -106,6 +146,21 @@ impl LiveGateway {
                 thread_id,
                 after_seq,
             }) => return self.subscribe(connection_id, &thread_id, after_seq).await,
+            Ok(ClientMessage::Exec(frame)) => match exec {
+                #[cfg(feature = "http")]
+                Some(exec) => match exec.start(frame) {
+                    Ok(()) => return Ok(()),
+                    Err(refused) => refused.frame(),
+                },
+                _ => ProtocolError::new(
+                    "exec_not_supported_here",
+                    "this server does not run commands over the WebSocket; stream a command's \
+                     output with POST /v1/threads/{id}/exec and Accept: text/event-stream",
+                )
+                .for_request(&frame.request_id)
+                .about(frame.thread_id.as_str())
+                .frame(),
+            },
         };
         self.subscribers
             .send_control(connection_id, &reply)

@@ -10,8 +10,12 @@
 //!   functions over the ports;
 //! - `in_process`: [`InProcessSender`], the connection sender of a server that holds its
 //!   sockets itself;
-//! - `locks`: per-connection ordering within one process.
+//! - `locks`: per-connection ordering within one process;
+//! - `exec` (with feature `http`): [`ConnectionExec`], a connection's commands run from `exec`
+//!   frames, their output streamed back as frames (served by `threadbox dev`).
 
+#[cfg(feature = "http")]
+mod exec;
 mod gateway;
 mod in_process;
 mod locks;
@@ -22,9 +26,14 @@ mod token;
 #[cfg(all(test, feature = "sqlite"))]
 mod tests;
 
+#[cfg(feature = "http")]
+pub use exec::{ConnectionExec, EXEC_LANE_FRAMES, MAX_EXECS_PER_CONNECTION};
 pub use gateway::{ConnectError, LiveGateway, MAX_SUBSCRIPTIONS_PER_CONNECTION};
 pub use in_process::{InProcessSender, DEFAULT_CONNECTION_BUFFER};
-pub use protocol::{parse, ClientMessage, ProtocolError, ServerFrame, MAX_CLIENT_MESSAGE};
+pub use protocol::{
+    parse, ClientMessage, ExecFrame, ProtocolError, ServerFrame, MAX_CLIENT_MESSAGE,
+    MAX_EXEC_FRAME, MAX_EXEC_MESSAGE, MAX_REQUEST_ID,
+};
 pub use subscribers::{LiveError, Subscribers, TARGET_NAME};
 pub use token::{
     InvalidTtl, MintedToken, SecretError, SubscriptionToken, TokenError, TokenKey, TokenSecret,

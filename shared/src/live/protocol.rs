@@ -7,23 +7,41 @@
 //! - `{"action":"unsubscribe","thread_id":"t1"}`
 //! - `{"action":"ping"}`: answered with `{"type":"pong"}` (keeps API Gateway's idle timer from
 //!   closing a quiet connection; browsers cannot send WebSocket pings themselves).
+//! - `{"action":"exec","request_id":"r1","thread_id":"t1","cmd":"…"}`: run a command in the
+//!   thread's sandbox and stream its output (a token with the `exec` capability only). The other
+//!   fields are those of `POST /v1/threads/{id}/exec`'s body: `cmd` or `argv`, `cwd`, `env`,
+//!   `stdin`, `timeout_ms`, `kill_on_disconnect`. `request_id` (1 to 64 characters of
+//!   `A-Za-z0-9._:-`) names the command in the frames that answer it.
 //!
 //! Server to client, `type` first:
 //! - `{"type":"subscribed","thread_id":…,"after_seq":N,"last_seq":M,"status":"active"|null}`:
 //!   replay of `N+1..=M` follows; `status` is the thread's state now (null: no session yet).
 //! - `{"type":"event","event":{event_id, thread_id, seq, generation, from, to, cause, at, …}}`
 //! - `{"type":"unsubscribed","thread_id":…}`, `{"type":"pong"}`
-//! - `{"type":"error","code":…,"message":…,"thread_id":…?}`: the connection stays open unless
-//!   the code is `token_expired`.
+//! - `{"type":"exec_output","request_id":…,"stream":"stdout"|"stderr","text":…}` (or `"base64"`
+//!   for bytes that are not UTF-8, as the HTTP exec's server-sent events), each frame under
+//!   [`MAX_EXEC_FRAME`] bytes; then `{"type":"exec_exit","request_id":…,"exit_code":0|null,
+//!   "duration_ms","timed_out","truncated","out_of_memory"}`, or an error frame with the
+//!   `request_id` (and, for a command that could not run, the HTTP `status` and `retry_after`).
+//! - `{"type":"error","code":…,"message":…,"thread_id":…?,"request_id":…?}`: the connection stays
+//!   open unless the code is `token_expired`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::domain::{LifecycleEvent, Status, ThreadId, MAX_SEQ};
-use crate::ports::Frame;
+use crate::ports::{ExecRequest, Frame};
 
-/// Largest client frame read. Real ones are under 200 bytes; API Gateway caps frames at 32 KiB.
+/// Largest client frame other than `exec`. Real ones are under 200 bytes.
 pub const MAX_CLIENT_MESSAGE: usize = 4096;
+/// Largest `exec` frame (its `stdin` and `env` ride along): API Gateway's frame limit, 32 KiB.
+/// Bigger input goes in a file (`PUT /v1/threads/{id}/files/…`) or over HTTP exec.
+pub const MAX_EXEC_MESSAGE: usize = 32 * 1024;
+/// Largest frame the server sends for a command's output: under API Gateway's 32 KiB, with
+/// room to spare; a bigger piece of output is split over several frames.
+pub const MAX_EXEC_FRAME: usize = 30 * 1024;
+/// Longest `request_id`.
+pub const MAX_REQUEST_ID: usize = 64;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientMessage {
@@ -35,6 +53,18 @@ pub enum ClientMessage {
         thread_id: ThreadId,
     },
     Ping,
+    Exec(ExecFrame),
+}
+
+/// An `exec` frame, checked: what to run, where, and under which name to answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecFrame {
+    pub request_id: String,
+    pub thread_id: ThreadId,
+    pub request: ExecRequest,
+    /// Kill the command when the connection closes before it ends (by default it runs on to its
+    /// end, its output dropped).
+    pub kill_on_disconnect: bool,
 }
 
 /// A frame the server could not act on, as the error frame that answers it.
@@ -44,6 +74,8 @@ pub struct ProtocolError {
     pub message: String,
     /// The thread the message was about, when it could be read.
     pub thread_id: Option<String>,
+    /// The `exec` request it answers, when it could be read.
+    pub request_id: Option<String>,
 }
 
 impl ProtocolError {
@@ -52,7 +84,13 @@ impl ProtocolError {
             code,
             message: message.into(),
             thread_id: None,
+            request_id: None,
         }
+    }
+
+    pub fn for_request(mut self, request_id: impl Into<String>) -> Self {
+        self.request_id = Some(request_id.into());
+        self
     }
 
     pub fn about(mut self, thread_id: impl Into<String>) -> Self {
@@ -65,6 +103,9 @@ impl ProtocolError {
             code: self.code,
             message: &self.message,
             thread_id: self.thread_id.as_deref(),
+            request_id: self.request_id.as_deref(),
+            status: None,
+            retry_after: None,
         }
         .to_frame()
     }
@@ -89,14 +130,14 @@ struct UnsubscribeBody {
 
 /// Read one client frame. Every failure names what was wrong, as an error frame's code and text.
 pub fn parse(text: &str) -> Result<ClientMessage, ProtocolError> {
-    if text.len() > MAX_CLIENT_MESSAGE {
-        return Err(ProtocolError::new(
+    let too_large = |limit: usize| {
+        ProtocolError::new(
             "message_too_large",
-            format!(
-                "the message is {} bytes; the limit is {MAX_CLIENT_MESSAGE}",
-                text.len()
-            ),
-        ));
+            format!("the message is {} bytes; the limit is {limit}", text.len()),
+        )
+    };
+    if text.len() > MAX_EXEC_MESSAGE {
+        return Err(too_large(MAX_EXEC_MESSAGE));
     }
     let value: Value = serde_json::from_str(text)
         .map_err(|e| ProtocolError::new("bad_json", format!("the message is not JSON: {e}")))?;
@@ -108,10 +149,13 @@ pub fn parse(text: &str) -> Result<ClientMessage, ProtocolError> {
         .ok_or_else(|| {
             ProtocolError::new(
                 "bad_message",
-                "the message needs an \"action\": subscribe, unsubscribe or ping",
+                "the message needs an \"action\": subscribe, unsubscribe, ping or exec",
             )
         })?
         .to_owned();
+    if action != "exec" && text.len() > MAX_CLIENT_MESSAGE {
+        return Err(too_large(MAX_CLIENT_MESSAGE));
+    }
     let bad = |e: serde_json::Error| {
         ProtocolError::new("bad_message", format!("bad {action} message: {e}"))
     };
@@ -136,11 +180,97 @@ pub fn parse(text: &str) -> Result<ClientMessage, ProtocolError> {
             })
         }
         "ping" => Ok(ClientMessage::Ping),
+        "exec" => parse_exec(value).map(ClientMessage::Exec),
         other => Err(ProtocolError::new(
             "unknown_action",
-            format!("unknown action {other:?}; expected subscribe, unsubscribe or ping"),
+            format!("unknown action {other:?}; expected subscribe, unsubscribe, ping or exec"),
         )),
     }
+}
+
+/// An `exec` frame: `action`, `request_id` and `thread_id`, and the rest is an HTTP exec body,
+/// read by the same type with the same checks. Errors name the request once it is known.
+#[cfg(feature = "http")]
+fn parse_exec(value: Value) -> Result<ExecFrame, ProtocolError> {
+    let Value::Object(mut fields) = value else {
+        return Err(ProtocolError::new(
+            "bad_message",
+            "the message must be a JSON object",
+        ));
+    };
+    fields.remove("action");
+    let request_id =
+        match fields.remove("request_id") {
+            Some(Value::String(id)) => request_id(id)?,
+            Some(_) => {
+                return Err(ProtocolError::new(
+                    "bad_message",
+                    "bad exec message: request_id must be a string",
+                ))
+            }
+            None => return Err(ProtocolError::new(
+                "bad_message",
+                "bad exec message: missing field `request_id` (a name for the command's frames)",
+            )),
+        };
+    let for_request = |e: ProtocolError| e.for_request(&request_id);
+    let thread_id = match fields.remove("thread_id") {
+        Some(Value::String(raw)) => thread_id(&raw).map_err(for_request)?,
+        Some(_) => {
+            return Err(for_request(ProtocolError::new(
+                "bad_message",
+                "bad exec message: thread_id must be a string",
+            )))
+        }
+        None => {
+            return Err(for_request(ProtocolError::new(
+                "bad_message",
+                "bad exec message: missing field `thread_id`",
+            )))
+        }
+    };
+    let about = |e: ProtocolError| e.for_request(&request_id).about(thread_id.as_str());
+    let body: crate::http::ExecBody =
+        serde_json::from_value(Value::Object(fields)).map_err(|e| {
+            about(ProtocolError::new(
+                "bad_message",
+                format!("bad exec message: {e}"),
+            ))
+        })?;
+    let kill_on_disconnect = body.kill_on_disconnect;
+    let request = body
+        .into_request()
+        .map_err(|e| about(ProtocolError::new(e.code, e.message)))?;
+    Ok(ExecFrame {
+        request_id,
+        thread_id,
+        request,
+        kill_on_disconnect,
+    })
+}
+
+/// Without the HTTP API's exec body there is nothing to run commands with.
+#[cfg(not(feature = "http"))]
+fn parse_exec(_: Value) -> Result<ExecFrame, ProtocolError> {
+    Err(ProtocolError::new(
+        "exec_not_supported_here",
+        "this server does not run commands over the WebSocket; use POST /v1/threads/{id}/exec",
+    ))
+}
+
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+fn request_id(id: String) -> Result<String, ProtocolError> {
+    let fine = |b: u8| b.is_ascii_alphanumeric() || b"._:-".contains(&b);
+    if id.is_empty() || id.len() > MAX_REQUEST_ID || !id.bytes().all(fine) {
+        return Err(ProtocolError::new(
+            "bad_message",
+            format!(
+                "bad exec message: request_id must be 1 to {MAX_REQUEST_ID} characters of \
+                 A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+            ),
+        ));
+    }
+    Ok(id)
 }
 
 fn thread_id(raw: &str) -> Result<ThreadId, ProtocolError> {
@@ -165,11 +295,37 @@ pub enum ServerFrame<'a> {
         thread_id: &'a ThreadId,
     },
     Pong,
+    /// A piece of a running command's output: `text`, or `base64` for bytes that are not UTF-8.
+    ExecOutput {
+        request_id: &'a str,
+        stream: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        text: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        base64: Option<&'a str>,
+    },
+    /// The command ended; the last frame of its request.
+    ExecExit {
+        request_id: &'a str,
+        exit_code: Option<i32>,
+        duration_ms: u64,
+        timed_out: bool,
+        truncated: bool,
+        out_of_memory: bool,
+    },
     Error {
         code: &'a str,
         message: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         thread_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request_id: Option<&'a str>,
+        /// For a command that could not run: the status `POST …/exec` would have answered.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        /// For a limit: seconds to wait before trying again.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        retry_after: Option<u64>,
     },
 }
 
@@ -262,6 +418,162 @@ mod tests {
             "x".repeat(MAX_CLIENT_MESSAGE)
         );
         assert_eq!(parse(&huge).unwrap_err().code, "message_too_large");
+        let huger = format!(
+            r#"{{"action":"exec","pad":"{}"}}"#,
+            "x".repeat(MAX_EXEC_MESSAGE)
+        );
+        assert_eq!(parse(&huger).unwrap_err().code, "message_too_large");
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn exec_frames_parse_into_the_http_exec_request() {
+        use crate::ports::{ExecCommand, DEFAULT_EXEC_TIMEOUT};
+        let ClientMessage::Exec(frame) = parse(
+            r#"{"action":"exec","request_id":"r1","thread_id":"t1","cmd":"echo hi",
+                "env":{"A":"b"},"stdin":"in","timeout_ms":5000,"cwd":"/home/user",
+                "kill_on_disconnect":true}"#,
+        )
+        .unwrap() else {
+            panic!("not an exec frame")
+        };
+        assert_eq!(frame.request_id, "r1");
+        assert_eq!(frame.thread_id, t("t1"));
+        assert!(frame.kill_on_disconnect);
+        assert_eq!(frame.request.command, ExecCommand::Shell("echo hi".into()));
+        assert_eq!(frame.request.env.get("A").map(String::as_str), Some("b"));
+        assert_eq!(frame.request.stdin.as_deref(), Some(b"in".as_slice()));
+        assert_eq!(frame.request.timeout, std::time::Duration::from_secs(5));
+        assert_eq!(frame.request.cwd.as_deref(), Some("/home/user"));
+
+        let ClientMessage::Exec(frame) = parse(
+            r#"{"action":"exec","request_id":"a.b:c-1_2","thread_id":"t1","argv":["ls","-l"]}"#,
+        )
+        .unwrap() else {
+            panic!("not an exec frame")
+        };
+        assert!(!frame.kill_on_disconnect, "off by default");
+        assert_eq!(
+            frame.request.command,
+            ExecCommand::Argv(vec!["ls".into(), "-l".into()])
+        );
+        assert_eq!(frame.request.timeout, DEFAULT_EXEC_TIMEOUT);
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn bad_exec_frames_get_a_code_a_reason_and_the_request_id() {
+        for (text, code, why, request_id, thread_id) in [
+            (
+                r#"{"action":"exec","thread_id":"t1","cmd":"ls"}"#,
+                "bad_message",
+                "missing field `request_id`",
+                None,
+                None,
+            ),
+            (
+                r#"{"action":"exec","request_id":7,"thread_id":"t1","cmd":"ls"}"#,
+                "bad_message",
+                "request_id must be a string",
+                None,
+                None,
+            ),
+            (
+                r#"{"action":"exec","request_id":"","thread_id":"t1","cmd":"ls"}"#,
+                "bad_message",
+                "1 to 64 characters",
+                None,
+                None,
+            ),
+            (
+                r#"{"action":"exec","request_id":"a b","thread_id":"t1","cmd":"ls"}"#,
+                "bad_message",
+                "1 to 64 characters",
+                None,
+                None,
+            ),
+            (
+                r#"{"action":"exec","request_id":"r1","cmd":"ls"}"#,
+                "bad_message",
+                "missing field `thread_id`",
+                Some("r1"),
+                None,
+            ),
+            (
+                r#"{"action":"exec","request_id":"r1","thread_id":"../etc","cmd":"ls"}"#,
+                "invalid_thread_id",
+                "'/'",
+                Some("r1"),
+                Some("../etc"),
+            ),
+            (
+                r#"{"action":"exec","request_id":"r1","thread_id":"t1"}"#,
+                "invalid_request",
+                "give cmd",
+                Some("r1"),
+                Some("t1"),
+            ),
+            (
+                r#"{"action":"exec","request_id":"r1","thread_id":"t1","cmd":"ls","argv":["ls"]}"#,
+                "invalid_request",
+                "not both",
+                Some("r1"),
+                Some("t1"),
+            ),
+            (
+                r#"{"action":"exec","request_id":"r1","thread_id":"t1","cmd":"ls","shell":"bash"}"#,
+                "bad_message",
+                "unknown field `shell`",
+                Some("r1"),
+                Some("t1"),
+            ),
+            (
+                r#"{"action":"exec","request_id":"r1","thread_id":"t1","cmd":"ls","timeout_ms":0}"#,
+                "invalid_request",
+                "timeout_ms must be between",
+                Some("r1"),
+                Some("t1"),
+            ),
+            (
+                r#"{"action":"exec","request_id":"r1","thread_id":"t1","cmd":"ls","cwd":"../x"}"#,
+                "invalid_path",
+                "",
+                Some("r1"),
+                Some("t1"),
+            ),
+            (
+                r#"{"action":"exec","request_id":"r1","thread_id":"t1","cmd":"ls","kill_on_disconnect":"yes"}"#,
+                "bad_message",
+                "invalid type",
+                Some("r1"),
+                Some("t1"),
+            ),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.code, code, "{text}: {}", err.message);
+            assert!(err.message.contains(why), "{text}: {}", err.message);
+            assert_eq!(err.request_id.as_deref(), request_id, "{text}");
+            assert_eq!(err.thread_id.as_deref(), thread_id, "{text}");
+        }
+        // stdin makes exec frames bigger than the others: up to 32 KiB, then refused.
+        let big = |n: usize| {
+            format!(
+                r#"{{"action":"exec","request_id":"r1","thread_id":"t1","cmd":"cat","stdin":"{}"}}"#,
+                "x".repeat(n)
+            )
+        };
+        assert!(parse(&big(MAX_EXEC_MESSAGE - 200)).is_ok());
+        let err = parse(&big(MAX_EXEC_MESSAGE)).unwrap_err();
+        assert_eq!(err.code, "message_too_large");
+        assert!(err.message.contains("32768"), "{}", err.message);
+        let frame = ProtocolError::new("too_many_commands", "wait")
+            .for_request("r1")
+            .about("t1")
+            .frame();
+        assert_eq!(
+            serde_json::from_str::<Value>(&frame).unwrap(),
+            json!({"type":"error","code":"too_many_commands","message":"wait","thread_id":"t1","request_id":"r1"})
+        );
     }
 
     #[test]
@@ -300,5 +612,28 @@ mod tests {
             json!({"type":"error","code":"bad_json","message":"nope","thread_id":"t1"})
         );
         assert_eq!(&*ServerFrame::Pong.to_frame(), r#"{"type":"pong"}"#);
+        let exit = ServerFrame::ExecExit {
+            request_id: "r1",
+            exit_code: Some(3),
+            duration_ms: 12,
+            timed_out: false,
+            truncated: false,
+            out_of_memory: false,
+        };
+        assert_eq!(
+            serde_json::from_str::<Value>(&exit.to_frame()).unwrap(),
+            json!({"type":"exec_exit","request_id":"r1","exit_code":3,"duration_ms":12,
+                   "timed_out":false,"truncated":false,"out_of_memory":false})
+        );
+        let output = ServerFrame::ExecOutput {
+            request_id: "r1",
+            stream: "stderr",
+            text: None,
+            base64: Some("/w=="),
+        };
+        assert_eq!(
+            serde_json::from_str::<Value>(&output.to_frame()).unwrap(),
+            json!({"type":"exec_output","request_id":"r1","stream":"stderr","base64":"/w=="})
+        );
     }
 }

@@ -97,6 +97,8 @@ const SECRET: &str = "live-events-test-secret-0123456789";
 
 struct Live {
     tb: Threadbox,
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    provider: Arc<InMemoryProvider>,
     clock: Arc<ManualClock>,
     subscriptions: Arc<SqliteSubscriptionStore>,
     subscribers: Arc<Subscribers>,
@@ -123,9 +125,10 @@ impl Live {
             settle_poll: Duration::from_millis(5),
             ..Config::default()
         };
+        let provider = InMemoryProvider::new();
         let tb = Threadbox::new(
             store.clone(),
-            InMemoryProvider::new(),
+            provider.clone(),
             queue,
             clock.clone(),
             config,
@@ -147,6 +150,7 @@ impl Live {
         Self {
             gateway: LiveGateway::new(subscribers.clone(), key.clone()),
             tb,
+            provider,
             clock,
             subscriptions,
             subscribers,
@@ -545,4 +549,185 @@ async fn a_connection_watches_a_bounded_number_of_threads() {
         "subscribed",
         "re-subscribing to a watched thread is not one more"
     );
+}
+
+/// `exec` frames: who may run commands, how many at once, the frames that answer them, and what
+/// closing the connection does to them.
+#[cfg(feature = "http")]
+mod exec {
+    use super::*;
+    use crate::live::{ConnectionExec, MAX_EXECS_PER_CONNECTION};
+    use tokio::sync::mpsc::Receiver;
+
+    impl Live {
+        /// Connect `id` with a token for `scope` (that may run commands when `exec`), and its
+        /// commands' runner and lane.
+        async fn exec_connection(
+            &self,
+            id: &str,
+            scope: ThreadScope,
+            exec: bool,
+        ) -> (ConnectionExec, Receiver<Frame>) {
+            let token = self
+                .key
+                .mint_with_exec(scope, Duration::from_secs(3600), self.clock.now(), exec)
+                .unwrap()
+                .token;
+            let (_, grant) = self
+                .gateway
+                .connect_granting(id, Some(&token))
+                .await
+                .unwrap();
+            assert_eq!(grant.exec, exec);
+            ConnectionExec::new(self.tb.clone(), self.sender.clone(), id, grant)
+        }
+
+        async fn exec(&self, id: &str, runner: &ConnectionExec, request_id: &str, cmd: &str) {
+            let frame = serde_json::json!({
+                "action": "exec", "request_id": request_id, "thread_id": "t1", "cmd": cmd,
+            });
+            self.gateway
+                .message_with_exec(id, &frame.to_string(), runner)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Wait up to 5 s for `done`.
+    async fn until(done: impl Fn() -> bool) {
+        for _ in 0..100 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(done(), "not within 5 s");
+    }
+
+    async fn next(lane: &mut Receiver<Frame>) -> Value {
+        let frame = tokio::time::timeout(Duration::from_secs(10), lane.recv())
+            .await
+            .expect("a frame within 10 s")
+            .expect("the lane is open");
+        serde_json::from_str(&frame).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_command_streams_its_output_then_its_exit() {
+        let live = Live::new().await;
+        let (runner, mut lane) = live.exec_connection("c1", ThreadScope::Any, true).await;
+        live.exec("c1", &runner, "r1", "echo hi").await;
+        // The in-memory provider echoes the command line on stdout.
+        let output = next(&mut lane).await;
+        assert_eq!(
+            output,
+            serde_json::json!({"type":"exec_output","request_id":"r1","stream":"stdout","text":"echo hi"})
+        );
+        let exit = next(&mut lane).await;
+        assert_eq!(exit["type"], "exec_exit", "{exit}");
+        assert_eq!(exit["request_id"], "r1");
+        assert_eq!(exit["exit_code"], 0);
+        assert_eq!(exit["timed_out"], false);
+        assert_eq!(live.provider.commands(), vec!["echo hi".to_owned()]);
+        assert!(
+            live.sender.frames("c1").is_empty(),
+            "nothing on the control path"
+        );
+        // The command ran in the thread's sandbox, made on first use like HTTP exec.
+        assert_eq!(
+            live.tb.load(&tid("t1")).await.unwrap().status,
+            crate::domain::Status::Active
+        );
+    }
+
+    #[tokio::test]
+    async fn without_the_capability_or_the_thread_nothing_runs() {
+        let live = Live::new().await;
+        let (watcher, _lane) = live.exec_connection("c1", ThreadScope::Any, false).await;
+        live.exec("c1", &watcher, "r1", "echo no").await;
+        let refused = live.sender.last("c1");
+        assert_eq!(refused["type"], "error");
+        assert_eq!(refused["code"], "exec_not_allowed", "{refused}");
+        assert_eq!(refused["request_id"], "r1");
+        assert_eq!(refused["thread_id"], "t1");
+
+        let other = ThreadScope::only([tid("t2")]).unwrap();
+        let (runner, _lane) = live.exec_connection("c2", other, true).await;
+        live.exec("c2", &runner, "r1", "echo no").await;
+        assert_eq!(live.sender.last("c2")["code"], "thread_not_allowed");
+
+        // A server that does not run commands (the ws Lambda) says so, naming the request.
+        live.gateway
+            .message(
+                "c2",
+                r#"{"action":"exec","request_id":"r2","thread_id":"t1","cmd":"echo no"}"#,
+            )
+            .await
+            .unwrap();
+        let refused = live.sender.last("c2");
+        assert_eq!(refused["code"], "exec_not_supported_here", "{refused}");
+        assert_eq!(refused["request_id"], "r2");
+        assert!(refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("text/event-stream"));
+
+        assert!(live.provider.commands().is_empty(), "nothing ran");
+        assert!(
+            live.tb.load(&tid("t1")).await.is_err(),
+            "no thread was made"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_runs_a_bounded_number_of_commands_with_distinct_names() {
+        let live = Live::new().await;
+        live.provider.set_exec_delay(Duration::from_secs(2));
+        let (runner, mut lane) = live.exec_connection("c1", ThreadScope::Any, true).await;
+        for i in 0..MAX_EXECS_PER_CONNECTION {
+            live.exec("c1", &runner, &format!("r{i}"), "sleep").await;
+        }
+        assert_eq!(runner.running(), MAX_EXECS_PER_CONNECTION);
+        live.exec("c1", &runner, "r0", "sleep").await;
+        assert_eq!(live.sender.last("c1")["code"], "duplicate_request_id");
+        live.exec("c1", &runner, "one-more", "sleep").await;
+        let refused = live.sender.last("c1");
+        assert_eq!(refused["code"], "too_many_commands", "{refused}");
+        assert_eq!(refused["request_id"], "one-more");
+
+        // As they end, their places free up.
+        let mut exits = 0;
+        while exits < MAX_EXECS_PER_CONNECTION {
+            if next(&mut lane).await["type"] == "exec_exit" {
+                exits += 1;
+            }
+        }
+        until(|| runner.running() == 0).await;
+        live.exec("c1", &runner, "r0", "again").await;
+        assert_eq!(runner.running(), 1);
+    }
+
+    #[tokio::test]
+    async fn closing_the_connection_kills_only_the_commands_that_asked() {
+        let live = Live::new().await;
+        live.provider.set_exec_delay(Duration::from_secs(600));
+        let (runner, lane) = live.exec_connection("c1", ThreadScope::Any, true).await;
+        for (id, kill) in [("kill-me", true), ("keep-me", false)] {
+            let frame = serde_json::json!({
+                "action": "exec", "request_id": id, "thread_id": "t1", "cmd": "sleep",
+                "kill_on_disconnect": kill,
+            });
+            live.gateway
+                .message_with_exec("c1", &frame.to_string(), &runner)
+                .await
+                .unwrap();
+        }
+        assert_eq!(runner.running(), 2);
+        drop(lane);
+        assert_eq!(runner.disconnect(), 1);
+        until(|| runner.running() == 1).await;
+        assert_eq!(runner.disconnect(), 0, "once");
+        live.exec("c1", &runner, "late", "echo").await;
+        assert_eq!(live.sender.last("c1")["code"], "not_connected");
+    }
 }

@@ -1,7 +1,10 @@
 //! Subscription tokens: who may open a live-events connection, to watch which threads, until when.
 //!
 //! A token is `base64url(claims JSON) "." base64url(HMAC-SHA256(secret, "threadbox.subscription.v1." + first part))`,
-//! both parts unpadded. Claims are `{"v":1,"threads":["t1",…] | "*","exp":<epoch seconds>}`.
+//! both parts unpadded. Claims are `{"v":1,"threads":["t1",…] | "*","exp":<epoch seconds>}`, plus
+//! `"exec":true` when the token may also run commands in its threads' sandboxes over the socket (an
+//! `exec` frame). That capability is off unless asked for when minting; a token without the claim
+//! (every token minted before it existed) never runs anything, and is byte for byte what it was.
 //! The MAC covers a fixed prefix so a tag made with the same secret for any other purpose can never
 //! pass as a subscription token. Verification checks the MAC (in constant time) before it parses
 //! anything the client sent, then the expiry.
@@ -77,6 +80,8 @@ impl TokenSecret {
 pub struct SubscriptionToken {
     pub scope: ThreadScope,
     pub expires_at: Millis,
+    /// Whether the holder may run commands in its threads' sandboxes (`exec` frames).
+    pub exec: bool,
 }
 
 impl SubscriptionToken {
@@ -97,6 +102,8 @@ pub struct MintedToken {
     /// Epoch milliseconds, like every time in the API.
     pub expires_at: Millis,
     pub threads: ThreadScope,
+    /// Whether the token may run commands (`exec` frames), not only watch.
+    pub exec: bool,
 }
 
 /// Why a token was refused. `code()` is the stable name clients branch on.
@@ -137,6 +144,10 @@ struct Claims {
     threads: ThreadScope,
     /// Epoch seconds, as in JWTs.
     exp: i64,
+    /// Absent (false) unless the token may run commands; left out when false, so tokens that
+    /// only watch are exactly what they were before the claim existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    exec: bool,
 }
 
 /// Mints and verifies subscription tokens with one secret.
@@ -160,11 +171,24 @@ impl TokenKey {
     }
 
     /// A token for `scope`, valid from `now` for `ttl` (whole seconds; at most [`MAX_TOKEN_TTL`]).
+    /// It may watch, never run commands: see [`TokenKey::mint_with_exec`].
     pub fn mint(
         &self,
         scope: ThreadScope,
         ttl: Duration,
         now: Millis,
+    ) -> Result<MintedToken, InvalidTtl> {
+        self.mint_with_exec(scope, ttl, now, false)
+    }
+
+    /// [`TokenKey::mint`], and with `exec` the token may also run commands in its threads'
+    /// sandboxes over the socket. Only for callers that could run them anyway (an API key).
+    pub fn mint_with_exec(
+        &self,
+        scope: ThreadScope,
+        ttl: Duration,
+        now: Millis,
+        exec: bool,
     ) -> Result<MintedToken, InvalidTtl> {
         if ttl.as_secs() == 0 || ttl > MAX_TOKEN_TTL {
             return Err(InvalidTtl(ttl));
@@ -174,6 +198,7 @@ impl TokenKey {
             v: CLAIMS_VERSION,
             threads: scope,
             exp,
+            exec,
         };
         let json = serde_json::to_vec(&claims).expect("claims always serialize");
         let encoded = URL_SAFE_NO_PAD.encode(json);
@@ -182,6 +207,7 @@ impl TokenKey {
             token: format!("{encoded}.{tag}"),
             expires_at: Millis::from_secs(exp),
             threads: claims.threads,
+            exec,
         })
     }
 
@@ -224,6 +250,7 @@ impl TokenKey {
         Ok(SubscriptionToken {
             scope: claims.threads,
             expires_at,
+            exec: claims.exec,
         })
     }
 }
@@ -278,6 +305,41 @@ mod tests {
             .unwrap();
         let granted = k.verify(&any.token, NOW).unwrap();
         granted.check_thread(&t("whatever")).unwrap();
+    }
+
+    #[test]
+    fn exec_is_granted_only_when_minted_with_it() {
+        let k = key(SECRET);
+        let watching = k.mint(scope(&["a"]), Duration::from_secs(60), NOW).unwrap();
+        assert!(!watching.exec);
+        assert!(!k.verify(&watching.token, NOW).unwrap().exec);
+        // A watch-only token's claims are what they were before `exec` existed.
+        let (claims, _) = watching.token.split_once('.').unwrap();
+        let json = String::from_utf8(URL_SAFE_NO_PAD.decode(claims).unwrap()).unwrap();
+        assert!(!json.contains("exec"), "{json}");
+
+        let running = k
+            .mint_with_exec(scope(&["a"]), Duration::from_secs(60), NOW, true)
+            .unwrap();
+        assert!(running.exec);
+        let granted = k.verify(&running.token, NOW).unwrap();
+        assert!(granted.exec);
+        granted.check_thread(&t("a")).unwrap();
+
+        // A token made the old way (no claim) verifies, without exec.
+        let encoded = URL_SAFE_NO_PAD.encode(r#"{"v":1,"threads":"*","exp":4000000000}"#);
+        let tag = URL_SAFE_NO_PAD.encode(k.mac(&encoded).finalize().into_bytes());
+        let old = k.verify(&format!("{encoded}.{tag}"), NOW).unwrap();
+        assert!(!old.exec);
+        assert_eq!(old.scope, ThreadScope::Any);
+
+        // Adding the claim to a watch-only token breaks its signature.
+        let (_, tag) = watching.token.split_once('.').unwrap();
+        let widened = URL_SAFE_NO_PAD.encode(json.replace('}', r#","exec":true}"#));
+        assert_eq!(
+            k.verify(&format!("{widened}.{tag}"), NOW).unwrap_err(),
+            TokenError::BadSignature
+        );
     }
 
     #[test]
