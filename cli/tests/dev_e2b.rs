@@ -8,7 +8,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use support::{find_program, follow_until_paused, prerequisites_met, threads, DevServer};
@@ -91,45 +90,4 @@ async fn threadbox_dev_runs_its_sandboxes_on_e2b() {
     let read = threads(&dev, &["exec", "tour", "--", "cat", "note"]).await;
     assert!(read.status.success(), "{}", text(&read.stderr));
     assert_eq!(text(&read.stdout), "kept\n");
-}
-
-/// Where runc cannot run (here: not root), `threadbox dev` stops at once with one message that
-/// says why and how to run on E2B instead.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_root_threadbox_dev_says_how_to_use_e2b_instead() {
-    let mut missing = Vec::new();
-    if !support::is_root() {
-        missing.push("root, to run threadbox dev as another user".to_owned());
-    }
-    if find_program("setpriv").is_none() {
-        missing.push("setpriv (util-linux)".to_owned());
-    }
-    if !prerequisites_met(
-        "without_root_threadbox_dev_says_how_to_use_e2b_instead",
-        &missing,
-    ) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["dev", "--port", "0", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .env_remove("THREADBOX_PROVIDER")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let said = text(&out.stderr);
-    assert!(said.contains("needs root"), "{said}");
-    assert!(
-        said.contains("THREADBOX_PROVIDER=e2b E2B_API_KEY="),
-        "{said}"
-    );
-    assert!(
-        !dir.path().join("data").exists(),
-        "nothing was made: {said}"
-    );
 }

@@ -305,7 +305,10 @@ async fn six_hundred_long_commands_leave_the_api_answering() {
             tokio::spawn(async move {
                 let response = client
                     .post(url)
-                    .json(&json!({"cmd": "sleep 4"}))
+                    // Longer than the flood takes to send even on a loaded machine: a command
+                    // that ended early would free its slot for a later one, and more than the
+                    // cap would run in all (though never at once).
+                    .json(&json!({"cmd": "sleep 15"}))
                     .send()
                     .await
                     .unwrap();
