@@ -44,21 +44,8 @@ async fn an_ordinary_user_runs_threadbox_dev_with_rootless_sandboxes() {
     if !rustix::process::geteuid().is_root() {
         return skip("this test needs root to become an ordinary user");
     }
-    let made = Command::new("useradd")
-        .args([
-            "--system",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            USER,
-        ])
-        .output()
-        .expect("run useradd");
-    if !made.status.success() && made.status.code() != Some(9) {
-        return skip(&format!(
-            "cannot make the account {USER}: {}",
-            String::from_utf8_lossy(&made.stderr)
-        ));
+    if let Err(why) = threadbox_shared::testing::accounts::ensure_system_account(USER) {
+        return skip(&why);
     }
     let cleanup = Cleanup {
         dir: tempfile::tempdir().unwrap(),

@@ -2,7 +2,7 @@
 //! pause and resume (connect), medians and their ratio. Run as root with runc installed:
 //!
 //! ```text
-//! cargo bench -p threadbox-shared --features runc --bench runc_rootless
+//! cargo bench -p threadbox-shared --features runc,testing --bench runc_rootless
 //! ```
 //!
 //! The root figures are measured in this process; the rootless ones by this same binary run
@@ -104,19 +104,7 @@ async fn measure() -> BTreeMap<&'static str, f64> {
 
 /// The rootless medians, measured by this binary run again as `USER`.
 fn measure_rootless() -> Result<BTreeMap<String, f64>, String> {
-    let made = Command::new("useradd")
-        .args([
-            "--system",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            USER,
-        ])
-        .output()
-        .map_err(|e| format!("useradd: {e}"))?;
-    if !made.status.success() && made.status.code() != Some(9) {
-        return Err(String::from_utf8_lossy(&made.stderr).into_owned());
-    }
+    threadbox_shared::testing::accounts::ensure_system_account(USER)?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let output = Command::new("runuser")
         .args(["-u", USER, "--"])

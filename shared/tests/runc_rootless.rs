@@ -18,6 +18,7 @@ use threadbox_shared::adapters::runc::{
 use threadbox_shared::ports::{
     ExecCommand, ExecRequest, ProviderError, SandboxProvider, SandboxState, DEFAULT_OUTPUT_CAP,
 };
+use threadbox_shared::testing::accounts;
 use threadbox_shared::testing::provider_conformance as suite;
 
 /// The account the tests run as when started by root.
@@ -262,23 +263,11 @@ fn every_test_passes_as_an_ordinary_user() {
         return;
     }
     let exe = std::env::current_exe().expect("this test binary");
-    let made = Command::new("useradd")
-        .args([
-            "--system",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            USER,
-        ])
-        .output()
-        .expect("run useradd");
-    // 9: the account exists already.
-    if !made.status.success() && made.status.code() != Some(9) {
-        let why = String::from_utf8_lossy(&made.stderr).into_owned();
+    if let Err(why) = accounts::ensure_system_account(USER) {
         if required() {
-            panic!("cannot make the account {USER}: {why}");
+            panic!("{why}");
         }
-        eprintln!("SKIPPED: cannot make the account {USER}: {why}");
+        eprintln!("SKIPPED: {why}");
         return;
     }
     let output = Command::new("runuser")

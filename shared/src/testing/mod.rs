@@ -1,5 +1,6 @@
 //! Test support, compiled only for tests and the `testing` feature.
 
+pub mod accounts;
 pub mod block_kit_limits;
 mod clock;
 pub mod eventually;
