@@ -9,6 +9,7 @@
 //! - `live` (feature `live`): live events over WebSocket: tokens, the protocol, the subscribers
 //!   fan-out target and the connect/disconnect/message routes as plain functions.
 //! - `http` (feature `http`): the HTTP API as an axum router, the same in `threadbox dev` and Lambda.
+//! - `mcp` (feature `mcp`): the sandbox's tools for MCP, over stdio (the CLI) and HTTP (the API).
 //! - `slack` (feature `slack`): the Slack app's ingress, worker and status fan-out target.
 //! - `lambda` (feature `lambda`): what every Lambda function shares: clients built from the
 //!   environment, JSON logs, the HTTP router served through `lambda_http`.
@@ -28,6 +29,8 @@ pub mod http;
 pub mod lambda;
 #[cfg(feature = "live")]
 pub mod live;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod ports;
 pub mod providers;
 #[cfg(feature = "slack")]

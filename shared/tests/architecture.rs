@@ -16,9 +16,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("adapters", &["config", "domain", "ports"]),
     ("providers", &["config", "adapters", "ports"]),
     ("fanout", &["domain", "ports", "fault"]),
-    ("live", &["domain", "ports", "usecases", "fanout"]),
+    ("http", &["domain", "ports", "usecases"]),
+    ("live", &["domain", "ports", "usecases", "fanout", "http"]),
+    ("mcp", &["domain", "ports", "usecases", "http"]),
     ("slack", &["domain", "ports", "usecases", "fanout", "http"]),
-    ("http", &["domain", "ports", "usecases", "live"]),
     (
         "lambda",
         &[
@@ -32,6 +33,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "live",
             "slack",
             "http",
+            "mcp",
         ],
     ),
 ];

@@ -37,7 +37,8 @@ use threadbox_shared::adapters::sqlite::{
 };
 use threadbox_shared::domain::Timers;
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_shared::http::{require_local, router, token_routes, LocalOnly};
+use threadbox_shared::http::{require_local, router, LocalOnly};
+use threadbox_shared::live::token_routes;
 use threadbox_shared::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
 use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue, SystemClock};
 use threadbox_shared::providers::{self, ProviderSetup};
@@ -428,8 +429,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             per_address: args.ws_max_per_address,
         }),
     });
-    let app = router(tb, auth.clone())
+    let app = router(tb.clone(), auth.clone())
         .merge(token_routes(token_key, clock, auth.clone()))
+        .merge(threadbox_shared::mcp::routes(tb, auth.clone()))
         .merge(live)
         .merge(slack.routes);
     let slack_events = slack.events;

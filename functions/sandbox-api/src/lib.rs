@@ -1,6 +1,8 @@
 //! sandbox-api: commands and files in a thread's sandbox, creating or resuming it as needed.
 //!
-//! Serves `POST /v1/threads/{id}/exec` and `GET/PUT/DELETE /v1/threads/{id}/files/{path}`, and
+//! Serves `POST /v1/threads/{id}/exec` and `GET/PUT/DELETE /v1/threads/{id}/files/{path}`, the
+//! same operations as MCP tools at `POST /v1/threads/{id}/mcp` (streamable HTTP, stateless: each
+//! POST answered on its own as JSON, which suits Lambda's buffered responses), and
 //! `POST /v1/tokens`, which mints live-events tokens for the WebSocket API: it takes the same API
 //! key as running commands, and an agent that runs commands is who subscribes to their events.
 //! Binary file bodies cross API Gateway base64-encoded both ways (`lambda_http` decodes the
@@ -9,19 +11,27 @@
 //! limit) and an answer within 30 s (the HTTP API's integration timeout), so long commands and
 //! big files belong to the worker and to direct provider access, not this route.
 
-use axum::Router;
-use threadbox_shared::http::{router_for, token_routes, ApiAuth, RouteGroup};
+use axum::{Extension, Router};
+use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
+use threadbox_shared::lambda::GATEWAY_EXEC_LIMIT;
+use threadbox_shared::live::token_routes;
 use threadbox_shared::live::TokenKey;
+use threadbox_shared::mcp::ExecLimit;
 use threadbox_shared::usecases::Threadbox;
 
 /// The route groups this function serves.
 pub const ROUTES: &[RouteGroup] = &[RouteGroup::Sandbox];
 
 /// The handler: the shared router restricted to [`ROUTES`], plus the token route signed with
-/// `tokens` (the WebSocket function verifies with the same secret).
+/// `tokens` (the WebSocket function verifies with the same secret). MCP commands are held to
+/// [`GATEWAY_EXEC_LIMIT`] (the exec route's limit is `lambda::for_api_gateway`'s).
 pub fn app(tb: Threadbox, auth: ApiAuth, tokens: TokenKey) -> Router {
     let clock = tb.clock.clone();
-    router_for(tb, auth.clone(), ROUTES).merge(token_routes(tokens, clock, auth))
+    router_for(tb.clone(), auth.clone(), ROUTES)
+        .merge(token_routes(tokens, clock, auth.clone()))
+        .merge(threadbox_shared::mcp::routes(tb, auth))
+        // The MCP endpoint's commands must end within the gateway's wait, as exec's do.
+        .layer(Extension(ExecLimit(GATEWAY_EXEC_LIMIT)))
 }
 
 #[cfg(test)]
@@ -86,6 +96,70 @@ mod tests {
         let answer = invoke_http(router, &untyped).await;
         assert_eq!(answer.status, 415);
         assert_eq!(local.provider.creates(), 0, "bad input changes nothing");
+    }
+
+    /// The MCP endpoint through API Gateway's event: a tool call answered as one JSON body, with
+    /// no session, behind the API key.
+    #[tokio::test]
+    async fn the_mcp_event_calls_a_tool_and_answers_json() {
+        let (local, router) = local();
+        let mut event = fixture_json("apigw-http-exec.json");
+        event["rawPath"] = Value::from("/v1/threads/agent-42/mcp");
+        event["routeKey"] = Value::from("POST /v1/threads/{thread_id}/mcp");
+        event["requestContext"]["http"]["path"] = Value::from("/v1/threads/agent-42/mcp");
+        event["requestContext"]["routeKey"] = Value::from("POST /v1/threads/{thread_id}/mcp");
+        let headers = event["headers"].as_object_mut().unwrap();
+        headers.remove("content-length");
+        headers.insert(
+            "accept".into(),
+            Value::from("application/json, text/event-stream"),
+        );
+        headers.insert("mcp-protocol-version".into(), Value::from("2025-06-18"));
+        let call = serde_json::json!({
+            "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "run_command", "arguments": {"command": "echo from mcp"}},
+        });
+        event["body"] = Value::from(call.to_string());
+        let answer = invoke_http(router.clone(), &event).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert!(
+            answer
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("application/json")),
+            "{:?}",
+            answer.headers
+        );
+        assert!(answer.header("mcp-session-id").is_none(), "stateless");
+        let result = &answer.json()["result"];
+        assert_eq!(result["isError"], false, "{result}");
+        assert_eq!(result["structuredContent"]["stdout"], "echo from mcp");
+        assert_eq!(local.provider.creates(), 1, "first use creates the sandbox");
+
+        // A command longer than the gateway can wait for is a tool error naming the limit.
+        let long = serde_json::json!({
+            "jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"name": "run_command",
+                       "arguments": {"command": "sleep 40", "timeout_seconds": 60}},
+        });
+        let mut long_event = event.clone();
+        long_event["body"] = Value::from(long.to_string());
+        let answer = invoke_http(router.clone(), &long_event).await;
+        let result = &answer.json()["result"];
+        assert_eq!(result["isError"], true, "{result}");
+        let text = result["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("exec_timeout_over_gateway_limit"), "{text}");
+
+        event["headers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("authorization");
+        let answer = invoke_http(router, &event).await;
+        assert_eq!(answer.status, 401, "the same API key as the rest of /v1");
     }
 
     #[tokio::test]

@@ -4,7 +4,10 @@
 //!
 //! - `threads`: resolve, pause, resume, reset, and reading sessions and events;
 //! - `sandbox`: exec and files;
-//! - `tokens`: minting live-events subscription tokens (merged in by the caller: it holds the key);
+//!
+//! Routes that belong to another layer come with it, and are merged in by the caller: minting
+//! live-events tokens (`live::token_routes`: the caller holds the key), the MCP endpoint
+//! (`mcp::routes`), the Slack app's request URLs and sink (`slack`).
 //! - `auth`: bearer API keys;
 //! - `local_only`: what a server without keys answers (loopback `Host`, no cross-site browsers);
 //! - `extract`: input validation with JSON errors;
@@ -17,7 +20,6 @@ mod extract;
 mod local_only;
 mod sandbox;
 mod threads;
-mod tokens;
 
 #[cfg(test)]
 mod tests;
@@ -29,17 +31,20 @@ use axum::{middleware, Json, Router};
 use serde_json::{json, Value};
 
 pub use auth::{ApiAuth, ApiKeysError, MIN_API_KEY_LEN};
-// For the Slack sink's route, which lives with the Slack app.
-#[cfg(feature = "slack")]
+// For the routes that live with their own layer: the Slack sink's, the live-events token's, MCP's.
 pub(crate) use auth::require as require_api_key;
 pub use error::ApiError;
 #[cfg(feature = "slack")]
 pub(crate) use extract::ApiQuery;
 pub use local_only::{require_local, LocalOnly};
+// The MCP endpoint's handler and tools (feature `mcp`) and the token route read bodies, ids and
+// paths as every route does.
+pub(crate) use extract::JsonBody;
+#[cfg(feature = "mcp")]
+pub(crate) use extract::{sandbox_path, Thread};
 // The live-events WebSocket's `exec` frame takes the exec body's fields.
 pub(crate) use sandbox::ExecBody;
 pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
-pub use tokens::{token_routes, DEFAULT_TOKEN_TTL};
 
 use crate::usecases::Threadbox;
 
@@ -58,7 +63,8 @@ pub enum RouteGroup {
     Pause,
     /// `POST /v1/threads/{id}/resume`.
     Resume,
-    /// `POST /v1/threads/{id}/exec` and `GET/PUT/DELETE /v1/threads/{id}/files/{path}`.
+    /// `POST /v1/threads/{id}/exec` and `GET/PUT/DELETE /v1/threads/{id}/files/{path}` (the
+    /// functions serving it also merge `mcp::routes`, the same operations as MCP tools).
     Sandbox,
 }
 

@@ -22,6 +22,9 @@ mod locks;
 mod protocol;
 mod subscribers;
 mod token;
+// The token route is an HTTP route: it comes with the API (feature `http`).
+#[cfg(feature = "http")]
+mod token_route;
 
 #[cfg(all(test, feature = "sqlite"))]
 mod tests;
@@ -39,3 +42,5 @@ pub use token::{
     InvalidTtl, MintedToken, SecretError, SubscriptionToken, TokenError, TokenKey, TokenSecret,
     MAX_TOKEN_LEN, MAX_TOKEN_TTL, MIN_SECRET_LEN,
 };
+#[cfg(feature = "http")]
+pub use token_route::{token_routes, DEFAULT_TOKEN_TTL};

@@ -16,12 +16,9 @@ use axum::routing::post;
 use axum::{middleware, Json, Router};
 use serde::Deserialize;
 
-use super::auth::{self, ApiAuth};
-use super::error::ApiError;
-use super::extract::JsonBody;
-use super::MAX_JSON_BODY;
+use super::{MintedToken, TokenKey};
 use crate::domain::ThreadScope;
-use crate::live::{MintedToken, TokenKey};
+use crate::http::{require_api_key, ApiAuth, ApiError, JsonBody, MAX_JSON_BODY};
 use crate::ports::Clock;
 
 /// How long a token lives when the request does not say.
@@ -42,11 +39,12 @@ struct TokenRequest {
     exec: bool,
 }
 
-/// The token route, to merge into [`super::router`]'s router (it has its own state: the key).
+/// The token route, to merge into the API's router (`http::router`; it has its own state: the
+/// key).
 pub fn token_routes(key: TokenKey, clock: Arc<dyn Clock>, auth: ApiAuth) -> Router {
     Router::new()
         .route("/v1/tokens", post(mint))
-        .route_layer(middleware::from_fn_with_state(auth, auth::require))
+        .route_layer(middleware::from_fn_with_state(auth, require_api_key))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .with_state(Minter { key, clock })
 }

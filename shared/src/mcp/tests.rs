@@ -1,0 +1,194 @@
+//! The tools' backend over the use cases, and the API's MCP endpoint driven in-process, over a
+//! SQLite store and queue on a temporary file and the in-memory provider (which echoes the command
+//! line it runs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::{ExecInput, SandboxBackend, ThreadboxBackend};
+use crate::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use crate::http::{router, ApiAuth};
+use crate::testing::{InMemoryProvider, ManualClock};
+use crate::usecases::{Config, Threadbox};
+
+const KEY: &str = "an-mcp-unit-test-key-0123456789abcdef";
+
+fn threadbox(dir: &tempfile::TempDir) -> Threadbox {
+    let path = dir.path().join("threadbox.db");
+    let store = Arc::new(SqliteSessionStore::open(&path).unwrap());
+    let queue = Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap());
+    let config = Config {
+        settle_poll: Duration::from_millis(5),
+        settle_wait: Duration::from_secs(20),
+        ..Config::default()
+    };
+    let clock = Arc::new(ManualClock::default());
+    Threadbox::new(store, InMemoryProvider::new(), queue, clock, config)
+}
+
+#[tokio::test]
+async fn the_backend_runs_commands_and_files_with_the_apis_checks_and_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = ThreadboxBackend::new(threadbox(&dir));
+    let input = ExecInput {
+        cmd: Some("echo hi".into()),
+        ..ExecInput::default()
+    };
+    let ran = backend.exec("t1", input, None).await.unwrap();
+    assert_eq!(ran.exit_code, Some(0));
+    assert_eq!(ran.stdout, "echo hi");
+
+    // The exec body's own checks, with the API's code and status.
+    let both = ExecInput {
+        cmd: Some("true".into()),
+        argv: Some(vec!["true".into()]),
+        ..ExecInput::default()
+    };
+    let refused = backend.exec("t1", both, None).await.unwrap_err();
+    assert_eq!(
+        (refused.code.as_str(), refused.status),
+        ("invalid_request", Some(400))
+    );
+    let slow = ExecInput {
+        cmd: Some("sleep 1".into()),
+        timeout_ms: Some(3_600_000),
+        ..ExecInput::default()
+    };
+    let refused = backend.exec("t1", slow, None).await.unwrap_err();
+    assert_eq!(refused.code, "invalid_request", "{refused:?}");
+
+    let size = backend
+        .write_file("t1", "/home/user/a.txt", b"hello".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(size, 5);
+    let read = backend.read_file("t1", "/home/user/a.txt", 1024).await;
+    assert_eq!(read.unwrap().as_deref(), Some(&b"hello"[..]));
+    // Over the limit: nothing, not a part.
+    let read = backend.read_file("t1", "/home/user/a.txt", 4).await;
+    assert_eq!(read.unwrap(), None);
+    let entries = backend.list_dir("t1", "/home/user").await.unwrap();
+    assert!(entries.iter().any(|e| e.name == "a.txt"), "{entries:?}");
+
+    let relative = backend.read_file("t1", "a.txt", 1024).await.unwrap_err();
+    assert_eq!(
+        (relative.code.as_str(), relative.status),
+        ("invalid_path", Some(400))
+    );
+    let escape = backend
+        .stat("t1", "/home/user/../../etc")
+        .await
+        .unwrap_err();
+    assert_eq!(escape.code, "invalid_path");
+    let glob = backend
+        .glob("t1", "/home/user", "/etc/*")
+        .await
+        .unwrap_err();
+    assert_eq!(glob.code, "invalid_query");
+    let bad_thread = backend.status("not a thread id!").await.unwrap_err();
+    assert_eq!(bad_thread.status, Some(400), "{bad_thread:?}");
+    let unknown = backend.status("never-used").await.unwrap_err();
+    assert_eq!(
+        (unknown.code.as_str(), unknown.status),
+        ("unknown_thread", Some(404))
+    );
+
+    let status = backend.status("t1").await.unwrap();
+    assert_eq!(status["session"]["status"], "active", "{status}");
+    assert!(status["session"]["idle_seconds"].is_u64(), "{status}");
+    let paused = backend.pause("t1").await.unwrap();
+    assert_eq!(paused["status"], "paused", "{paused}");
+    backend.resume("t1").await.unwrap();
+}
+
+async fn post(router: &Router, key: Option<&str>, body: Value) -> (StatusCode, String, Value) {
+    let mut request = Request::post("/v1/threads/t2/mcp")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18");
+    if let Some(key) = key {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {key}"));
+    }
+    let response = router
+        .clone()
+        .oneshot(request.body(Body::from(body.to_string())).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let kind = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let json = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, kind, json)
+}
+
+#[tokio::test]
+async fn the_endpoint_answers_each_post_on_its_own_as_json_behind_the_api_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = threadbox(&dir);
+    let auth = ApiAuth::new([KEY]);
+    let router = router(tb.clone(), auth.clone()).merge(super::routes(tb, auth));
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "unit", "version": "0"}},
+    });
+    let (status, _, _) = post(&router, None, init.clone()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, _) = post(
+        &router,
+        Some("a-wrong-key-of-enough-length-0123456789"),
+        init.clone(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let (status, kind, answer) = post(&router, Some(KEY), init).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert!(kind.starts_with("application/json"), "{kind}");
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "threadbox",
+        "{answer}"
+    );
+
+    // No session: a call stands on its own.
+    let call = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run_command", "arguments": {"command": "echo over http"}},
+    });
+    let (status, kind, answer) = post(&router, Some(KEY), call).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert!(kind.starts_with("application/json"), "{kind}");
+    let result = &answer["result"];
+    assert_eq!(result["isError"], false, "{answer}");
+    assert_eq!(result["structuredContent"]["stdout"], "echo over http");
+
+    let bad = json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "write_file", "arguments": {"path": "/home/user/x"}},
+    });
+    let (_, _, answer) = post(&router, Some(KEY), bad).await;
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    let error: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(error["error"]["code"], "invalid_request", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("content"),
+        "{error}"
+    );
+}

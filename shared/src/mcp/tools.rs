@@ -1,0 +1,439 @@
+//! The tools: `run_command`, `read_file`, `write_file`, `list_dir`, `stat`, `make_dir`, `glob`,
+//! `grep`, `remove`, `pause`, `resume` and `status`, on any [`SandboxBackend`].
+//!
+//! The input schemas come from the parameter types (unknown fields refused). Arguments that do not
+//! fit the schema are a tool error (`isError`, code `invalid_request`) rather than a protocol
+//! error, so the model sees what was wrong; so is every failure of the backend, with the API's
+//! error code.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::{ExecInput, SandboxBackend, ToolFailure};
+use crate::ports::OutputChunk;
+
+/// The most of a file `read_file` returns: a model's context is the limit, not the API's.
+pub const READ_LIMIT: usize = 1024 * 1024;
+/// Progress notifications carry at most this much output each.
+const PROGRESS_TEXT: usize = 4096;
+
+/// One thread's sandbox as MCP tools over `B`.
+pub struct SandboxTools<B: SandboxBackend> {
+    backend: Arc<B>,
+    thread: String,
+    /// Send a command's output as progress notifications while it runs (when the host asks for
+    /// progress). Off over stateless HTTP, where the answer is one JSON body.
+    progress: bool,
+    tool_router: ToolRouter<Self>,
+}
+
+impl<B: SandboxBackend> Clone for SandboxTools<B> {
+    fn clone(&self) -> Self {
+        Self {
+            backend: self.backend.clone(),
+            thread: self.thread.clone(),
+            progress: self.progress,
+            tool_router: self.tool_router.clone(),
+        }
+    }
+}
+
+/// Tool arguments as `T`, or why they are not: deserializing never fails, so a bad argument
+/// becomes the tool's error result instead of a JSON-RPC error. Its schema is `T`'s.
+pub struct Checked<T>(Result<T, String>);
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Checked<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Ok(Checked(
+            serde_json::from_value(value).map_err(|e| format!("invalid arguments: {e}")),
+        ))
+    }
+}
+
+impl<T: schemars::JsonSchema> schemars::JsonSchema for Checked<T> {
+    fn schema_name() -> Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn schema_id() -> Cow<'static, str> {
+        T::schema_id()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+
+    fn inline_schema() -> bool {
+        T::inline_schema()
+    }
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommand {
+    /// A shell command line, run with /bin/sh -c. Give this or `argv`.
+    command: Option<String>,
+    /// A program and its arguments, run without a shell. Give this or `command`.
+    argv: Option<Vec<String>>,
+    /// Working directory (absolute); the default is /home/user.
+    cwd: Option<String>,
+    /// Environment variables for the command.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// Text passed to the command's standard input.
+    stdin: Option<String>,
+    /// Kill the command after this many seconds (at most 600; default 60).
+    timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PathArg {
+    /// An absolute path in the sandbox, under /home/user or /tmp.
+    path: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFile {
+    /// An absolute path in the sandbox, under /home/user or /tmp; parents are created.
+    path: String,
+    /// The new contents (replaces the file whole).
+    content: String,
+    /// `content` is base64 (for bytes that are not text).
+    #[serde(default)]
+    base64: bool,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Glob {
+    /// The folder to search from, an absolute path (for example /home/user).
+    path: String,
+    /// A pattern relative to `path`: `*.py`, `src/**/*.rs`, `[ab]?.txt`.
+    glob: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Grep {
+    /// A file, or a folder searched to any depth, as an absolute path.
+    path: String,
+    /// A regular expression to look for, line by line.
+    pattern: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Remove {
+    /// An absolute path in the sandbox, under /home/user or /tmp.
+    path: String,
+    /// Remove a directory and everything in it.
+    #[serde(default)]
+    recursive: bool,
+}
+
+/// A failure as the tool's error result: the model sees the message and the code.
+fn tool_error(failure: ToolFailure) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(failure.to_json().to_string())])
+}
+
+fn invalid(message: &str) -> CallToolResult {
+    tool_error(ToolFailure::invalid(message))
+}
+
+fn outcome<T: serde::Serialize>(result: Result<T, ToolFailure>) -> CallToolResult {
+    match result {
+        Ok(value) => CallToolResult::structured(json!(value)),
+        Err(failure) => tool_error(failure),
+    }
+}
+
+/// The arguments, or the tool error that says what is wrong with them.
+macro_rules! checked {
+    ($args:expr) => {
+        match $args {
+            Ok(args) => args,
+            Err(why) => return invalid(&why),
+        }
+    };
+}
+
+/// The next chunk of output, or never once there is none to wait for.
+async fn next_chunk(output: &mut Option<mpsc::UnboundedReceiver<OutputChunk>>) -> OutputChunk {
+    if let Some(receiver) = output {
+        if let Some(chunk) = receiver.recv().await {
+            return chunk;
+        }
+    }
+    std::future::pending().await
+}
+
+#[tool_router]
+impl<B: SandboxBackend> SandboxTools<B> {
+    /// The tools for `thread`'s sandbox; `progress` sends `run_command`'s output as progress
+    /// notifications (stdio), off where the transport answers in one piece (stateless HTTP).
+    pub fn new(backend: Arc<B>, thread: String, progress: bool) -> Self {
+        Self {
+            backend,
+            thread,
+            progress,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        description = "Run a command in the thread's Linux sandbox (created on first use, resumed if paused; files persist between calls). Returns exit_code, stdout, stderr, timed_out and truncated. Over stdio the output also arrives as progress notifications while it runs; over the API's HTTP endpoint (stateless) there are none, the output comes with the result."
+    )]
+    async fn run_command(
+        &self,
+        Parameters(Checked(args)): Parameters<Checked<RunCommand>>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let args = checked!(args);
+        let (cmd, argv) = match (args.command, args.argv) {
+            (Some(cmd), None) if !cmd.trim().is_empty() => (Some(cmd), None),
+            (None, Some(argv)) if !argv.is_empty() => (None, Some(argv)),
+            _ => return invalid("give exactly one of command (a shell line) or argv"),
+        };
+        let input = ExecInput {
+            cmd,
+            argv,
+            cwd: args.cwd,
+            env: args.env,
+            stdin: args.stdin,
+            timeout_ms: args.timeout_seconds.map(|s| s.saturating_mul(1000)),
+        };
+        let token = context.meta.get_progress_token().filter(|_| self.progress);
+        let (sink, mut output) = match token {
+            Some(_) => {
+                let (sink, output) = mpsc::unbounded_channel();
+                (Some(sink), Some(output))
+            }
+            None => (None, None),
+        };
+        let mut step = 0u32;
+        let mut notify = |chunk: OutputChunk| {
+            let (name, bytes) = match chunk {
+                OutputChunk::Stdout(bytes) => ("stdout", bytes),
+                OutputChunk::Stderr(bytes) => ("stderr", bytes),
+            };
+            step += 1;
+            let text = String::from_utf8_lossy(&bytes);
+            let text: String = text.chars().take(PROGRESS_TEXT).collect();
+            token.clone().map(|token| {
+                ProgressNotificationParam::new(token, f64::from(step))
+                    .with_message(format!("{name}: {text}"))
+            })
+        };
+        let exec = self.backend.exec(&self.thread, input, sink);
+        tokio::pin!(exec);
+        let result = loop {
+            tokio::select! {
+                result = &mut exec => break result,
+                chunk = next_chunk(&mut output) => {
+                    if let Some(note) = notify(chunk) {
+                        // A host that stopped listening for progress still gets the result.
+                        let _ = context.peer.notify_progress(note).await;
+                    }
+                }
+                // A host that cancels the call wants the command stopped: dropping the call
+                // stops it (the HTTP client's stream asks the API to kill it).
+                () = context.ct.cancelled() => return invalid("cancelled"),
+            }
+        };
+        // Output sent before the end and not yet passed on.
+        if let Some(receiver) = output.as_mut() {
+            while let Ok(chunk) = receiver.try_recv() {
+                if let Some(note) = notify(chunk) {
+                    let _ = context.peer.notify_progress(note).await;
+                }
+            }
+        }
+        match result {
+            Ok(result) => CallToolResult::structured(json!({
+                "exit_code": result.exit_code,
+                "stdout": result.stdout,
+                "stderr": result.stderr,
+                "timed_out": result.timed_out,
+                "truncated": result.truncated,
+                "out_of_memory": result.out_of_memory,
+                "duration_ms": result.duration_ms,
+            })),
+            Err(failure) => tool_error(failure),
+        }
+    }
+
+    #[tool(
+        description = "Read a file from the sandbox (at most 1 MiB). Text comes as `text`; other bytes as `base64`."
+    )]
+    async fn read_file(
+        &self,
+        Parameters(Checked(args)): Parameters<Checked<PathArg>>,
+    ) -> CallToolResult {
+        let args = checked!(args);
+        let read = self
+            .backend
+            .read_file(&self.thread, &args.path, READ_LIMIT)
+            .await;
+        let bytes = match read {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                return invalid(&format!(
+                    "{} is more than read_file returns ({READ_LIMIT} bytes); read a part with run_command (head, tail, sed -n)",
+                    args.path
+                ))
+            }
+            Err(failure) => return tool_error(failure),
+        };
+        CallToolResult::structured(match String::from_utf8(bytes) {
+            Ok(text) => json!({"path": args.path, "text": text}),
+            Err(not_text) => json!({
+                "path": args.path,
+                "base64": base64::engine::general_purpose::STANDARD.encode(not_text.as_bytes()),
+            }),
+        })
+    }
+
+    #[tool(
+        description = "Write a file in the sandbox, replacing it whole; parent folders are created."
+    )]
+    async fn write_file(
+        &self,
+        Parameters(Checked(args)): Parameters<Checked<WriteFile>>,
+    ) -> CallToolResult {
+        let args = checked!(args);
+        let contents = if args.base64 {
+            match base64::engine::general_purpose::STANDARD.decode(&args.content) {
+                Ok(bytes) => bytes,
+                Err(e) => return invalid(&format!("content is not base64: {e}")),
+            }
+        } else {
+            args.content.into_bytes()
+        };
+        let written = self
+            .backend
+            .write_file(&self.thread, &args.path, contents)
+            .await
+            .map(|size| json!({"path": args.path, "size": size}));
+        outcome(written)
+    }
+
+    #[tool(description = "List a folder in the sandbox: each entry's name, kind, size and mtime.")]
+    async fn list_dir(
+        &self,
+        Parameters(Checked(args)): Parameters<Checked<PathArg>>,
+    ) -> CallToolResult {
+        let args = checked!(args);
+        let entries = self.backend.list_dir(&self.thread, &args.path).await;
+        outcome(entries.map(|entries| json!({"path": args.path, "entries": entries})))
+    }
+
+    #[tool(description = "Describe a path in the sandbox: kind, size and mtime.")]
+    async fn stat(
+        &self,
+        Parameters(Checked(args)): Parameters<Checked<PathArg>>,
+    ) -> CallToolResult {
+        let args = checked!(args);
+        outcome(self.backend.stat(&self.thread, &args.path).await)
+    }
+
+    #[tool(description = "Make a folder in the sandbox, with its missing parents.")]
+    async fn make_dir(
+        &self,
+        Parameters(Checked(args)): Parameters<Checked<PathArg>>,
+    ) -> CallToolResult {
+        let args = checked!(args);
+        let made = self
+            .backend
+            .make_dir(&self.thread, &args.path)
+            .await
+            .map(|()| json!({"path": args.path, "kind": "dir"}));
+        outcome(made)
+    }
+
+    #[tool(description = "Find paths under a folder matching a glob pattern (`**` for any depth).")]
+    async fn glob(&self, Parameters(Checked(args)): Parameters<Checked<Glob>>) -> CallToolResult {
+        let args = checked!(args);
+        let paths = self
+            .backend
+            .glob(&self.thread, &args.path, &args.glob)
+            .await;
+        outcome(paths.map(|paths| json!({"paths": paths})))
+    }
+
+    #[tool(
+        description = "Find the lines matching a regular expression in a file or under a folder; each match has path, line_number and line."
+    )]
+    async fn grep(&self, Parameters(Checked(args)): Parameters<Checked<Grep>>) -> CallToolResult {
+        let args = checked!(args);
+        let matches = self
+            .backend
+            .grep(&self.thread, &args.path, &args.pattern)
+            .await;
+        outcome(matches.map(|matches| json!({"matches": matches})))
+    }
+
+    #[tool(description = "Remove a file, or a folder (with everything in it when recursive).")]
+    async fn remove(
+        &self,
+        Parameters(Checked(args)): Parameters<Checked<Remove>>,
+    ) -> CallToolResult {
+        let args = checked!(args);
+        let removed = self
+            .backend
+            .remove(&self.thread, &args.path, args.recursive)
+            .await
+            .map(|()| json!({"removed": args.path}));
+        outcome(removed)
+    }
+
+    #[tool(
+        description = "Pause the sandbox (its memory and files are kept; the next command resumes it)."
+    )]
+    async fn pause(&self) -> CallToolResult {
+        outcome(self.backend.pause(&self.thread).await)
+    }
+
+    #[tool(description = "Resume the sandbox if it is paused.")]
+    async fn resume(&self) -> CallToolResult {
+        outcome(self.backend.resume(&self.thread).await)
+    }
+
+    #[tool(
+        description = "The thread's state: its status (active, paused, ...), sandbox, idle time, disk usage and recent lifecycle events."
+    )]
+    async fn status(&self) -> CallToolResult {
+        outcome(self.backend.status(&self.thread).await)
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl<B: SandboxBackend> ServerHandler for SandboxTools<B> {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("threadbox", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "Tools for one persistent Linux sandbox, the one of threadbox thread {:?}: run \
+                 commands and work with its files under /home/user (kept across calls and \
+                 pauses) and /tmp. It has no network.",
+                self.thread
+            ))
+    }
+}
