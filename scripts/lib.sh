@@ -31,6 +31,9 @@ apt_install() {
 # The OCI runtime local sandboxes run on. crun does not work on hybrid cgroups; runc does.
 ensure_runc() {
   command -v runc >/dev/null 2>&1 || apt_install runc
+  # Networked sandboxes: packet filters (nft) and the test's HTTPS certificate (openssl).
+  command -v nft >/dev/null 2>&1 || test -x /usr/sbin/nft || apt_install nftables
+  command -v openssl >/dev/null 2>&1 || apt_install openssl
   runc --version | head -n 1 >&2
 }
 

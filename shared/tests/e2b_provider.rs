@@ -362,7 +362,9 @@ async fn create_sends_the_v2_body_with_an_idempotency_key() {
     let (fake, p) = setup().await;
     let owner = fresh_owner(3);
     let mut request = create_request(owner.clone());
-    request.network = NetworkProfile::Networked;
+    request.network = NetworkProfile::Networked {
+        allow: Default::default(),
+    };
     let id = p.create(request).await.unwrap().sandbox_id;
 
     let sandbox = fake.sandbox(&id).unwrap();

@@ -15,8 +15,7 @@ use threadbox_shared::adapters::runc::{
     host_can_run_sandboxes, DiskQuota, RuncConfig, RuncProvider, SandboxLimits,
 };
 use threadbox_shared::ports::{
-    CreateSandbox, ExecCommand, ExecRequest, FileKind, NetworkProfile, ProviderError,
-    SandboxProvider, SandboxState,
+    CreateSandbox, ExecCommand, ExecRequest, FileKind, ProviderError, SandboxProvider, SandboxState,
 };
 use threadbox_shared::testing::provider_conformance as suite;
 
@@ -164,19 +163,6 @@ async fn no_network_but_loopback() {
     assert_ne!(out.exit_code, Some(0), "{out:?}");
     assert!(!out.stdout.contains("connected"));
     p.kill(&id).await.unwrap();
-}
-
-#[tokio::test]
-async fn networked_profile_is_refused_clearly() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let mut request = suite::create_request(suite::fresh_owner(1));
-    request.network = NetworkProfile::Networked;
-    match p.create(request).await {
-        Err(ProviderError::Unsupported(message)) => assert!(message.contains("network")),
-        other => panic!("{other:?}"),
-    }
-    assert!(p.list(&BTreeMap::new()).await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -277,7 +277,7 @@ impl Threadbox {
         };
         let request = CreateSandbox {
             owner,
-            network: self.config.network,
+            network: self.config.network.clone(),
             timeout: self.config.sandbox_timeout,
             env: Default::default(),
         };

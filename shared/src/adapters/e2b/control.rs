@@ -33,6 +33,9 @@ pub(crate) struct NewSandbox<'a> {
     #[serde(rename = "autoPause")]
     pub auto_pause: bool,
     pub allow_internet_access: bool,
+    /// `network.allowOut`/`denyOut` for a networked sandbox with an allowlist; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<serde_json::Value>,
     pub metadata: &'a BTreeMap<String, String>,
     #[serde(rename = "envVars")]
     pub env_vars: &'a BTreeMap<String, String>,
@@ -389,6 +392,7 @@ mod tests {
             timeout: 300,
             auto_pause: true,
             allow_internet_access: false,
+            network: None,
             metadata: &meta,
             env_vars: &env,
         };

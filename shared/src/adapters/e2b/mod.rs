@@ -281,6 +281,19 @@ impl E2bProvider {
     }
 }
 
+/// E2B's `network` for a profile: a networked sandbox with an allowlist allows its entries out
+/// and denies the rest (`denyOut: ["0.0.0.0/0"]`, which E2B requires beside a domain entry);
+/// E2B keeps private and metadata addresses out of reach itself. Restricted and everything
+/// public need none (`allow_internet_access` says it).
+fn e2b_network(profile: &NetworkProfile) -> Option<serde_json::Value> {
+    match profile {
+        NetworkProfile::Networked { allow } if !allow.is_everything_public() => {
+            Some(serde_json::json!({"allowOut": allow.to_strings(), "denyOut": ["0.0.0.0/0"]}))
+        }
+        _ => None,
+    }
+}
+
 fn paused(sandbox_id: &str) -> ProviderError {
     ProviderError::Conflict(format!(
         "sandbox {sandbox_id} is paused; connect to resume it"
@@ -326,7 +339,8 @@ impl SandboxProvider for E2bProvider {
             template_id: &self.config.template,
             timeout: whole_secs(timeout),
             auto_pause: true,
-            allow_internet_access: request.network == NetworkProfile::Networked,
+            allow_internet_access: request.network.is_networked(),
+            network: e2b_network(&request.network),
             metadata: &metadata,
             env_vars: &request.env,
         };
@@ -524,6 +538,26 @@ impl SandboxProvider for E2bProvider {
 mod tests {
     use super::*;
     use crate::domain::ThreadId;
+
+    #[test]
+    fn an_allowlist_becomes_allow_out_beside_deny_all() {
+        use crate::ports::Allowlist;
+        assert_eq!(e2b_network(&NetworkProfile::Restricted), None);
+        let public = NetworkProfile::Networked {
+            allow: Allowlist::everything_public(),
+        };
+        assert_eq!(e2b_network(&public), None);
+        let listed = NetworkProfile::Networked {
+            allow: Allowlist::parse(["pkg.test", "203.0.113.0/24"]).unwrap(),
+        };
+        assert_eq!(
+            e2b_network(&listed),
+            Some(serde_json::json!({
+                "allowOut": ["pkg.test", "203.0.113.0/24"],
+                "denyOut": ["0.0.0.0/0"]
+            }))
+        );
+    }
 
     #[test]
     fn idempotency_keys_fit_e2b_and_differ_by_thread_and_generation() {

@@ -106,6 +106,9 @@ pub struct RuncConfig {
     /// Home volumes kept formatted ahead of creates (with `limits.disk`), so a create only
     /// mounts one; see the `volume` module.
     pub spare_volumes: usize,
+    /// Networked sandboxes: the resolver the egress proxy asks, operator exceptions to the
+    /// always-refused networks, and the proxy's bounds (see the `network` module).
+    pub network: super::egress::NetworkConfig,
 }
 
 /// The default host-wide table of allocated id ranges.
@@ -151,6 +154,7 @@ impl RuncConfig {
             user_namespaces: true,
             id_ranges_dir: PathBuf::from(HOST_ID_RANGES_DIR),
             spare_volumes: 2,
+            network: Default::default(),
         }
     }
 

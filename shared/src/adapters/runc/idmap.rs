@@ -85,7 +85,7 @@ impl IdRange {
         self.caller.is_some()
     }
 
-    fn slot(self) -> Option<u32> {
+    pub(crate) fn slot(self) -> Option<u32> {
         if self.caller.is_some() {
             return None;
         }

@@ -4,7 +4,7 @@
 //!
 //! Inside a sandbox: uid 1000 with no capabilities and no new privileges; its own user
 //! namespace over a host id range of its own (`idmap`), pid, mount,
-//! network (loopback only), ipc, uts and cgroup namespaces; the host's `/usr` read-only under a
+//! network (loopback only, or through an allowlist: `network`), ipc, uts and cgroup namespaces; the host's `/usr` read-only under a
 //! read-only root with a generated `/etc`; `/tmp` a size-limited tmpfs; `/home/user` persistent
 //! and writable, a filesystem of its own with a hard size and file limit (`volume`); memory, CPU and pid limits from [`SandboxLimits`]; a seccomp filter against
 //! user namespaces and kernel-attack syscalls. Pause and resume use the cgroup freezer.
@@ -25,10 +25,13 @@
 mod bundle;
 mod cgroup;
 mod config;
+mod dns;
+mod egress;
 mod exec;
 mod files;
 mod idmap;
 mod ids;
+mod network;
 mod process;
 mod remove;
 mod rootless;
@@ -59,6 +62,7 @@ use crate::ports::{
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits};
+pub use self::egress::NetworkConfig;
 pub use self::rootless::WEAKER as ROOTLESS_WEAKER;
 
 /// The local sandbox provider. See the module docs.
@@ -84,6 +88,8 @@ pub struct RuncProvider {
     /// Serialises counting sandboxes with laying out a new one, so concurrent creates cannot
     /// all slip under `max_sandboxes`.
     admitting_sandbox: tokio::sync::Mutex<()>,
+    /// Networked sandboxes' links, resolvers and egress proxy (see the `network` module).
+    networks: network::Networks,
 }
 
 /// What the provider keeps in memory about one sandbox. Nothing here is needed to find a
@@ -297,6 +303,7 @@ impl RuncProvider {
                 })?;
         }
         let refill_volumes = volumes.clone().map(spawn_volume_refill);
+        let config_network = config.network.clone();
         let provider = Self {
             rootless_ids,
             host: HostLayout::probe(),
@@ -311,8 +318,10 @@ impl RuncProvider {
             slots: Mutex::new(HashMap::new()),
             commands: Arc::new(AtomicUsize::new(0)),
             admitting_sandbox: tokio::sync::Mutex::new(()),
+            networks: network::Networks::new(config_network),
         };
         let live = provider.survey().await?;
+        provider.adopt_networks(&live).await;
         tracing::info!(
             state_dir = %provider.config.state_dir.display(),
             %version,
@@ -539,6 +548,7 @@ impl RuncProvider {
                 return;
             }
         }
+        self.detach_network(id, bundle).await;
         let ids = bundle.read_record().map(|r| r.ids).ok();
         let bundle = bundle.clone();
         match tokio::task::spawn_blocking(move || bundle.remove()).await {
@@ -703,14 +713,9 @@ impl SandboxProvider for RuncProvider {
 
     #[tracing::instrument(skip_all, fields(thread_id = %request.owner.thread_id, generation = request.owner.generation))]
     async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError> {
-        if request.network == NetworkProfile::Networked {
-            return Err(ProviderError::Unsupported(
-                "the runc provider offers no outbound network: a sandbox gets a private \
-                 network namespace with only loopback. Networked sandboxes would need a \
-                 bridge, veth pairs and NAT on the host, which this provider does not set up \
-                 (see docs/runc.md)"
-                    .into(),
-            ));
+        if request.network.is_networked() {
+            self.networks
+                .check_host(self.is_rootless(), self.config.user_namespaces)?;
         }
         exec::validate_env(&request.env)?;
         let id = new_sandbox_id();
@@ -775,17 +780,36 @@ impl SandboxProvider for RuncProvider {
             r.map_err(|e| ProviderError::Internal(format!("cannot write the bundle: {e}")))
         });
         drop(admitting);
-        let started = match written {
-            Ok(()) => self
-                .runc
-                .run_detached(&id, bundle.dir())
-                .await
-                .map_err(Into::into),
+        let networked = match (&request.network, written) {
+            (NetworkProfile::Networked { allow }, Ok(())) => {
+                network::Link::of_slot(ids.slot().unwrap_or(u32::MAX)).and_then(|link| {
+                    let saved = network::Saved {
+                        link,
+                        allow: allow.clone(),
+                    };
+                    network::Networks::prepare_bundle(bundle.dir(), &saved)
+                        .map(|()| Some(saved))
+                        .map_err(|e| {
+                            ProviderError::Internal(format!("cannot write the network: {e}"))
+                        })
+                })
+            }
+            (_, written) => written.map(|()| None),
+        };
+        let started = match networked {
+            Ok(saved) => match self.runc.run_detached(&id, bundle.dir()).await {
+                Ok(()) => match saved {
+                    Some(saved) => self.attach_network(&id, &saved).await,
+                    None => Ok(()),
+                },
+                Err(e) => Err(e.into()),
+            },
             Err(e) => Err(e),
         };
         if let Err(e) = started {
             // Leave nothing behind: a half-made container and its bundle.
             let _ = self.runc.delete_force(&id).await;
+            self.detach_network(&id, &bundle).await;
             if bundle.remove().is_ok() {
                 self.release_ids(&id, Some(ids));
             }
@@ -853,6 +877,7 @@ impl SandboxProvider for RuncProvider {
         // Container first, bundle second: a crash in between leaves a bundle without a
         // container, which the next sweep removes.
         self.destroy_container(sandbox_id).await?;
+        self.detach_network(sandbox_id, &bundle).await;
         let existed = bundle.exists();
         let ids = bundle.read_record().map(|r| r.ids).ok();
         let removing = bundle.clone();
@@ -1072,6 +1097,37 @@ fn sandbox_ids(bundle: &Bundle) -> IdRange {
 }
 
 impl RuncProvider {
+    /// Connect a just-started networked sandbox to the host.
+    async fn attach_network(&self, id: &str, saved: &network::Saved) -> Result<(), ProviderError> {
+        let state = self.live_state(id).await?;
+        self.networks.attach(id, state.pid, saved).await
+    }
+
+    /// Stop serving a sandbox's network and delete its host end, if it has one.
+    async fn detach_network(&self, id: &str, bundle: &Bundle) {
+        let link = network::Networks::saved(bundle.dir()).map(|saved| saved.link);
+        self.networks.detach(id, link).await;
+    }
+
+    /// At open: serve the live networked sandboxes another process made (their links are made
+    /// anew), and delete host ends no sandbox on the host holds any more.
+    async fn adopt_networks(&self, live: &[(Bundle, ContainerState)]) {
+        if self.is_rootless() {
+            return;
+        }
+        for (bundle, state) in live {
+            if let Some(saved) = network::Networks::saved(bundle.dir()) {
+                if let Err(e) = self.networks.adopt(&state.id, state.pid, &saved).await {
+                    tracing::warn!(sandbox_id = %state.id, error = %e, "cannot reattach a sandbox's network");
+                }
+            }
+        }
+        let table = self.config.id_ranges_dir.clone();
+        self.networks
+            .sweep_links(|slot| table.join(slot.to_string()).exists())
+            .await;
+    }
+
     /// How the host's id table names a sandbox of ours: its bundle's absolute path.
     fn owner(&self, sandbox_id: &str) -> std::path::PathBuf {
         self.sandboxes_root.join(sandbox_id)

@@ -1,0 +1,552 @@
+//! The egress proxy of networked sandboxes (see `network`): it listens on each sandbox's link
+//! (the host end, where the sandbox's resolver sends every allowed name; its TCP 80 and 443
+//! are rewritten to [`HTTP_PORT`] and [`HTTPS_PORT`] in the sandbox's own table),
+//! reads the request's HTTP `Host` or TLS SNI, checks it against the sandbox's allowlist,
+//! resolves the name itself and connects to the first address that may be reached; then it
+//! copies bytes both ways. It never terminates TLS.
+//!
+//! Bounded: a connection slot per sandbox and across the provider (over them, connections are
+//! closed at once), a deadline for the request head or ClientHello (at most 16 KiB), for the
+//! name lookup and the connect, and an idle timeout. Hostile bytes end the connection, never
+//! the process.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::Semaphore;
+
+use super::dns::{resolve_a, serve_dns};
+use crate::ports::{is_always_refused, Allowlist, IpNet};
+
+/// Where the host end serves a sandbox: its resolver and the proxy's two ports. The sandbox
+/// sees 53, 80 and 443 (its own table rewrites them), so the host's own services on those
+/// ports, bound to every address, neither collide with these nor are reached.
+pub(crate) const DNS_PORT: u16 = 47053;
+pub(crate) const HTTP_PORT: u16 = 47080;
+pub(crate) const HTTPS_PORT: u16 = 47443;
+
+/// The runc provider's network settings (an operator's, never an API caller's).
+#[derive(Clone, Debug)]
+pub struct NetworkConfig {
+    /// The resolver the egress proxy asks for the addresses of allowed names. `None`: the first
+    /// `nameserver` of the host's `/etc/resolv.conf`.
+    pub dns_upstream: Option<SocketAddr>,
+    /// Networks opened despite being always refused (an internal mirror, say). Only IPv4.
+    pub operator_allow: Vec<IpNet>,
+    /// Proxied connections one sandbox may hold at once.
+    pub max_connections_per_sandbox: usize,
+    /// Proxied connections all sandboxes together may hold at once.
+    pub max_connections: usize,
+    /// How long a client has to send its request head or TLS ClientHello.
+    pub handshake_timeout: Duration,
+    /// How long the proxy waits for the upstream resolver and for the connection out.
+    pub connect_timeout: Duration,
+    /// A proxied connection with no byte either way for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        Self {
+            dns_upstream: None,
+            operator_allow: Vec::new(),
+            max_connections_per_sandbox: 64,
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl NetworkConfig {
+    /// Whether the proxy or a forwarded packet may go to `ip`: not always refused, or opened by
+    /// the operator.
+    pub(crate) fn may_reach(&self, ip: IpAddr) -> bool {
+        !is_always_refused(ip) || self.operator_allow.iter().any(|net| net.contains(ip))
+    }
+
+    /// The resolver to ask.
+    pub(crate) fn upstream(&self) -> Result<SocketAddr, String> {
+        if let Some(addr) = self.dns_upstream {
+            return Ok(addr);
+        }
+        let conf = std::fs::read_to_string("/etc/resolv.conf")
+            .map_err(|e| format!("cannot read /etc/resolv.conf: {e}"))?;
+        conf.lines()
+            .filter_map(|l| l.trim().strip_prefix("nameserver"))
+            .filter_map(|rest| rest.trim().parse::<IpAddr>().ok())
+            .map(|ip| SocketAddr::new(ip, 53))
+            .next()
+            .ok_or_else(|| "the host's /etc/resolv.conf names no nameserver".to_owned())
+    }
+}
+
+/// The most bytes read before the target must be known: a TLS record's largest payload and
+/// its header (a ClientHello fits in one), or an HTTP request head.
+const MAX_HEAD: usize = 16 * 1024 + 5;
+
+/// One sandbox's serving: its listening tasks, and the switch that ends its connections too
+/// (dropped with it).
+pub(crate) struct Serving {
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Held, never sent on: dropping it is the signal.
+    pub _stop: tokio::sync::watch::Sender<()>,
+}
+
+/// Start serving one sandbox's link (`host` its host end, `sandbox` the sandbox's end): its
+/// resolver and the proxy's two ports.
+pub(crate) async fn serve(
+    host: Ipv4Addr,
+    sandbox: Ipv4Addr,
+    allow: Allowlist,
+    config: Arc<NetworkConfig>,
+    all: Arc<Semaphore>,
+) -> std::io::Result<Serving> {
+    let host = IpAddr::V4(host);
+    let dns = UdpSocket::bind((host, DNS_PORT)).await?;
+    let http = TcpListener::bind((host, HTTP_PORT)).await?;
+    let https = TcpListener::bind((host, HTTPS_PORT)).await?;
+    let mine = Arc::new(Semaphore::new(config.max_connections_per_sandbox));
+    let (stop, stopped) = tokio::sync::watch::channel(());
+    let allow = Arc::new(allow);
+    let mut tasks = vec![tokio::spawn(serve_dns(dns, sandbox, (*allow).clone()))];
+    for (listener, tls) in [(http, false), (https, true)] {
+        let proxy = Proxy {
+            sandbox,
+            allow: allow.clone(),
+            config: config.clone(),
+            mine: mine.clone(),
+            all: all.clone(),
+            tls,
+            stopped: stopped.clone(),
+        };
+        tasks.push(tokio::spawn(proxy.accept_loop(listener)));
+    }
+    Ok(Serving { tasks, _stop: stop })
+}
+
+#[derive(Clone)]
+struct Proxy {
+    sandbox: Ipv4Addr,
+    allow: Arc<Allowlist>,
+    config: Arc<NetworkConfig>,
+    mine: Arc<Semaphore>,
+    all: Arc<Semaphore>,
+    tls: bool,
+    /// Ends when the sandbox's serving is dropped (its kill): its connections end with it.
+    stopped: tokio::sync::watch::Receiver<()>,
+}
+
+impl Proxy {
+    async fn accept_loop(self, listener: TcpListener) {
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, say: wait rather than spin.
+                    tracing::debug!(error = %e, "egress proxy accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            // Another sandbox's traffic to this link's address: not ours to serve.
+            if peer.ip() != IpAddr::V4(self.sandbox) {
+                continue;
+            }
+            let (Ok(mine), Ok(all)) = (
+                self.mine.clone().try_acquire_owned(),
+                self.all.clone().try_acquire_owned(),
+            ) else {
+                tracing::debug!(sandbox = %self.sandbox, "egress proxy connection limit reached");
+                continue;
+            };
+            let proxy = self.clone();
+            let mut stopped = self.stopped.clone();
+            tokio::spawn(async move {
+                let _slots = (mine, all);
+                tokio::select! {
+                    result = proxy.handle(stream) => {
+                        if let Err(why) = result {
+                            tracing::debug!(sandbox = %proxy.sandbox, why, "egress connection ended");
+                        }
+                    }
+                    _ = stopped.changed() => {}
+                }
+            });
+        }
+    }
+
+    async fn handle(&self, mut client: TcpStream) -> Result<(), String> {
+        let port = if self.tls { 443 } else { 80 };
+        let (host, head) = tokio::time::timeout(
+            self.config.handshake_timeout,
+            read_target(&mut client, self.tls),
+        )
+        .await
+        .map_err(|_| "no request in time".to_owned())??;
+        if host.parse::<IpAddr>().is_ok() {
+            return refuse(
+                &mut client,
+                self.tls,
+                format!("{host} is an address, not a name"),
+            )
+            .await;
+        }
+        if !self.allow.allows_host(&host) {
+            return refuse(
+                &mut client,
+                self.tls,
+                format!("{host} is not in this sandbox's allowlist"),
+            )
+            .await;
+        }
+        let upstream = self.config.upstream()?;
+        let ips = tokio::time::timeout(
+            self.config.connect_timeout,
+            resolve_a(upstream, &host, self.config.connect_timeout),
+        )
+        .await
+        .map_err(|_| format!("resolving {host} timed out"))?
+        .map_err(|e| format!("resolving {host}: {e}"))?;
+        let Some(ip) = ips
+            .into_iter()
+            .map(IpAddr::V4)
+            .find(|ip| self.config.may_reach(*ip))
+        else {
+            return refuse(
+                &mut client,
+                self.tls,
+                format!("{host} has no address this sandbox may reach"),
+            )
+            .await;
+        };
+        let mut server = tokio::time::timeout(
+            self.config.connect_timeout,
+            TcpStream::connect(SocketAddr::new(ip, port)),
+        )
+        .await
+        .map_err(|_| format!("connecting to {host} ({ip}) timed out"))?
+        .map_err(|e| format!("connecting to {host} ({ip}): {e}"))?;
+        server
+            .write_all(&head)
+            .await
+            .map_err(|e| format!("writing to {host}: {e}"))?;
+        pump(client, server, self.config.idle_timeout).await;
+        Ok(())
+    }
+}
+
+/// Refuse a connection: plain HTTP gets a 403 naming why, TLS is closed.
+async fn refuse(client: &mut TcpStream, tls: bool, why: String) -> Result<(), String> {
+    if !tls {
+        let body = format!("threadbox: {why}\n");
+        let reply = format!(
+            "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = client.write_all(reply.as_bytes()).await;
+    }
+    Err(why)
+}
+
+/// What the first bytes of a connection name.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    /// Not enough bytes yet.
+    More,
+    Host(String),
+    Invalid(&'static str),
+}
+
+/// Read until the target host is known; it and the bytes read (sent on as they are).
+async fn read_target(client: &mut TcpStream, tls: bool) -> Result<(String, Vec<u8>), String> {
+    let mut head = Vec::with_capacity(2048);
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = client
+            .read(&mut buf)
+            .await
+            .map_err(|e| format!("reading the request: {e}"))?;
+        if n == 0 {
+            return Err("closed before naming a host".into());
+        }
+        head.extend_from_slice(&buf[..n]);
+        let target = if tls { sni(&head) } else { http_host(&head) };
+        match target {
+            Target::Host(host) => return Ok((host, head)),
+            Target::Invalid(why) => return Err(why.into()),
+            Target::More if head.len() >= MAX_HEAD => {
+                return Err("the request head is too large".into())
+            }
+            Target::More => {}
+        }
+    }
+}
+
+/// The `Host` of an HTTP/1 request head, without its port.
+fn http_host(head: &[u8]) -> Target {
+    let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Target::More;
+    };
+    let Ok(text) = std::str::from_utf8(&head[..end]) else {
+        return Target::Invalid("the request head is not text");
+    };
+    let mut hosts = text.split("\r\n").skip(1).filter_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("host")
+            .then(|| value.trim())
+    });
+    let (Some(host), None) = (hosts.next(), hosts.next()) else {
+        return Target::Invalid("a request names one Host");
+    };
+    host_without_port(host)
+}
+
+fn host_without_port(host: &str) -> Target {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((addr, _)) => addr,
+            None => return Target::Invalid("a bad Host"),
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            Some(_) => return Target::Invalid("a bad Host"),
+            None => host,
+        }
+    };
+    if name.is_empty() || name.len() > 253 {
+        return Target::Invalid("a bad Host");
+    }
+    Target::Host(name.to_ascii_lowercase())
+}
+
+/// The server name of a TLS ClientHello (in its first record).
+fn sni(buf: &[u8]) -> Target {
+    if buf.len() < 5 {
+        return Target::More;
+    }
+    if buf[0] != 22 || buf[1] != 3 {
+        return Target::Invalid("not a TLS handshake");
+    }
+    let record_len = u16::from_be_bytes([buf[3], buf[4]]) as usize;
+    if buf.len() < 5 + record_len {
+        return Target::More;
+    }
+    match parse_client_hello(&buf[5..5 + record_len]) {
+        Some(Some(name)) => host_without_port(&name),
+        Some(None) => Target::Invalid("a ClientHello without a server name"),
+        None => Target::Invalid("a malformed ClientHello"),
+    }
+}
+
+/// `None` when malformed (or split over records), `Some(None)` without SNI.
+fn parse_client_hello(hs: &[u8]) -> Option<Option<String>> {
+    let mut r = Reader { buf: hs, at: 0 };
+    if r.u8()? != 1 {
+        return None;
+    }
+    let len = r.u24()?;
+    let body = r.take(len)?;
+    let mut r = Reader { buf: body, at: 0 };
+    r.take(2 + 32)?; // version, random
+    let n = r.u8()? as usize;
+    r.take(n)?; // session id
+    let n = r.u16()? as usize;
+    r.take(n)?; // cipher suites
+    let n = r.u8()? as usize;
+    r.take(n)?; // compression methods
+    if r.at == body.len() {
+        return Some(None);
+    }
+    let n = r.u16()? as usize;
+    let mut ext = Reader {
+        buf: r.take(n)?,
+        at: 0,
+    };
+    while ext.at < ext.buf.len() {
+        let kind = ext.u16()?;
+        let n = ext.u16()? as usize;
+        let data = ext.take(n)?;
+        if kind != 0 {
+            continue;
+        }
+        let mut list = Reader { buf: data, at: 0 };
+        let n = list.u16()? as usize;
+        let mut names = Reader {
+            buf: list.take(n)?,
+            at: 0,
+        };
+        while names.at < names.buf.len() {
+            let name_type = names.u8()?;
+            let n = names.u16()? as usize;
+            let name = names.take(n)?;
+            if name_type == 0 {
+                let name = std::str::from_utf8(name).ok()?;
+                return Some(Some(name.to_owned()));
+            }
+        }
+        return Some(None);
+    }
+    Some(None)
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let out = self.buf.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(out)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        let b = self.take(2)?;
+        Some(u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn u24(&mut self) -> Option<usize> {
+        let b = self.take(3)?;
+        Some((b[0] as usize) << 16 | (b[1] as usize) << 8 | b[2] as usize)
+    }
+}
+
+/// Copy both ways until both sides are done or nothing moved for `idle`.
+async fn pump(client: TcpStream, server: TcpStream, idle: Duration) {
+    let start = Instant::now();
+    let last = AtomicU64::new(0);
+    let (cr, cw) = client.into_split();
+    let (sr, sw) = server.into_split();
+    let both = async {
+        tokio::join!(
+            copy_half(cr, sw, &last, start),
+            copy_half(sr, cw, &last, start)
+        )
+    };
+    let watch = async {
+        loop {
+            tokio::time::sleep(idle / 4).await;
+            let quiet = start
+                .elapsed()
+                .saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
+            if quiet >= idle {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = both => {}
+        _ = watch => {}
+    }
+}
+
+async fn copy_half(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    last: &AtomicU64,
+    start: Instant,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ClientHello as a TLS client sends it, naming `name`.
+    pub(crate) fn client_hello(name: &str) -> Vec<u8> {
+        let mut sni = Vec::new();
+        let entry_len = 3 + name.len();
+        sni.extend_from_slice(&(entry_len as u16).to_be_bytes());
+        sni.push(0);
+        sni.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        sni.extend_from_slice(name.as_bytes());
+        let mut exts = Vec::new();
+        exts.extend_from_slice(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00]); // ec_point_formats
+        exts.extend_from_slice(&[0x00, 0x00]);
+        exts.extend_from_slice(&(sni.len() as u16).to_be_bytes());
+        exts.extend_from_slice(&sni);
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7; 32]);
+        body.push(0);
+        body.extend_from_slice(&[0, 2, 0x13, 0x01]);
+        body.extend_from_slice(&[1, 0]);
+        body.extend_from_slice(&(exts.len() as u16).to_be_bytes());
+        body.extend_from_slice(&exts);
+        let mut hs = vec![1];
+        hs.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+        hs.extend_from_slice(&body);
+        let mut record = vec![22, 3, 1];
+        record.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        record.extend_from_slice(&hs);
+        record
+    }
+
+    #[test]
+    fn sni_is_read_from_a_client_hello() {
+        let hello = client_hello("Pkg.Test");
+        assert_eq!(sni(&hello), Target::Host("pkg.test".into()));
+        for cut in 0..hello.len() {
+            assert_eq!(sni(&hello[..cut]), Target::More, "{cut}");
+        }
+        assert!(matches!(sni(b"GET / HTTP/1.1\r\n"), Target::Invalid(_)));
+    }
+
+    #[test]
+    fn hostile_client_hellos_are_refused_without_panics() {
+        let hello = client_hello("pkg.test");
+        // Every byte of the handshake flipped in turn, and lengths pointing past the end.
+        for i in 5..hello.len() {
+            for value in [0u8, 0xFF, 0x80] {
+                let mut bad = hello.clone();
+                bad[i] = value;
+                let _ = sni(&bad);
+            }
+        }
+        let mut no_sni = hello.clone();
+        no_sni.truncate(5 + 4 + 2 + 32 + 1 + 4 + 2);
+        let len = (no_sni.len() - 5) as u16;
+        no_sni[3..5].copy_from_slice(&len.to_be_bytes());
+        assert!(matches!(sni(&no_sni), Target::Invalid(_)));
+    }
+
+    #[test]
+    fn http_host_is_read_from_the_head() {
+        let req = b"GET / HTTP/1.1\r\nHost: PKG.test:8080\r\nAccept: */*\r\n\r\n";
+        assert_eq!(http_host(req), Target::Host("pkg.test".into()));
+        assert_eq!(http_host(&req[..20]), Target::More);
+        let two = b"GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n";
+        assert!(matches!(http_host(two), Target::Invalid(_)));
+        let none = b"GET / HTTP/1.0\r\n\r\n";
+        assert!(matches!(http_host(none), Target::Invalid(_)));
+        let v6 = b"GET / HTTP/1.1\r\nhost: [2001:db8::1]:80\r\n\r\n";
+        assert_eq!(http_host(v6), Target::Host("2001:db8::1".into()));
+        assert!(matches!(
+            http_host(b"GET / HTTP/1.1\r\nHost: a:b\r\n\r\n"),
+            Target::Invalid(_)
+        ));
+    }
+}
