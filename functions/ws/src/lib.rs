@@ -14,7 +14,8 @@
 //!   the protocol and are answered as a message that is not JSON.
 //! - `exec` frames are answered with the error frame `exec_not_supported_here` (with the
 //!   frame's `request_id`), naming `POST /v1/threads/{id}/exec` with `Accept: text/event-stream`
-//!   instead; nothing runs. Commands over the socket are `threadbox dev`'s: here `$disconnect`
+//!   instead, and `pty` frames with `pty_not_supported_here`, naming the HTTP process routes;
+//!   nothing runs. Commands over the socket are `threadbox dev`'s: here `$disconnect`
 //!   reaches another invocation (perhaps another instance) than the one running the command, so
 //!   `kill_on_disconnect` and the per-connection command cap would need shared state, and this
 //!   function would need the sandbox provider's credentials and the use cases' permissions.
@@ -364,6 +365,24 @@ mod tests {
             "{why}"
         );
         let thread = ThreadId::parse(THREAD).unwrap();
+        assert!(
+            l.local.tb.session(&thread).await.unwrap().is_none(),
+            "no thread or sandbox was made"
+        );
+
+        // A terminal is refused the same way, naming the HTTP process routes.
+        let mut message = fixture_json("apigw-ws-message.json");
+        message["body"] = serde_json::json!({
+            "action": "pty", "request_id": "p1", "thread_id": THREAD, "cols": 80, "rows": 24,
+        })
+        .to_string()
+        .into();
+        assert_eq!(l.invoke(&message).await.status_code, 200);
+        let got = frames(&mut rx);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["code"], "pty_not_supported_here");
+        assert_eq!(got[0]["request_id"], "p1");
+        assert!(got[0]["message"].as_str().unwrap().contains("/processes"));
         assert!(
             l.local.tb.session(&thread).await.unwrap().is_none(),
             "no thread or sandbox was made"

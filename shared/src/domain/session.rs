@@ -21,6 +21,18 @@ pub struct Hold {
     pub expires_at: Millis,
 }
 
+/// The id prefix of a background process's hold (`process-<id>`).
+pub const PROCESS_HOLD_PREFIX: &str = "process-";
+
+impl Hold {
+    /// A background process's hold: it keeps the janitor from pausing the thread while the
+    /// process works, but a pause asked for by a person goes ahead (the process is frozen with
+    /// the sandbox and continues on resume), where a running command's hold refuses it.
+    pub fn is_process(&self) -> bool {
+        self.hold_id.starts_with(PROCESS_HOLD_PREFIX)
+    }
+}
+
 /// The largest sequence number there can be: stores keep them as signed 64-bit integers (SQLite
 /// has no unsigned type), so a position past this names no event. Callers' `after_seq` values are
 /// checked against it rather than wrapped into negatives that would replay from the start.
@@ -205,6 +217,24 @@ impl Session {
         }))
     }
 
+    /// An event that is not a change of state (a background process started or ended), in the
+    /// thread's stream with the others: `from` and `to` are the current state.
+    pub fn note(&mut self, cause: Cause, change: Change) -> LifecycleEvent {
+        self.last_seq += 1;
+        LifecycleEvent {
+            event_id: change.event_id,
+            thread_id: self.thread_id.clone(),
+            seq: self.last_seq,
+            generation: self.generation,
+            from: Some(self.status),
+            to: self.status,
+            cause,
+            at: change.now,
+            sandbox_id: self.sandbox_id.clone(),
+            detail: change.detail,
+        }
+    }
+
     /// Bind the sandbox a create just made (before `CreateSucceeded`, so the event names it).
     pub fn bind_sandbox(&mut self, sandbox_id: String, provider_session_id: Option<String>) {
         self.sandbox_id = Some(sandbox_id);
@@ -223,6 +253,11 @@ impl Session {
 
     pub fn has_live_hold(&self, now: Millis) -> bool {
         self.live_holds(now).next().is_some()
+    }
+
+    /// A live hold that refuses even a requested pause: a command or file operation running.
+    pub fn has_live_command_hold(&self, now: Millis) -> bool {
+        self.live_holds(now).any(|h| !h.is_process())
     }
 
     /// Add a hold (dropping expired ones on the way) and count it as activity.

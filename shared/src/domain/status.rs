@@ -96,6 +96,9 @@ pub enum Cause {
     Recreated,
     /// The record was corrected to match what the provider reports.
     Reconcile,
+    /// Not a change of state: a background process started or ended (the event's `detail` says
+    /// which, and how it ended). Its `from` and `to` are the same.
+    Process,
     Error,
 }
 

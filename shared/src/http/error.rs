@@ -88,7 +88,9 @@ impl From<UseCaseError> for ApiError {
 fn status_of(error: &UseCaseError) -> StatusCode {
     use crate::domain::RejectKind;
     match error {
-        UseCaseError::UnknownThread(_) => StatusCode::NOT_FOUND,
+        UseCaseError::UnknownThread(_) | UseCaseError::UnknownProcess { .. } => {
+            StatusCode::NOT_FOUND
+        }
         UseCaseError::Rejected(r) => match r.kind {
             RejectKind::Busy => StatusCode::SERVICE_UNAVAILABLE,
             RejectKind::Illegal | RejectKind::Expired => StatusCode::CONFLICT,

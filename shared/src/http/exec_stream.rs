@@ -133,7 +133,7 @@ fn exit_event(result: &ExecResult) -> Event {
     )
 }
 
-fn error_event(error: ApiError) -> Event {
+pub(super) fn error_event(error: ApiError) -> Event {
     let mut body = json!({
         "code": error.code,
         "message": error.message,
@@ -145,26 +145,41 @@ fn error_event(error: ApiError) -> Event {
     json_event("error", body)
 }
 
-fn json_event(name: &str, data: serde_json::Value) -> Event {
+pub(super) fn json_event(name: &str, data: serde_json::Value) -> Event {
     Event::default().event(name).data(data.to_string())
 }
 
 /// One output stream turned into events: text where the bytes are UTF-8, base64 where not,
-/// with a character cut at the end of a read held back for the next one.
-struct Utf8Events {
+/// with a character cut at the end of a read held back for the next one. With an offset (a
+/// background process's output), each event also says where in the output its bytes start.
+pub(super) struct Utf8Events {
     name: &'static str,
     held: Vec<u8>,
+    offset: Option<u64>,
 }
 
 impl Utf8Events {
-    fn new(name: &'static str) -> Self {
+    pub(super) fn new(name: &'static str) -> Self {
         Self {
             name,
             held: Vec::new(),
+            offset: None,
         }
     }
 
-    fn push(&mut self, bytes: &[u8]) -> Vec<Event> {
+    pub(super) fn with_offset(name: &'static str, offset: u64) -> Self {
+        Self {
+            offset: Some(offset),
+            ..Self::new(name)
+        }
+    }
+
+    /// With an offset: where the next bytes pushed are expected to start.
+    pub(super) fn expects(&self) -> Option<u64> {
+        self.offset.map(|o| o + self.held.len() as u64)
+    }
+
+    pub(super) fn push(&mut self, bytes: &[u8]) -> Vec<Event> {
         let mut data = std::mem::take(&mut self.held);
         data.extend_from_slice(bytes);
         let mut events = Vec::new();
@@ -199,7 +214,7 @@ impl Utf8Events {
     }
 
     /// What is still held when the stream ends: a cut character that never got whole.
-    fn finish(&mut self) -> Vec<Event> {
+    pub(super) fn finish(&mut self) -> Vec<Event> {
         let held = std::mem::take(&mut self.held);
         if held.is_empty() {
             Vec::new()
@@ -208,13 +223,25 @@ impl Utf8Events {
         }
     }
 
-    fn text(&self, text: &str) -> Event {
-        json_event(self.name, json!({ "text": text }))
+    fn text(&mut self, text: &str) -> Event {
+        let mut body = json!({ "text": text });
+        self.place(&mut body, text.len());
+        json_event(self.name, body)
     }
 
-    fn bytes(&self, bytes: &[u8]) -> Event {
+    fn bytes(&mut self, bytes: &[u8]) -> Event {
         let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
-        json_event(self.name, json!({ "base64": encoded }))
+        let mut body = json!({ "base64": encoded });
+        self.place(&mut body, bytes.len());
+        json_event(self.name, body)
+    }
+
+    /// Say where the event's bytes start, and move past them.
+    fn place(&mut self, body: &mut serde_json::Value, len: usize) {
+        if let Some(offset) = &mut self.offset {
+            body["offset"] = json!(*offset);
+            *offset += len as u64;
+        }
     }
 }
 

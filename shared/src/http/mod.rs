@@ -4,6 +4,7 @@
 //!
 //! - `threads`: resolve, pause, resume, reset, and reading sessions and events;
 //! - `sandbox`: exec and files;
+//! - `processes`: background processes (start, list, output, input, resize, signal);
 //!
 //! Routes that belong to another layer come with it, and are merged in by the caller: minting
 //! live-events tokens (`live::token_routes`: the caller holds the key), the MCP endpoint
@@ -18,6 +19,7 @@ mod error;
 mod exec_stream;
 mod extract;
 mod local_only;
+mod processes;
 mod sandbox;
 mod threads;
 
@@ -44,6 +46,9 @@ pub(crate) use extract::JsonBody;
 pub(crate) use extract::{sandbox_path, Thread};
 // The live-events WebSocket's `exec` frame takes the exec body's fields.
 pub(crate) use sandbox::ExecBody;
+// And its `pty` frame the process body's.
+pub(crate) use processes::StartBody;
+pub use processes::MAX_FOLLOW;
 pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
 
 use crate::usecases::Threadbox;
@@ -63,7 +68,8 @@ pub enum RouteGroup {
     Pause,
     /// `POST /v1/threads/{id}/resume`.
     Resume,
-    /// `POST /v1/threads/{id}/exec` and `GET/PUT/DELETE /v1/threads/{id}/files/{path}` (the
+    /// `POST /v1/threads/{id}/exec`, `GET/PUT/DELETE /v1/threads/{id}/files/{path}` and the
+    /// background processes under `/v1/threads/{id}/processes` (the
     /// functions serving it also merge `mcp::routes`, the same operations as MCP tools).
     Sandbox,
 }
@@ -83,7 +89,7 @@ impl RouteGroup {
             RouteGroup::Read => threads::read_routes(),
             RouteGroup::Pause => threads::pause_routes(),
             RouteGroup::Resume => threads::resume_routes(),
-            RouteGroup::Sandbox => sandbox::routes(),
+            RouteGroup::Sandbox => sandbox::routes().merge(processes::routes()),
         }
     }
 }

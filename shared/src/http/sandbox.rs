@@ -147,7 +147,7 @@ async fn exec(
 }
 
 /// Whether the client asked for server-sent events (`Accept: text/event-stream`).
-fn wants_event_stream(headers: &axum::http::HeaderMap) -> bool {
+pub(super) fn wants_event_stream(headers: &axum::http::HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()

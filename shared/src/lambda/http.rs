@@ -92,10 +92,10 @@ async fn limit_exec_timeout(request: Request) -> Result<Request, Response> {
                         format!(
                             "timeout_ms {ms} is over {limit_ms}: through API Gateway a command \
                              must finish within {} s (the gateway answers 503 after 30 s). Run \
-                             longer work in the background in the sandbox (`nohup … > out.log \
-                             2>&1 &`) and read its output with GET /v1/threads/{{id}}/files/…, \
-                             or send it as a Slack code block (the worker allows 60 s); \
-                             `threadbox dev` allows up to 10 minutes.",
+                             longer work as a background process (POST \
+                             /v1/threads/{{id}}/processes) and read its output with GET \
+                             /v1/threads/{{id}}/processes/{{pid}}/output, or send it as a Slack \
+                             code block; `threadbox dev` allows up to 10 minutes.",
                             GATEWAY_EXEC_LIMIT.as_secs()
                         ),
                     )

@@ -42,27 +42,28 @@ const CHANNEL_CHUNKS: usize = 32;
 
 /// One connection's commands. Dropping it is disconnecting it.
 pub struct ConnectionExec {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
-struct Inner {
-    tb: Threadbox,
+pub(super) struct Inner {
+    pub(super) tb: Threadbox,
     sender: Arc<dyn ConnectionSender>,
-    connection_id: String,
+    pub(super) connection_id: String,
     grant: SubscriptionToken,
     lane: mpsc::Sender<Frame>,
     running: Mutex<Running>,
 }
 
 #[derive(Default)]
-struct Running {
-    closed: bool,
-    commands: HashMap<String, Command>,
+pub(super) struct Running {
+    pub(super) closed: bool,
+    /// Commands, and terminal attachments (`pty`), by request id.
+    pub(super) commands: HashMap<String, Command>,
 }
 
-struct Command {
-    abort: AbortHandle,
-    kill_on_disconnect: bool,
+pub(super) struct Command {
+    pub(super) abort: AbortHandle,
+    pub(super) kill_on_disconnect: bool,
 }
 
 impl ConnectionExec {
@@ -96,51 +97,7 @@ impl ConnectionExec {
     /// nothing ran). Returns at once: the command's frames follow on the exec lane.
     pub fn start(&self, frame: ExecFrame) -> Result<(), ProtocolError> {
         let inner = &self.inner;
-        let refuse = |code: &'static str, message: String| {
-            Err(ProtocolError::new(code, message)
-                .for_request(&frame.request_id)
-                .about(frame.thread_id.as_str()))
-        };
-        if !inner.grant.exec {
-            return refuse(
-                "exec_not_allowed",
-                "this token may watch threads but not run commands; mint one that may \
-                 (POST /v1/tokens with \"exec\": true, or threadbox token --exec)"
-                    .into(),
-            );
-        }
-        if inner.grant.expires_at <= inner.tb.clock.now() {
-            return refuse(
-                "token_expired",
-                "the connection's token has expired; reconnect with a new one".into(),
-            );
-        }
-        if let Err(error) = inner.grant.check_thread(&frame.thread_id) {
-            return refuse(error.code(), error.to_string());
-        }
-        let mut running = inner.lock();
-        if running.closed {
-            return refuse("not_connected", "this connection is closing".into());
-        }
-        if running.commands.contains_key(&frame.request_id) {
-            return refuse(
-                "duplicate_request_id",
-                format!(
-                    "a command named {:?} is still running on this connection; pick another \
-                     request_id",
-                    frame.request_id
-                ),
-            );
-        }
-        if running.commands.len() >= MAX_EXECS_PER_CONNECTION {
-            return refuse(
-                "too_many_commands",
-                format!(
-                    "a connection may run at most {MAX_EXECS_PER_CONNECTION} commands at once; \
-                     wait for one to end"
-                ),
-            );
-        }
+        let mut running = inner.admit(&frame.request_id, &frame.thread_id, true)?;
         let ExecFrame {
             request_id,
             thread_id,
@@ -205,13 +162,72 @@ impl Drop for ConnectionExec {
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
+    /// Whether this connection may run something for `request_id` in `thread_id` now; with
+    /// `new_request`, also that it has room for one more and the name is free. The lock is
+    /// returned held, so the caller's insert cannot race another frame's check.
+    pub(super) fn admit(
+        &self,
+        request_id: &str,
+        thread_id: &ThreadId,
+        new_request: bool,
+    ) -> Result<std::sync::MutexGuard<'_, Running>, ProtocolError> {
+        let refuse = |code: &'static str, message: String| {
+            Err(ProtocolError::new(code, message)
+                .for_request(request_id)
+                .about(thread_id.as_str()))
+        };
+        if !self.grant.exec {
+            return refuse(
+                "exec_not_allowed",
+                "this token may watch threads but not run commands; mint one that may \
+                 (POST /v1/tokens with \"exec\": true, or threadbox token --exec)"
+                    .into(),
+            );
+        }
+        if self.grant.expires_at <= self.tb.clock.now() {
+            return refuse(
+                "token_expired",
+                "the connection's token has expired; reconnect with a new one".into(),
+            );
+        }
+        if let Err(error) = self.grant.check_thread(thread_id) {
+            return refuse(error.code(), error.to_string());
+        }
+        let running = self.lock();
+        if running.closed {
+            return refuse("not_connected", "this connection is closing".into());
+        }
+        if !new_request {
+            return Ok(running);
+        }
+        if running.commands.contains_key(request_id) {
+            return refuse(
+                "duplicate_request_id",
+                format!(
+                    "a command named {request_id:?} is still running on this connection; pick \
+                     another request_id"
+                ),
+            );
+        }
+        if running.commands.len() >= MAX_EXECS_PER_CONNECTION {
+            return refuse(
+                "too_many_commands",
+                format!(
+                    "a connection may run at most {MAX_EXECS_PER_CONNECTION} commands and \
+                     terminal attachments at once; wait for one to end"
+                ),
+            );
+        }
+        Ok(running)
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Queue `frame` for the socket; false when the client is gone or stopped reading (then it
     /// is closed, and nothing more should be sent for this command).
-    async fn send(&self, frame: Frame) -> bool {
+    pub(super) async fn send(&self, frame: Frame) -> bool {
         match tokio::time::timeout(SLOW_READER, self.lane.send(frame)).await {
             Ok(Ok(())) => true,
             Ok(Err(_)) => false,
@@ -312,7 +328,7 @@ fn end_frame(
 
 /// A piece of one output stream: text where the bytes are UTF-8, bytes where not.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Piece {
+pub(super) enum Piece {
     Text(String),
     Bytes(Vec<u8>),
 }
@@ -321,12 +337,12 @@ enum Piece {
 /// UTF-8, bytes where not, a character cut at the end of a read held back for the next one.
 /// (Adjacent bytes that are not UTF-8 go out together rather than one sequence at a time.)
 #[derive(Default)]
-struct Utf8Pieces {
+pub(super) struct Utf8Pieces {
     held: Vec<u8>,
 }
 
 impl Utf8Pieces {
-    fn push(&mut self, bytes: &[u8]) -> Vec<Piece> {
+    pub(super) fn push(&mut self, bytes: &[u8]) -> Vec<Piece> {
         let mut data = std::mem::take(&mut self.held);
         data.extend_from_slice(bytes);
         let mut pieces = Vec::new();
@@ -364,7 +380,7 @@ impl Utf8Pieces {
     }
 
     /// What is still held when the stream ends: a cut character that never got whole.
-    fn finish(&mut self) -> Vec<Piece> {
+    pub(super) fn finish(&mut self) -> Vec<Piece> {
         let held = std::mem::take(&mut self.held);
         if held.is_empty() {
             Vec::new()

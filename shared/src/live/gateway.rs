@@ -161,6 +161,22 @@ impl LiveGateway {
                 .about(frame.thread_id.as_str())
                 .frame(),
             },
+            Ok(ClientMessage::Pty(frame)) => match exec {
+                #[cfg(feature = "http")]
+                Some(exec) => match exec.pty(frame) {
+                    Ok(()) => return Ok(()),
+                    Err(refused) => refused.frame(),
+                },
+                _ => ProtocolError::new(
+                    "pty_not_supported_here",
+                    "this server does not attach terminals over the WebSocket; use the HTTP \
+                     process routes (POST /v1/threads/{id}/processes with a pty, its output \
+                     with Accept: text/event-stream)",
+                )
+                .for_request(&frame.request_id)
+                .about(frame.thread_id.as_str())
+                .frame(),
+            },
         };
         self.subscribers
             .send_control(connection_id, &reply)

@@ -12,7 +12,9 @@
 //!   sockets itself;
 //! - `locks`: per-connection ordering within one process;
 //! - `exec` (with feature `http`): [`ConnectionExec`], a connection's commands run from `exec`
-//!   frames, their output streamed back as frames (served by `threadbox dev`).
+//!   frames, their output streamed back as frames (served by `threadbox dev`);
+//! - `pty` (with feature `http`): terminal sessions opened, attached to, typed into and resized
+//!   from `pty*` frames, on the same connection's commands.
 
 #[cfg(feature = "http")]
 mod exec;
@@ -20,6 +22,8 @@ mod gateway;
 mod in_process;
 mod locks;
 mod protocol;
+#[cfg(feature = "http")]
+mod pty;
 mod subscribers;
 mod token;
 // The token route is an HTTP route: it comes with the API (feature `http`).
@@ -34,8 +38,8 @@ pub use exec::{ConnectionExec, EXEC_LANE_FRAMES, MAX_EXECS_PER_CONNECTION};
 pub use gateway::{ConnectError, LiveGateway, MAX_SUBSCRIPTIONS_PER_CONNECTION};
 pub use in_process::{InProcessSender, DEFAULT_CONNECTION_BUFFER};
 pub use protocol::{
-    parse, ClientMessage, ExecFrame, ProtocolError, ServerFrame, MAX_CLIENT_MESSAGE,
-    MAX_EXEC_FRAME, MAX_EXEC_MESSAGE, MAX_REQUEST_ID,
+    parse, ClientMessage, ExecFrame, ProtocolError, PtyAction, PtyFrame, ServerFrame,
+    MAX_CLIENT_MESSAGE, MAX_EXEC_FRAME, MAX_EXEC_MESSAGE, MAX_REQUEST_ID,
 };
 pub use subscribers::{LiveError, Subscribers, TARGET_NAME};
 pub use token::{

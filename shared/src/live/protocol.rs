@@ -13,6 +13,15 @@
 //!   `stdin`, `timeout_ms`, `kill_on_disconnect`. `request_id` (1 to 64 characters of
 //!   `A-Za-z0-9._:-`) names the command in the frames that answer it.
 //!
+//! - `{"action":"pty","request_id":"p1","thread_id":"t1","cols":80,"rows":24}`: open a terminal
+//!   session (a background process on a PTY; `cmd` or `argv`, default `bash -l`, and `cwd`,
+//!   `env`, `idle_timeout_ms` as `POST /v1/threads/{id}/processes` takes them) and attach to it;
+//!   with `"session":"<id>","after":N` instead, re-attach to a session that is still running,
+//!   its output from offset `N`. `exec` tokens only. `{"action":"pty_input", "request_id",
+//!   "thread_id", "session", "text"|"base64"}` types into it, `{"action":"pty_resize", …,
+//!   "cols", "rows"}` resizes it, and `{"action":"pty_detach","request_id","thread_id"}` stops
+//!   the attachment (the session runs on; closing the connection does the same).
+//!
 //! Server to client, `type` first:
 //! - `{"type":"subscribed","thread_id":…,"after_seq":N,"last_seq":M,"status":"active"|null}`:
 //!   replay of `N+1..=M` follows; `status` is the thread's state now (null: no session yet).
@@ -23,6 +32,9 @@
 //!   [`MAX_EXEC_FRAME`] bytes; then `{"type":"exec_exit","request_id":…,"exit_code":0|null,
 //!   "duration_ms","timed_out","truncated","out_of_memory"}`, or an error frame with the
 //!   `request_id` (and, for a command that could not run, the HTTP `status` and `retry_after`).
+//! - `{"type":"pty_attached","request_id","thread_id","session","offset"}`, then
+//!   `{"type":"pty_output","request_id","session","offset","text"|"base64"}` as the terminal
+//!   writes, and `{"type":"pty_exit","request_id","session","exit_code","next"}` when it ends.
 //! - `{"type":"error","code":…,"message":…,"thread_id":…?,"request_id":…?}`: the connection stays
 //!   open unless the code is `token_expired`.
 
@@ -54,6 +66,36 @@ pub enum ClientMessage {
     },
     Ping,
     Exec(ExecFrame),
+    Pty(PtyFrame),
+}
+
+/// A `pty*` frame, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtyFrame {
+    pub request_id: String,
+    pub thread_id: ThreadId,
+    pub action: PtyAction,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PtyAction {
+    /// Start a terminal session and attach to it.
+    Open(crate::usecases::ProcessRequest),
+    /// Attach to a running session, its output from `after`.
+    Attach {
+        session: String,
+        after: u64,
+    },
+    Input {
+        session: String,
+        data: Vec<u8>,
+    },
+    Resize {
+        session: String,
+        size: crate::ports::PtySize,
+    },
+    /// Stop the attachment named by `request_id`.
+    Detach,
 }
 
 /// An `exec` frame, checked: what to run, where, and under which name to answer.
@@ -153,7 +195,7 @@ pub fn parse(text: &str) -> Result<ClientMessage, ProtocolError> {
             )
         })?
         .to_owned();
-    if action != "exec" && text.len() > MAX_CLIENT_MESSAGE {
+    if action != "exec" && action != "pty_input" && text.len() > MAX_CLIENT_MESSAGE {
         return Err(too_large(MAX_CLIENT_MESSAGE));
     }
     let bad = |e: serde_json::Error| {
@@ -181,17 +223,27 @@ pub fn parse(text: &str) -> Result<ClientMessage, ProtocolError> {
         }
         "ping" => Ok(ClientMessage::Ping),
         "exec" => parse_exec(value).map(ClientMessage::Exec),
+        "pty" | "pty_input" | "pty_resize" | "pty_detach" => {
+            parse_pty(&action, value).map(ClientMessage::Pty)
+        }
         other => Err(ProtocolError::new(
             "unknown_action",
-            format!("unknown action {other:?}; expected subscribe, unsubscribe, ping or exec"),
+            format!(
+                "unknown action {other:?}; expected subscribe, unsubscribe, ping, exec, pty, \
+                 pty_input, pty_resize or pty_detach"
+            ),
         )),
     }
 }
 
 /// An `exec` frame: `action`, `request_id` and `thread_id`, and the rest is an HTTP exec body,
 /// read by the same type with the same checks. Errors name the request once it is known.
+/// `request_id` and `thread_id` taken out of a frame that names a request (`exec`, `pty*`).
 #[cfg(feature = "http")]
-fn parse_exec(value: Value) -> Result<ExecFrame, ProtocolError> {
+fn request_and_thread(
+    action: &str,
+    value: Value,
+) -> Result<(String, ThreadId, serde_json::Map<String, Value>), ProtocolError> {
     let Value::Object(mut fields) = value else {
         return Err(ProtocolError::new(
             "bad_message",
@@ -199,36 +251,48 @@ fn parse_exec(value: Value) -> Result<ExecFrame, ProtocolError> {
         ));
     };
     fields.remove("action");
-    let request_id =
-        match fields.remove("request_id") {
-            Some(Value::String(id)) => request_id(id)?,
-            Some(_) => {
-                return Err(ProtocolError::new(
-                    "bad_message",
-                    "bad exec message: request_id must be a string",
-                ))
-            }
-            None => return Err(ProtocolError::new(
+    let request_id = match fields.remove("request_id") {
+        Some(Value::String(id)) => request_id(id)?,
+        Some(_) => {
+            return Err(ProtocolError::new(
                 "bad_message",
-                "bad exec message: missing field `request_id` (a name for the command's frames)",
-            )),
-        };
+                format!("bad {action} message: request_id must be a string"),
+            ))
+        }
+        None => {
+            return Err(ProtocolError::new(
+                "bad_message",
+                format!(
+                    "bad {action} message: missing field `request_id` (a name for the frames \
+                     that answer it)"
+                ),
+            ))
+        }
+    };
     let for_request = |e: ProtocolError| e.for_request(&request_id);
     let thread_id = match fields.remove("thread_id") {
         Some(Value::String(raw)) => thread_id(&raw).map_err(for_request)?,
         Some(_) => {
             return Err(for_request(ProtocolError::new(
                 "bad_message",
-                "bad exec message: thread_id must be a string",
+                format!("bad {action} message: thread_id must be a string"),
             )))
         }
         None => {
             return Err(for_request(ProtocolError::new(
                 "bad_message",
-                "bad exec message: missing field `thread_id`",
+                format!("bad {action} message: missing field `thread_id`"),
             )))
         }
     };
+    Ok((request_id, thread_id, fields))
+}
+
+/// An `exec` frame: `action`, `request_id` and `thread_id`, and the rest is an HTTP exec body,
+/// read by the same type with the same checks. Errors name the request once it is known.
+#[cfg(feature = "http")]
+fn parse_exec(value: Value) -> Result<ExecFrame, ProtocolError> {
+    let (request_id, thread_id, fields) = request_and_thread("exec", value)?;
     let about = |e: ProtocolError| e.for_request(&request_id).about(thread_id.as_str());
     let body: crate::http::ExecBody =
         serde_json::from_value(Value::Object(fields)).map_err(|e| {
@@ -255,6 +319,153 @@ fn parse_exec(_: Value) -> Result<ExecFrame, ProtocolError> {
     Err(ProtocolError::new(
         "exec_not_supported_here",
         "this server does not run commands over the WebSocket; use POST /v1/threads/{id}/exec",
+    ))
+}
+
+#[cfg(feature = "http")]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PtyTarget {
+    session: String,
+    #[serde(default)]
+    after: u64,
+}
+
+#[cfg(feature = "http")]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PtyInputBody {
+    session: String,
+    text: Option<String>,
+    base64: Option<String>,
+}
+
+#[cfg(feature = "http")]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PtyResizeBody {
+    session: String,
+    cols: u16,
+    rows: u16,
+}
+
+/// A `pty`, `pty_input`, `pty_resize` or `pty_detach` frame. A `pty` frame without `session`
+/// opens a session: its fields are those of `POST /v1/threads/{id}/processes`, with `cols` and
+/// `rows` for the terminal.
+#[cfg(feature = "http")]
+fn parse_pty(action: &str, value: Value) -> Result<PtyFrame, ProtocolError> {
+    use base64::Engine as _;
+
+    use crate::ports::{valid_process_id, PtySize, MAX_INPUT_BYTES};
+    let (request_id, thread_id, mut fields) = request_and_thread(action, value)?;
+    let about = |e: ProtocolError| e.for_request(&request_id).about(thread_id.as_str());
+    let bad = |message: String| about(ProtocolError::new("bad_message", message));
+    let read = |fields: serde_json::Map<String, Value>| Value::Object(fields);
+    let session_ok = |session: &str| {
+        if valid_process_id(session) {
+            Ok(())
+        } else {
+            Err(bad(format!(
+                "bad {action} message: session must be a session id (1 to 32 letters and digits)"
+            )))
+        }
+    };
+    let action = match action {
+        "pty" if fields.contains_key("session") => {
+            let target: PtyTarget = serde_json::from_value(read(fields))
+                .map_err(|e| bad(format!("bad pty message: {e}")))?;
+            session_ok(&target.session)?;
+            PtyAction::Attach {
+                session: target.session,
+                after: target.after,
+            }
+        }
+        "pty" => {
+            let size = |name: &str, fields: &mut serde_json::Map<String, Value>| {
+                fields
+                    .remove(name)
+                    .and_then(|v| v.as_u64())
+                    .and_then(|v| u16::try_from(v).ok())
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "bad pty message: `{name}` (the terminal's size) must be a number"
+                        ))
+                    })
+            };
+            let (cols, rows) = (size("cols", &mut fields)?, size("rows", &mut fields)?);
+            if !fields.contains_key("cmd") && !fields.contains_key("argv") {
+                fields.insert("argv".into(), serde_json::json!(["/bin/bash", "-l"]));
+            }
+            fields.insert(
+                "pty".into(),
+                serde_json::json!({ "cols": cols, "rows": rows }),
+            );
+            let body: crate::http::StartBody = serde_json::from_value(read(fields))
+                .map_err(|e| bad(format!("bad pty message: {e}")))?;
+            PtyAction::Open(
+                body.into_request()
+                    .map_err(|e| about(ProtocolError::new(e.code, e.message)))?,
+            )
+        }
+        "pty_input" => {
+            let body: PtyInputBody = serde_json::from_value(read(fields))
+                .map_err(|e| bad(format!("bad pty_input message: {e}")))?;
+            session_ok(&body.session)?;
+            let data = match (body.text, body.base64) {
+                (Some(text), None) => text.into_bytes(),
+                (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .map_err(|e| bad(format!("bad pty_input message: base64: {e}")))?,
+                _ => return Err(bad("bad pty_input message: give text or base64".into())),
+            };
+            if data.len() > MAX_INPUT_BYTES {
+                return Err(bad(format!(
+                    "bad pty_input message: at most {MAX_INPUT_BYTES} bytes at a time"
+                )));
+            }
+            PtyAction::Input {
+                session: body.session,
+                data,
+            }
+        }
+        "pty_resize" => {
+            let body: PtyResizeBody = serde_json::from_value(read(fields))
+                .map_err(|e| bad(format!("bad pty_resize message: {e}")))?;
+            session_ok(&body.session)?;
+            let size = PtySize {
+                cols: body.cols,
+                rows: body.rows,
+            }
+            .check()
+            .map_err(|e| bad(format!("bad pty_resize message: {e}")))?;
+            PtyAction::Resize {
+                session: body.session,
+                size,
+            }
+        }
+        _ => {
+            if !fields.is_empty() {
+                return Err(bad(
+                    "bad pty_detach message: it takes only request_id and thread_id".into(),
+                ));
+            }
+            PtyAction::Detach
+        }
+    };
+    Ok(PtyFrame {
+        request_id,
+        thread_id,
+        action,
+    })
+}
+
+/// Without the HTTP API there is nothing to run terminals with.
+#[cfg(not(feature = "http"))]
+fn parse_pty(_: &str, _: Value) -> Result<PtyFrame, ProtocolError> {
+    Err(ProtocolError::new(
+        "pty_not_supported_here",
+        "this server does not run terminals over the WebSocket; use the HTTP process routes \
+         (POST /v1/threads/{id}/processes with a pty)",
     ))
 }
 
@@ -312,6 +523,30 @@ pub enum ServerFrame<'a> {
         timed_out: bool,
         truncated: bool,
         out_of_memory: bool,
+    },
+    /// A terminal session attached: its output from `offset` follows.
+    PtyAttached {
+        request_id: &'a str,
+        thread_id: &'a str,
+        session: &'a str,
+        offset: u64,
+    },
+    /// What the terminal wrote, from `offset` in its output.
+    PtyOutput {
+        request_id: &'a str,
+        session: &'a str,
+        offset: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        text: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        base64: Option<&'a str>,
+    },
+    /// The session ended; the last frame of its attachment.
+    PtyExit {
+        request_id: &'a str,
+        session: &'a str,
+        exit_code: Option<i32>,
+        next: u64,
     },
     Error {
         code: &'a str,
@@ -458,6 +693,79 @@ mod tests {
             ExecCommand::Argv(vec!["ls".into(), "-l".into()])
         );
         assert_eq!(frame.request.timeout, DEFAULT_EXEC_TIMEOUT);
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn pty_frames_open_attach_type_resize_and_detach() {
+        use crate::ports::{ExecCommand, PtySize};
+        let ClientMessage::Pty(open) =
+            parse(r#"{"action":"pty","request_id":"p1","thread_id":"t1","cols":90,"rows":20}"#)
+                .unwrap()
+        else {
+            panic!("not a pty frame")
+        };
+        let PtyAction::Open(request) = open.action else {
+            panic!("not an open")
+        };
+        assert_eq!(
+            request.command,
+            ExecCommand::Argv(vec!["/bin/bash".into(), "-l".into()])
+        );
+        assert_eq!(request.pty, Some(PtySize { cols: 90, rows: 20 }));
+        let ClientMessage::Pty(attach) = parse(
+            r#"{"action":"pty","request_id":"p2","thread_id":"t1","session":"abc123","after":7}"#,
+        )
+        .unwrap() else {
+            panic!("not a pty frame")
+        };
+        assert_eq!(
+            attach.action,
+            PtyAction::Attach {
+                session: "abc123".into(),
+                after: 7
+            }
+        );
+        let ClientMessage::Pty(typed) = parse(
+            r#"{"action":"pty_input","request_id":"i","thread_id":"t1","session":"abc","base64":"aGk="}"#,
+        )
+        .unwrap() else {
+            panic!("not a pty frame")
+        };
+        assert_eq!(
+            typed.action,
+            PtyAction::Input {
+                session: "abc".into(),
+                data: b"hi".to_vec()
+            }
+        );
+        // Bad frames name what is wrong and the request.
+        for (frame, wanted) in [
+            (
+                r#"{"action":"pty","request_id":"p","thread_id":"t1","cols":90}"#,
+                "rows",
+            ),
+            (
+                r#"{"action":"pty","request_id":"p","thread_id":"t1","session":"../x"}"#,
+                "session",
+            ),
+            (
+                r#"{"action":"pty_resize","request_id":"p","thread_id":"t1","session":"a","cols":0,"rows":5}"#,
+                "1 to 1000",
+            ),
+            (
+                r#"{"action":"pty_input","request_id":"p","thread_id":"t1","session":"a"}"#,
+                "text or base64",
+            ),
+            (
+                r#"{"action":"pty_detach","request_id":"p","thread_id":"t1","session":"a"}"#,
+                "only request_id",
+            ),
+        ] {
+            let error = parse(frame).unwrap_err();
+            assert_eq!(error.request_id.as_deref(), Some("p"), "{frame}");
+            assert!(error.message.contains(wanted), "{frame}: {}", error.message);
+        }
     }
 
     #[cfg(feature = "http")]

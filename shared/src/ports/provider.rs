@@ -9,6 +9,19 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{Millis, ThreadId};
 
 pub(crate) mod exec_files;
+mod network;
+
+pub use network::{
+    always_refused_v4, is_always_refused, AllowEntry, Allowlist, AllowlistError, IpNet,
+    MAX_ALLOW_ENTRIES,
+};
+pub(crate) mod processes;
+
+pub use processes::{
+    new_process_id, valid_process_id, ProcessChunk, ProcessInfo, ProcessOutput, ProcessSignal,
+    ProcessSink, ProcessState, PtySize, StartProcess, DEFAULT_OUTPUT_CHUNKS, MAX_INPUT_BYTES,
+    MAX_OUTPUT_CHUNKS, MAX_OUTPUT_READ, MAX_PROCESSES, OUTPUT_CHUNK_BYTES,
+};
 
 /// Metadata keys every provider stores with a sandbox, so reconciliation can find its owner.
 pub const META_THREAD_ID: &str = "threadbox.thread_id";
@@ -112,15 +125,23 @@ impl SandboxOwner {
     }
 }
 
-/// The isolation profile a sandbox runs under.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
+/// The isolation profile a sandbox runs under. Serialized as `"restricted"`, `"networked"`
+/// (everything public) or `{"networked": {"allow": [...]}}`; all three are read back.
+/// (Serde in `network`.)
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum NetworkProfile {
-    /// No network at all (the default).
+    /// No network at all, loopback only (the default).
     #[default]
     Restricted,
-    /// Outbound network allowed.
-    Networked,
+    /// Outbound network through an allowlist; an empty one allows every public address.
+    /// Private, link-local and metadata addresses stay out of reach either way.
+    Networked { allow: Allowlist },
+}
+
+impl NetworkProfile {
+    pub fn is_networked(&self) -> bool {
+        matches!(self, NetworkProfile::Networked { .. })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -512,6 +533,70 @@ pub trait SandboxProvider: Send + Sync {
         path: &str,
     ) -> Result<Vec<GrepMatch>, ProviderError> {
         exec_files::grep(self, sandbox_id, pattern, path).await
+    }
+
+    // Background processes: kept by the sandbox itself, through small scripts run with
+    // `exec_streaming` (`processes`), so they outlive the request and this process.
+
+    /// Start a command that outlives the request; it is running when this returns.
+    async fn start_process(
+        &self,
+        sandbox_id: &str,
+        request: StartProcess,
+    ) -> Result<ProcessInfo, ProviderError> {
+        processes::start(self, sandbox_id, request).await
+    }
+    /// The sandbox's processes, running and ended, oldest first.
+    async fn list_processes(&self, sandbox_id: &str) -> Result<Vec<ProcessInfo>, ProviderError> {
+        processes::list(self, sandbox_id).await
+    }
+    /// Up to `max` bytes of a process's output from offset `after`.
+    async fn read_process_output(
+        &self,
+        sandbox_id: &str,
+        process_id: &str,
+        after: u64,
+        max: u64,
+    ) -> Result<ProcessOutput, ProviderError> {
+        processes::read_output(self, sandbox_id, process_id, after, max).await
+    }
+    /// A process's output from `after` as it comes, each piece with its offset, until it ends
+    /// or `timeout` passes; the offset reached.
+    async fn follow_process_output(
+        &self,
+        sandbox_id: &str,
+        process_id: &str,
+        after: u64,
+        timeout: Duration,
+        output: ProcessSink,
+    ) -> Result<u64, ProviderError> {
+        processes::follow_output(self, sandbox_id, process_id, after, timeout, output).await
+    }
+    async fn write_process_input(
+        &self,
+        sandbox_id: &str,
+        process_id: &str,
+        data: &[u8],
+    ) -> Result<(), ProviderError> {
+        processes::write_input(self, sandbox_id, process_id, data).await
+    }
+    /// Signal a process's whole group; an ended process ignores it.
+    async fn signal_process(
+        &self,
+        sandbox_id: &str,
+        process_id: &str,
+        signal: ProcessSignal,
+    ) -> Result<(), ProviderError> {
+        processes::signal(self, sandbox_id, process_id, signal).await
+    }
+    /// Resize a process's terminal.
+    async fn resize_process(
+        &self,
+        sandbox_id: &str,
+        process_id: &str,
+        size: PtySize,
+    ) -> Result<(), ProviderError> {
+        processes::resize(self, sandbox_id, process_id, size).await
     }
 }
 

@@ -118,6 +118,10 @@ impl FanoutTarget for SlackStatusTarget {
         let Some(place) = SlackPlace::of(&event.thread_id) else {
             return Ok(());
         };
+        // The card shows the sandbox's state; a process starting or ending does not change it.
+        if event.cause == Cause::Process {
+            return Ok(());
+        }
         self.show_status(event, &place).await?;
         if let Some(text) = notice_text(event) {
             self.post(&place, text, None).await?;
@@ -221,6 +225,7 @@ pub fn cause_phrase(cause: Cause) -> &'static str {
         Cause::ResumeFailed => "because resuming failed",
         Cause::Recreated => "replacing a lost sandbox",
         Cause::Reconcile => "to match the provider",
+        Cause::Process => "as a background process started or ended",
         Cause::Error => "after an error",
     }
 }

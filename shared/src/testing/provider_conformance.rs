@@ -512,3 +512,183 @@ pub async fn kill_makes_everything_gone(p: &dyn SandboxProvider) {
         "a killed sandbox is not listed"
     );
 }
+
+// Background processes (the port's defaults over exec, or a provider's own).
+
+fn start_request(command: &str, pty: Option<crate::ports::PtySize>) -> crate::ports::StartProcess {
+    crate::ports::StartProcess {
+        id: crate::ports::new_process_id(),
+        command: ExecCommand::Shell(command.to_owned()),
+        cwd: None,
+        env: BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]),
+        pty,
+        output_chunks: crate::ports::DEFAULT_OUTPUT_CHUNKS,
+    }
+}
+
+/// Wait (up to 20 s) until the process is no longer running; its last description.
+async fn until_ended(
+    p: &dyn SandboxProvider,
+    id: &str,
+    process: &str,
+) -> crate::ports::ProcessInfo {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let all = p.list_processes(id).await.expect("list_processes");
+        let info = all
+            .into_iter()
+            .find(|i| i.id == process)
+            .expect("the process is listed");
+        if info.state != crate::ports::ProcessState::Running {
+            return info;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "process {process} still running: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn processes_outlive_the_call_take_input_and_end_with_their_status(
+    p: &dyn SandboxProvider,
+) {
+    use crate::ports::ProcessState;
+    let id = create(p, fresh_owner(1)).await;
+    let request = start_request(
+        "echo \"$GREETING\"; read line; echo \"got $line\"; exit 3",
+        None,
+    );
+    let process = request.id.clone();
+    let started = p.start_process(&id, request).await.expect("start_process");
+    assert_eq!(started.state, ProcessState::Running, "{started:?}");
+    assert!(!started.pty);
+    // Alive after the call that started it returned, waiting for its input.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let listed = p.list_processes(&id).await.expect("list_processes");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].state, ProcessState::Running, "{listed:?}");
+    p.write_process_input(&id, &process, b"abc\n")
+        .await
+        .expect("write_process_input");
+    let ended = until_ended(p, &id, &process).await;
+    assert_eq!(ended.state, ProcessState::Exited);
+    assert_eq!(ended.exit_code, Some(3));
+    let output = p
+        .read_process_output(&id, &process, 0, 1024)
+        .await
+        .expect("read_process_output");
+    assert_eq!(output.data, b"hello\ngot abc\n");
+    assert_eq!((output.offset, output.next()), (0, 14));
+    // Read on from where a reader is: nothing more, at the end.
+    let rest = p.read_process_output(&id, &process, 6, 1024).await.unwrap();
+    assert_eq!(
+        (rest.offset, rest.data.as_slice()),
+        (6, b"got abc\n".as_slice())
+    );
+    // An unknown process is refused by name; ending input to an ended one is a conflict.
+    let unknown = p
+        .read_process_output(&id, "nosuch", 0, 10)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&unknown, ProviderError::InvalidRequest(m) if m.starts_with("no such process")),
+        "{unknown:?}"
+    );
+    assert!(matches!(
+        p.write_process_input(&id, &process, b"late").await,
+        Err(ProviderError::Conflict(_))
+    ));
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn processes_are_followed_and_signalled(p: &dyn SandboxProvider) {
+    use crate::ports::ProcessSignal;
+    let id = create(p, fresh_owner(1)).await;
+    let request = start_request(
+        "for i in 1 2 3; do echo $i; sleep 0.3; done; exec sleep 600",
+        None,
+    );
+    let process = request.id.clone();
+    p.start_process(&id, request).await.expect("start_process");
+    // Followed as it comes: the lines arrive while the process runs on.
+    let (sink, mut output) = tokio::sync::mpsc::channel(8);
+    let follow = p.follow_process_output(&id, &process, 0, Duration::from_secs(3), sink);
+    let watch = async {
+        let mut seen = Vec::new();
+        while let Some(chunk) = output.recv().await {
+            assert_eq!(chunk.offset, seen.len() as u64, "offsets follow the output");
+            seen.extend_from_slice(&chunk.data);
+        }
+        seen
+    };
+    let (reached, seen) = tokio::join!(follow, watch);
+    assert_eq!(seen, b"1\n2\n3\n");
+    assert_eq!(reached.expect("follow_process_output"), 6);
+    // SIGTERM reaches the whole group (the `sleep` the shell became), recorded as 128 + 15.
+    p.signal_process(&id, &process, ProcessSignal::Term)
+        .await
+        .expect("signal_process");
+    let ended = until_ended(p, &id, &process).await;
+    assert_eq!(ended.exit_code, Some(143), "{ended:?}");
+    // A follow from where the last one stopped ends at once: the process has ended.
+    let (sink, _output) = tokio::sync::mpsc::channel(8);
+    let at = tokio::time::timeout(
+        Duration::from_secs(10),
+        p.follow_process_output(&id, &process, 6, Duration::from_secs(30), sink),
+    )
+    .await
+    .expect("a follow of an ended process returns")
+    .unwrap();
+    assert_eq!(at, 6);
+    p.kill(&id).await.expect("kill");
+}
+
+pub async fn process_output_is_a_bounded_ring_and_ptys_are_terminals(p: &dyn SandboxProvider) {
+    use crate::ports::{PtySize, OUTPUT_CHUNK_BYTES};
+    let id = create(p, fresh_owner(1)).await;
+    // One chunk kept: 600 KiB of output leaves the last chunk's worth and says where it starts.
+    let mut request = start_request(
+        "head -c 614400 /dev/zero | tr '\\0' x; echo; echo tail",
+        None,
+    );
+    request.output_chunks = 1;
+    let process = request.id.clone();
+    p.start_process(&id, request).await.expect("start_process");
+    let ended = until_ended(p, &id, &process).await;
+    assert_eq!(ended.output_bytes, 614_400 + 6);
+    assert_eq!(ended.output_start, 2 * OUTPUT_CHUNK_BYTES, "{ended:?}");
+    let read = p
+        .read_process_output(&id, &process, 0, 1024 * 1024)
+        .await
+        .unwrap();
+    assert_eq!(
+        read.offset, ended.output_start,
+        "a read from a dropped offset starts at the ring"
+    );
+    assert!(read.data.ends_with(b"x\ntail\n"));
+
+    // On a terminal of the size asked for; a resize reaches it.
+    let request = start_request(
+        "tty; stty size; read _; stty size",
+        Some(PtySize { cols: 50, rows: 20 }),
+    );
+    let process = request.id.clone();
+    let started = p
+        .start_process(&id, request)
+        .await
+        .expect("start a pty process");
+    assert!(started.pty);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.resize_process(&id, &process, PtySize { cols: 70, rows: 30 })
+        .await
+        .expect("resize_process");
+    p.write_process_input(&id, &process, b"\n").await.unwrap();
+    until_ended(p, &id, &process).await;
+    let read = p.read_process_output(&id, &process, 0, 4096).await.unwrap();
+    let text = String::from_utf8_lossy(&read.data);
+    assert!(text.contains("/dev/pts/"), "{text:?}");
+    assert!(text.contains("20 50\r\n"), "{text:?}");
+    assert!(text.contains("30 70\r\n"), "{text:?}");
+    p.kill(&id).await.expect("kill");
+}

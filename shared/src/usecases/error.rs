@@ -19,6 +19,11 @@ pub enum UseCaseError {
          /v1/threads/{thread_id}/resolve (or /resume) wakes or recreates it"
     )]
     NoSandbox { thread_id: ThreadId, status: Status },
+    #[error("thread {thread_id} has no process {process_id}")]
+    UnknownProcess {
+        thread_id: ThreadId,
+        process_id: String,
+    },
     #[error("sandbox provider: {0}")]
     Provider(#[from] ProviderError),
     #[error(transparent)]
@@ -40,6 +45,7 @@ impl UseCaseError {
             UseCaseError::Busy { .. } => "busy",
             UseCaseError::Held(_) => "held",
             UseCaseError::NoSandbox { .. } => "no_sandbox",
+            UseCaseError::UnknownProcess { .. } => "unknown_process",
             UseCaseError::Provider(ProviderError::InvalidRequest(_)) => "invalid_request",
             UseCaseError::Provider(ProviderError::Unsupported(_)) => "unsupported",
             UseCaseError::Provider(ProviderError::LimitReached { limit, .. }) => limit.code(),
@@ -71,7 +77,9 @@ impl UseCaseError {
             UseCaseError::Provider(p) => p.is_retryable(),
             UseCaseError::Store(s) => !matches!(s, StoreError::Corrupt(_)),
             UseCaseError::Queue(_) => true,
-            UseCaseError::UnknownThread(_) | UseCaseError::NoSandbox { .. } => false,
+            UseCaseError::UnknownThread(_)
+            | UseCaseError::NoSandbox { .. }
+            | UseCaseError::UnknownProcess { .. } => false,
         }
     }
 }

@@ -10,6 +10,9 @@ use crate::domain::{Hold, Millis};
 pub struct HoldRequest {
     pub owner: String,
     pub ttl: Duration,
+    /// The hold's id when the caller must find it again by name (a background process's);
+    /// otherwise a fresh one is made.
+    pub hold_id: Option<String>,
 }
 
 impl HoldRequest {
@@ -17,12 +20,24 @@ impl HoldRequest {
         Self {
             owner: owner.into(),
             ttl,
+            hold_id: None,
+        }
+    }
+
+    /// A hold with a known id: acquiring it again renews it rather than adding another.
+    pub fn named(hold_id: impl Into<String>, owner: impl Into<String>, ttl: Duration) -> Self {
+        Self {
+            hold_id: Some(hold_id.into()),
+            ..Self::new(owner, ttl)
         }
     }
 
     pub(crate) fn pending(&self) -> PendingHold {
         PendingHold {
-            hold_id: uuid::Uuid::new_v4().to_string(),
+            hold_id: self
+                .hold_id
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
             request: self.clone(),
         }
     }

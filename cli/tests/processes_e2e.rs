@@ -1,0 +1,303 @@
+//! Background processes end to end: the real `threadbox dev` on runc, driven over HTTP.
+//!
+//! A server started as a background process is reached from a second command, its output read
+//! and followed (SSE); its hold keeps the idle pause away; the thread is paused and resumed with
+//! the server still answering; it is stopped, and its start and end are events. A PTY session
+//! types into `python3 -i`, is resized, and is read again from an earlier offset (re-attaching).
+//!
+//! Needs root and runc; skipped without them, or failed when `THREADBOX_REQUIRE_SANDBOXES` is set.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{dev_missing, prerequisites_met, DevServer};
+
+async fn send(
+    dev: &DevServer,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = dev.http.request(method, format!("{}{path}", dev.url));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Read a process's output from `after` until `wanted` shows up (or 30 s pass); all of it.
+async fn output_until(dev: &DevServer, base: &str, after: u64, wanted: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let read = dev.get(&format!("{base}/output?after={after}")).await;
+        let text = read["text"].as_str().unwrap_or_default().to_owned();
+        if text.contains(wanted) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never saw {wanted:?}; output so far: {text:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn status_of(dev: &DevServer, thread: &str) -> String {
+    dev.get(&format!("/v1/threads/{thread}")).await["session"]["status"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_server_outlives_requests_pauses_and_resumes() {
+    if !prerequisites_met(
+        "a_background_server_outlives_requests_pauses_and_resumes",
+        &dev_missing(),
+    ) {
+        return;
+    }
+    let dev = DevServer::start(&["--idle-pause", "3s"]).await;
+    let thread = "procs";
+
+    // A small HTTP server in the sandbox (loopback only: the sandbox has no network).
+    let server = dev
+        .post(
+            &format!("/v1/threads/{thread}/processes"),
+            Some(json!({
+                "cmd": "echo starting; exec python3 -u -m http.server 8765 --bind 127.0.0.1",
+                "idle_timeout_ms": 600_000,
+            })),
+        )
+        .await;
+    assert_eq!(server["state"], "running", "{server}");
+    let id = server["id"].as_str().unwrap().to_owned();
+    let base = format!("/v1/threads/{thread}/processes/{id}");
+    output_until(&dev, &base, 0, "Serving HTTP").await;
+
+    // Reached from a second command.
+    let fetch = json!({
+        "cmd": "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/').status)\""
+    });
+    let reached = dev
+        .post(&format!("/v1/threads/{thread}/exec"), Some(fetch.clone()))
+        .await;
+    assert_eq!(reached["stdout"], "200\n", "{reached}");
+    // Its log of that request is in its output.
+    output_until(&dev, &base, 0, "\"GET / HTTP/1.1\" 200").await;
+
+    // Followed as it happens: a request made while following shows up in the stream.
+    let follow = dev
+        .http
+        .get(format!("{}{base}/output?after=0&timeout_ms=20000", dev.url))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(follow.status(), 200);
+    let mut stream = follow;
+    let again = dev
+        .post(&format!("/v1/threads/{thread}/exec"), Some(fetch.clone()))
+        .await;
+    assert_eq!(again["stdout"], "200\n");
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.matches("GET / HTTP/1.1").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the follow never showed the second request: {seen}"
+        );
+        let chunk = tokio::time::timeout(Duration::from_secs(20), stream.chunk())
+            .await
+            .expect("no event in time")
+            .unwrap()
+            .expect("the stream ended early");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("event: output"), "{seen}");
+    drop(stream);
+
+    // Its hold keeps the janitor's idle pause (3 s here) away.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(status_of(&dev, thread).await, "active");
+    let listed = dev.get(&format!("/v1/threads/{thread}/processes")).await;
+    assert_eq!(listed["processes"][0]["id"], id.as_str(), "{listed}");
+    assert_eq!(listed["processes"][0]["state"], "running");
+
+    // A pause asked for goes ahead and freezes it; resuming continues it, still answering.
+    let paused = dev.post(&format!("/v1/threads/{thread}/pause"), None).await;
+    assert_eq!(paused["status"], "paused", "{paused}");
+    dev.post(&format!("/v1/threads/{thread}/resume"), None)
+        .await;
+    let reached = dev
+        .post(&format!("/v1/threads/{thread}/exec"), Some(fetch))
+        .await;
+    assert_eq!(
+        reached["stdout"], "200\n",
+        "the server did not survive pause and resume: {reached}"
+    );
+
+    // Input to a process that reads it, and an unknown process is a 404.
+    let (status, body) = send(
+        &dev,
+        reqwest::Method::POST,
+        &format!("/v1/threads/{thread}/processes/nosuch1/input"),
+        Some(json!({"text": "x"})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("unknown_process")),
+        "{body}"
+    );
+    let (status, body) = send(
+        &dev,
+        reqwest::Method::POST,
+        &format!("/v1/threads/{thread}/processes"),
+        Some(json!({"cmd": "true", "output_chunks": 0})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = send(
+        &dev,
+        reqwest::Method::GET,
+        &format!("/v1/threads/{thread}/processes/..%2f/output"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400);
+
+    // Stopped: SIGTERM to its group; the end is recorded with its status, once.
+    let (status, _) = send(&dev, reqwest::Method::DELETE, &base, None).await;
+    assert_eq!(status, 202);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = dev.get(&format!("/v1/threads/{thread}/processes")).await;
+        if listed["processes"][0]["state"] == "exited" {
+            assert_eq!(listed["processes"][0]["exit_code"], 143, "{listed}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after SIGTERM: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let events = dev
+        .get(&format!("/v1/threads/{thread}/events?after_seq=0"))
+        .await;
+    let details: Vec<String> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cause"] == "process")
+        .map(|e| e["detail"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(details.len(), 2, "{details:?}");
+    assert!(
+        details[0].contains(&format!("process {id} started")),
+        "{details:?}"
+    );
+    assert!(details[1].contains("ended by signal 15"), "{details:?}");
+    // With the process gone, its hold is too: the janitor pauses the quiet thread.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status_of(&dev, thread).await != "paused" {
+        assert!(
+            Instant::now() < deadline,
+            "the thread was never paused once idle"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pty_session_runs_python_interactively_and_can_be_reattached() {
+    if !prerequisites_met(
+        "a_pty_session_runs_python_interactively_and_can_be_reattached",
+        &dev_missing(),
+    ) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    let thread = "pty";
+    let session = dev
+        .post(
+            &format!("/v1/threads/{thread}/processes"),
+            Some(json!({"argv": ["python3", "-i", "-q"], "pty": {"cols": 100, "rows": 30}})),
+        )
+        .await;
+    assert_eq!(session["pty"], true, "{session}");
+    let base = format!(
+        "/v1/threads/{thread}/processes/{}",
+        session["id"].as_str().unwrap()
+    );
+    output_until(&dev, &base, 0, ">>> ").await;
+    let typed = json!({"text": "import os; print(6 * 7, os.get_terminal_size().columns)\n"});
+    let (status, _) = send(
+        &dev,
+        reqwest::Method::POST,
+        &format!("{base}/input"),
+        Some(typed),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let seen = output_until(&dev, &base, 0, "42 100").await;
+    // A terminal echoes what is typed and ends lines with CR LF.
+    assert!(seen.contains("print(6 * 7"), "{seen:?}");
+    assert!(seen.contains("42 100\r\n"), "{seen:?}");
+
+    let (status, _) = send(
+        &dev,
+        reqwest::Method::POST,
+        &format!("{base}/resize"),
+        Some(json!({"cols": 132, "rows": 40})),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let mark = dev.get(&format!("{base}/output")).await["next"]
+        .as_u64()
+        .unwrap();
+    send(
+        &dev,
+        reqwest::Method::POST,
+        &format!("{base}/input"),
+        Some(json!({"text": "print(os.get_terminal_size())\n"})),
+    )
+    .await;
+    let after_resize = output_until(&dev, &base, mark, "columns=132, lines=40").await;
+    assert!(
+        !after_resize.contains("42 100"),
+        "a read from an offset starts there"
+    );
+
+    // Re-attaching: a new reader asks from 0 and sees the whole session so far.
+    let whole = dev.get(&format!("{base}/output?after=0")).await;
+    let text = whole["text"].as_str().unwrap();
+    assert!(
+        text.contains("42 100") && text.contains("columns=132"),
+        "{text:?}"
+    );
+
+    send(
+        &dev,
+        reqwest::Method::POST,
+        &format!("{base}/input"),
+        Some(json!({"text": "exit(3)\n"})),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = dev.get(&format!("/v1/threads/{thread}/processes")).await;
+        if listed["processes"][0]["state"] == "exited" {
+            assert_eq!(listed["processes"][0]["exit_code"], 3, "{listed}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "python never exited: {listed}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
