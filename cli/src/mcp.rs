@@ -7,7 +7,8 @@
 //! at `POST /v1/threads/{id}/mcp`; here they run over the CLI's HTTP client ([`ClientBackend`]).
 //! Tools: `run_command` (its output as progress notifications while it runs, when the host asks
 //! for progress), `read_file`, `write_file`, `list_dir`, `stat`, `make_dir`, `glob`, `grep`,
-//! `remove`, `pause`, `resume` and `status`. An API error is a tool error (`isError`) naming the
+//! `remove`, `pause`, `resume` and `status`; for background processes `start_process`,
+//! `list_processes`, `read_process_output`, `write_process_input` and `stop_process`. An API error is a tool error (`isError`) naming the
 //! API's code, so the model can read it and adapt.
 
 use std::process::ExitCode;
@@ -18,10 +19,14 @@ use async_trait::async_trait;
 use rmcp::ServiceExt;
 use serde_json::Value;
 use threadbox_shared::domain::ThreadId;
-use threadbox_shared::mcp::{ExecInput, OutputSink, SandboxBackend, SandboxTools, ToolFailure};
-use threadbox_shared::ports::{ExecResult, FileEntry, GrepMatch, OutputChunk};
+use threadbox_shared::mcp::{
+    ExecInput, OutputSink, ProcessInput, SandboxBackend, SandboxTools, ToolFailure,
+};
+use threadbox_shared::ports::{
+    ExecResult, FileEntry, GrepMatch, OutputChunk, ProcessInfo, ProcessOutput, ProcessSignal,
+};
 
-use crate::client::{ApiArgs, Client, ClientError, ExecSpec, ExecUpdate};
+use crate::client::{ApiArgs, Client, ClientError, ExecSpec, ExecUpdate, ProcessSpec};
 
 #[derive(clap::Args, Debug)]
 pub struct McpArgs {
@@ -191,5 +196,62 @@ impl SandboxBackend for ClientBackend {
 
     async fn status(&self, thread: &str) -> Result<Value, ToolFailure> {
         self.0.show(thread).await.map(json).map_err(failure)
+    }
+
+    async fn start_process(
+        &self,
+        thread: &str,
+        input: ProcessInput,
+    ) -> Result<ProcessInfo, ToolFailure> {
+        let spec = ProcessSpec {
+            cmd: input.cmd,
+            argv: input.argv,
+            cwd: input.cwd,
+            env: input.env,
+            pty: None,
+            idle_timeout_ms: input.idle_timeout_ms,
+        };
+        self.0.start_process(thread, &spec).await.map_err(failure)
+    }
+
+    async fn list_processes(&self, thread: &str) -> Result<Vec<ProcessInfo>, ToolFailure> {
+        self.0.list_processes(thread).await.map_err(failure)
+    }
+
+    async fn read_process_output(
+        &self,
+        thread: &str,
+        process_id: &str,
+        after: u64,
+        max: u64,
+    ) -> Result<ProcessOutput, ToolFailure> {
+        self.0
+            .process_output(thread, process_id, after, Some(max))
+            .await
+            .map_err(failure)
+    }
+
+    async fn write_process_input(
+        &self,
+        thread: &str,
+        process_id: &str,
+        data: Vec<u8>,
+    ) -> Result<(), ToolFailure> {
+        self.0
+            .write_process_input(thread, process_id, &data)
+            .await
+            .map_err(failure)
+    }
+
+    async fn signal_process(
+        &self,
+        thread: &str,
+        process_id: &str,
+        signal: ProcessSignal,
+    ) -> Result<(), ToolFailure> {
+        self.0
+            .signal_process(thread, process_id, signal)
+            .await
+            .map_err(failure)
     }
 }

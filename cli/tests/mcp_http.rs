@@ -66,15 +66,20 @@ async fn an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint() {
             "glob",
             "grep",
             "list_dir",
+            "list_processes",
             "make_dir",
             "pause",
             "read_file",
+            "read_process_output",
             "remove",
             "resume",
             "run_command",
+            "start_process",
             "stat",
             "status",
+            "stop_process",
             "write_file",
+            "write_process_input",
         ]
     );
     let run_params = tools["run_command"].as_array().unwrap();
@@ -146,4 +151,38 @@ async fn an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint() {
             "{case}: {raw}"
         );
     }
+
+    check_processes(&seen["processes"]);
+}
+
+/// A background process started, listed, read until ready, killed (and seen ended); an unknown
+/// one a tool error with the API's code.
+fn check_processes(seen: &Value) {
+    let start = &seen["start"];
+    assert_eq!(start["error"], false, "{start}");
+    let id = start["result"]["id"].as_str().unwrap();
+    let listed = seen["list"]["result"]["processes"].as_array().unwrap();
+    assert!(listed.iter().any(|p| p["id"] == id), "{}", seen["list"]);
+    let read = &seen["read"];
+    assert_eq!(read["text"], "ready\n", "{read}");
+    assert_eq!(read["last"]["result"]["state"], "running", "{read}");
+    let stop = &seen["stop"];
+    assert_eq!(stop["error"], false, "{stop}");
+    assert_eq!(stop["result"]["signal"], "KILL", "{stop}");
+    assert_eq!(stop["result"]["state"], "exited", "{stop}");
+    assert_eq!(stop["result"]["exit_code"], 137, "{stop}");
+    let after = seen["list_after_stop"]["result"]["processes"]
+        .as_array()
+        .unwrap();
+    assert!(
+        after
+            .iter()
+            .any(|p| p["id"] == id && p["state"] == "exited"),
+        "{}",
+        seen["list_after_stop"]
+    );
+    let unknown = &seen["unknown"];
+    assert_eq!(unknown["error"], true, "{unknown}");
+    assert_eq!(unknown["result"]["error"]["code"], "unknown_process");
+    assert_eq!(unknown["result"]["error"]["status"], 404);
 }

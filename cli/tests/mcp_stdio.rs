@@ -2,7 +2,8 @@
 //! `threadbox mcp --thread agent` over stdio against the real `threadbox dev` on runc, lists the
 //! tools and calls them (`cli/tests/mcp/client.py`). Checks the tools and their input schemas,
 //! a command's result and its output as progress notifications, files written and read back,
-//! and that failures are tool errors carrying the API's codes.
+//! background processes (started, listed, read, written to, stopped), and that failures are tool
+//! errors carrying the API's codes.
 //!
 //! Needs root and runc, and the SDK: `scripts/test.sh` installs it (`THREADBOX_MCP_PYTHON`).
 
@@ -69,6 +70,11 @@ async fn an_mcp_host_runs_commands_and_files_through_threadbox_mcp() {
         "pause",
         "resume",
         "status",
+        "start_process",
+        "list_processes",
+        "read_process_output",
+        "write_process_input",
+        "stop_process",
     ] {
         assert!(tools.contains_key(tool), "{tool} missing: {tools:?}");
     }
@@ -144,4 +150,54 @@ async fn an_mcp_host_runs_commands_and_files_through_threadbox_mcp() {
     assert_eq!(seen["both"]["error"], true);
     assert_eq!(seen["both"]["result"]["error"]["code"], "invalid_request");
     assert_eq!(seen["status"]["result"]["session"]["status"], "active");
+
+    check_processes(&seen["processes"]);
+}
+
+/// A background process started, listed, read until ready, stopped with TERM (and seen ended);
+/// another one written to; an unknown one a tool error with the API's code.
+fn check_processes(seen: &Value) {
+    let start = &seen["start"];
+    assert_eq!(start["error"], false, "{start}");
+    assert_eq!(start["result"]["state"], "running", "{start}");
+    let id = start["result"]["id"].as_str().unwrap();
+    let listed = seen["list"]["result"]["processes"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|p| p["id"] == id && p["state"] == "running"),
+        "{}",
+        seen["list"]
+    );
+    let read = &seen["read"];
+    assert_eq!(read["text"], "ready\n", "{read}");
+    assert_eq!(read["last"]["result"]["state"], "running", "{read}");
+    assert_eq!(read["last"]["result"]["more"], false, "{read}");
+
+    // stop_process waits for the end: TERM ends it with 128 + 15.
+    let stop = &seen["stop"];
+    assert_eq!(stop["error"], false, "{stop}");
+    assert_eq!(stop["result"]["signal"], "TERM", "{stop}");
+    assert_eq!(stop["result"]["state"], "exited", "{stop}");
+    assert_eq!(stop["result"]["exit_code"], 143, "{stop}");
+    let after = seen["list_after_stop"]["result"]["processes"]
+        .as_array()
+        .unwrap();
+    assert!(
+        after
+            .iter()
+            .any(|p| p["id"] == id && p["state"] == "exited"),
+        "{}",
+        seen["list_after_stop"]
+    );
+
+    assert_eq!(seen["input"]["error"], false, "{}", seen["input"]);
+    assert_eq!(seen["input"]["result"]["written"], 6, "{}", seen["input"]);
+    let echo = &seen["echo"];
+    assert_eq!(echo["text"], "got hello\n", "{echo}");
+
+    let unknown = &seen["unknown"];
+    assert_eq!(unknown["error"], true, "{unknown}");
+    assert_eq!(unknown["result"]["error"]["code"], "unknown_process");
+    assert_eq!(unknown["result"]["error"]["status"], 404);
 }

@@ -191,14 +191,14 @@ struct StreamError {
 
 /// One server-sent event.
 #[derive(Debug, PartialEq, Eq)]
-struct SseEvent {
-    name: String,
-    data: String,
+pub(super) struct SseEvent {
+    pub(super) name: String,
+    pub(super) data: String,
 }
 
 /// Server-sent events out of a byte stream cut anywhere.
 #[derive(Default)]
-struct EventReader {
+pub(super) struct EventReader {
     /// Bytes after the last complete line.
     partial: Vec<u8>,
     name: String,
@@ -206,7 +206,7 @@ struct EventReader {
 }
 
 impl EventReader {
-    fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+    pub(super) fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         self.partial.extend_from_slice(bytes);
         let mut events = Vec::new();
         while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {

@@ -30,6 +30,59 @@ def is_error(result):
     return bool(field(result, "is_error", "isError"))
 
 
+READY = "import time; print('ready', flush=True); time.sleep(60)"
+ECHO_LINE = "import sys; print('got', sys.stdin.readline().strip(), flush=True)"
+
+
+async def read_until(session, process_id, wanted, seconds=30):
+    """read_process_output from 0 until `wanted` shows up (or `seconds` pass): the text, the
+    last answer."""
+    text, after, last = "", 0, {}
+    for _ in range(int(seconds / 0.2)):
+        answer = await session.call_tool(
+            "read_process_output", {"process_id": process_id, "after": after}
+        )
+        last = {"error": is_error(answer), "result": content(answer)}
+        if last["error"]:
+            break
+        text += last["result"].get("text", "")
+        after = last["result"]["next"]
+        if wanted in text:
+            break
+        await asyncio.sleep(0.2)
+    return {"text": text, "last": last}
+
+
+async def processes(session):
+    """A background process started, listed, read until it is ready, stopped; another one
+    written to; an unknown one."""
+    seen = {}
+    started = await session.call_tool(
+        "start_process", {"argv": ["python3", "-u", "-c", READY], "idle_timeout_seconds": 120}
+    )
+    seen["start"] = {"error": is_error(started), "result": content(started)}
+    process_id = seen["start"]["result"].get("id", "none")
+    listed = await session.call_tool("list_processes", {})
+    seen["list"] = {"error": is_error(listed), "result": content(listed)}
+    seen["read"] = await read_until(session, process_id, "ready")
+    stopped = await session.call_tool("stop_process", {"process_id": process_id})
+    seen["stop"] = {"error": is_error(stopped), "result": content(stopped)}
+    listed = await session.call_tool("list_processes", {})
+    seen["list_after_stop"] = {"error": is_error(listed), "result": content(listed)}
+
+    echo = await session.call_tool("start_process", {"command": f'python3 -u -c "{ECHO_LINE}"'})
+    echo_id = content(echo).get("id", "none")
+    wrote = await session.call_tool(
+        "write_process_input", {"process_id": echo_id, "text": "hello\n"}
+    )
+    seen["input"] = {"error": is_error(wrote), "result": content(wrote)}
+    seen["echo"] = await read_until(session, echo_id, "got hello")
+
+    unknown = await session.call_tool("stop_process", {"process_id": "nosuch1"})
+    seen["unknown"] = {"error": is_error(unknown), "result": content(unknown)}
+    return seen
+
+
 async def main(command):
     seen = {}
     server = StdioServerParameters(command=command[0], args=command[1:])
@@ -89,6 +142,8 @@ async def main(command):
 
             status = await session.call_tool("status", {})
             seen["status"] = {"error": is_error(status), "result": content(status)}
+
+            seen["processes"] = await processes(session)
     print(json.dumps(seen))
 
 

@@ -34,6 +34,40 @@ def is_error(result):
     return bool(field(result, "is_error", "isError"))
 
 
+READY = "import time; print('ready', flush=True); time.sleep(60)"
+
+
+async def processes(session):
+    """A background process started, listed, read until it is ready, stopped; an unknown one."""
+    seen = {}
+    started = await session.call_tool("start_process", {"argv": ["python3", "-u", "-c", READY]})
+    seen["start"] = {"error": is_error(started), "result": content(started)}
+    process_id = seen["start"]["result"].get("id", "none")
+    listed = await session.call_tool("list_processes", {})
+    seen["list"] = {"error": is_error(listed), "result": content(listed)}
+    text, after, last = "", 0, {}
+    for _ in range(150):
+        answer = await session.call_tool(
+            "read_process_output", {"process_id": process_id, "after": after}
+        )
+        last = {"error": is_error(answer), "result": content(answer)}
+        if last["error"]:
+            break
+        text += last["result"].get("text", "")
+        after = last["result"]["next"]
+        if "ready" in text:
+            break
+        await asyncio.sleep(0.2)
+    seen["read"] = {"text": text, "last": last}
+    stopped = await session.call_tool("stop_process", {"process_id": process_id, "signal": "KILL"})
+    seen["stop"] = {"error": is_error(stopped), "result": content(stopped)}
+    listed = await session.call_tool("list_processes", {})
+    seen["list_after_stop"] = {"error": is_error(listed), "result": content(listed)}
+    unknown = await session.call_tool("read_process_output", {"process_id": "nosuch1"})
+    seen["unknown"] = {"error": is_error(unknown), "result": content(unknown)}
+    return seen
+
+
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -112,6 +146,8 @@ async def main(url, key):
 
                 status = await session.call_tool("status", {})
                 seen["status"] = {"error": is_error(status), "result": content(status)}
+
+                seen["processes"] = await processes(session)
 
     seen["raw_with_key"] = await raw_post(url, key)
     seen["raw_without_key"] = await raw_post(url, None)

@@ -1,6 +1,6 @@
 //! The tools' backend over the use cases: what the API's MCP endpoint runs. Every input goes
-//! through the same checks as the API's own routes (the exec body, sandbox paths, glob and grep
-//! patterns) and every failure carries the code and status the API would answer with.
+//! through the same checks as the API's own routes (the exec and process bodies, sandbox paths,
+//! process ids, glob and grep patterns) and every failure carries the code and status the API would answer with.
 
 use std::time::Duration;
 
@@ -9,10 +9,13 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
-use super::{ExecInput, OutputSink, SandboxBackend, ToolFailure};
+use super::{ExecInput, OutputSink, ProcessInput, SandboxBackend, ToolFailure};
 use crate::domain::{Millis, Session, ThreadId};
-use crate::http::{sandbox_path, ApiError, ExecBody};
-use crate::ports::{ExecResult, FileEntry, GrepMatch};
+use crate::http::{sandbox_path, ApiError, ExecBody, StartBody};
+use crate::ports::{
+    valid_process_id, ExecResult, FileEntry, GrepMatch, ProcessInfo, ProcessOutput, ProcessSignal,
+    MAX_INPUT_BYTES, MAX_OUTPUT_READ,
+};
 use crate::usecases::Threadbox;
 
 /// How many recent lifecycle events `status` shows, as `GET /v1/threads/{id}` does.
@@ -45,6 +48,19 @@ impl ThreadboxBackend {
 fn thread_id(raw: &str) -> Result<ThreadId, ToolFailure> {
     ThreadId::parse(raw)
         .map_err(|e| ApiError::bad_request("invalid_thread_id", e.to_string()).into())
+}
+
+/// A process id as the API's routes check it.
+fn process_id(raw: &str) -> Result<&str, ToolFailure> {
+    if valid_process_id(raw) {
+        Ok(raw)
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_process_id",
+            "a process id is 1 to 32 letters and digits",
+        )
+        .into())
+    }
 }
 
 fn path(raw: &str) -> Result<String, ToolFailure> {
@@ -88,9 +104,8 @@ impl SandboxBackend for ThreadboxBackend {
                         "exec_timeout_over_gateway_limit",
                         format!(
                             "timeout_seconds {} is over {}: through API Gateway a command must \
-                             finish within {} s. Run longer work in the background in the \
-                             sandbox (`nohup … > out.log 2>&1 &`) and read its output with \
-                             read_file.",
+                             finish within {} s. Run longer work in the background with \
+                             start_process and read its output with read_process_output.",
                             ms / 1000,
                             limit.as_secs(),
                             limit.as_secs()
@@ -230,5 +245,73 @@ impl SandboxBackend for ThreadboxBackend {
             view["sandbox"] = to_value(&sandbox)?;
         }
         Ok(view)
+    }
+
+    async fn start_process(
+        &self,
+        thread: &str,
+        input: ProcessInput,
+    ) -> Result<ProcessInfo, ToolFailure> {
+        let thread = thread_id(thread)?;
+        // The API's process body, so the command is checked exactly as `POST .../processes` does.
+        let body: StartBody = serde_json::from_value(to_value(&input)?)
+            .map_err(|e| ToolFailure::invalid(e.to_string()))?;
+        let request = body.into_request()?;
+        Ok(self.tb.start_process(&thread, request).await?)
+    }
+
+    async fn list_processes(&self, thread: &str) -> Result<Vec<ProcessInfo>, ToolFailure> {
+        Ok(self.tb.list_processes(&thread_id(thread)?).await?)
+    }
+
+    async fn read_process_output(
+        &self,
+        thread: &str,
+        process: &str,
+        after: u64,
+        max: u64,
+    ) -> Result<ProcessOutput, ToolFailure> {
+        let (thread, process) = (thread_id(thread)?, process_id(process)?);
+        if max == 0 || max > MAX_OUTPUT_READ {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("max must be between 1 and {MAX_OUTPUT_READ}; got {max}"),
+            )
+            .into());
+        }
+        Ok(self
+            .tb
+            .read_process_output(&thread, process, after, max)
+            .await?)
+    }
+
+    async fn write_process_input(
+        &self,
+        thread: &str,
+        process: &str,
+        data: Vec<u8>,
+    ) -> Result<(), ToolFailure> {
+        let (thread, process) = (thread_id(thread)?, process_id(process)?);
+        if data.len() > MAX_INPUT_BYTES {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!(
+                    "input may be at most {MAX_INPUT_BYTES} bytes at a time; got {}",
+                    data.len()
+                ),
+            )
+            .into());
+        }
+        Ok(self.tb.write_process_input(&thread, process, &data).await?)
+    }
+
+    async fn signal_process(
+        &self,
+        thread: &str,
+        process: &str,
+        signal: ProcessSignal,
+    ) -> Result<(), ToolFailure> {
+        let (thread, process) = (thread_id(thread)?, process_id(process)?);
+        Ok(self.tb.signal_process(&thread, process, signal).await?)
     }
 }

@@ -34,7 +34,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::http::ApiError;
-use crate::ports::{ExecResult, FileEntry, GrepMatch, OutputChunk};
+use crate::ports::{
+    ExecResult, FileEntry, GrepMatch, OutputChunk, ProcessInfo, ProcessOutput, ProcessSignal,
+};
 use crate::usecases::Threadbox;
 
 pub use backend::ThreadboxBackend;
@@ -66,6 +68,22 @@ pub struct ExecInput {
     pub stdin: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+}
+
+/// A background process as `start_process` takes it: exactly one of `cmd` or `argv`, the same
+/// fields as the API's process body.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ProcessInput {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
 }
 
 /// Where a backend that streams a command's output sends it while the command runs.
@@ -164,6 +182,36 @@ pub trait SandboxBackend: Send + Sync + 'static {
     async fn resume(&self, thread: &str) -> Result<Value, ToolFailure>;
     /// The thread as `GET /v1/threads/{id}` shows it: session, recent events, sandbox.
     async fn status(&self, thread: &str) -> Result<Value, ToolFailure>;
+    /// Start a background process (creating or resuming the sandbox), as
+    /// `POST /v1/threads/{id}/processes` does.
+    async fn start_process(
+        &self,
+        thread: &str,
+        input: ProcessInput,
+    ) -> Result<ProcessInfo, ToolFailure>;
+    /// The thread's processes, running and ended.
+    async fn list_processes(&self, thread: &str) -> Result<Vec<ProcessInfo>, ToolFailure>;
+    /// Up to `max` bytes of a process's output from offset `after`.
+    async fn read_process_output(
+        &self,
+        thread: &str,
+        process_id: &str,
+        after: u64,
+        max: u64,
+    ) -> Result<ProcessOutput, ToolFailure>;
+    async fn write_process_input(
+        &self,
+        thread: &str,
+        process_id: &str,
+        data: Vec<u8>,
+    ) -> Result<(), ToolFailure>;
+    /// Send a signal to a process's group (an ended process ignores it).
+    async fn signal_process(
+        &self,
+        thread: &str,
+        process_id: &str,
+        signal: ProcessSignal,
+    ) -> Result<(), ToolFailure>;
 }
 
 /// `POST /v1/threads/{thread_id}/mcp`, behind the API's keys, to merge into the API's router

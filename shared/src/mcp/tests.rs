@@ -1,6 +1,7 @@
 //! The tools' backend over the use cases, and the API's MCP endpoint driven in-process, over a
 //! SQLite store and queue on a temporary file and the in-memory provider (which echoes the command
-//! line it runs).
+//! line it runs, so background processes, kept by scripts in a real sandbox, are driven end to end
+//! by `cli/tests/mcp_*.rs` on runc; here, their tools' schemas and argument checks).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +12,10 @@ use axum::Router;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use super::{ExecInput, SandboxBackend, ThreadboxBackend};
+use super::{ExecInput, ProcessInput, SandboxBackend, ThreadboxBackend, ToolFailure};
 use crate::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
 use crate::http::{router, ApiAuth};
+use crate::ports::{ProcessSignal, MAX_INPUT_BYTES};
 use crate::testing::{InMemoryProvider, ManualClock};
 use crate::usecases::{Config, Threadbox};
 
@@ -191,4 +193,161 @@ async fn the_endpoint_answers_each_post_on_its_own_as_json_behind_the_api_keys()
             .contains("content"),
         "{error}"
     );
+}
+
+#[tokio::test]
+async fn the_process_tools_check_their_arguments_as_the_apis_routes_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = ThreadboxBackend::new(threadbox(&dir));
+    let code = |failure: ToolFailure| (failure.code, failure.status);
+    let bad = |code: &str| (code.to_owned(), Some(400));
+
+    let both = ProcessInput {
+        cmd: Some("sleep 9".into()),
+        argv: Some(vec!["sleep".into(), "9".into()]),
+        ..ProcessInput::default()
+    };
+    let refused = backend.start_process("t3", both).await.unwrap_err();
+    assert_eq!(code(refused), bad("invalid_request"));
+    let too_short = ProcessInput {
+        cmd: Some("sleep 9".into()),
+        idle_timeout_ms: Some(10),
+        ..ProcessInput::default()
+    };
+    let refused = backend.start_process("t3", too_short).await.unwrap_err();
+    assert!(refused.message.contains("idle_timeout_ms"), "{refused:?}");
+    assert_eq!(code(refused), bad("invalid_request"));
+    let outside = ProcessInput {
+        cmd: Some("ls".into()),
+        cwd: Some("work/src".into()),
+        ..ProcessInput::default()
+    };
+    let refused = backend.start_process("t3", outside).await.unwrap_err();
+    assert_eq!(code(refused), bad("invalid_path"));
+
+    let refused = backend
+        .read_process_output("t3", "../x", 0, 10)
+        .await
+        .unwrap_err();
+    assert_eq!(code(refused), bad("invalid_process_id"));
+    let refused = backend
+        .read_process_output("t3", "abc", 0, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(code(refused), bad("invalid_request"));
+    let refused = backend
+        .write_process_input("t3", "abc", vec![b'x'; MAX_INPUT_BYTES + 1])
+        .await
+        .unwrap_err();
+    assert_eq!(code(refused), bad("invalid_request"));
+    let refused = backend
+        .signal_process("t3", "a b", ProcessSignal::Term)
+        .await
+        .unwrap_err();
+    assert_eq!(code(refused), bad("invalid_process_id"));
+    let refused = backend
+        .list_processes("not a thread id!")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status, Some(400), "{refused:?}");
+}
+
+#[tokio::test]
+async fn the_endpoint_lists_the_process_tools_and_answers_bad_calls_as_tool_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = threadbox(&dir);
+    let auth = ApiAuth::new([KEY]);
+    let router = router(tb.clone(), auth.clone()).merge(super::routes(tb, auth));
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let (status, _, answer) = post(&router, Some(KEY), list).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let tools = answer["result"]["tools"].as_array().unwrap();
+    let schema = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {answer}"))["inputSchema"]
+            .clone()
+    };
+    let properties = |name: &str| {
+        let mut keys: Vec<String> = schema(name)["properties"]
+            .as_object()
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        keys.sort();
+        keys
+    };
+    assert_eq!(
+        properties("start_process"),
+        ["argv", "command", "cwd", "env", "idle_timeout_seconds"]
+    );
+    assert_eq!(properties("list_processes"), Vec::<String>::new());
+    assert_eq!(
+        properties("read_process_output"),
+        ["after", "max", "process_id"]
+    );
+    assert_eq!(properties("write_process_input"), ["process_id", "text"]);
+    assert_eq!(properties("stop_process"), ["process_id", "signal"]);
+    let signal = schema("stop_process").to_string();
+    for name in ["TERM", "KILL", "INT", "HUP", "STOP", "CONT"] {
+        assert!(signal.contains(&format!("\"{name}\"")), "{signal}");
+    }
+
+    let call = |id: u64, name: &str, arguments: Value| {
+        json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        })
+    };
+    let error_of = |answer: &Value| -> Value {
+        assert_eq!(answer["result"]["isError"], true, "{answer}");
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        serde_json::from_str::<Value>(text).unwrap()["error"].clone()
+    };
+    let cases = [
+        ("start_process", json!({}), "invalid_request"),
+        (
+            "start_process",
+            json!({"command": "true", "argv": ["true"]}),
+            "invalid_request",
+        ),
+        (
+            "start_process",
+            json!({"command": "true", "idle_timeout_seconds": 999_999}),
+            "invalid_request",
+        ),
+        (
+            "read_process_output",
+            json!({"process_id": "abc", "max": 0}),
+            "invalid_request",
+        ),
+        (
+            "read_process_output",
+            json!({"process_id": "../etc"}),
+            "invalid_process_id",
+        ),
+        (
+            "write_process_input",
+            json!({"process_id": "abc"}),
+            "invalid_request",
+        ),
+        (
+            "stop_process",
+            json!({"process_id": "abc", "signal": "USR1"}),
+            "invalid_request",
+        ),
+        (
+            "stop_process",
+            json!({"process_id": "a/b"}),
+            "invalid_process_id",
+        ),
+    ];
+    for (id, (name, arguments, code)) in cases.into_iter().enumerate() {
+        let shown = format!("{name} {arguments}");
+        let (status, _, answer) =
+            post(&router, Some(KEY), call(id as u64 + 2, name, arguments)).await;
+        assert_eq!(status, StatusCode::OK, "{shown}: {answer}");
+        let error = error_of(&answer);
+        assert_eq!(error["code"], code, "{shown}: {error}");
+    }
 }
