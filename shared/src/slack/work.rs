@@ -29,6 +29,25 @@ pub enum WorkItem {
     Slash(SlashCommand),
     /// Someone opened the app's Home tab: publish their view.
     HomeOpened(HomeOpened),
+    /// A code block that outlived its worker's time, running on as a background process: a
+    /// later worker follows it and posts its output when it ends.
+    Background(BackgroundRun),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackgroundRun {
+    pub thread_id: ThreadId,
+    pub process_id: String,
+    /// The code block's language, for the reply.
+    pub language: String,
+    pub channel: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_ts: Option<String>,
+    /// When the block started (ms since the epoch) and how long it may run in all.
+    pub started_at_ms: i64,
+    pub limit_ms: u64,
+    /// How many workers have followed it so far: part of the next hand-over's dedup id.
+    pub round: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +136,8 @@ impl WorkItem {
             WorkItem::Action(a) => a.thread_id.to_string(),
             WorkItem::Slash(s) => format!("slack:{}:{}", s.team, s.channel),
             WorkItem::HomeOpened(h) => format!("slack-home:{}:{}", h.team, h.user),
+            // Not the thread's own group: following it must not hold up the thread's messages.
+            WorkItem::Background(b) => format!("slack-background:{}", b.thread_id),
         }
     }
 }

@@ -23,7 +23,7 @@ pub const EDIT_INTERVAL: Duration = Duration::from_secs(2);
 /// Characters of output the live message shows (its tail).
 const LIVE_TAIL: usize = 1_500;
 /// Chunks in flight from the sandbox (each at most 16 KiB), as for the API's streams.
-const CHANNEL_CHUNKS: usize = 32;
+pub(super) const CHANNEL_CHUNKS: usize = 32;
 
 /// Where the live message goes.
 pub(super) struct LivePlace {
@@ -39,9 +39,9 @@ pub(super) struct Streamed {
 }
 
 /// The output so far, as it came, up to the cap.
-struct Output {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
+pub(super) struct Output {
+    pub(super) stdout: Vec<u8>,
+    pub(super) stderr: Vec<u8>,
     /// Both streams in arrival order, for the live view's tail.
     both: Vec<u8>,
     cap: usize,
@@ -49,6 +49,11 @@ struct Output {
 }
 
 impl Output {
+    /// Whether a stream passed the cap (the rest was dropped).
+    pub(super) fn truncated(&self) -> bool {
+        self.stdout.len() >= self.cap || self.stderr.len() >= self.cap
+    }
+
     fn push(&mut self, chunk: OutputChunk) {
         let (stream, bytes) = match chunk {
             OutputChunk::Stdout(bytes) => (&mut self.stdout, bytes),
@@ -75,9 +80,29 @@ impl SlackWorker {
         place: &LivePlace,
     ) -> Streamed {
         let cap = request.output_cap;
-        let (sink, mut chunks) = mpsc::channel(CHANNEL_CHUNKS);
+        let (sink, chunks) = mpsc::channel(CHANNEL_CHUNKS);
         let exec = self.tb.exec_streaming(thread_id, request, sink);
-        tokio::pin!(exec);
+        let (result, output, live_ts) = self.show_while(exec, chunks, cap, language, place).await;
+        let result = result.map(|mut result| {
+            result.stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            result.stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+            result
+        });
+        Streamed { result, live_ts }
+    }
+
+    /// Drive `work` while keeping the output it sends on `chunks` (up to `cap` per stream),
+    /// showing it live in `place` once it has run for [`LIVE_AFTER`]: what `work` returned,
+    /// the output, and the live message if one was posted.
+    pub(super) async fn show_while<R>(
+        &self,
+        work: impl std::future::Future<Output = R>,
+        mut chunks: mpsc::Receiver<OutputChunk>,
+        cap: usize,
+        language: &str,
+        place: &LivePlace,
+    ) -> (R, Output, Option<String>) {
+        tokio::pin!(work);
         let started = Instant::now();
         let mut output = Output {
             stdout: Vec::new(),
@@ -91,7 +116,7 @@ impl SlackWorker {
         let mut open = true;
         let result = loop {
             tokio::select! {
-                result = &mut exec => break result,
+                result = &mut work => break result,
                 chunk = chunks.recv(), if open => match chunk {
                     Some(chunk) => output.push(chunk),
                     None => open = false,
@@ -110,12 +135,7 @@ impl SlackWorker {
         while let Ok(chunk) = chunks.try_recv() {
             output.push(chunk);
         }
-        let result = result.map(|mut result| {
-            result.stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-            result.stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-            result
-        });
-        Streamed { result, live_ts }
+        (result, output, live_ts)
     }
 
     /// Post the live message, or edit it; the ts to edit next time. A failure (a rate limit,

@@ -24,10 +24,12 @@
 //! between Slack accepting the last reply and `done` makes it say "interrupted" for a message
 //! that had finished (Slack's `chat.postMessage` has no idempotency key to close that one).
 //!
-//! [`SlackWorker::handle_body_by`] takes a deadline (the Lambda invocation's): a code block's
-//! timeout is cut to what is left, and a block that no longer fits is not started; its reply
-//! says so.
+//! [`SlackWorker::handle_body_by`] takes a deadline (the Lambda invocation's): a block whose time
+//! limit does not fit in what is left runs as a background process, followed until the deadline
+//! and then by later workers, which post its output when it ends (`background`); a block with
+//! too little time left to start is not started, and its reply says so.
 
+mod background;
 mod controls;
 mod home;
 mod live;
@@ -189,6 +191,7 @@ impl SlackWorker {
             WorkItem::HomeOpened(opened) => {
                 self.publish_home(&opened.team, &opened.user, None).await
             }
+            WorkItem::Background(run) => self.handle_background(run, deadline).await,
         }
     }
 
@@ -349,7 +352,13 @@ impl SlackWorker {
                         channel: replies.message.channel.clone(),
                         thread_ts: replies.message.reply_thread_ts.clone(),
                     };
-                    let (reply, live_ts) = self.run_block(thread_id, block, timeout, &place).await;
+                    // A block whose whole time limit does not fit before the worker's deadline
+                    // runs as a background process, which can outlive this worker.
+                    let background =
+                        replies.deadline.is_some() && timeout < self.config.exec_timeout;
+                    let (reply, live_ts) = self
+                        .run_block(thread_id, block, timeout, &place, background)
+                        .await;
                     match reply {
                         BlockReply::Text(text) => replies.finish(text, live_ts).await,
                         BlockReply::WithFile {
@@ -426,6 +435,7 @@ impl SlackWorker {
         block: CodeBlock,
         timeout: Duration,
         place: &live::LivePlace,
+        background: bool,
     ) -> (BlockReply, Option<String>) {
         let interpreter = match block.language {
             Language::Runnable(interpreter) => interpreter,
@@ -440,6 +450,11 @@ impl SlackWorker {
                 )
             }
         };
+        if background {
+            return self
+                .run_in_background(thread_id, interpreter, &block.code, timeout, place)
+                .await;
+        }
         let request = ExecRequest {
             command: ExecCommand::Argv(interpreter.argv(&block.code)),
             cwd: None,
