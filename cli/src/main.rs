@@ -1,11 +1,13 @@
 //! `threadbox`: parse the command line, set up logging, run the command.
 
 mod client;
+mod cost;
 mod dev;
 mod dlq;
 mod duration;
 mod exit;
 mod mcp;
+mod processes;
 mod secret_file;
 mod slack;
 mod threads;
@@ -36,6 +38,9 @@ enum Command {
     /// Operate on threads over the HTTP API (`threadbox dev` or a deployed stack): list, show,
     /// pause, resume, reset, exec, events.
     Threads(threads::ThreadsArgs),
+    /// A thread's background processes over the HTTP API: start, list, logs (`--follow`),
+    /// input, kill.
+    Processes(processes::ProcessesArgs),
     /// Mint a live-events subscription token for `GET /v1/ws`, signed with the local secret.
     Token(token::TokenArgs),
     /// Try the Slack app without Slack: `slack send` posts a signed event to `threadbox dev`.
@@ -44,6 +49,9 @@ enum Command {
     Dlq(dlq::DlqArgs),
     /// One thread's sandbox as an MCP server on stdio, for agent hosts (Claude, IDEs).
     Mcp(mcp::McpArgs),
+    /// What the threads' sandboxes used and cost, by state and by thread, and what pausing
+    /// saved (`--since 7d` for a window).
+    Cost(cost::CostArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -62,12 +70,14 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map(|()| std::process::ExitCode::SUCCESS),
             Command::Threads(args) => threads::run(args).await,
+            Command::Processes(args) => processes::run(args).await,
             Command::Token(args) => token::run(args).map(|()| std::process::ExitCode::SUCCESS),
             Command::Slack(args) => slack::run(args)
                 .await
                 .map(|()| std::process::ExitCode::SUCCESS),
             Command::Dlq(args) => dlq::run(args).await,
             Command::Mcp(args) => mcp::run(args).await,
+            Command::Cost(args) => cost::run(args).await,
         }
     });
     match result {

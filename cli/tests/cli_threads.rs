@@ -55,6 +55,24 @@ impl Api {
     async fn run(&self, args: &[&str]) -> Run {
         cli(&self.url, args, &[]).await
     }
+
+    /// A command of its own rather than under `threads` (`cost`), against this API.
+    async fn cli_run(&self, args: &[&str]) -> Run {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+            .args(args)
+            .env("THREADBOX_URL", &self.url)
+            .env_remove("THREADBOX_API_KEY")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("run threadbox");
+        Run {
+            code: output.status.code().expect("exited, not killed"),
+            stdout: String::from_utf8(output.stdout).unwrap(),
+            stderr: String::from_utf8(output.stderr).unwrap(),
+        }
+    }
 }
 
 struct Run {
@@ -136,9 +154,10 @@ async fn list_and_show_as_tables_and_json() {
     let table = api.run(&["list"]).await.ok().stdout;
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 3, "{table}");
+    // With each thread's usage (times only: this API knows no sandbox size).
     assert_eq!(
         lines[0],
-        "THREAD              STATUS  IDLE  GEN  SANDBOX  HOLDS"
+        "THREAD              STATUS  IDLE  GEN  SANDBOX  HOLDS  RUNNING  PAUSED"
     );
     assert!(
         lines[1].starts_with("alpha               active  0s    1    mem-1    0"),
@@ -174,10 +193,26 @@ async fn list_and_show_as_tables_and_json() {
     assert!(shown.contains("\nSEQ    AT "), "{shown}");
     assert!(shown.contains("  - → creating           user"), "{shown}");
     assert!(shown.contains("  creating → active      user"), "{shown}");
+    assert!(shown.contains("\nrunning      "), "{shown}");
+    assert!(shown.contains("\npaused       0s\n"), "{shown}");
 
     let detail = api.run(&["show", "alpha", "--json"]).await.ok().json();
     assert_eq!(detail["session"]["status"], "active");
     assert_eq!(detail["events"].as_array().unwrap().len(), 2);
+    assert_eq!(detail["usage"]["paused_ms"], 0);
+
+    let cost = api.cli_run(&["cost"]).await;
+    assert_eq!(cost.code, 0, "{}", cost.stderr);
+    assert!(
+        cost.stdout
+            .starts_with("2 threads (2 active), over each thread's whole history\n"),
+        "{}",
+        cost.stdout
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&api.cli_run(&["cost", "--json"]).await.stdout).unwrap();
+    assert_eq!(report["threads"], 2);
+    assert_eq!(report["paused_ms"], 0);
 }
 
 #[tokio::test]

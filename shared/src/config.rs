@@ -104,6 +104,28 @@ impl Env {
             }),
         }
     }
+
+    /// A decimal number in `range` (prices, sizes), or `None` when unset.
+    pub fn decimal(
+        &self,
+        name: &'static str,
+        range: RangeInclusive<f64>,
+    ) -> Result<Option<f64>, ConfigError> {
+        let Some(raw) = self.get(name) else {
+            return Ok(None);
+        };
+        match raw.parse::<f64>() {
+            Ok(n) if range.contains(&n) => Ok(Some(n)),
+            _ => Err(ConfigError::Invalid {
+                variable: name,
+                reason: format!(
+                    "expected a number from {} to {}, got {raw:?}",
+                    range.start(),
+                    range.end()
+                ),
+            }),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -120,5 +142,10 @@ mod tests {
         let err = env.whole_number("BAD", 5, 1..=60).unwrap_err().to_string();
         assert!(err.starts_with("BAD is invalid"), "{err}");
         assert!(env.whole_number("N", 5, 1..=10).is_err(), "out of range");
+        let env = Env::from_pairs(&[("P", "0.0504"), ("NAN", "NaN"), ("NEG", "-1")]);
+        assert_eq!(env.decimal("P", 0.0..=1.0).unwrap(), Some(0.0504));
+        assert_eq!(env.decimal("UNSET", 0.0..=1.0).unwrap(), None);
+        assert!(env.decimal("NAN", 0.0..=1.0).is_err());
+        assert!(env.decimal("NEG", 0.0..=1.0).is_err());
     }
 }

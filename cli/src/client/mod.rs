@@ -4,11 +4,13 @@
 //! - `types`: the bodies, built on the shared crate's own session and event types;
 //! - `exec_stream`: a command's output as it happens (server-sent events);
 //! - `files`: reading, writing, listing and removing files in a thread's sandbox;
+//! - `processes`: background processes: start, list, read or follow output, input, signal;
 //! - `error`: failures and the exit status each one means.
 
 mod error;
 mod exec_stream;
 mod files;
+mod processes;
 mod types;
 
 use std::time::Duration;
@@ -16,12 +18,22 @@ use std::time::Duration;
 use reqwest::header::{HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
+use threadbox_shared::domain::Millis;
 use threadbox_shared::ports::ExecResult;
 use threadbox_shared::usecases::SandboxHandle;
 
 pub use error::{is_busy, ClientError};
 pub use exec_stream::ExecUpdate;
+pub use processes::{signal_name, FollowUpdate, ProcessSpec};
 pub use types::{EventPage, ExecSpec, ResetView, ThreadDetail, ThreadPage, ThreadView};
+
+/// Whether a listing carries each thread's usage (`?usage=true`), and from when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UsageQuery {
+    None,
+    /// From this time (epoch milliseconds), or each thread's start.
+    Since(Option<Millis>),
+}
 
 /// Where `threadbox dev` listens by default.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8787";
@@ -156,11 +168,13 @@ impl Client {
         Ok(bytes.to_vec())
     }
 
-    /// One page of threads; pass the previous page's `next` as `cursor`.
-    pub async fn list_page(
+    /// One page of threads, with each one's usage when `usage` asks for it; pass the previous
+    /// page's `next` as `cursor`.
+    pub async fn list_page_with(
         &self,
         limit: Option<usize>,
         cursor: Option<&str>,
+        usage: UsageQuery,
     ) -> Result<ThreadPage, ClientError> {
         let mut url = self.url(None, None);
         {
@@ -171,6 +185,12 @@ impl Client {
             if let Some(cursor) = cursor {
                 query.append_pair("cursor", cursor);
             }
+            if let UsageQuery::Since(since) = usage {
+                query.append_pair("usage", "true");
+                if let Some(since) = since {
+                    query.append_pair("usage_since", &since.0.to_string());
+                }
+            }
         }
         // An empty query string would still leave a bare "?" behind.
         if url.query() == Some("") {
@@ -179,8 +199,13 @@ impl Client {
         self.call(Method::GET, url, None, None).await
     }
 
-    /// Threads across pages, up to `max` (every thread when `None`).
-    pub async fn list(&self, max: Option<usize>) -> Result<Vec<ThreadView>, ClientError> {
+    /// Threads across pages, up to `max` (every thread when `None`), with their usage when
+    /// `usage` asks for it.
+    pub async fn list_with(
+        &self,
+        max: Option<usize>,
+        usage: UsageQuery,
+    ) -> Result<Vec<ThreadView>, ClientError> {
         // The API's largest page, so a big listing takes few round trips.
         const PAGE: usize = 500;
         let mut threads = Vec::new();
@@ -190,7 +215,9 @@ impl Client {
             if want == 0 {
                 break;
             }
-            let page = self.list_page(Some(want), cursor.as_deref()).await?;
+            let page = self
+                .list_page_with(Some(want), cursor.as_deref(), usage)
+                .await?;
             threads.extend(page.threads);
             match page.next {
                 Some(next) => cursor = Some(next),

@@ -6,15 +6,18 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use threadbox_shared::domain::{LifecycleEvent, Session};
+use threadbox_shared::domain::{LifecycleEvent, Session, Usage};
 use threadbox_shared::usecases::{SandboxHandle, SandboxStatus};
 
-/// A session with how long it has been idle (by the server's clock).
+/// A session with how long it has been idle (by the server's clock), and what its sandbox used
+/// when the listing asked for it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ThreadView {
     #[serde(flatten)]
     pub session: Session,
     pub idle_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 /// One page of `GET /v1/threads`.
@@ -34,6 +37,9 @@ pub struct ThreadDetail {
     pub events: Vec<LifecycleEvent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxStatus>,
+    /// Absent from a server older than usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 /// One page of `GET /v1/threads/{id}/events`.

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
+use threadbox_shared::adapters::runc::SandboxLimits;
 use threadbox_shared::config::Env;
+use threadbox_shared::domain::{Pricing, PricingSettings, SandboxSize};
 use threadbox_shared::providers::{ProviderConfig, PROVIDER_VAR};
 
 /// The provider chosen, with its settings (whose `Debug` redacts the key), and what chose it.
@@ -20,6 +22,34 @@ impl ChosenProvider {
     pub fn is_runc(&self) -> bool {
         matches!(self.config, ProviderConfig::Runc)
     }
+
+    /// What a thread's time is priced at, as the Lambda functions read it: runc's size from the
+    /// limits it runs with and no prices, E2B's default sandbox at its list prices; the
+    /// `THREADBOX_SANDBOX_*` and `THREADBOX_PRICE_*` variables override either.
+    pub fn pricing(&self, limits: &SandboxLimits) -> anyhow::Result<Pricing> {
+        pricing_from(&self.config, limits, &Env::process())
+    }
+}
+
+/// The largest sandbox size or price figure taken; more is a misplaced unit.
+const MAX_PRICING_FIGURE: f64 = 100_000.0;
+
+fn pricing_from(
+    config: &ProviderConfig,
+    limits: &SandboxLimits,
+    env: &Env,
+) -> anyhow::Result<Pricing> {
+    let defaults = match config {
+        ProviderConfig::Runc => Pricing::unpriced(SandboxSize {
+            vcpus: f64::from(limits.cpu_millicores) / 1000.0,
+            memory_gib: limits.memory_bytes as f64 / f64::from(1u32 << 30),
+        }),
+        ProviderConfig::E2b(_) => Pricing::E2B_DEFAULT,
+    };
+    let settings = PricingSettings::read(|name| env.decimal(name, 0.0..=MAX_PRICING_FIGURE))?;
+    defaults
+        .with_settings(settings)
+        .map_err(|e| anyhow::anyhow!("{} is invalid: {}", e.variable, e.reason))
 }
 
 /// Read the choice: the flag wins over the variable; each provider then reads its own settings
@@ -46,6 +76,31 @@ fn choose_from(flag: Option<&str>, env: Env) -> anyhow::Result<ChosenProvider> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pricing_is_runc_resource_time_or_e2b_list_prices_unless_set() {
+        let limits = SandboxLimits::default();
+        let runc = pricing_from(&ProviderConfig::Runc, &limits, &Env::from_pairs(&[])).unwrap();
+        assert_eq!((runc.size.map(|s| s.vcpus), runc.prices), (Some(1.0), None));
+        let priced = pricing_from(
+            &ProviderConfig::Runc,
+            &limits,
+            &Env::from_pairs(&[
+                ("THREADBOX_PRICE_VCPU_HOUR", "0.0504"),
+                ("THREADBOX_PRICE_GIB_HOUR", "0.0162"),
+            ]),
+        )
+        .unwrap();
+        assert!(priced.prices.is_some());
+        let err = pricing_from(
+            &ProviderConfig::Runc,
+            &limits,
+            &Env::from_pairs(&[("THREADBOX_PRICE_GIB_HOUR", "0.0162")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("THREADBOX_PRICE_VCPU_HOUR"), "{err}");
+    }
 
     #[test]
     fn runc_is_the_default_and_says_so() {

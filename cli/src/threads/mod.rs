@@ -4,20 +4,21 @@
 //!
 //! - `exec`: run a command, passing its output and exit status through;
 //! - `events`: a thread's events, once or followed;
-//! - `render` and `table`: the text people see; `output`: stdout for text and JSON.
+//! - `render` and `table`: the text people see; `output`: stdout for text and JSON (`cost`
+//!   prints with them too).
 
 mod events;
 mod exec;
-mod output;
-mod render;
-mod table;
+pub(crate) mod output;
+pub(crate) mod render;
+pub(crate) mod table;
 
 use std::process::ExitCode;
 
 use threadbox_shared::domain::ThreadId;
 
 use self::output::Output;
-use crate::client::{ApiArgs, ThreadPage};
+use crate::client::{ApiArgs, ThreadPage, UsageQuery};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -39,13 +40,17 @@ pub struct ThreadsArgs {
 
 #[derive(clap::Subcommand, Debug)]
 enum ThreadsCommand {
-    /// Threads with their status and how long they have been idle.
+    /// Threads with their status, how long they have been idle, and their running and paused
+    /// time with what it cost.
     List {
         /// Show at most this many (all by default).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         limit: Option<u64>,
+        /// Leave out running and paused time (they read every thread's events).
+        #[arg(long)]
+        no_usage: bool,
     },
-    /// One thread's record and its recent events.
+    /// One thread's record, its usage (running and paused time, cost) and its recent events.
     Show {
         #[arg(value_parser = thread_id)]
         thread: String,
@@ -88,9 +93,14 @@ pub async fn run(args: ThreadsArgs) -> anyhow::Result<ExitCode> {
     let client = args.api.client()?;
     let out = Output::new(args.json);
     match args.command {
-        ThreadsCommand::List { limit } => {
+        ThreadsCommand::List { limit, no_usage } => {
             let limit = limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-            let threads = client.list(limit).await?;
+            let usage = if no_usage {
+                UsageQuery::None
+            } else {
+                UsageQuery::Since(None)
+            };
+            let threads = client.list_with(limit, usage).await?;
             if out.json {
                 // The API's page shape, with every page in it (so no `next`).
                 out.document(&ThreadPage {

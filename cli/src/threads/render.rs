@@ -2,7 +2,7 @@
 //! and one-line results. Pure functions from API values to text, so they are tested as text.
 
 use bytesize::ByteSize;
-use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status};
+use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status, Usage};
 use threadbox_shared::ports::DiskUsage;
 use threadbox_shared::usecases::SandboxHandle;
 
@@ -25,7 +25,23 @@ pub fn threads_table(threads: &[ThreadView], color: bool) -> String {
         return "no threads yet\n".to_owned();
     }
     let with_errors = threads.iter().any(|t| t.session.last_error.is_some());
+    let with_usage = threads.iter().any(|t| t.usage.is_some());
+    let priced = threads
+        .iter()
+        .any(|t| t.usage.as_ref().is_some_and(|u| usd_of(u).is_some()));
+    // Dollars when priced, else vCPU-hours when the size is known, else times only.
+    let sized = threads
+        .iter()
+        .any(|t| t.usage.as_ref().is_some_and(|u| u.cost.is_some()));
     let mut headers = vec!["THREAD", "STATUS", "IDLE", "GEN", "SANDBOX", "HOLDS"];
+    if with_usage {
+        headers.extend(["RUNNING", "PAUSED"]);
+        if priced {
+            headers.push("COST");
+        } else if sized {
+            headers.push("VCPU-H");
+        }
+    }
     if with_errors {
         headers.push("LAST ERROR");
     }
@@ -40,6 +56,25 @@ pub fn threads_table(threads: &[ThreadView], color: bool) -> String {
             Cell::from(s.sandbox_id.as_deref().unwrap_or("-")),
             Cell::from(s.holds.len().to_string()),
         ];
+        if with_usage {
+            let usage = thread.usage.as_ref();
+            row.push(Cell::from(
+                usage.map_or_else(|| "-".into(), |u| span(u.running_ms)),
+            ));
+            row.push(Cell::from(
+                usage.map_or_else(|| "-".into(), |u| span(u.paused_ms)),
+            ));
+            if priced {
+                row.push(Cell::from(
+                    usage.and_then(usd_of).map_or_else(|| "-".into(), usd),
+                ));
+            } else if sized {
+                let hours = usage
+                    .and_then(|u| u.cost)
+                    .map(|c| resource_hours(c.vcpu_hours));
+                row.push(Cell::from(hours.unwrap_or_else(|| "-".into())));
+            }
+        }
         if with_errors {
             row.push(Cell::from(s.last_error.as_deref().unwrap_or("")));
         }
@@ -85,6 +120,9 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
     if let Some(error) = &s.last_error {
         lines.push(("last error", error.clone()));
     }
+    if let Some(usage) = &detail.usage {
+        lines.extend(usage_lines(usage));
+    }
     let mut out = String::new();
     for (label, value) in lines {
         out.push_str(&format!("{label:<12} {value}\n"));
@@ -99,6 +137,96 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
         }
     }
     out
+}
+
+/// A thread's usage as labelled lines: running and paused time, and what they cost (or the
+/// resource-time, when nobody set prices).
+pub fn usage_lines(usage: &Usage) -> Vec<(&'static str, String)> {
+    let generations = match usage.generations.len() {
+        1 => String::new(),
+        n => format!(", {n} generations"),
+    };
+    let since = if usage.complete {
+        String::new()
+    } else {
+        format!(", counted from {} (older events not read)", utc(usage.from))
+    };
+    let mut lines = vec![
+        (
+            "running",
+            format!("{}{generations}{since}", span(usage.running_ms)),
+        ),
+        (
+            "paused",
+            if usage.idle_paused_ms > 0 {
+                format!(
+                    "{} ({} after idle pauses)",
+                    span(usage.paused_ms),
+                    span(usage.idle_paused_ms)
+                )
+            } else {
+                span(usage.paused_ms)
+            },
+        ),
+    ];
+    if usage.error_ms > 0 {
+        lines.push(("in error", format!("{} (not priced)", span(usage.error_ms))));
+    }
+    if let Some(cost) = &usage.cost {
+        let resources = format!(
+            "{} vCPU-h, {} GiB-h ({} vCPU, {} GiB)",
+            resource_hours(cost.vcpu_hours),
+            resource_hours(cost.gib_hours),
+            cost.vcpus,
+            cost.memory_gib
+        );
+        match (cost.usd, cost.saved_usd) {
+            (Some(spent), Some(saved)) => {
+                lines.push(("cost", format!("{} running: {resources}", usd(spent))));
+                let idle = cost
+                    .idle_saved_usd
+                    .filter(|idle| *idle > 0.0)
+                    .map_or_else(String::new, |idle| {
+                        format!(", {} of it idle pauses", usd(idle))
+                    });
+                lines.push(("saved", format!("{} by pausing{idle}", usd(saved))));
+            }
+            _ => lines.push(("resources", format!("{resources}; no prices set"))),
+        }
+    }
+    lines
+}
+
+/// The dollars a usage's running time cost, when priced.
+pub fn usd_of(usage: &Usage) -> Option<f64> {
+    usage.cost.and_then(|c| c.usd)
+}
+
+/// Dollars to four decimals under $100 (a thread's hour is cents), to two above.
+pub fn usd(amount: f64) -> String {
+    if amount.abs() < 100.0 {
+        format!("${amount:.4}")
+    } else {
+        format!("${amount:.2}")
+    }
+}
+
+/// Milliseconds of usage to the two largest units, as `idle` ("3h30m", "0s"), and under a
+/// second in milliseconds ("450ms"), so a short state does not read as none.
+pub fn span(ms: u64) -> String {
+    match ms {
+        1..=999 => format!("{ms}ms"),
+        _ => idle(ms / 1000),
+    }
+}
+
+/// Resource-hours to two decimals, or four when smaller than a tenth (a short run).
+pub fn resource_hours(hours: f64) -> String {
+    if hours < 0.1 {
+        format!("{hours:.4}")
+    } else {
+        format!("{hours:.2}")
+    }
 }
 
 /// "12.0 MiB of 1.9 GiB (1%), 35 of 262144 files".
@@ -252,7 +380,7 @@ pub fn utc(at: Millis) -> String {
 
 #[cfg(test)]
 mod tests {
-    use threadbox_shared::domain::{Hold, Session, ThreadId};
+    use threadbox_shared::domain::{Hold, Pricing, SandboxSize, Session, ThreadId, Window};
 
     use super::*;
 
@@ -325,6 +453,7 @@ mod tests {
             ThreadView {
                 session: session("demo", Status::Active),
                 idle_seconds: 5,
+                usage: None,
             },
             ThreadView {
                 session: Session {
@@ -336,6 +465,7 @@ mod tests {
                     ..session("slack:T1:C2:1700.5", Status::Paused)
                 },
                 idle_seconds: 725,
+                usage: None,
             },
         ];
         assert_eq!(
@@ -353,6 +483,7 @@ mod tests {
                 ..session("bad", Status::Error)
             },
             idle_seconds: 0,
+            usage: None,
         }];
         let shown = threads_table(&broken, true);
         assert!(shown.starts_with("THREAD  STATUS  IDLE  GEN  SANDBOX  HOLDS  LAST ERROR\n"));
@@ -401,6 +532,7 @@ mod tests {
             session: ThreadView {
                 session: session("demo", Status::Active),
                 idle_seconds: 61,
+                usage: None,
             },
             events: vec![
                 event(1, None, Status::Creating, Cause::User),
@@ -416,6 +548,7 @@ mod tests {
                     limit_inodes: 262_144,
                 }),
             }),
+            usage: None,
         };
         let text = thread_detail(&detail, false);
         assert!(text.starts_with(
@@ -430,6 +563,71 @@ mod tests {
         assert!(text.contains("janitor due  2023-11-14T22:23:20Z\n"));
         assert!(text.contains("\n\nSEQ "));
         assert!(text.ends_with("creating → active      user            1\n"));
+    }
+
+    fn usage_of(events: &[LifecycleEvent], secs: i64, pricing: &Pricing) -> Usage {
+        Usage::from_events(
+            events,
+            Window {
+                since: None,
+                now: Millis(1_700_000_000_000 + secs * 1000),
+            },
+            pricing,
+        )
+    }
+
+    #[test]
+    fn usage_shows_time_and_cost_or_resource_time() {
+        let events = vec![
+            event(1, None, Status::Creating, Cause::User),
+            event(2, Some(Status::Creating), Status::Active, Cause::User),
+            event(3, Some(Status::Active), Status::Pausing, Cause::Idle),
+            event(4, Some(Status::Pausing), Status::Paused, Cause::Idle),
+        ];
+        // Running from 1s to 4s, paused (idle) from 4s to 2h.
+        let priced = usage_of(&events, 7_200, &Pricing::E2B_DEFAULT);
+        let lines: Vec<String> = usage_lines(&priced)
+            .into_iter()
+            .map(|(label, value)| format!("{label:<12} {value}"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "running      3s",
+                "paused       1h59m (1h59m after idle pauses)",
+                "cost         $0.0001 running: 0.0017 vCPU-h, 0.0004 GiB-h (2 vCPU, 0.5 GiB)",
+                "saved        $0.2177 by pausing, $0.2177 of it idle pauses",
+            ]
+        );
+        let runc = usage_of(
+            &events,
+            7_200,
+            &Pricing::unpriced(SandboxSize {
+                vcpus: 1.0,
+                memory_gib: 0.5,
+            }),
+        );
+        let last = usage_lines(&runc).pop().unwrap();
+        assert_eq!(
+            last,
+            (
+                "resources",
+                "0.0008 vCPU-h, 0.0004 GiB-h (1 vCPU, 0.5 GiB); no prices set".to_owned()
+            )
+        );
+
+        let mut threads = vec![ThreadView {
+            session: session("demo", Status::Paused),
+            idle_seconds: 5,
+            usage: Some(priced),
+        }];
+        assert_eq!(
+            threads_table(&threads, false),
+            "THREAD  STATUS  IDLE  GEN  SANDBOX  HOLDS  RUNNING  PAUSED  COST\n\
+             demo    paused  5s    1    sb-demo  0      3s       1h59m   $0.0001\n"
+        );
+        threads[0].usage = Some(runc);
+        assert!(threads_table(&threads, false).contains("PAUSED  VCPU-H\n"));
     }
 
     #[test]
@@ -455,6 +653,7 @@ mod tests {
         let paused = ThreadView {
             session: session("demo", Status::Paused),
             idle_seconds: 0,
+            usage: None,
         };
         assert_eq!(
             paused_line(&paused, false),

@@ -1,4 +1,5 @@
-//! The pure domain: no AWS, HTTP, clock or I/O. Everything here is plain data and rules.
+//! The pure domain: no AWS, HTTP, clock or I/O. Everything here is plain data and rules
+//! (`usage`: what a thread's sandbox used, from its lifecycle events, and what that costs).
 
 mod scope;
 mod session;
@@ -6,10 +7,16 @@ mod status;
 mod thread_id;
 mod time;
 mod transition;
+mod usage;
 
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
-pub use session::{Change, Hold, LifecycleEvent, Session, Timers, MAX_SEQ};
+pub use session::{Change, Hold, LifecycleEvent, Session, Timers, MAX_SEQ, PROCESS_HOLD_PREFIX};
 pub use status::{Cause, GonePolicy, Status};
 pub use thread_id::{InvalidThreadId, ThreadId, MAX_THREAD_ID_LEN};
 pub use time::Millis;
 pub use transition::{transition, Command, Observed, RejectKind, Rejected, Transition};
+pub use usage::{
+    GenerationUsage, Prices, Pricing, PricingError, PricingSettings, SandboxSize, StateTimes,
+    Usage, UsageCost, Window, E2B_DEFAULT_SIZE, E2B_LIST_PRICES, PRICE_GIB_HOUR_VAR,
+    PRICE_VCPU_HOUR_VAR, SANDBOX_MEMORY_GIB_VAR, SANDBOX_VCPUS_VAR,
+};

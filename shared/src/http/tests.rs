@@ -1053,3 +1053,39 @@ async fn directories_globs_and_greps_over_http() {
         .await
         .expect_error(StatusCode::BAD_REQUEST, "invalid_request");
 }
+
+#[tokio::test]
+async fn a_thread_shows_its_usage_and_a_listing_carries_it_on_request() {
+    let api = Api::new();
+    api.resolve("t1").await;
+    api.clock.advance(Duration::from_secs(600));
+    let shown = api.call(Method::GET, "/v1/threads/t1").await.json();
+    let usage = &shown["usage"];
+    assert_eq!(usage["running_ms"], 600_000, "{usage}");
+    assert_eq!(usage["paused_ms"], 0);
+    assert_eq!(usage["by_state"]["active"], 600_000);
+    assert_eq!(usage["complete"], true);
+    assert_eq!(usage["generations"][0]["generation"], 1);
+    assert!(
+        usage.get("cost").is_none(),
+        "no size configured: times only"
+    );
+
+    let plain = api.call(Method::GET, "/v1/threads").await.json();
+    assert!(plain["threads"][0].get("usage").is_none(), "{plain}");
+    let since = api.tb.clock.now().0 - 60_000;
+    let listed = api
+        .call(
+            Method::GET,
+            &format!("/v1/threads?usage=true&usage_since={since}"),
+        )
+        .await
+        .json();
+    assert_eq!(
+        listed["threads"][0]["usage"]["running_ms"], 60_000,
+        "{listed}"
+    );
+    api.call(Method::GET, "/v1/threads?usage_since=0")
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "invalid_query");
+}

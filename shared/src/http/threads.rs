@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::extract::{ApiQuery, Thread};
-use crate::domain::{LifecycleEvent, Millis, Session, ThreadId, MAX_SEQ};
+use crate::domain::{LifecycleEvent, Millis, Session, ThreadId, Usage, MAX_SEQ};
 use crate::usecases::{SandboxHandle, SandboxStatus, Threadbox};
 
 /// Events shown with a session.
@@ -42,12 +42,15 @@ pub(crate) fn resume_routes() -> Router<Threadbox> {
     Router::new().route("/v1/threads/{thread_id}/resume", post(resume))
 }
 
-/// A session as the API shows it: the record plus how long it has been idle.
+/// A session as the API shows it: the record plus how long it has been idle, and in a listing
+/// that asks for it (`?usage=true`) what its sandbox used.
 #[derive(Serialize)]
 struct SessionView {
     #[serde(flatten)]
     session: Session,
     idle_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
 }
 
 impl SessionView {
@@ -56,6 +59,7 @@ impl SessionView {
         Self {
             session,
             idle_seconds,
+            usage: None,
         }
     }
 }
@@ -120,6 +124,8 @@ struct ShowView {
     /// none it can use, or the provider could not be asked.
     #[serde(skip_serializing_if = "Option::is_none")]
     sandbox: Option<SandboxStatus>,
+    /// Running and paused time from the thread's events, and what it cost (`domain::usage`).
+    usage: Usage,
 }
 
 async fn show(
@@ -129,6 +135,8 @@ async fn show(
     let (session, events) = tb
         .session_with_recent_events(&thread_id, RECENT_EVENTS)
         .await?;
+    let now = tb.clock.now();
+    let usage = tb.usage_of(&session, None, now).await?;
     // Best effort: the record is the answer, the provider's view an addition to it.
     let sandbox = match tb.peek_sandbox(&thread_id).await {
         Ok(sandbox) => Some(sandbox),
@@ -138,9 +146,10 @@ async fn show(
         }
     };
     Ok(Json(ShowView {
-        session: SessionView::new(session, tb.clock.now()),
+        session: SessionView::new(session, now),
         events,
         sandbox,
+        usage,
     }))
 }
 
@@ -149,6 +158,10 @@ async fn show(
 struct ListQuery {
     limit: Option<usize>,
     cursor: Option<String>,
+    /// With each thread's usage (its events are read: for operators, not for polling).
+    usage: Option<bool>,
+    /// Count usage from this time (epoch milliseconds) rather than each thread's start.
+    usage_since: Option<i64>,
 }
 
 #[derive(Serialize)]
@@ -177,8 +190,29 @@ async fn list(
                 format!("cursor must be the `next` value of an earlier page: {e}"),
             )
         })?;
-    let page = tb.sessions(limit, after.as_ref()).await?;
     let now = tb.clock.now();
+    if query.usage_since.is_some() && query.usage != Some(true) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "usage_since needs usage=true",
+        ));
+    }
+    if query.usage == Some(true) {
+        let since = query.usage_since.map(Millis);
+        let page = tb.sessions_with_usage(limit, after.as_ref(), since).await?;
+        return Ok(Json(ListView {
+            threads: page
+                .items
+                .into_iter()
+                .map(|(s, usage)| SessionView {
+                    usage: Some(usage),
+                    ..SessionView::new(s, now)
+                })
+                .collect(),
+            next: page.next,
+        }));
+    }
+    let page = tb.sessions(limit, after.as_ref()).await?;
     Ok(Json(ListView {
         threads: page
             .items

@@ -7,7 +7,7 @@ use super::env::{Env, SetupError};
 use crate::adapters::dynamo::DynamoConfig;
 use crate::adapters::sqs::SqsQueueUrls;
 use crate::config::ConfigError;
-use crate::domain::Timers;
+use crate::domain::{Pricing, PricingSettings, SandboxSize, Timers};
 use crate::providers::ProviderConfig;
 use crate::usecases::Config;
 
@@ -24,6 +24,8 @@ const DEFAULT_RUNC_STATE_DIR: &str = "/tmp/threadbox-runc";
 const MAX_IDLE_PAUSE_SECS: u64 = 30 * 24 * 3600;
 /// A year, as the longest retention.
 const MAX_RETENTION_SECS: u64 = 365 * 24 * 3600;
+/// The largest sandbox size or price figure taken; more is a misplaced unit.
+const MAX_PRICING_FIGURE: f64 = 100_000.0;
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -78,6 +80,7 @@ impl Settings {
                 retention: Duration::from_secs(retention),
                 ..defaults
             },
+            pricing: pricing_from_env(env, &provider)?,
             ..Config::default()
         };
         Ok(Self {
@@ -88,6 +91,30 @@ impl Settings {
             use_cases,
         })
     }
+}
+
+/// What a thread's time is priced at: the provider's defaults (E2B's default sandbox at its
+/// list prices; runc's default limits, unpriced) with `THREADBOX_SANDBOX_VCPUS`,
+/// `THREADBOX_SANDBOX_MEMORY_GIB`, `THREADBOX_PRICE_VCPU_HOUR` and `THREADBOX_PRICE_GIB_HOUR`
+/// laid over them.
+pub fn pricing_from_env(env: &Env, provider: &ProviderConfig) -> Result<Pricing, ConfigError> {
+    let defaults = match provider {
+        ProviderConfig::Runc => {
+            let limits = crate::adapters::runc::SandboxLimits::default();
+            Pricing::unpriced(SandboxSize {
+                vcpus: f64::from(limits.cpu_millicores) / 1000.0,
+                memory_gib: limits.memory_bytes as f64 / f64::from(1u32 << 30),
+            })
+        }
+        ProviderConfig::E2b(_) => Pricing::E2B_DEFAULT,
+    };
+    let settings = PricingSettings::read(|name| env.decimal(name, 0.0..=MAX_PRICING_FIGURE))?;
+    defaults
+        .with_settings(settings)
+        .map_err(|e| ConfigError::Invalid {
+            variable: e.variable,
+            reason: e.reason,
+        })
 }
 
 #[cfg(test)]
@@ -137,6 +164,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("THREADBOX_PROVIDER"), "{err}");
+    }
+
+    #[test]
+    fn pricing_follows_the_provider_and_its_variables() {
+        use crate::domain::{E2B_LIST_PRICES, PRICE_GIB_HOUR_VAR, PRICE_VCPU_HOUR_VAR};
+        let runc = with(&[]).unwrap().use_cases.pricing;
+        assert_eq!(runc.prices, None, "nobody bills a local container");
+        assert_eq!(runc.size.map(|s| (s.vcpus, s.memory_gib)), Some((1.0, 0.5)));
+        let e2b = with(&[("THREADBOX_PROVIDER", "e2b"), ("E2B_API_KEY", "k")])
+            .unwrap()
+            .use_cases
+            .pricing;
+        assert_eq!(e2b.prices, Some(E2B_LIST_PRICES));
+        let priced = with(&[(PRICE_VCPU_HOUR_VAR, "0.05"), (PRICE_GIB_HOUR_VAR, "0.01")])
+            .unwrap()
+            .use_cases
+            .pricing;
+        assert_eq!(priced.prices.map(|p| p.usd_per_vcpu_hour), Some(0.05));
+        let err = with(&[(PRICE_VCPU_HOUR_VAR, "0.05")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(PRICE_GIB_HOUR_VAR), "{err}");
+        let err = with(&[(PRICE_GIB_HOUR_VAR, "cheap")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(PRICE_GIB_HOUR_VAR), "{err}");
     }
 
     #[test]

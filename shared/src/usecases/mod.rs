@@ -3,13 +3,16 @@
 //! [`Threadbox`] bundles the ports and the configuration; each file adds one family of verbs:
 //! - `resolve`: get-or-create a thread's sandbox (under a lease, fenced by generation), resume it
 //!   when paused, and apply the gone policy when the provider lost it;
-//! - `pause`: pause, destroy and reset;
+//! - `pause`: pause, destroy and reset, and the handler of transitions the janitor handed off;
 //! - `hold_request`: what a hold asks for, shared by `resolve` and `holds`;
 //! - `holds`: holds, keep-alive, and running commands and file operations under a hold;
+//! - `processes`: background processes, each a hold on its thread while it runs, their starts
+//!   and ends events in the thread's stream;
 //! - `history`: reading sessions and their events (listing, one thread, events after a seq);
 //! - `inspect`: reading a sandbox's files as they are, for GETs (never creates or resumes);
 //! - `janitor`: the scheduled sweep;
-//! - `outbox`: handing written events to the lifecycle queue, and re-driving the ones that were not.
+//! - `outbox`: handing written events to the lifecycle queue, and re-driving the ones that were not;
+//! - `usage`: what threads' sandboxes used and cost, from their events (one thread, or a page).
 
 mod error;
 mod history;
@@ -19,12 +22,17 @@ mod inspect;
 mod janitor;
 mod outbox;
 mod pause;
+mod processes;
 mod resolve;
 mod threadbox;
+mod usage;
 
 pub use error::UseCaseError;
 pub use hold_request::HoldRequest;
 pub use inspect::SandboxStatus;
 pub use janitor::{SweepOptions, SweepReport};
+pub use pause::{Handoff, TransitionOutcome, TransitionWork};
+pub use processes::{ProcessRequest, DEFAULT_PROCESS_IDLE, MAX_PROCESS_IDLE};
 pub use resolve::{ResolveOptions, SandboxHandle};
 pub use threadbox::{Config, Threadbox, DEFAULT_RECORD_RETENTION};
+pub use usage::MAX_USAGE_EVENTS;

@@ -337,6 +337,7 @@
     for (const rowId of state.rows.keys()) renderRow(rowId);
     $("detail-empty").hidden = true;
     $("detail").hidden = false;
+    $("detail-usage").textContent = "-";
     renderEvents();
     try {
       const detail = await api("GET", "/v1/threads/" + enc(id));
@@ -344,6 +345,7 @@
       mergeThread(detail.session);
       renderRow(id);
       addEvents(detail.events);
+      $("detail-usage").textContent = usageText(detail.usage);
     } catch (error) {
       backgroundError(error);
       if (error.status !== 0 && error.status !== 401) showNotice("Could not load " + id + ": " + error.message);
@@ -1061,6 +1063,21 @@
   }
 
   // ---- helpers and start -------------------------------------------------------------------
+
+  // A thread's usage as of when it was selected, as `threadbox threads show` puts it: running and
+  // paused time, and their cost (or vCPU-hours where nobody set prices).
+  function usageText(usage) {
+    if (!usage) return "-";
+    const span = (ms) => (ms > 0 && ms < 1000 ? ms + "ms" : idle(Math.floor(ms / 1000)));
+    let text = "running " + span(usage.running_ms) + ", paused " + span(usage.paused_ms);
+    const cost = usage.cost;
+    if (cost && cost.usd !== undefined) {
+      text += "; $" + cost.usd.toFixed(4) + " running, $" + (cost.saved_usd || 0).toFixed(4) + " saved by pausing";
+    } else if (cost) {
+      text += "; " + cost.vcpu_hours.toFixed(4) + " vCPU-h";
+    }
+    return text;
+  }
 
   // Idle time to two units, as the CLI shows it: "45s", "12m5s", "3h4m", "2d5h".
   function idle(total) {
