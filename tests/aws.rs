@@ -70,6 +70,8 @@ pub struct AwsBackend {
     pub sdk: SdkConfig,
     pub store: Arc<DynamoSessionStore>,
     pub events: Arc<SqsQueue>,
+    /// The janitor's transition queue.
+    pub transitions: Arc<SqsQueue>,
 }
 
 impl AwsBackend {
@@ -81,10 +83,12 @@ impl AwsBackend {
         let sdk = sdk_config().await;
         let store = fresh_store(&sdk).await;
         let events = fresh_queue(&sdk, 5).await;
+        let transitions = fresh_queue(&sdk, 5).await;
         Some(Self {
             sdk,
             store: Arc::new(store),
             events: Arc::new(events),
+            transitions: Arc::new(transitions),
         })
     }
 }

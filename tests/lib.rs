@@ -16,6 +16,8 @@ use threadbox_shared::ports::{DurableQueue, SessionStore};
 pub struct SqliteBackend {
     pub store: Arc<dyn SessionStore>,
     pub events: Arc<dyn DurableQueue>,
+    /// The janitor's transition queue, in the same file.
+    pub transitions: Arc<dyn DurableQueue>,
     _dir: tempfile::TempDir,
 }
 
@@ -26,9 +28,12 @@ impl SqliteBackend {
         let store = SqliteSessionStore::open(&path).expect("open store");
         let events =
             SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).expect("open queue");
+        let transitions =
+            SqliteQueue::open(&path, "transitions", QueueConfig::default()).expect("open queue");
         Self {
             store: Arc::new(store),
             events: Arc::new(events),
+            transitions: Arc::new(transitions),
             _dir: dir,
         }
     }

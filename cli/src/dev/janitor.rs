@@ -5,13 +5,20 @@
 //! with sandboxes left from a previous run straight away. After the sweep (which deletes retired
 //! threads with their events), the rows of the file that age out on their own (the local Slack
 //! sink's messages, dead letters) are deleted once older than the record retention.
+//!
+//! As in production, the sweep only claims pauses and destroys and hands each claim to the
+//! transition queue (a queue in the same SQLite file); [`TransitionLoop`] carries them out, a
+//! bounded number at once, through the same handler as the `pause` function's queue handler.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use threadbox_shared::adapters::sqlite::{delete_aged, Aged, Database};
 use threadbox_shared::domain::Millis;
-use threadbox_shared::usecases::{SweepOptions, SweepReport, Threadbox};
-use tokio::sync::watch;
+use threadbox_shared::ports::{DurableQueue, ReceivedMessage};
+use threadbox_shared::usecases::{SweepOptions, SweepReport, Threadbox, TransitionOutcome};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 /// Rows deleted per transaction by the aged-rows pass.
@@ -77,6 +84,103 @@ async fn delete_aged_rows(tb: &Threadbox, database: &Database, deadline: Instant
     }
 }
 
+/// How the transition queue is drained.
+#[derive(Clone, Debug)]
+pub struct TransitionConfig {
+    /// Transitions carried out at once (each a provider pause or kill).
+    pub concurrency: usize,
+    /// How long a received item stays hidden: longer than a pause or kill takes. A retried
+    /// item comes back after it.
+    pub visibility: Duration,
+    /// Pause between receives that found nothing.
+    pub idle_wait: Duration,
+}
+
+impl Default for TransitionConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            visibility: Duration::from_secs(60),
+            idle_wait: Duration::from_millis(200),
+        }
+    }
+}
+
+/// The transition queue's consumer: what the `pause` function's queue handler is in production.
+pub struct TransitionLoop {
+    tb: Threadbox,
+    queue: Arc<dyn DurableQueue>,
+    config: TransitionConfig,
+}
+
+impl TransitionLoop {
+    pub fn new(tb: Threadbox, queue: Arc<dyn DurableQueue>, config: TransitionConfig) -> Self {
+        Self { tb, queue, config }
+    }
+
+    /// Poll until `shutdown` turns true; transitions already running finish first.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        let mut running = JoinSet::new();
+        while !*shutdown.borrow() {
+            while running.try_join_next().is_some() {}
+            let free = permits.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    _ = running.join_next() => {}
+                    _ = shutdown.changed() => {}
+                }
+                continue;
+            }
+            let messages = match self.queue.receive(free, self.config.visibility).await {
+                Ok(messages) => messages,
+                Err(error) => {
+                    tracing::warn!(%error, "receiving transitions failed; retrying");
+                    Vec::new()
+                }
+            };
+            if messages.is_empty() {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.config.idle_wait) => {}
+                    _ = shutdown.changed() => {}
+                }
+                continue;
+            }
+            for message in messages {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    break;
+                };
+                let (tb, queue) = (self.tb.clone(), self.queue.clone());
+                running.spawn(async move {
+                    run_one(&tb, queue.as_ref(), &message).await;
+                    drop(permit);
+                });
+            }
+        }
+        while running.join_next().await.is_some() {}
+        tracing::debug!("transition loop stopped");
+    }
+}
+
+/// Carry out one handed-off transition and settle its message: done or stale is acked, a retry
+/// stays hidden for the visibility timeout (the back-off), poison is released so the queue
+/// dead-letters it after its last receive.
+pub async fn run_one(tb: &Threadbox, queue: &dyn DurableQueue, message: &ReceivedMessage) {
+    let outcome = tb.run_transition(&message.body).await;
+    let settled = match &outcome {
+        TransitionOutcome::Done(_) | TransitionOutcome::Stale => queue.ack(&message.receipt).await,
+        TransitionOutcome::Retry(_) => Ok(()),
+        TransitionOutcome::Poison(reason) => {
+            tracing::error!(message_id = %message.message_id, %reason, "transition cannot be carried out; it will be dead-lettered");
+            queue.release(&message.receipt).await
+        }
+    };
+    tracing::debug!(message_id = %message.message_id, ?outcome, "transition");
+    if let Err(error) = settled {
+        tracing::warn!(%error, message_id = %message.message_id, "settling a transition failed");
+    }
+}
+
 /// Bytes the store takes on disk: the database file with its `-wal` and `-shm`, so a growing
 /// store shows at start-up.
 pub fn store_size(data_dir: &std::path::Path) -> u64 {
@@ -112,13 +216,22 @@ fn did_something(report: &SweepReport) -> bool {
         paused,
         destroyed,
         recovered,
+        queued,
         skipped: _,
         failures,
         threads_purged,
         events_purged: _,
         completed,
     } = report;
-    events_redriven + orphans_killed + corrected + paused + destroyed + recovered + failures > 0
+    events_redriven
+        + orphans_killed
+        + corrected
+        + paused
+        + destroyed
+        + recovered
+        + queued
+        + failures
+        > 0
         || *threads_purged > 0
         || !completed
 }
@@ -206,5 +319,77 @@ mod tests {
             .await
             .expect("the janitor stops promptly")
             .unwrap();
+    }
+
+    /// What `threadbox dev` runs: the timer's sweep claims and hands off, the transition loop
+    /// pauses, a bounded number at once, each thread once.
+    #[tokio::test]
+    async fn claims_go_through_the_transition_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("threadbox.db");
+        let clock = Arc::new(ManualClock::default());
+        let store = SqliteSessionStore::open(&path).unwrap();
+        let database = store.database().clone();
+        let provider = InMemoryProvider::new();
+        let tb = Threadbox::new(
+            Arc::new(store),
+            provider.clone(),
+            Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap()),
+            clock.clone(),
+            Config::default(),
+        );
+        let transitions: Arc<dyn DurableQueue> =
+            Arc::new(SqliteQueue::open(&path, "transitions", QueueConfig::default()).unwrap());
+        let threads: Vec<ThreadId> = (0..6)
+            .map(|i| ThreadId::parse(&format!("idle-{i}")).unwrap())
+            .collect();
+        for thread in &threads {
+            tb.resolve(thread).await.unwrap();
+        }
+        clock.advance(tb.config.timers.idle_pause + Duration::from_secs(1));
+
+        let (stop, stopped) = watch::channel(false);
+        let janitor = tokio::spawn(run(
+            tb.clone().with_transition_queue(transitions.clone()),
+            database,
+            Duration::from_millis(20),
+            stopped.clone(),
+        ));
+        let handlers = tokio::spawn(
+            TransitionLoop::new(
+                tb.clone(),
+                transitions,
+                TransitionConfig {
+                    concurrency: 2,
+                    idle_wait: Duration::from_millis(10),
+                    ..TransitionConfig::default()
+                },
+            )
+            .run(stopped),
+        );
+        let mut paused = 0;
+        for _ in 0..500 {
+            paused = 0;
+            for thread in &threads {
+                if tb.session(thread).await.unwrap().unwrap().status == Status::Paused {
+                    paused += 1;
+                }
+            }
+            if paused == threads.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(paused, threads.len(), "every idle thread paused");
+        // More sweeps ran meanwhile; none paused anything twice.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(provider.pauses() as usize, threads.len());
+        stop.send(true).unwrap();
+        for task in [janitor, handlers] {
+            tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .expect("both loops stop promptly")
+                .unwrap();
+        }
     }
 }

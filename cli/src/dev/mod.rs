@@ -18,6 +18,7 @@ mod dashboard;
 mod data_dir;
 mod janitor;
 mod preflight;
+mod processes;
 mod provider;
 mod shutdown;
 mod slack;
@@ -54,6 +55,9 @@ use crate::token_secret;
 
 /// The lifecycle queue's name in the database (the Lambda side calls its SQS queue the same).
 const LIFECYCLE_QUEUE: &str = "lifecycle";
+/// The queue the janitor hands its claimed pauses and destroys to (on AWS, the SQS queue the
+/// `pause` function's queue handler consumes).
+const TRANSITION_QUEUE: &str = "transitions";
 /// How long a stop waits for the janitor and the consumer to finish their iteration.
 const STOP_GRACE: Duration = Duration::from_secs(60);
 
@@ -310,6 +314,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     runc_config.limits.disk = args.disk_quota();
     runc_config.limits.file_size_bytes = args.max_file_size;
+    let pricing = chosen.pricing(&runc_config.limits)?;
     // The caps and the quota are the runc provider's own; E2B applies its plan's limits.
     let caps = chosen.is_runc().then_some((
         runc_config.max_commands_per_sandbox,
@@ -331,6 +336,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             lease: args.lease,
         },
         record_retention: args.record_retention,
+        pricing,
         ..Config::default()
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -396,10 +402,35 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     );
 
     let shutdown = Shutdown::install().context("installing signal handlers")?;
+    let transitions: Arc<dyn DurableQueue> = Arc::new(
+        SqliteQueue::new(
+            janitor_database.clone(),
+            TRANSITION_QUEUE,
+            QueueConfig::default(),
+        )
+        .await
+        .context("opening the transition queue")?,
+    );
     let janitor = tokio::spawn(janitor::run(
-        tb.clone(),
+        tb.clone().with_transition_queue(transitions.clone()),
         janitor_database,
         args.janitor_interval,
+        shutdown.subscribe(),
+    ));
+    let transition_loop = tokio::spawn(
+        janitor::TransitionLoop::new(
+            tb.clone(),
+            transitions,
+            janitor::TransitionConfig {
+                visibility: args.lease,
+                ..janitor::TransitionConfig::default()
+            },
+        )
+        .run(shutdown.subscribe()),
+    );
+    let process_watcher = tokio::spawn(processes::run(
+        tb.clone(),
+        processes::WATCH_INTERVAL,
         shutdown.subscribe(),
     ));
     let targets: Vec<Arc<dyn FanoutTarget>> =
@@ -461,6 +492,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     for (name, task) in [
         ("janitor", janitor),
+        ("transition loop", transition_loop),
+        ("process watcher", process_watcher),
         ("consumer", consumer),
         ("Slack worker", work),
     ] {

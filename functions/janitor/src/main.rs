@@ -1,5 +1,8 @@
 //! Wiring only: clients (the E2B key fetched from Secrets Manager when given by reference) and
-//! the schedule from the environment, then the handler, rebuilt when the secret changes.
+//! the schedule from the environment, then the handler, rebuilt when the secret changes. With
+//! `THREADBOX_TRANSITION_QUEUE_URL` set, the sweep hands its claims to that queue.
+
+use std::sync::Arc;
 
 use janitor::{Janitor, Schedule};
 use lambda_runtime::service_fn;
@@ -15,10 +18,12 @@ async fn main() -> Result<(), lambda::Error> {
         let sdk = sdk.clone();
         let secrets = watched.clone();
         async move {
-            Ok(Janitor::new(
-                lambda::threadbox(&sdk, &env, &secrets).await?,
-                Schedule::from_env(&env)?,
-            ))
+            let mut tb = lambda::threadbox(&sdk, &env, &secrets).await?;
+            // Claimed pauses and destroys go to the pause function's queue handler.
+            if let Some(queue) = lambda::transition_queue(&sdk, &env)? {
+                tb = tb.with_transition_queue(Arc::new(queue));
+            }
+            Ok(Janitor::new(tb, Schedule::from_env(&env)?))
         }
     })
     .await?;

@@ -1,11 +1,36 @@
-//! pause: a user-initiated pause of a thread's sandbox (`POST /v1/threads/{id}/pause`).
+//! pause: a user-initiated pause of a thread's sandbox (`POST /v1/threads/{id}/pause`), and
+//! (its second binary, `pause-queue`) the transition queue's consumer: the pauses and destroys
+//! the janitor claimed.
 //!
 //! The pause is refused (409 `held`) while a command runs or a hold is live, and is a no-op on a
 //! thread that is already paused. Every other path is a 404 in the API's error shape.
+//!
+//! # The transition queue
+//!
+//! The janitor only claims: one conditional write puts the record into `pausing` (or
+//! `deleting`) with a lease, and a work item naming the thread and the claim (generation and
+//! version) goes to the FIFO transition queue. [`TransitionHandler`] takes a batch from the
+//! queue and, for each item, re-reads the record and acts only while it still shows that claim
+//! (`Threadbox::run_transition`), so a repeated delivery changes nothing. A message that is
+//! lost leaves a claim whose lease runs out; the next sweep recovers it. Pause work thus scales
+//! with the event source mapping's concurrency, not with one sweeping Lambda.
+//!
+//! Each record's outcome becomes SQS's partial batch response: done or stale (the claim is
+//! gone) is deleted; an unreachable store or provider while the claim still stands is retried
+//! after the queue's back-off; a body that is not a work item goes to the dead-letter queue.
 
+use std::convert::Infallible;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use axum::Router;
+use lambda_runtime::LambdaEvent;
+use threadbox_shared::fanout::RecordOutcome;
 use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
-use threadbox_shared::usecases::Threadbox;
+use threadbox_shared::lambda::batch::{
+    invocation_deadline, process_fifo_batch, BatchOptions, BatchSettler,
+};
+use threadbox_shared::usecases::{Threadbox, TransitionOutcome};
+use tracing::Instrument;
 
 /// The route groups this function serves.
 pub const ROUTES: &[RouteGroup] = &[RouteGroup::Pause];
@@ -13,6 +38,56 @@ pub const ROUTES: &[RouteGroup] = &[RouteGroup::Pause];
 /// The handler: the shared router restricted to [`ROUTES`].
 pub fn app(tb: Threadbox, auth: ApiAuth) -> Router {
     router_for(tb, auth, ROUTES)
+}
+
+/// The transition queue's consumer.
+#[derive(Clone)]
+pub struct TransitionHandler {
+    tb: Threadbox,
+    settler: Option<BatchSettler>,
+}
+
+/// A record starts only while this much of the invocation is left: a pause at E2B takes
+/// seconds (about 4 s per GiB of memory).
+pub const START_RESERVE: std::time::Duration = std::time::Duration::from_secs(20);
+
+impl TransitionHandler {
+    pub fn new(tb: Threadbox) -> Self {
+        Self { tb, settler: None }
+    }
+
+    /// Settle records through `settler` (the transition queue) before returning.
+    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
+        self.settler = Some(settler);
+        self
+    }
+
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, Infallible> {
+        let options = BatchOptions {
+            deadline: invocation_deadline(event.context.deadline),
+            start_reserve: START_RESERVE,
+            settler: self.settler.as_ref(),
+        };
+        let span = tracing::info_span!("transitions", records = event.payload.records.len());
+        Ok(process_fifo_batch(&event.payload.records, options, |body| {
+            let tb = &self.tb;
+            async move { record_outcome(tb.run_transition(body).await) }
+        })
+        .instrument(span)
+        .await)
+    }
+}
+
+/// What SQS should do with a record, from what its transition came to.
+pub fn record_outcome(outcome: TransitionOutcome) -> RecordOutcome {
+    match outcome {
+        TransitionOutcome::Done(_) | TransitionOutcome::Stale => RecordOutcome::Delivered,
+        TransitionOutcome::Retry(_) => RecordOutcome::Retry { retry_after: None },
+        TransitionOutcome::Poison(reason) => RecordOutcome::Poison { reason },
+    }
 }
 
 #[cfg(test)]
@@ -47,6 +122,70 @@ mod tests {
         let again = invoke_http(router, &fixture_json("apigw-http-pause.json")).await;
         assert_eq!(again.status, 200);
         assert_eq!(again.json()["status"], "paused");
+    }
+
+    /// The janitor claims and hands off; the queue handler pauses once; SQS delivering the
+    /// same record again (in a later batch) changes nothing.
+    #[tokio::test]
+    async fn a_handed_off_pause_runs_once_and_a_redelivery_is_a_no_op() {
+        use std::sync::Arc;
+
+        use aws_lambda_events::sqs::SqsEvent;
+        use lambda_runtime::LambdaEvent;
+        use threadbox_shared::ports::DurableQueue;
+        use threadbox_shared::usecases::SweepOptions;
+        use threadbox_tests::lambda::context_with_deadline;
+
+        let local = LocalThreadbox::new();
+        let transitions: Arc<dyn DurableQueue> = local.backend.transitions.clone();
+        let janitor = local.tb.clone().with_transition_queue(transitions.clone());
+        local.tb.resolve(&thread()).await.unwrap();
+        local
+            .clock
+            .advance(local.tb.config.timers.idle_pause + Duration::from_secs(1));
+        let report = janitor
+            .sweep(SweepOptions::for_duration(Duration::from_secs(30)))
+            .await;
+        assert_eq!((report.queued, report.paused), (1, 0), "{report:?}");
+
+        // The record SQS would hand the function, from the message the janitor sent.
+        let sent = transitions
+            .receive(10, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(sent.len(), 1);
+        let mut record = fixture_json("sqs-transition-batch.json")["Records"][0].clone();
+        record["body"] = serde_json::json!(sent[0].body);
+        record["attributes"]["MessageGroupId"] = serde_json::json!(sent[0].group_id);
+        record["attributes"]["MessageDeduplicationId"] = serde_json::json!(sent[0].dedup_id);
+        let batch = || {
+            let event: SqsEvent =
+                serde_json::from_value(serde_json::json!({ "Records": [record.clone()] })).unwrap();
+            LambdaEvent::new(event, context_with_deadline(Duration::from_secs(60)))
+        };
+        let handler = TransitionHandler::new(local.tb.clone());
+        let answer = handler.handle(batch()).await.unwrap();
+        assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
+        let session = local.tb.session(&thread()).await.unwrap().unwrap();
+        assert_eq!(session.status, Status::Paused);
+        assert_eq!(local.provider.pauses(), 1);
+
+        let answer = handler.handle(batch()).await.unwrap();
+        assert!(answer.batch_item_failures.is_empty(), "{answer:?}");
+        assert_eq!(local.provider.pauses(), 1, "the redelivery paused nothing");
+        let again = local.tb.session(&thread()).await.unwrap().unwrap();
+        assert_eq!(again.version, session.version, "and wrote nothing");
+    }
+
+    /// The fixture (also a `cargo lambda invoke` payload) is a work item the handler reads.
+    #[test]
+    fn the_transition_fixture_is_a_work_item() {
+        let body = fixture_json("sqs-transition-batch.json")["Records"][0]["body"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let work = threadbox_shared::usecases::TransitionWork::parse(&body).unwrap();
+        assert_eq!(work.thread_id, thread());
     }
 
     #[tokio::test]

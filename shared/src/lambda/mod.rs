@@ -69,5 +69,7 @@ pub use slack::{
     signing_secret, slack_api, slack_status_target, slack_status_target_watched,
     slack_user_threads, watch_slack_auth, work_queue,
 };
-pub use wiring::lifecycle_queue;
 pub use wiring::{api_auth, aws_config, dedupe, slack_rates, threadbox, window_counter};
+pub use wiring::{
+    lifecycle_queue, transition_queue, TRANSITION_DLQ_URL_VAR, TRANSITION_QUEUE_URL_VAR,
+};

@@ -9,7 +9,7 @@ use super::settings::Settings;
 use crate::adapters::aws::{load_config, ClientSettings, SdkConfig};
 use crate::adapters::dynamo::{DynamoDedupe, DynamoSessionStore, DynamoWindowCounter};
 use crate::adapters::runc::RuncConfig;
-use crate::adapters::sqs::SqsQueue;
+use crate::adapters::sqs::{SqsQueue, SqsQueueUrls};
 use crate::config::ConfigError;
 use crate::http::ApiAuth;
 use crate::ports::{SandboxProvider, SystemClock};
@@ -69,6 +69,25 @@ pub fn lifecycle_queue(sdk: &SdkConfig, env: &Env) -> Result<SqsQueue, SetupErro
         Settings::lifecycle_queue_from_env(env)?,
     ))
 }
+
+/// The queue the janitor hands claimed pauses and destroys to, and the `pause` function's
+/// queue handler consumes (`THREADBOX_TRANSITION_QUEUE_URL`, `THREADBOX_TRANSITION_DLQ_URL`);
+/// `None` when the queue URL is not set (the janitor then carries transitions out itself).
+pub fn transition_queue(sdk: &SdkConfig, env: &Env) -> Result<Option<SqsQueue>, SetupError> {
+    let Some(queue_url) = env.get(TRANSITION_QUEUE_URL_VAR) else {
+        return Ok(None);
+    };
+    Ok(Some(SqsQueue::from_sdk_config(
+        sdk,
+        SqsQueueUrls {
+            queue_url,
+            dead_letter_url: env.required(TRANSITION_DLQ_URL_VAR)?,
+        },
+    )))
+}
+
+pub const TRANSITION_QUEUE_URL_VAR: &str = "THREADBOX_TRANSITION_QUEUE_URL";
+pub const TRANSITION_DLQ_URL_VAR: &str = "THREADBOX_TRANSITION_DLQ_URL";
 
 /// The fan-out's memory of what each target has (`THREADBOX_DEDUPE_TABLE`).
 pub fn dedupe(sdk: &SdkConfig, env: &Env) -> Result<DynamoDedupe, SetupError> {

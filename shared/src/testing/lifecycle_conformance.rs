@@ -9,9 +9,15 @@ use std::sync::Arc;
 use super::eventually::eventually;
 use std::time::Duration;
 
-use crate::domain::{Cause, GonePolicy, LifecycleEvent, RejectKind, Status, ThreadId};
-use crate::ports::{DurableQueue, ExecRequest, ProviderError, SessionStore};
-use crate::usecases::{Config, HoldRequest, SweepOptions, Threadbox, UseCaseError};
+use crate::domain::{
+    Cause, GonePolicy, LifecycleEvent, Millis, RejectKind, Session, Status, ThreadId,
+};
+use crate::ports::{
+    DurableQueue, ExecRequest, Page, ProviderError, Purged, SessionStore, StoreError,
+};
+use crate::usecases::{
+    Config, HoldRequest, SweepOptions, Threadbox, TransitionOutcome, UseCaseError,
+};
 
 use super::{FlakyQueue, InMemoryProvider, ManualClock, Op};
 
@@ -48,6 +54,62 @@ impl Harness {
             provider,
             clock,
             queue,
+        }
+    }
+
+    /// The same harness, its janitor handing claimed pauses and destroys to `transitions`.
+    pub fn with_transitions(mut self, transitions: Arc<dyn DurableQueue>) -> Self {
+        self.tb = self.tb.with_transition_queue(transitions);
+        self
+    }
+
+    /// Wait until the due index shows `n` records due now, over every shard (DynamoDB's
+    /// index is eventually consistent).
+    pub async fn wait_for_due(&self, n: usize) {
+        let now = self.tb.clock.now();
+        let due = eventually(
+            || async {
+                let mut total = 0;
+                for shard in 0..self.tb.store.shard_count() {
+                    total += self
+                        .tb
+                        .store
+                        .due(shard, now, 1_000, None)
+                        .await
+                        .unwrap()
+                        .items
+                        .len();
+                }
+                total
+            },
+            |total| *total == n,
+        )
+        .await;
+        assert_eq!(due, n, "the due index shows every due thread");
+    }
+
+    /// Receive everything on `transitions` and carry each item out once, acking it; returns
+    /// the bodies handled.
+    pub async fn run_transitions(&self, transitions: &dyn DurableQueue) -> Vec<String> {
+        let mut bodies = Vec::new();
+        loop {
+            let batch = transitions
+                .receive(10, Duration::from_secs(30))
+                .await
+                .unwrap();
+            if batch.is_empty() {
+                return bodies;
+            }
+            for message in batch {
+                let outcome = self.tb.run_transition(&message.body).await;
+                assert!(
+                    matches!(outcome, TransitionOutcome::Done(_)),
+                    "{outcome:?} for {}",
+                    message.body
+                );
+                transitions.ack(&message.receipt).await.unwrap();
+                bodies.push(message.body);
+            }
         }
     }
 
@@ -684,4 +746,231 @@ pub async fn retention_deletes_old_destroyed_threads_and_keeps_the_rest(
         (1..=fresh.len() as u64).collect::<Vec<_>>()
     );
     assert_eq!(fresh[0].from, None, "{fresh:?}");
+}
+
+/// A store that, when the janitor reads a page of the due index, first resolves the threads it
+/// was told to race (once each): activity lands between the sweep's read and its claim, in
+/// whichever shard's query is running, deterministically.
+struct RacingStore {
+    inner: Arc<dyn SessionStore>,
+    racer: std::sync::OnceLock<Threadbox>,
+    racing: std::sync::Mutex<std::collections::HashSet<ThreadId>>,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for RacingStore {
+    async fn load(&self, thread_id: &ThreadId) -> Result<Option<Session>, StoreError> {
+        self.inner.load(thread_id).await
+    }
+    async fn insert_new(&self, s: &Session, e: &[LifecycleEvent]) -> Result<(), StoreError> {
+        self.inner.insert_new(s, e).await
+    }
+    async fn save(&self, s: &Session, v: u64, e: &[LifecycleEvent]) -> Result<(), StoreError> {
+        self.inner.save(s, v, e).await
+    }
+    async fn due(
+        &self,
+        shard: u32,
+        due_by: Millis,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<Page<Session>, StoreError> {
+        let page = self.inner.due(shard, due_by, limit, cursor).await?;
+        let to_race: Vec<ThreadId> = {
+            let mut racing = self.racing.lock().unwrap();
+            page.items
+                .iter()
+                .filter(|s| racing.remove(&s.thread_id))
+                .map(|s| s.thread_id.clone())
+                .collect()
+        };
+        if let Some(racer) = self.racer.get() {
+            for thread in to_race {
+                racer.resolve(&thread).await.expect("the racing resolve");
+            }
+        }
+        Ok(page)
+    }
+    async fn events_after(
+        &self,
+        t: &ThreadId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<LifecycleEvent>, StoreError> {
+        self.inner.events_after(t, after, limit).await
+    }
+    async fn unsent_events(
+        &self,
+        before: Millis,
+        limit: usize,
+    ) -> Result<Vec<LifecycleEvent>, StoreError> {
+        self.inner.unsent_events(before, limit).await
+    }
+    async fn mark_sent(&self, events: &[LifecycleEvent]) -> Result<(), StoreError> {
+        self.inner.mark_sent(events).await
+    }
+    async fn list(
+        &self,
+        limit: usize,
+        after: Option<&ThreadId>,
+    ) -> Result<Page<Session>, StoreError> {
+        self.inner.list(limit, after).await
+    }
+    async fn purge_retired(&self, before: Millis, limit: usize) -> Result<Purged, StoreError> {
+        self.inner.purge_retired(before, limit).await
+    }
+    fn shard_count(&self) -> u32 {
+        self.inner.shard_count()
+    }
+}
+
+/// Invariant 4 with the sweep's shards walked concurrently and its claims handed to the
+/// transition queue: a resolve racing the sweep (between its index read and its claim) wins,
+/// in every shard at once; only what the sweep read unchanged is claimed, handed off, and paused.
+pub async fn a_parallel_sweep_claims_only_what_it_read(
+    store: Arc<dyn SessionStore>,
+    events: Arc<dyn DurableQueue>,
+    transitions: Arc<dyn DurableQueue>,
+) {
+    let racer = Arc::new(RacingStore {
+        inner: store,
+        racer: std::sync::OnceLock::new(),
+        racing: std::sync::Mutex::default(),
+    });
+    let h = Harness::new(racer.clone(), events).with_transitions(transitions.clone());
+    let _ = racer.racer.set(h.tb.clone());
+    let threads: Vec<ThreadId> = (0..24).map(|i| tid(&format!("parallel-{i}"))).collect();
+    for thread in &threads {
+        h.tb.resolve(thread).await.unwrap();
+    }
+    h.clock
+        .advance(h.tb.config.timers.idle_pause + Duration::from_secs(1));
+    h.wait_for_due(threads.len()).await;
+    let racing: std::collections::HashSet<ThreadId> = threads.iter().step_by(3).cloned().collect();
+    *racer.racing.lock().unwrap() = racing.clone();
+
+    let shards = h.tb.store.shard_count() as usize;
+    let mut options = SweepOptions::for_duration(Duration::from_secs(30));
+    options.shard_concurrency = shards;
+    options.concurrency = 4;
+    options.reconcile = false;
+    let report = h.tb.sweep(options).await;
+    assert!(report.completed, "{report:?}");
+    assert_eq!(report.failures, 0, "{report:?}");
+    assert_eq!(report.queued, threads.len() - racing.len(), "{report:?}");
+    assert_eq!(report.skipped, racing.len(), "{report:?}");
+    assert_eq!(h.provider.pauses(), 0, "the sweep only claims");
+    for thread in &threads {
+        let expected = if racing.contains(thread) {
+            Status::Active
+        } else {
+            Status::Pausing
+        };
+        assert_eq!(h.status(thread).await, expected, "{thread}");
+    }
+
+    let handled = h.run_transitions(transitions.as_ref()).await;
+    assert_eq!(handled.len(), threads.len() - racing.len());
+    assert_eq!(h.provider.pauses() as usize, threads.len() - racing.len());
+    for thread in &threads {
+        if racing.contains(thread) {
+            assert_eq!(h.status(thread).await, Status::Active, "{thread}");
+            let events = h.events(thread).await;
+            assert!(
+                events.iter().all(|e| e.to != Status::Pausing),
+                "a raced thread was never claimed: {events:?}"
+            );
+        } else {
+            assert_eq!(h.status(thread).await, Status::Paused, "{thread}");
+        }
+    }
+}
+
+/// A claimed pause handed through the transition queue runs exactly once: a duplicate
+/// delivery finds the claim gone and changes nothing, a body that is not a work item is poison,
+/// and a claim whose message was lost is recovered once its lease runs out and paused later.
+pub async fn a_handed_off_pause_runs_exactly_once(
+    store: Arc<dyn SessionStore>,
+    events: Arc<dyn DurableQueue>,
+    transitions: Arc<dyn DurableQueue>,
+) {
+    let h = Harness::new(store, events).with_transitions(transitions.clone());
+    let thread = tid("handoff-1");
+    h.tb.resolve(&thread).await.unwrap();
+    h.clock
+        .advance(h.tb.config.timers.idle_pause + Duration::from_secs(1));
+    h.wait_for_due(1).await;
+    let report = h.sweep().await;
+    assert_eq!((report.queued, report.paused), (1, 0), "{report:?}");
+    assert_eq!(h.status(&thread).await, Status::Pausing);
+    assert_eq!(h.provider.pauses(), 0);
+
+    let messages = transitions
+        .receive(10, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let body = messages[0].body.clone();
+    assert_eq!(messages[0].group_id, thread.as_str());
+    assert_eq!(
+        h.tb.run_transition(&body).await,
+        TransitionOutcome::Done(Status::Paused)
+    );
+    assert_eq!(h.provider.pauses(), 1);
+    let written = h.events(&thread).await;
+    // The same message again (SQS delivers at least once): the claim is gone, nothing happens.
+    assert_eq!(h.tb.run_transition(&body).await, TransitionOutcome::Stale);
+    transitions.ack(&messages[0].receipt).await.unwrap();
+    assert_eq!(h.provider.pauses(), 1, "the duplicate did not pause again");
+    assert_eq!(h.events(&thread).await, written, "nor wrote anything");
+    let pauses: Vec<_> = written.iter().filter(|e| e.to == Status::Paused).collect();
+    assert_eq!(pauses.len(), 1, "{written:?}");
+    assert_eq!(pauses[0].cause, Cause::Idle);
+    assert!(matches!(
+        h.tb.run_transition("{\"not\":\"work\"}").await,
+        TransitionOutcome::Poison(_)
+    ));
+    let report = h.sweep().await;
+    assert_eq!(
+        report.queued, 0,
+        "a paused thread is not claimed again: {report:?}"
+    );
+
+    // A claim whose message is lost: the lease runs out, a sweep recovers the thread, and a
+    // later sweep claims it afresh.
+    let lost = tid("handoff-lost");
+    h.tb.resolve(&lost).await.unwrap();
+    h.clock
+        .advance(h.tb.config.timers.idle_pause + Duration::from_secs(1));
+    let report = h.sweep().await;
+    assert_eq!(report.queued, 1, "{report:?}");
+    let dropped = transitions
+        .receive(10, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(dropped.len(), 1);
+    transitions.ack(&dropped[0].receipt).await.unwrap();
+    assert_eq!(h.status(&lost).await, Status::Pausing);
+    h.clock
+        .advance(h.tb.config.timers.lease + Duration::from_secs(1));
+    // Should the message turn up after all, past the lease it is the recovery's, not its own.
+    let pauses = h.provider.pauses();
+    assert_eq!(
+        h.tb.run_transition(&dropped[0].body).await,
+        TransitionOutcome::Stale
+    );
+    assert_eq!(h.provider.pauses(), pauses);
+    let report = h.sweep().await;
+    assert_eq!(report.recovered, 1, "{report:?}");
+    assert_ne!(h.status(&lost).await, Status::Pausing);
+    let pauses = h.provider.pauses();
+    for _ in 0..3 {
+        if h.status(&lost).await == Status::Paused {
+            break;
+        }
+        h.sweep().await;
+        h.run_transitions(transitions.as_ref()).await;
+    }
+    assert_eq!(h.status(&lost).await, Status::Paused);
+    assert_eq!(h.provider.pauses(), pauses + 1);
 }

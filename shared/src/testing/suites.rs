@@ -83,6 +83,11 @@ macro_rules! lifecycle_conformance_tests {
             a_command_on_a_sandbox_paused_behind_our_back_resumes_it,
         );
 
+        $crate::lifecycle_conformance_tests!(@handoff $make,
+            a_parallel_sweep_claims_only_what_it_read,
+            a_handed_off_pause_runs_exactly_once,
+        );
+
         /// Needs its own configuration (the expire policy), so it builds its own harness.
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn a_gone_sandbox_expires_the_thread_under_the_expire_policy() {
@@ -96,6 +101,19 @@ macro_rules! lifecycle_conformance_tests {
             .await;
         }
     };
+    // The janitor handing its claims to the backend's transition queue.
+    (@handoff $make:path, $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some(backend) = $make(stringify!($name)).await else { return };
+            $crate::testing::lifecycle_conformance::$name(
+                backend.store.clone(),
+                backend.events.clone(),
+                backend.transitions.clone(),
+            )
+            .await;
+        }
+    )*};
     (@each $make:path, $($name:ident),* $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn $name() {
@@ -139,7 +157,7 @@ macro_rules! window_counter_conformance_tests {
 #[macro_export]
 macro_rules! provider_conformance_tests {
     ($make:path) => {
-        $crate::provider_conformance_tests!($make; lifecycle, files, exec);
+        $crate::provider_conformance_tests!($make; lifecycle, files, exec, processes);
     };
     ($make:path; $($group:ident),+ $(,)?) => {
         $( $crate::provider_conformance_tests!(@group $make; $group); )+
@@ -168,6 +186,13 @@ macro_rules! provider_conformance_tests {
             exec_stdin_env_and_cwd,
             exec_timeout_and_output_cap,
             files_and_commands_share_the_sandbox,
+        );
+    };
+    (@group $make:path; processes) => {
+        $crate::provider_conformance_tests!(@tests $make;
+            processes_outlive_the_call_take_input_and_end_with_their_status,
+            processes_are_followed_and_signalled,
+            process_output_is_a_bounded_ring_and_ptys_are_terminals,
         );
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {$(

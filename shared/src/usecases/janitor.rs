@@ -3,14 +3,22 @@
 //! 1. Re-drive lifecycle events that were written but never sent.
 //! 2. Reconcile with the provider: kill orphans (sandboxes tagged with a thread whose record does
 //!    not point at them) and fold provider-side pauses into records.
-//! 3. Walk the due-work index shard by shard and act: pause idle threads, destroy expired ones,
-//!    recover transitions whose lease ran out, correct records whose sandbox is gone.
+//! 3. Walk the due-work index and act: pause idle threads, destroy expired ones, recover
+//!    transitions whose lease ran out, correct records whose sandbox is gone. The shards are
+//!    queried concurrently (`shard_concurrency` at once), each shard's pages in order, and each
+//!    page's records `concurrency` at once.
 //!
 //! Every claim is a conditional write on the version read from the index, so a thread that saw
-//! activity after the read is left alone. The sweep checks its deadline before each item and stops
-//! early rather than overrun; the next run continues where the index says.
+//! activity after the read is left alone. With a transition queue (`Threadbox::transitions`) the
+//! sweep only claims: it writes the transitional state with its lease and hands the provider
+//! call (seconds per pause at E2B) to the queue's consumer, `Threadbox::run_transition`, which
+//! acts only while the record still shows that claim. A lost message is a claim whose lease
+//! runs out, which a later sweep recovers. Without one, the sweep carries the transition out
+//! itself. The sweep checks its deadline before each item and stops early rather than overrun;
+//! the next run continues where the index says.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -22,7 +30,7 @@ use crate::domain::{Cause, Command, Millis, Session, Status};
 use crate::ports::{ProviderError, SandboxInfo, SandboxState};
 
 use super::error::UseCaseError;
-use super::pause::PauseOutcome;
+use super::pause::{PauseOutcome, TransitionWork};
 use super::threadbox::{Step, Threadbox};
 
 #[derive(Clone, Debug)]
@@ -31,8 +39,10 @@ pub struct SweepOptions {
     pub deadline: Instant,
     /// Due records read per index query.
     pub page_size: usize,
-    /// Threads acted on at once.
+    /// Threads acted on at once within one shard.
     pub concurrency: usize,
+    /// Shards of the due index walked at once (each with its own `concurrency`).
+    pub shard_concurrency: usize,
     /// Also reconcile with the provider's list of sandboxes. That pass reads one record per
     /// provider sandbox, so at scale callers run it less often than the due-work pass.
     pub reconcile: bool,
@@ -44,6 +54,7 @@ impl SweepOptions {
             deadline,
             page_size: 100,
             concurrency: 8,
+            shard_concurrency: 8,
             reconcile: true,
         }
     }
@@ -64,6 +75,8 @@ pub struct SweepReport {
     pub paused: usize,
     pub destroyed: usize,
     pub recovered: usize,
+    /// Pauses and destroys claimed and handed to the transition queue.
+    pub queued: usize,
     /// Due threads left alone: fresh activity, a live hold, or another writer first.
     pub skipped: usize,
     pub failures: usize,
@@ -74,8 +87,25 @@ pub struct SweepReport {
     pub completed: bool,
 }
 
+impl SweepReport {
+    /// Add the due pass counts of one shard.
+    fn absorb(&mut self, part: &SweepReport) {
+        self.corrected += part.corrected;
+        self.due_examined += part.due_examined;
+        self.paused += part.paused;
+        self.destroyed += part.destroyed;
+        self.recovered += part.recovered;
+        self.queued += part.queued;
+        self.skipped += part.skipped;
+        self.failures += part.failures;
+    }
+}
+
 /// What happened to one due thread.
 enum Acted {
+    /// Claimed (the record is pausing or deleting under our lease); the transition queue
+    /// carries it out.
+    Claimed(TransitionWork),
     Paused,
     Destroyed,
     Recovered,
@@ -125,57 +155,95 @@ impl Threadbox {
         let live_ids: Option<HashSet<String>> =
             live.map(|l| l.into_iter().map(|s| s.sandbox_id).collect());
 
+        // The due pass: shards queried concurrently (bounded), each shard's pages in order.
         let now = self.clock.now();
-        for shard in 0..self.store.shard_count() {
-            let mut cursor = None;
-            loop {
-                if out_of_time() {
-                    return report;
+        let live_ids = live_ids.map(Arc::new);
+        let shards = stream::iter(0..self.store.shard_count())
+            .map(|shard| -> BoxFuture<'_, (SweepReport, bool)> {
+                Box::pin(self.sweep_shard(shard, now, options.clone(), live_ids.clone()))
+            })
+            .buffer_unordered(options.shard_concurrency.max(1))
+            .collect::<Vec<_>>()
+            .await;
+        let mut finished = true;
+        for (part, done) in shards {
+            report.absorb(&part);
+            finished &= done;
+        }
+        report.completed = finished && !out_of_time();
+        report
+    }
+
+    /// Walk one shard's due index, a page at a time, acting on each page's records
+    /// `options.concurrency` at once. Claims handed off are sent to the transition queue a page
+    /// at a time. Returns what it did and whether it reached the end of the shard.
+    async fn sweep_shard(
+        &self,
+        shard: u32,
+        now: Millis,
+        options: SweepOptions,
+        live_ids: Option<Arc<HashSet<String>>>,
+    ) -> (SweepReport, bool) {
+        let mut report = SweepReport::default();
+        let mut cursor = None;
+        loop {
+            if Instant::now() >= options.deadline {
+                return (report, false);
+            }
+            let page = match self
+                .store
+                .due(shard, now, options.page_size, cursor.take())
+                .await
+            {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(%error, shard, "querying due work failed");
+                    report.failures += 1;
+                    return (report, true);
                 }
-                let page = match self
-                    .store
-                    .due(shard, now, options.page_size, cursor.take())
-                    .await
-                {
-                    Ok(page) => page,
-                    Err(error) => {
-                        tracing::warn!(%error, shard, "querying due work failed");
-                        report.failures += 1;
-                        break;
-                    }
-                };
-                report.due_examined += page.items.len();
-                let results: Vec<Acted> = stream::iter(page.items)
-                    .map(|s| -> BoxFuture<'_, Acted> {
-                        let live_ids = live_ids.as_ref();
-                        Box::pin(async move {
-                            if Instant::now() >= options.deadline {
-                                return Acted::Skipped;
-                            }
-                            self.act_on_due(s, now, live_ids).await
-                        })
+            };
+            report.due_examined += page.items.len();
+            let deadline = options.deadline;
+            let results: Vec<Acted> = stream::iter(page.items)
+                .map(|s| -> BoxFuture<'_, Acted> {
+                    let live_ids = live_ids.clone();
+                    Box::pin(async move {
+                        if Instant::now() >= deadline {
+                            return Acted::Skipped;
+                        }
+                        self.act_on_due(s, now, live_ids.as_deref()).await
                     })
-                    .buffer_unordered(options.concurrency.max(1))
-                    .collect()
-                    .await;
-                for acted in results {
-                    match acted {
-                        Acted::Paused => report.paused += 1,
-                        Acted::Destroyed => report.destroyed += 1,
-                        Acted::Recovered => report.recovered += 1,
-                        Acted::Corrected => report.corrected += 1,
-                        Acted::Skipped => report.skipped += 1,
-                        Acted::Failed => report.failures += 1,
-                    }
-                }
-                match page.next {
-                    Some(next) => cursor = Some(next),
-                    None => break,
+                })
+                .buffer_unordered(options.concurrency.max(1))
+                .collect()
+                .await;
+            let mut handed = Vec::new();
+            for acted in results {
+                match acted {
+                    Acted::Paused => report.paused += 1,
+                    Acted::Destroyed => report.destroyed += 1,
+                    Acted::Recovered => report.recovered += 1,
+                    Acted::Corrected => report.corrected += 1,
+                    Acted::Skipped => report.skipped += 1,
+                    Acted::Failed => report.failures += 1,
+                    Acted::Claimed(work) => handed.push(work.message()),
                 }
             }
+            if let (false, Some(queue)) = (handed.is_empty(), &self.transitions) {
+                match queue.send(&handed).await {
+                    Ok(()) => report.queued += handed.len(),
+                    Err(error) => {
+                        // The claims stand; their leases run out and a later sweep recovers them.
+                        tracing::warn!(%error, shard, claims = handed.len(), "handing claims to the transition queue failed");
+                        report.failures += 1;
+                    }
+                }
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return (report, true),
+            }
         }
-        report.completed = !out_of_time();
-        report
     }
 
     /// Delete retired threads past their retention, a bounded batch per store transaction, until
@@ -335,6 +403,9 @@ impl Threadbox {
             else {
                 return Ok(Acted::Skipped);
             };
+            if let Some(work) = self.handoff(&claimed, Cause::Retention) {
+                return Ok(Acted::Claimed(work));
+            }
             return Ok(
                 match self.finish_destroy(claimed, Cause::Retention).await? {
                     Some(_) => Acted::Destroyed,
@@ -349,6 +420,9 @@ impl Threadbox {
             else {
                 return Ok(Acted::Skipped);
             };
+            if let Some(work) = self.handoff(&claimed, Cause::Idle) {
+                return Ok(Acted::Claimed(work));
+            }
             return Ok(match self.finish_pause(claimed, Cause::Idle).await? {
                 PauseOutcome::Paused(_) => Acted::Paused,
                 PauseOutcome::Busy | PauseOutcome::Changed => Acted::Skipped,
@@ -363,6 +437,12 @@ impl Threadbox {
         }
         Ok(Acted::Skipped)
     }
+
+    /// The work item for a claim, when claims go to a transition queue.
+    fn handoff(&self, claimed: &Session, cause: Cause) -> Option<TransitionWork> {
+        self.transitions.as_ref()?;
+        TransitionWork::for_claim(claimed, cause)
+    }
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -371,6 +451,7 @@ impl Threadbox {
     /// (to prove claims are conditional on what was read).
     pub async fn act_on_due_for_tests(&self, snapshot: Session) -> &'static str {
         match self.act_on_due(snapshot, self.clock.now(), None).await {
+            Acted::Claimed(_) => "claimed",
             Acted::Paused => "paused",
             Acted::Destroyed => "destroyed",
             Acted::Recovered => "recovered",

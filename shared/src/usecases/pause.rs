@@ -1,7 +1,8 @@
-//! Pause, destroy and reset: the transitions that take a sandbox out of service.
+//! Pause, destroy and reset: the transitions that take a sandbox out of service; and the
+//! handler of the transitions the janitor claimed and handed to the transition queue.
 
 use crate::domain::{Cause, Command, RejectKind, Session, Status, ThreadId};
-use crate::ports::ProviderError;
+use crate::ports::{OutgoingMessage, ProviderError};
 
 use super::error::UseCaseError;
 use super::resolve::SandboxHandle;
@@ -19,11 +20,12 @@ pub(crate) enum PauseOutcome {
 }
 
 impl Threadbox {
-    /// Pause the thread's sandbox on request. Refused while a command runs or a hold is live.
+    /// Pause the thread's sandbox on request. Refused while a command runs or a hold is live,
+    /// except a background process's: asked for, a pause freezes those with the sandbox.
     #[tracing::instrument(skip(self), fields(thread_id = %thread_id))]
     pub async fn pause(&self, thread_id: &ThreadId) -> Result<Session, UseCaseError> {
         let held = |current: &Session, now| {
-            if current.status == Status::Active && current.has_live_hold(now) {
+            if current.status == Status::Active && current.has_live_command_hold(now) {
                 return Err(UseCaseError::Held(current.thread_id.clone()));
             }
             Ok(())
@@ -192,5 +194,208 @@ impl Threadbox {
             Step::Moved(s) => Ok(Some(s)),
             Step::NoOp | Step::Conflict => Ok(None),
         }
+    }
+}
+
+/// Which transition a hand-off carries out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Handoff {
+    /// The record is `pausing`: pause the sandbox.
+    Pause,
+    /// The record is `deleting`: kill the sandbox.
+    Destroy,
+}
+
+impl Handoff {
+    fn claimed_status(self) -> Status {
+        match self {
+            Handoff::Pause => Status::Pausing,
+            Handoff::Destroy => Status::Deleting,
+        }
+    }
+}
+
+/// A transition the janitor claimed and handed to the transition queue: which thread, and the
+/// exact claim (generation and version of the record the claim wrote). The handler acts only
+/// while the record still shows that claim, so a repeated delivery, or one that arrives after
+/// the lease was recovered, changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TransitionWork {
+    pub transition: Handoff,
+    pub thread_id: ThreadId,
+    pub generation: u64,
+    pub version: u64,
+    pub cause: Cause,
+}
+
+impl TransitionWork {
+    /// The work item for a record the janitor just claimed; `None` if it is not a claim.
+    pub fn for_claim(claimed: &Session, cause: Cause) -> Option<Self> {
+        let transition = match claimed.status {
+            Status::Pausing => Handoff::Pause,
+            Status::Deleting => Handoff::Destroy,
+            _ => return None,
+        };
+        Some(Self {
+            transition,
+            thread_id: claimed.thread_id.clone(),
+            generation: claimed.generation,
+            version: claimed.version,
+            cause,
+        })
+    }
+
+    /// The queue message: FIFO by thread, deduplicated by the claim (thread, generation,
+    /// version), which is unique because every write bumps the version.
+    pub fn message(&self) -> OutgoingMessage {
+        OutgoingMessage {
+            group_id: self.thread_id.as_str().to_owned(),
+            dedup_id: format!(
+                "claim-{:016x}-{}-{}",
+                fnv1a(self.thread_id.as_str()),
+                self.generation,
+                self.version
+            ),
+            body: serde_json::to_string(self).expect("a work item always serializes"),
+        }
+    }
+
+    pub fn parse(body: &str) -> Result<Self, String> {
+        serde_json::from_str(body).map_err(|e| format!("not a transition work item: {e}"))
+    }
+}
+
+/// 64-bit FNV-1a: a short, stable name for a thread id inside a deduplication id (the queue's
+/// ids are at most 128 characters, as long as a thread id alone may be).
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// What a handed-off transition came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransitionOutcome {
+    /// Carried out: the record is now in this state (paused, destroyed, or back to active when
+    /// the provider refused a pause because a command runs).
+    Done(Status),
+    /// The record no longer shows the claim (a repeated delivery, or the lease was recovered
+    /// meanwhile), or the claim's lease ran out (the janitor's recovery owns it then): nothing
+    /// was done.
+    Stale,
+    /// Worth another delivery later (the store or provider was unreachable; the record still
+    /// shows the claim). The lease recovers it should every retry fail.
+    Retry(String),
+    /// Not a work item: it can never succeed.
+    Poison(String),
+}
+
+impl Threadbox {
+    /// Carry out one handed-off transition (the transition queue's consumer, in the `pause`
+    /// function's queue handler and in `threadbox dev`): re-read the record and act only if it
+    /// still shows the claim the work item names.
+    #[tracing::instrument(skip_all)]
+    pub async fn run_transition(&self, body: &str) -> TransitionOutcome {
+        let work = match TransitionWork::parse(body) {
+            Ok(work) => work,
+            Err(reason) => return TransitionOutcome::Poison(reason),
+        };
+        match self.try_run_transition(&work).await {
+            Ok(outcome) => outcome,
+            Err(error) if error.is_retryable() && self.still_claimed(&work).await => {
+                tracing::warn!(thread_id = %work.thread_id, %error, "handed-off transition failed; it will be retried");
+                TransitionOutcome::Retry(error.to_string())
+            }
+            Err(error) => {
+                // The record says what happened (an error event), or changed meanwhile.
+                tracing::warn!(thread_id = %work.thread_id, %error, "handed-off transition failed");
+                TransitionOutcome::Done(
+                    self.current_status(&work.thread_id)
+                        .await
+                        .unwrap_or(Status::Error),
+                )
+            }
+        }
+    }
+
+    async fn try_run_transition(
+        &self,
+        work: &TransitionWork,
+    ) -> Result<TransitionOutcome, UseCaseError> {
+        let Some(claimed) = self.store.load(&work.thread_id).await? else {
+            return Ok(TransitionOutcome::Stale);
+        };
+        if !shows_claim(&claimed, work) {
+            tracing::debug!(thread_id = %work.thread_id, version = claimed.version, "the claim is gone; nothing to do");
+            return Ok(TransitionOutcome::Stale);
+        }
+        // A claim past its lease belongs to the janitor's recovery (which asks the provider
+        // what became of the sandbox): acting on it too would race that recovery.
+        if claimed.lease_expired(self.clock.now()) {
+            tracing::info!(thread_id = %work.thread_id, "the claim's lease ran out before it was carried out; the janitor recovers it");
+            return Ok(TransitionOutcome::Stale);
+        }
+        match work.transition {
+            Handoff::Pause => Ok(match self.finish_pause(claimed, work.cause).await? {
+                PauseOutcome::Paused(s) => TransitionOutcome::Done(s.status),
+                PauseOutcome::Busy => TransitionOutcome::Done(Status::Active),
+                PauseOutcome::Changed => TransitionOutcome::Stale,
+            }),
+            Handoff::Destroy => Ok(match self.finish_destroy(claimed, work.cause).await? {
+                Some(s) => TransitionOutcome::Done(s.status),
+                None => TransitionOutcome::Stale,
+            }),
+        }
+    }
+
+    async fn still_claimed(&self, work: &TransitionWork) -> bool {
+        matches!(self.store.load(&work.thread_id).await, Ok(Some(s)) if shows_claim(&s, work))
+    }
+
+    async fn current_status(&self, thread_id: &ThreadId) -> Option<Status> {
+        self.store
+            .load(thread_id)
+            .await
+            .ok()
+            .flatten()
+            .map(|s| s.status)
+    }
+}
+
+/// Whether `record` is still exactly the claim `work` names.
+fn shows_claim(record: &Session, work: &TransitionWork) -> bool {
+    record.version == work.version
+        && record.generation == work.generation
+        && record.status == work.transition.claimed_status()
+}
+
+#[cfg(test)]
+mod handoff_tests {
+    use super::*;
+
+    #[test]
+    fn a_work_item_round_trips_and_its_message_fits_the_queue() {
+        let work = TransitionWork {
+            transition: Handoff::Pause,
+            thread_id: ThreadId::parse(&"t".repeat(128)).unwrap(),
+            generation: 3,
+            version: u64::MAX,
+            cause: Cause::Idle,
+        };
+        let message = work.message();
+        message.validate().unwrap();
+        assert_eq!(TransitionWork::parse(&message.body).unwrap(), work);
+        assert!(
+            message.body.contains("\"transition\":\"pause\""),
+            "{}",
+            message.body
+        );
+        let other = TransitionWork {
+            version: 7,
+            ..work.clone()
+        };
+        assert_ne!(other.message().dedup_id, message.dedup_id);
+        assert!(TransitionWork::parse("{}").is_err());
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{
-    Cause, Change, Command, GonePolicy, LifecycleEvent, Session, ThreadId, Timers,
+    Cause, Change, Command, GonePolicy, LifecycleEvent, Pricing, Session, ThreadId, Timers,
 };
 use crate::ports::{Clock, DurableQueue, NetworkProfile, SandboxProvider, SessionStore};
 
@@ -31,6 +31,9 @@ pub struct Config {
     pub record_retention: Duration,
     /// Threads deleted per store transaction by the janitor's retention pass.
     pub purge_batch: usize,
+    /// What a thread's running time is priced at (`usage`): the sandbox's size and the
+    /// provider's prices, each when known.
+    pub pricing: Pricing,
 }
 
 /// The default of `Config::record_retention`: 30 days.
@@ -49,6 +52,7 @@ impl Default for Config {
             redrive_after: Duration::from_secs(10),
             record_retention: DEFAULT_RECORD_RETENTION,
             purge_batch: 200,
+            pricing: Pricing::UNKNOWN,
         }
     }
 }
@@ -62,6 +66,9 @@ pub struct Threadbox {
     pub events: Arc<dyn DurableQueue>,
     pub clock: Arc<dyn Clock>,
     pub config: Config,
+    /// Where the janitor hands the transitions it claimed (pause, destroy) for a handler to
+    /// carry out (`Threadbox::run_transition`); `None`: the sweep carries them out itself.
+    pub transitions: Option<Arc<dyn DurableQueue>>,
 }
 
 /// The result of one conditional write.
@@ -89,7 +96,15 @@ impl Threadbox {
             events,
             clock,
             config,
+            transitions: None,
         }
+    }
+
+    /// The same threadbox, whose janitor hands each claimed pause or destroy to `queue` instead
+    /// of carrying it out in the sweep.
+    pub fn with_transition_queue(mut self, queue: Arc<dyn DurableQueue>) -> Self {
+        self.transitions = Some(queue);
+        self
     }
 
     pub(crate) fn change(&self, detail: Option<String>) -> Change {
