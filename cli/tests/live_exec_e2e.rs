@@ -11,49 +11,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use support::live::{connect, next, send, Socket};
 use support::{dev_missing, prerequisites_met, DevServer};
-use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{client_async, WebSocketStream};
-
-/// Long enough for a first exec to create the thread's sandbox.
-const WAIT: Duration = Duration::from_secs(60);
-
-type Socket = WebSocketStream<TcpStream>;
-
-async fn connect(dev: &DevServer, token: &str) -> Socket {
-    let addr = dev.url.trim_start_matches("http://");
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (socket, _) = client_async(format!("ws://{addr}/v1/ws?token={token}"), stream)
-        .await
-        .unwrap_or_else(|e| panic!("WebSocket handshake failed: {e}"));
-    socket
-}
-
-async fn send(socket: &mut Socket, message: Value) {
-    socket
-        .send(Message::Text(message.to_string().into()))
-        .await
-        .unwrap();
-}
-
-/// The next JSON frame from the server.
-async fn next(socket: &mut Socket, dev: &DevServer) -> Value {
-    loop {
-        let message = tokio::time::timeout(WAIT, socket.next())
-            .await
-            .unwrap_or_else(|_| panic!("no frame within {WAIT:?}; stderr:\n{}", dev.stderr()))
-            .expect("the server closed the socket")
-            .unwrap();
-        match message {
-            Message::Text(text) => return serde_json::from_str(text.as_str()).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("unexpected frame {other:?}"),
-        }
-    }
-}
 
 /// What one command sent: its output frames with when each arrived, and its last frame.
 struct Ran {

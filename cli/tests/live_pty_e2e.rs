@@ -10,45 +10,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use futures::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::json;
+use support::live::{connect, next, send, Socket};
 use support::{dev_missing, prerequisites_met, DevServer};
-use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{client_async, WebSocketStream};
-
-type Socket = WebSocketStream<TcpStream>;
-
-async fn connect(dev: &DevServer, token: &str) -> Socket {
-    let addr = dev.url.trim_start_matches("http://");
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (socket, _) = client_async(format!("ws://{addr}/v1/ws?token={token}"), stream)
-        .await
-        .unwrap_or_else(|e| panic!("WebSocket handshake failed: {e}"));
-    socket
-}
-
-async fn send(socket: &mut Socket, message: Value) {
-    socket
-        .send(Message::Text(message.to_string().into()))
-        .await
-        .unwrap();
-}
-
-async fn next(socket: &mut Socket, dev: &DevServer) -> Value {
-    loop {
-        let message = tokio::time::timeout(Duration::from_secs(60), socket.next())
-            .await
-            .unwrap_or_else(|_| panic!("no frame within 60 s; stderr:\n{}", dev.stderr()))
-            .expect("the server closed the socket")
-            .unwrap();
-        match message {
-            Message::Text(text) => return serde_json::from_str(text.as_str()).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("unexpected frame {other:?}"),
-        }
-    }
-}
 
 /// The terminal's output as it comes, until `wanted` is in it; all of it, and the next offset.
 async fn read_until(

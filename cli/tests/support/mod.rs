@@ -5,6 +5,7 @@
 // Each test crate uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod live;
 pub mod load;
 pub mod transfer;
 pub mod webdriver;
