@@ -356,6 +356,7 @@ mod tests {
                 resumed_at: None,
                 destroyed_at: None,
                 last_error: None,
+                network: Default::default(),
             },
             idle_seconds: 0,
             usage: Some(usage),

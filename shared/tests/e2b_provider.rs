@@ -772,3 +772,47 @@ async fn resolve_pause_resume_and_the_janitor_through_the_use_cases() {
         .unwrap();
     assert!(fake.sandboxes().is_empty());
 }
+
+#[tokio::test]
+async fn a_network_change_reaches_the_sandbox_in_place() {
+    use threadbox_shared::ports::{Allowlist, NetworkProfile};
+    let (fake, p) = setup().await;
+    let id = new_sandbox(&p).await;
+    let home = fake.sandbox(&id).unwrap().home;
+    std::fs::write(home.join("kept.txt"), "still here").unwrap();
+
+    let listed = NetworkProfile::Networked {
+        allow: Allowlist::parse(["pkg.test", "203.0.113.0/24"]).unwrap(),
+    };
+    p.set_network(&id, &listed).await.expect("set network");
+    assert_eq!(
+        fake.sandbox(&id).unwrap().network,
+        Some(
+            serde_json::json!({"allowOut": ["pkg.test", "203.0.113.0/24"], "denyOut": ["0.0.0.0/0"]})
+        )
+    );
+    p.set_network(&id, &NetworkProfile::Restricted)
+        .await
+        .expect("restrict");
+    assert_eq!(
+        fake.sandbox(&id).unwrap().network,
+        Some(serde_json::json!({"denyOut": ["0.0.0.0/0"]}))
+    );
+    let everything = NetworkProfile::Networked {
+        allow: Allowlist::everything_public(),
+    };
+    p.set_network(&id, &everything).await.expect("open");
+    assert_eq!(
+        fake.sandbox(&id).unwrap().network,
+        Some(serde_json::json!({}))
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join("kept.txt")).unwrap(),
+        "still here",
+        "the same sandbox, files kept"
+    );
+
+    p.kill(&id).await.unwrap();
+    let gone = p.set_network(&id, &listed).await.unwrap_err();
+    assert!(matches!(gone, ProviderError::Gone(_)), "{gone:?}");
+}

@@ -106,6 +106,7 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
         ("status", status),
         ("idle", idle(detail.session.idle_seconds)),
         ("sandbox", sandbox),
+        ("network", s.network.describe()),
         ("holds", holds),
         ("last active", utc(s.last_activity_at)),
         ("created", utc(s.created_at)),
@@ -403,6 +404,7 @@ mod tests {
             resumed_at: None,
             destroyed_at: None,
             last_error: None,
+            network: Default::default(),
         }
     }
 
@@ -556,6 +558,7 @@ mod tests {
              status       active\n\
              idle         1m1s\n\
              sandbox      sb-demo (runc, generation 1)\n\
+             network      restricted\n\
              holds        none\n"
         ));
         assert!(text.contains("paused       -\n"));

@@ -1,6 +1,7 @@
 //! The pure domain: no AWS, HTTP, clock or I/O. Everything here is plain data and rules
 //! (`usage`: what a thread's sandbox used, from its lifecycle events, and what that costs).
 
+pub(crate) mod network;
 mod scope;
 mod session;
 mod status;
@@ -9,6 +10,7 @@ mod time;
 mod transition;
 mod usage;
 
+pub use network::{Allowlist, AllowlistError, NetworkProfile};
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
 pub use session::{Change, Hold, LifecycleEvent, Session, Timers, MAX_SEQ, PROCESS_HOLD_PREFIX};
 pub use status::{Cause, GonePolicy, Status};

@@ -32,6 +32,39 @@ pub enum AllowlistError {
     TooMany { count: usize },
 }
 
+/// The isolation profile a sandbox runs under, and a thread's choice of it (kept in its
+/// session record). Serialized as `"restricted"`, `"networked"` (everything public) or
+/// `{"networked": {"allow": [...]}}`; all three are read back.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum NetworkProfile {
+    /// No network at all, loopback only (the default).
+    #[default]
+    Restricted,
+    /// Outbound network through an allowlist; an empty one allows every public address.
+    /// Private, link-local and metadata addresses stay out of reach either way.
+    Networked { allow: Allowlist },
+}
+
+impl NetworkProfile {
+    pub fn is_networked(&self) -> bool {
+        matches!(self, NetworkProfile::Networked { .. })
+    }
+
+    /// One line for people: `restricted`, `networked (every public address)` or
+    /// `networked (allow: a.test, 203.0.113.0/24)`.
+    pub fn describe(&self) -> String {
+        match self {
+            NetworkProfile::Restricted => "restricted".to_owned(),
+            NetworkProfile::Networked { allow } if allow.is_everything_public() => {
+                "networked (every public address)".to_owned()
+            }
+            NetworkProfile::Networked { allow } => {
+                format!("networked (allow: {})", allow.to_strings().join(", "))
+            }
+        }
+    }
+}
+
 /// An IPv4 or IPv6 network: an address with a prefix length. A single address is a network of
 /// its full length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -464,15 +497,15 @@ pub fn always_refused_v4() -> Vec<IpNet> {
         .collect()
 }
 
-impl Serialize for super::NetworkProfile {
+impl Serialize for NetworkProfile {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         match self {
-            super::NetworkProfile::Restricted => serializer.serialize_str("restricted"),
-            super::NetworkProfile::Networked { allow } if allow.is_everything_public() => {
+            NetworkProfile::Restricted => serializer.serialize_str("restricted"),
+            NetworkProfile::Networked { allow } if allow.is_everything_public() => {
                 serializer.serialize_str("networked")
             }
-            super::NetworkProfile::Networked { allow } => {
+            NetworkProfile::Networked { allow } => {
                 #[derive(Serialize)]
                 struct Networked<'a> {
                     allow: &'a Allowlist,
@@ -487,9 +520,8 @@ impl Serialize for super::NetworkProfile {
 
 /// Read as `"restricted"`, `"networked"` (everything public, as before allowlists) or
 /// `{"networked": {"allow": [...]}}`, with a bad entry's error passed through as it is.
-impl<'de> Deserialize<'de> for super::NetworkProfile {
+impl<'de> Deserialize<'de> for NetworkProfile {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use super::NetworkProfile;
         struct Visitor;
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -723,7 +755,7 @@ mod tests {
 
     #[test]
     fn profiles_read_the_old_names_and_the_allowlist_form() {
-        use super::super::NetworkProfile;
+        use super::NetworkProfile;
         let read = |s: &str| serde_json::from_str::<NetworkProfile>(s);
         assert_eq!(read(r#""restricted""#).unwrap(), NetworkProfile::Restricted);
         let public = NetworkProfile::Networked {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::network::NetworkProfile;
 use super::status::{Cause, Status};
 use super::thread_id::ThreadId;
 use super::time::Millis;
@@ -100,6 +101,11 @@ pub struct Session {
     pub resumed_at: Option<Millis>,
     pub destroyed_at: Option<Millis>,
     pub last_error: Option<String>,
+    /// The thread's network profile: chosen when the thread is created, changed with a `user`
+    /// event, and given to the provider for every sandbox it makes. Records written before
+    /// profiles existed read as restricted.
+    #[serde(default)]
+    pub network: NetworkProfile,
 }
 
 /// The context of one state change that the pure rules cannot make up themselves.
@@ -136,6 +142,7 @@ impl Session {
             resumed_at: None,
             destroyed_at: None,
             last_error: None,
+            network: NetworkProfile::Restricted,
         };
         // The table decides even the first step, so there is one path for every change.
         let event = session
@@ -235,6 +242,27 @@ impl Session {
         }
     }
 
+    /// Change the thread's network profile, with a `user` event in its stream (`from` and `to`
+    /// are the current state). `None` when the profile is already this one: nothing to write.
+    pub fn set_network(
+        &mut self,
+        network: NetworkProfile,
+        change: Change,
+    ) -> Option<LifecycleEvent> {
+        if self.network == network {
+            return None;
+        }
+        let detail = format!("network: {}", network.describe());
+        self.network = network;
+        Some(self.note(
+            Cause::User,
+            Change {
+                detail: Some(detail),
+                ..change
+            },
+        ))
+    }
+
     /// Bind the sandbox a create just made (before `CreateSucceeded`, so the event names it).
     pub fn bind_sandbox(&mut self, sandbox_id: String, provider_session_id: Option<String>) {
         self.sandbox_id = Some(sandbox_id);
@@ -324,6 +352,40 @@ mod tests {
             &timers,
         );
         (s, timers)
+    }
+
+    #[test]
+    fn a_network_change_is_a_user_event_in_place_and_a_repeat_writes_nothing() {
+        use crate::domain::Allowlist;
+        let (mut s, _) = new_session();
+        assert_eq!(s.network, NetworkProfile::Restricted);
+        let seq = s.last_seq;
+        let networked = NetworkProfile::Networked {
+            allow: Allowlist::parse(["pkg.test", "203.0.113.0/24"]).unwrap(),
+        };
+        let ev = s.set_network(networked.clone(), change(1, 2_000)).unwrap();
+        assert_eq!(s.network, networked);
+        assert_eq!(ev.cause, Cause::User);
+        assert_eq!((ev.from, ev.to), (Some(s.status), s.status));
+        assert_eq!(ev.seq, seq + 1);
+        assert_eq!(s.last_seq, seq + 1);
+        assert_eq!(
+            ev.detail.as_deref(),
+            Some("network: networked (allow: pkg.test, 203.0.113.0/24)")
+        );
+        assert_eq!(s.set_network(networked, change(2, 3_000)), None);
+        assert_eq!(s.last_seq, seq + 1, "no change, no event");
+    }
+
+    #[test]
+    fn a_record_from_before_network_profiles_reads_as_restricted() {
+        let (s, _) = new_session();
+        let mut json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["network"], "restricted");
+        json.as_object_mut().unwrap().remove("network");
+        let old: Session = serde_json::from_value(json).unwrap();
+        assert_eq!(old.network, NetworkProfile::Restricted);
+        assert_eq!(old, s);
     }
 
     #[test]

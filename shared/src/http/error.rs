@@ -96,7 +96,9 @@ fn status_of(error: &UseCaseError) -> StatusCode {
             RejectKind::Illegal | RejectKind::Expired => StatusCode::CONFLICT,
         },
         UseCaseError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        UseCaseError::Held(_) | UseCaseError::NoSandbox { .. } => StatusCode::CONFLICT,
+        UseCaseError::Held(_)
+        | UseCaseError::NoSandbox { .. }
+        | UseCaseError::NetworkConflict { .. } => StatusCode::CONFLICT,
         UseCaseError::Provider(p) => match p {
             ProviderError::InvalidRequest(_) | ProviderError::Unsupported(_) => {
                 StatusCode::BAD_REQUEST

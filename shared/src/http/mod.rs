@@ -60,7 +60,8 @@ pub const MAX_JSON_BODY: usize = 1024 * 1024;
 /// `threadbox dev` serves them all. Every group answers the same way: same auth, limits and errors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteGroup {
-    /// `POST /v1/threads/{id}/resolve` and `/reset`: bring a thread's sandbox up.
+    /// `POST /v1/threads/{id}/resolve` and `/reset`: bring a thread's sandbox up; and
+    /// `PUT /v1/threads/{id}/network`: the thread's network profile.
     Resolve,
     /// `GET /v1/threads`, `GET /v1/threads/{id}` and `GET /v1/threads/{id}/events`.
     Read,

@@ -33,11 +33,11 @@ use tokio::sync::mpsc;
 use super::error::ApiError;
 use super::exec_stream::{error_event, json_event, Utf8Events};
 use super::extract::{sandbox_path, ApiQuery, JsonBody, Thread};
-use super::sandbox::wants_event_stream;
+use super::sandbox::{check_env, command_of, wants_event_stream};
 use crate::domain::ThreadId;
 use crate::ports::{
-    valid_process_id, ExecCommand, ProcessChunk, ProcessSignal, PtySize, DEFAULT_OUTPUT_CHUNKS,
-    MAX_INPUT_BYTES, MAX_OUTPUT_CHUNKS, MAX_OUTPUT_READ,
+    valid_process_id, ProcessChunk, ProcessSignal, PtySize, DEFAULT_OUTPUT_CHUNKS, MAX_INPUT_BYTES,
+    MAX_OUTPUT_CHUNKS, MAX_OUTPUT_READ,
 };
 use crate::usecases::{ProcessRequest, Threadbox, DEFAULT_PROCESS_IDLE, MAX_PROCESS_IDLE};
 
@@ -108,31 +108,8 @@ pub(crate) struct StartBody {
 impl StartBody {
     pub(crate) fn into_request(self) -> Result<ProcessRequest, ApiError> {
         let bad = |message: String| ApiError::bad_request("invalid_request", message);
-        let command = match (self.cmd, self.argv) {
-            (Some(_), Some(_)) => return Err(bad("give either cmd or argv, not both".into())),
-            (None, None) => return Err(bad("give cmd (a shell command line) or argv".into())),
-            (Some(cmd), None) if cmd.trim().is_empty() => return Err(bad("cmd is empty".into())),
-            (Some(cmd), None) => ExecCommand::Shell(cmd),
-            (None, Some(argv)) if argv.first().is_none_or(|p| p.is_empty()) => {
-                return Err(bad("argv must start with a program name".into()))
-            }
-            (None, Some(argv)) => ExecCommand::Argv(argv),
-        };
-        let words: Vec<&str> = match &command {
-            ExecCommand::Shell(cmd) => vec![cmd.as_str()],
-            ExecCommand::Argv(argv) => argv.iter().map(String::as_str).collect(),
-        };
-        if words.iter().any(|w| w.contains('\0')) {
-            return Err(bad("the command contains a NUL byte".into()));
-        }
-        for (key, value) in &self.env {
-            if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-                return Err(bad(format!(
-                    "environment variable {key:?}: names must be non-empty without '=' or NUL, \
-                     values without NUL"
-                )));
-            }
-        }
+        let command = command_of(self.cmd, self.argv)?;
+        check_env(&self.env)?;
         let cwd = self.cwd.map(|c| sandbox_path(&c)).transpose()?;
         let pty = self
             .pty

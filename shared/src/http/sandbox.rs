@@ -67,40 +67,9 @@ impl ExecBody {
     /// Turn the body into a request, or say exactly what is wrong with it.
     pub(crate) fn into_request(self) -> Result<ExecRequest, ApiError> {
         let bad = |message: String| ApiError::bad_request("invalid_request", message);
-        let command = match (self.cmd, self.argv) {
-            (Some(_), Some(_)) => return Err(bad("give either cmd or argv, not both".into())),
-            (None, None) => {
-                return Err(bad(
-                    "give cmd (a shell command line) or argv (a program and its arguments)".into(),
-                ))
-            }
-            (Some(cmd), None) if cmd.trim().is_empty() => return Err(bad("cmd is empty".into())),
-            (Some(cmd), None) => ExecCommand::Shell(cmd),
-            (None, Some(argv)) if argv.first().is_none_or(|p| p.is_empty()) => {
-                return Err(bad("argv must start with a program name".into()))
-            }
-            (None, Some(argv)) => ExecCommand::Argv(argv),
-        };
-        let words: Vec<&str> = match &command {
-            ExecCommand::Shell(cmd) => vec![cmd],
-            ExecCommand::Argv(argv) => argv.iter().map(String::as_str).collect(),
-        };
-        if words.iter().any(|w| w.contains('\0')) {
-            return Err(bad("the command contains a NUL byte".into()));
-        }
+        let command = command_of(self.cmd, self.argv)?;
         let cwd = self.cwd.map(|c| sandbox_path(&c)).transpose()?;
-        for (key, value) in &self.env {
-            if key.is_empty() || key.contains(['=', '\0']) {
-                return Err(bad(format!(
-                    "environment variable name {key:?} must be non-empty without '=' or NUL"
-                )));
-            }
-            if value.contains('\0') {
-                return Err(bad(format!(
-                    "environment variable {key:?} contains a NUL byte"
-                )));
-            }
-        }
+        check_env(&self.env)?;
         let timeout = match self.timeout_ms {
             None => DEFAULT_EXEC_TIMEOUT,
             Some(ms) if ms >= 1 && Duration::from_millis(ms) <= MAX_EXEC_TIMEOUT => {
@@ -124,6 +93,55 @@ impl ExecBody {
         request.check_sizes().map_err(bad)?;
         Ok(request)
     }
+}
+
+/// The command of an exec or process body: a shell line (`cmd`) or a program and its arguments
+/// (`argv`), exactly one, non-empty and without NUL bytes.
+pub(super) fn command_of(
+    cmd: Option<String>,
+    argv: Option<Vec<String>>,
+) -> Result<ExecCommand, ApiError> {
+    let bad = |message: &str| ApiError::bad_request("invalid_request", message);
+    let command = match (cmd, argv) {
+        (Some(_), Some(_)) => return Err(bad("give either cmd or argv, not both")),
+        (None, None) => {
+            return Err(bad(
+                "give cmd (a shell command line) or argv (a program and its arguments)",
+            ))
+        }
+        (Some(cmd), None) if cmd.trim().is_empty() => return Err(bad("cmd is empty")),
+        (Some(cmd), None) => ExecCommand::Shell(cmd),
+        (None, Some(argv)) if argv.first().is_none_or(|p| p.is_empty()) => {
+            return Err(bad("argv must start with a program name"))
+        }
+        (None, Some(argv)) => ExecCommand::Argv(argv),
+    };
+    let words: Vec<&str> = match &command {
+        ExecCommand::Shell(cmd) => vec![cmd],
+        ExecCommand::Argv(argv) => argv.iter().map(String::as_str).collect(),
+    };
+    if words.iter().any(|w| w.contains('\0')) {
+        return Err(bad("the command contains a NUL byte"));
+    }
+    Ok(command)
+}
+
+/// Environment names usable as `NAME=value`, values without NUL.
+pub(super) fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    let bad = |message: String| ApiError::bad_request("invalid_request", message);
+    for (key, value) in env {
+        if key.is_empty() || key.contains(['=', '\0']) {
+            return Err(bad(format!(
+                "environment variable name {key:?} must be non-empty without '=' or NUL"
+            )));
+        }
+        if value.contains('\0') {
+            return Err(bad(format!(
+                "environment variable {key:?} contains a NUL byte"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Run a command: the result as JSON when it ends, or with `Accept: text/event-stream` its

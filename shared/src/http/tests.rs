@@ -1089,3 +1089,171 @@ async fn a_thread_shows_its_usage_and_a_listing_carries_it_on_request() {
         .await
         .expect_error(StatusCode::BAD_REQUEST, "invalid_query");
 }
+
+async fn put_json(api: &Api, uri: &str, body: Value) -> Reply {
+    api.send(
+        Request::put(uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn resolve_takes_a_network_profile_for_a_new_thread_only() {
+    let api = Api::new();
+    let body = json!({ "network": { "networked": { "allow": ["pkg.test", "203.0.113.0/24"] } } });
+    let created = api
+        .post_json("/v1/threads/t1/resolve", body.to_string())
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.json());
+    let sandbox = created.json()["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        serde_json::to_value(api.provider.network_of(&sandbox).unwrap()).unwrap(),
+        body["network"],
+        "the sandbox was made with the thread's profile"
+    );
+
+    // The same profile again, or none: the thread as it is.
+    let again = api
+        .post_json("/v1/threads/t1/resolve", body.to_string())
+        .await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(api.resolve("t1").await["sandbox_id"], sandbox);
+
+    // Another profile: 409 naming the route that changes it.
+    let other = api
+        .post_json(
+            "/v1/threads/t1/resolve",
+            json!({ "network": "networked" }).to_string(),
+        )
+        .await;
+    other.expect_error(StatusCode::CONFLICT, "network_conflict");
+    assert!(
+        other.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("PUT /v1/threads/t1/network"),
+        "{}",
+        other.json()
+    );
+
+    // GET shows it with the session.
+    let shown = api.call(Method::GET, "/v1/threads/t1").await.json();
+    assert_eq!(shown["session"]["network"], body["network"]);
+    let plain = api.resolve("t2").await;
+    let shown = api.call(Method::GET, "/v1/threads/t2").await.json();
+    assert_eq!(shown["session"]["network"], "restricted", "{plain}");
+    assert_eq!(api.provider.creates(), 2);
+}
+
+#[tokio::test]
+async fn bad_network_profiles_are_400s_naming_the_entry_and_create_nothing() {
+    let api = Api::new();
+    let many: Vec<String> = (0..10_000).map(|i| format!("h{i}.test")).collect();
+    for (body, code, names) in [
+        (
+            json!({ "network": { "networked": { "allow": ["ok.test", "203.0.113.0/33"] } } }),
+            "invalid_network",
+            "203.0.113.0/33",
+        ),
+        (
+            json!({ "network": { "networked": { "allow": ["a.*.test"] } } }),
+            "invalid_network",
+            "a.*.test",
+        ),
+        (
+            json!({ "network": { "networked": { "allow": many } } }),
+            "invalid_network",
+            "10000 entries",
+        ),
+        (json!({ "network": "open" }), "invalid_network", "open"),
+        (json!({ "network": 7 }), "invalid_network", "network"),
+        (json!({ "netwrk": "restricted" }), "invalid_json", "netwrk"),
+    ] {
+        for reply in [
+            api.post_json("/v1/threads/t1/resolve", body.to_string())
+                .await,
+            put_json(&api, "/v1/threads/t1/network", body.clone()).await,
+        ] {
+            reply.expect_error(StatusCode::BAD_REQUEST, code);
+            let message = reply.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            assert!(message.contains(names), "{body}: {message}");
+        }
+    }
+    let malformed = api.post_json("/v1/threads/t1/resolve", "{").await;
+    malformed.expect_error(StatusCode::BAD_REQUEST, "invalid_json");
+    let text = api
+        .send(
+            Request::post("/v1/threads/t1/resolve")
+                .header(header::CONTENT_TYPE, "text/plain")
+                .body(Body::from(r#"{"network":"restricted"}"#))
+                .unwrap(),
+        )
+        .await;
+    text.expect_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type");
+    let empty = put_json(&api, "/v1/threads/t1/network", json!({})).await;
+    empty.expect_error(StatusCode::BAD_REQUEST, "invalid_json");
+    assert_eq!(api.provider.creates(), 0);
+    assert!(api.tb.store.load(&tid("t1")).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn put_network_records_the_change_with_a_user_event() {
+    let api = Api::new();
+    let unknown = put_json(
+        &api,
+        "/v1/threads/t1/network",
+        json!({ "network": "networked" }),
+    )
+    .await;
+    unknown.expect_error(StatusCode::NOT_FOUND, "unknown_thread");
+
+    let sandbox = api.resolve("t1").await["sandbox_id"].clone();
+    let reply = put_json(
+        &api,
+        "/v1/threads/t1/network",
+        json!({ "network": "networked" }),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.json());
+    let body = reply.json();
+    assert_eq!(body["applied"], "next_sandbox", "{body}");
+    assert_eq!(body["session"]["network"], "networked");
+    assert_eq!(
+        body["session"]["sandbox_id"], sandbox,
+        "the sandbox is kept"
+    );
+
+    let events = api.call(Method::GET, "/v1/threads/t1/events").await.json();
+    let last = events["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["cause"], "user");
+    assert_eq!(last["from"], "active");
+    assert_eq!(last["to"], "active");
+    assert_eq!(last["detail"], "network: networked (every public address)");
+
+    let same = put_json(
+        &api,
+        "/v1/threads/t1/network",
+        json!({ "network": "networked" }),
+    )
+    .await;
+    assert_eq!(same.json()["applied"], "unchanged");
+
+    api.provider.support_live_network(true);
+    let live = put_json(
+        &api,
+        "/v1/threads/t1/network",
+        json!({ "network": "restricted" }),
+    )
+    .await;
+    assert_eq!(live.json()["applied"], "live");
+    assert_eq!(
+        api.provider.network_of(sandbox.as_str().unwrap()),
+        Some(crate::ports::NetworkProfile::Restricted)
+    );
+}

@@ -1,16 +1,17 @@
 //! Session routes: resolve, pause, resume, reset, and reading sessions and their events.
 
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::extract::{ApiQuery, Thread};
-use crate::domain::{LifecycleEvent, Millis, Session, ThreadId, Usage, MAX_SEQ};
-use crate::usecases::{SandboxHandle, SandboxStatus, Threadbox};
+use crate::domain::{LifecycleEvent, Millis, NetworkProfile, Session, ThreadId, Usage, MAX_SEQ};
+use crate::usecases::{NetworkApplied, ResolveOptions, SandboxHandle, SandboxStatus, Threadbox};
 
 /// Events shown with a session.
 const RECENT_EVENTS: usize = 20;
@@ -19,11 +20,13 @@ const MAX_PAGE: usize = 500;
 const DEFAULT_EVENTS_PAGE: usize = 100;
 const MAX_EVENTS_PAGE: usize = 1000;
 
-/// Bringing a thread's sandbox up: resolve, and reset (a fresh one).
+/// Bringing a thread's sandbox up: resolve, and reset (a fresh one); and the thread's network
+/// profile, which the sandboxes it brings up are made with.
 pub(crate) fn resolve_routes() -> Router<Threadbox> {
     Router::new()
         .route("/v1/threads/{thread_id}/resolve", post(resolve))
         .route("/v1/threads/{thread_id}/reset", post(reset))
+        .route("/v1/threads/{thread_id}/network", put(set_network))
 }
 
 /// Reading sessions and their events.
@@ -64,18 +67,119 @@ impl SessionView {
     }
 }
 
-/// Get-or-create the thread's sandbox: 201 when this call created it, 200 otherwise.
+/// The body of a resolve (optional) and of `PUT .../network` (required):
+/// `{"network": "restricted" | "networked" | {"networked": {"allow": [...]}}}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkBody {
+    network: Option<serde_json::Value>,
+}
+
+/// Read a network body. An empty body is `None` (a resolve without one); anything else must be
+/// JSON, sent as JSON, whose profile is valid: a bad allowlist entry is a 400 naming it.
+pub(super) fn network_body(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Option<NetworkProfile>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
+    if !is_json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "a body must be sent with `Content-Type: application/json`",
+        ));
+    }
+    let body: NetworkBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!(r#"the body must be {{"network": ...}}: {e}"#),
+        )
+    })?;
+    body.network
+        .map(|value| {
+            serde_json::from_value::<NetworkProfile>(value)
+                .map_err(|e| ApiError::bad_request("invalid_network", format!("network: {e}")))
+        })
+        .transpose()
+}
+
+/// Get-or-create the thread's sandbox: 201 when this call created it, 200 otherwise. An
+/// optional body `{"network": ...}` chooses the profile of a thread this call creates; a
+/// thread that exists with another profile is a 409 (`PUT .../network` changes it).
 async fn resolve(
     State(tb): State<Threadbox>,
     Thread(thread_id): Thread,
+    headers: HeaderMap,
+    body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
-    let handle = tb.resolve(&thread_id).await?;
+    let network = network_body(&headers, &body)?;
+    let handle = tb
+        .resolve_with(
+            &thread_id,
+            ResolveOptions {
+                network,
+                ..ResolveOptions::default()
+            },
+        )
+        .await?;
     let status = if handle.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
     Ok((status, Json(handle)))
+}
+
+#[derive(Serialize)]
+struct NetworkView {
+    session: SessionView,
+    /// `live`: the sandbox was changed in place, files kept; `next_sandbox`: recorded, and the
+    /// thread's next sandbox (a reset, or a recreate) is made with it; `unchanged`: it was
+    /// already the thread's profile.
+    applied: NetworkApplied,
+    message: &'static str,
+}
+
+/// Change the thread's network profile: recorded with a `user` event, applied to the sandbox
+/// where the provider can do that live, otherwise to the thread's next sandbox.
+async fn set_network(
+    State(tb): State<Threadbox>,
+    Thread(thread_id): Thread,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<NetworkView>, ApiError> {
+    let Some(network) = network_body(&headers, &body)? else {
+        return Err(ApiError::bad_request(
+            "invalid_json",
+            r#"the body must be {"network": "restricted" | "networked" | {"networked": {"allow": [...]}}}"#,
+        ));
+    };
+    let change = tb.set_network(&thread_id, network).await?;
+    let message = match change.applied {
+        NetworkApplied::Live => "the sandbox's network was changed in place; its files are kept",
+        NetworkApplied::NextSandbox if change.session.sandbox_id.is_none() => {
+            "recorded; the thread's next sandbox is made with it"
+        }
+        NetworkApplied::NextSandbox => {
+            "recorded; the sandbox keeps the network it was made with (the provider cannot \
+             change it in place) and the thread's next one gets this profile (POST .../reset \
+             for one now: its files are lost)"
+        }
+        NetworkApplied::Unchanged => "the thread already has this profile",
+    };
+    Ok(Json(NetworkView {
+        session: SessionView::new(change.session, tb.clock.now()),
+        applied: change.applied,
+        message,
+    }))
 }
 
 async fn pause(

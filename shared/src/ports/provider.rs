@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{Millis, ThreadId};
 
 pub(crate) mod exec_files;
-mod network;
-
-pub use network::{
+/// The network types are pure data with their validation, so they live in the domain (a
+/// session record keeps its thread's profile); the port re-exports them for providers.
+pub use crate::domain::network::{
     always_refused_v4, is_always_refused, AllowEntry, Allowlist, AllowlistError, IpNet,
-    MAX_ALLOW_ENTRIES,
+    NetworkProfile, MAX_ALLOW_ENTRIES,
 };
 pub(crate) mod processes;
 
@@ -122,25 +122,6 @@ impl SandboxOwner {
             thread_id: ThreadId::parse(meta.get(META_THREAD_ID)?).ok()?,
             generation: meta.get(META_GENERATION)?.parse().ok()?,
         })
-    }
-}
-
-/// The isolation profile a sandbox runs under. Serialized as `"restricted"`, `"networked"`
-/// (everything public) or `{"networked": {"allow": [...]}}`; all three are read back.
-/// (Serde in `network`.)
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum NetworkProfile {
-    /// No network at all, loopback only (the default).
-    #[default]
-    Restricted,
-    /// Outbound network through an allowlist; an empty one allows every public address.
-    /// Private, link-local and metadata addresses stay out of reach either way.
-    Networked { allow: Allowlist },
-}
-
-impl NetworkProfile {
-    pub fn is_networked(&self) -> bool {
-        matches!(self, NetworkProfile::Networked { .. })
     }
 }
 
@@ -411,6 +392,20 @@ pub trait SandboxProvider: Send + Sync {
     async fn kill(&self, sandbox_id: &str) -> Result<(), ProviderError>;
     /// Move the sandbox's deadline to `timeout` from now (the keep-alive).
     async fn set_timeout(&self, sandbox_id: &str, timeout: Duration) -> Result<(), ProviderError>;
+    /// Change the network of a live (or paused) sandbox to `profile`, keeping its files and
+    /// processes. The default, for providers that cannot, is `Unsupported`: the thread's profile
+    /// then reaches its next sandbox (a reset, or a recreate), which is made with it.
+    async fn set_network(
+        &self,
+        sandbox_id: &str,
+        profile: &NetworkProfile,
+    ) -> Result<(), ProviderError> {
+        let _ = (sandbox_id, profile);
+        Err(ProviderError::Unsupported(format!(
+            "the {} provider cannot change a live sandbox's network",
+            self.name()
+        )))
+    }
     async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError>;
     /// Sandboxes whose metadata contains every pair in `metadata`; an empty map lists them all.
     async fn list(

@@ -42,6 +42,8 @@ struct MemSandbox {
     files: BTreeMap<String, Node>,
     deadline: Option<Millis>,
     running_execs: u32,
+    /// The network it was made with, or changed to by `set_network`.
+    network: NetworkProfile,
 }
 
 fn now() -> Millis {
@@ -123,7 +125,7 @@ fn glob_matches(pattern: &[u8], path: &[u8]) -> bool {
 }
 
 impl MemSandbox {
-    fn new(metadata: BTreeMap<String, String>, deadline: Millis) -> Self {
+    fn new(metadata: BTreeMap<String, String>, deadline: Millis, network: NetworkProfile) -> Self {
         let files = ["/", "/home", "/home/user", "/tmp"]
             .into_iter()
             .map(|p| (p.to_owned(), Node::Dir))
@@ -134,6 +136,7 @@ impl MemSandbox {
             files,
             deadline: Some(deadline),
             running_execs: 0,
+            network,
         }
     }
 
@@ -184,6 +187,8 @@ pub struct InMemoryProvider {
     /// Delay inside exec, to keep a command running while a test pokes at the thread.
     exec_delay: Mutex<Duration>,
     hang_after_create: AtomicBool,
+    /// Whether `set_network` changes a live sandbox (like E2B) or is unsupported (like runc).
+    live_network: AtomicBool,
     failures: Mutex<HashMap<Op, VecDeque<ProviderError>>>,
     commands: Mutex<Vec<String>>,
 }
@@ -215,6 +220,21 @@ impl InMemoryProvider {
 
     pub fn state_of(&self, id: &str) -> Option<SandboxState> {
         self.sandboxes.lock().unwrap().get(id).map(|s| s.state)
+    }
+
+    /// The network profile a sandbox was created with (or changed to live).
+    pub fn network_of(&self, id: &str) -> Option<NetworkProfile> {
+        self.sandboxes
+            .lock()
+            .unwrap()
+            .get(id)
+            .map(|s| s.network.clone())
+    }
+
+    /// From now on, `set_network` changes a live sandbox (`true`) or answers `Unsupported`
+    /// (`false`, the default, as runc does).
+    pub fn support_live_network(&self, on: bool) {
+        self.live_network.store(on, Ordering::SeqCst);
     }
 
     pub fn set_create_delay(&self, d: Duration) {
@@ -316,7 +336,11 @@ impl SandboxProvider for InMemoryProvider {
         let id = format!("mem-{}", self.next_id.fetch_add(1, Ordering::SeqCst) + 1);
         self.sandboxes.lock().unwrap().insert(
             id.clone(),
-            MemSandbox::new(request.owner.to_metadata(), deadline_after(request.timeout)),
+            MemSandbox::new(
+                request.owner.to_metadata(),
+                deadline_after(request.timeout),
+                request.network,
+            ),
         );
         if self.hang_after_create.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
@@ -324,6 +348,22 @@ impl SandboxProvider for InMemoryProvider {
         Ok(CreatedSandbox {
             sandbox_id: id,
             provider_session_id: None,
+        })
+    }
+
+    async fn set_network(
+        &self,
+        sandbox_id: &str,
+        profile: &NetworkProfile,
+    ) -> Result<(), ProviderError> {
+        if !self.live_network.load(Ordering::SeqCst) {
+            return Err(ProviderError::Unsupported(
+                "the memory provider is not set to change a live sandbox's network".into(),
+            ));
+        }
+        self.with(sandbox_id, |s| {
+            s.network = profile.clone();
+            Ok(())
         })
     }
 

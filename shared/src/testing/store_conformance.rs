@@ -47,7 +47,28 @@ pub async fn insert_then_load_round_trips(store: Arc<dyn SessionStore>) {
     assert_eq!(store.load(&s.thread_id).await.unwrap(), Some(s.clone()));
     assert_eq!(
         store.events_after(&s.thread_id, 0, 10).await.unwrap(),
-        vec![e]
+        vec![e.clone()]
+    );
+
+    // The thread's network profile is part of the record, allowlist and all.
+    let mut next = s.clone();
+    let allow =
+        crate::domain::Allowlist::parse(["pkg.test", "*.cdn.test", "203.0.113.0/24"]).unwrap();
+    let noted = next
+        .set_network(
+            crate::domain::NetworkProfile::Networked { allow },
+            change(2_000),
+        )
+        .unwrap();
+    next.version += 1;
+    store
+        .save(&next, s.version, std::slice::from_ref(&noted))
+        .await
+        .unwrap();
+    assert_eq!(store.load(&s.thread_id).await.unwrap(), Some(next));
+    assert_eq!(
+        store.events_after(&s.thread_id, 0, 10).await.unwrap(),
+        vec![e, noted]
     );
 }
 

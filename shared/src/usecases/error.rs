@@ -24,6 +24,16 @@ pub enum UseCaseError {
         thread_id: ThreadId,
         process_id: String,
     },
+    /// A resolve asked for a network profile other than the thread's own: the body of a resolve
+    /// only chooses the profile of a thread it creates.
+    #[error(
+        "thread {thread_id} already has the network profile {current}; a resolve chooses the \
+         profile only when it creates the thread: PUT /v1/threads/{thread_id}/network changes it"
+    )]
+    NetworkConflict {
+        thread_id: ThreadId,
+        current: String,
+    },
     #[error("sandbox provider: {0}")]
     Provider(#[from] ProviderError),
     #[error(transparent)]
@@ -46,6 +56,7 @@ impl UseCaseError {
             UseCaseError::Held(_) => "held",
             UseCaseError::NoSandbox { .. } => "no_sandbox",
             UseCaseError::UnknownProcess { .. } => "unknown_process",
+            UseCaseError::NetworkConflict { .. } => "network_conflict",
             UseCaseError::Provider(ProviderError::InvalidRequest(_)) => "invalid_request",
             UseCaseError::Provider(ProviderError::Unsupported(_)) => "unsupported",
             UseCaseError::Provider(ProviderError::LimitReached { limit, .. }) => limit.code(),
@@ -79,6 +90,7 @@ impl UseCaseError {
             UseCaseError::Queue(_) => true,
             UseCaseError::UnknownThread(_)
             | UseCaseError::NoSandbox { .. }
+            | UseCaseError::NetworkConflict { .. }
             | UseCaseError::UnknownProcess { .. } => false,
         }
     }

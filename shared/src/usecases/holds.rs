@@ -32,6 +32,7 @@ impl Threadbox {
             ResolveOptions {
                 create: true,
                 hold: Some(request),
+                network: None,
             },
         )
         .await

@@ -11,6 +11,8 @@
 //! - `history`: reading sessions and their events (listing, one thread, events after a seq);
 //! - `inspect`: reading a sandbox's files as they are, for GETs (never creates or resumes);
 //! - `janitor`: the scheduled sweep;
+//! - `network`: changing a thread's network profile (recorded with a `user` event, applied live
+//!   where the provider can, otherwise to the thread's next sandbox);
 //! - `outbox`: handing written events to the lifecycle queue, and re-driving the ones that were not;
 //! - `usage`: what threads' sandboxes used and cost, from their events (one thread, or a page).
 
@@ -20,6 +22,7 @@ mod hold_request;
 mod holds;
 mod inspect;
 mod janitor;
+mod network;
 mod outbox;
 mod pause;
 mod processes;
@@ -31,6 +34,7 @@ pub use error::UseCaseError;
 pub use hold_request::HoldRequest;
 pub use inspect::SandboxStatus;
 pub use janitor::{SweepOptions, SweepReport};
+pub use network::{NetworkApplied, NetworkChange};
 pub use pause::{Handoff, TransitionOutcome, TransitionWork};
 pub use processes::{ProcessRequest, DEFAULT_PROCESS_IDLE, MAX_PROCESS_IDLE};
 pub use resolve::{ResolveOptions, SandboxHandle};

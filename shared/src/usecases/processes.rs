@@ -329,6 +329,7 @@ impl Threadbox {
             super::ResolveOptions {
                 create: false,
                 hold: Some(hold),
+                network: None,
             },
         )
         .await

@@ -7,7 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Cause, Command, Observed, RejectKind, Rejected, Session, Status, ThreadId};
+use crate::domain::{
+    Cause, Command, NetworkProfile, Observed, RejectKind, Rejected, Session, Status, ThreadId,
+};
 use crate::ports::{CreateSandbox, ProviderError, SandboxOwner, SandboxState};
 
 use super::error::UseCaseError;
@@ -39,6 +41,10 @@ pub struct ResolveOptions {
     pub create: bool,
     /// Take a hold in the same write that marks the thread active.
     pub hold: Option<HoldRequest>,
+    /// The network profile of a thread this call creates (`None`: the configured default). A
+    /// thread that exists keeps its own: asking for a different one is
+    /// [`UseCaseError::NetworkConflict`] (`set_network` changes it).
+    pub network: Option<NetworkProfile>,
 }
 
 impl Default for ResolveOptions {
@@ -46,6 +52,7 @@ impl Default for ResolveOptions {
         Self {
             create: true,
             hold: None,
+            network: None,
         }
     }
 }
@@ -72,6 +79,7 @@ impl Threadbox {
             ResolveOptions {
                 create: false,
                 hold: None,
+                network: None,
             },
         )
         .await
@@ -97,12 +105,16 @@ impl Threadbox {
                 if !options.create {
                     return Err(UseCaseError::UnknownThread(thread_id.clone()));
                 }
-                let (session, event) = Session::new_creating(
+                let (mut session, event) = Session::new_creating(
                     thread_id.clone(),
                     self.provider.name(),
                     self.change(None),
                     &self.config.timers,
                 );
+                session.network = options
+                    .network
+                    .clone()
+                    .unwrap_or_else(|| self.config.network.clone());
                 match self
                     .store
                     .insert_new(&session, std::slice::from_ref(&event))
@@ -123,6 +135,14 @@ impl Threadbox {
                 }
                 continue;
             };
+            if let Some(wanted) = &options.network {
+                if *wanted != current.network {
+                    return Err(UseCaseError::NetworkConflict {
+                        thread_id: thread_id.clone(),
+                        current: current.network.describe(),
+                    });
+                }
+            }
 
             match current.status {
                 Status::Active => {
@@ -277,7 +297,8 @@ impl Threadbox {
         };
         let request = CreateSandbox {
             owner,
-            network: self.config.network.clone(),
+            // The thread's own profile (set when it was created, or changed since).
+            network: claimed.network.clone(),
             timeout: self.config.sandbox_timeout,
             env: Default::default(),
         };

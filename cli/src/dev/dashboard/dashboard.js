@@ -212,6 +212,11 @@
         thread.sandbox_id = event.sandbox_id;
       }
       if (event.cause === "user") thread.idle_seconds = 0;
+      // A network change is a `user` event whose detail names the new profile.
+      if (event.cause === "user" && event.from === event.to && event.detail &&
+          event.detail.startsWith("network: ")) {
+        thread.network_text = event.detail.slice("network: ".length);
+      }
       renderRow(event.thread_id);
     }
     if (event.thread_id === state.selected) addEvents([event]);
@@ -391,7 +396,20 @@
     $("detail-sandbox").textContent = thread.sandbox_id
       ? thread.sandbox_id + " (" + thread.provider + ", generation " + thread.generation + ")"
       : "none (generation " + thread.generation + ")";
+    $("detail-network").textContent = networkText(thread);
     $("detail-error").textContent = thread.last_error || "none";
+  }
+
+  // The thread's network profile in words, as `threadbox threads show` puts it.
+  function networkText(thread) {
+    if (thread.network_text) return thread.network_text;
+    const network = thread.network;
+    if (!network || network === "restricted") return "restricted";
+    if (network === "networked") return "networked (every public address)";
+    const allow = (network.networked && network.networked.allow) || [];
+    return allow.length
+      ? "networked (allow: " + allow.join(", ") + ")"
+      : "networked (every public address)";
   }
 
   function renderEvents() {

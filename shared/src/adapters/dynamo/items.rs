@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
 use super::schema::{attr, EVENT_ID_GUARD_PREFIX, SESSION_KIND};
-use crate::domain::{Cause, Hold, LifecycleEvent, Millis, Session, Status, ThreadId};
+use crate::domain::{
+    Cause, Hold, LifecycleEvent, Millis, NetworkProfile, Session, Status, ThreadId,
+};
 use crate::ports::StoreError;
 
 pub(super) type Item = HashMap<String, AttributeValue>;
@@ -55,6 +57,10 @@ pub(super) struct SessionItem {
     destroyed_at: Option<Millis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     last_error: Option<String>,
+    /// The thread's network profile, as its JSON shape; absent on records older than profiles,
+    /// which read as restricted.
+    #[serde(default)]
+    network: NetworkProfile,
     /// Partition key of the due-work index; present exactly when `next_action_at` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due_shard: Option<u32>,
@@ -96,6 +102,7 @@ impl SessionItem {
             resumed_at: s.resumed_at,
             destroyed_at: s.destroyed_at,
             last_error: s.last_error.clone(),
+            network: s.network.clone(),
             due_shard: due.map(|(shard, _)| shard),
             due_at: due.map(|(_, at)| at),
             expires_at,
@@ -129,6 +136,7 @@ impl SessionItem {
             resumed_at: self.resumed_at,
             destroyed_at: self.destroyed_at,
             last_error: self.last_error,
+            network: self.network,
         }
     }
 }
@@ -292,6 +300,31 @@ mod tests {
             Some(&AttributeValue::S(SESSION_KIND.into()))
         );
         assert_eq!(decode_session(item).unwrap(), s);
+    }
+
+    #[test]
+    fn a_network_profile_round_trips_and_an_old_item_reads_as_restricted() {
+        use crate::domain::Allowlist;
+        for network in [
+            NetworkProfile::Networked {
+                allow: Allowlist::parse(["pkg.test", "*.example.org", "203.0.113.0/24"]).unwrap(),
+            },
+            NetworkProfile::Networked {
+                allow: Allowlist::everything_public(),
+            },
+        ] {
+            let mut s = session(Some(5_000));
+            s.network = network;
+            let item = encode("session", &SessionItem::from_session(&s, 8, None)).unwrap();
+            assert_eq!(decode_session(item).unwrap(), s);
+        }
+        let s = session(None);
+        let mut item = encode("session", &SessionItem::from_session(&s, 8, None)).unwrap();
+        assert!(item.remove("network").is_some(), "{item:?}");
+        assert_eq!(
+            decode_session(item).unwrap().network,
+            NetworkProfile::Restricted
+        );
     }
 
     #[test]

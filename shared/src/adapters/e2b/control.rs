@@ -242,6 +242,20 @@ impl ControlClient {
         .map(drop)
     }
 
+    /// `PUT /sandboxes/{id}/network`: replaces the sandbox's egress rules.
+    pub async fn set_network(
+        &self,
+        sandbox_id: &str,
+        network: &serde_json::Value,
+    ) -> Result<(), E2bError> {
+        let path = format!("/sandboxes/{sandbox_id}/network");
+        self.send("set_network", || {
+            self.request(Method::PUT, &path).json(network)
+        })
+        .await
+        .map(drop)
+    }
+
     /// `GET /sandboxes/{id}`.
     pub async fn info(&self, sandbox_id: &str) -> Result<SandboxDetail, E2bError> {
         let path = format!("/sandboxes/{sandbox_id}");

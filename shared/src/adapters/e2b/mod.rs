@@ -294,6 +294,16 @@ fn e2b_network(profile: &NetworkProfile) -> Option<serde_json::Value> {
     }
 }
 
+/// The body of `PUT /sandboxes/{id}/network`, which replaces the egress rules whole: restricted
+/// denies everything out (what `allow_internet_access: false` means on create), everything
+/// public clears the rules, and an allowlist is what create sends.
+fn e2b_network_update(profile: &NetworkProfile) -> serde_json::Value {
+    match profile {
+        NetworkProfile::Restricted => serde_json::json!({"denyOut": ["0.0.0.0/0"]}),
+        other => e2b_network(other).unwrap_or_else(|| serde_json::json!({})),
+    }
+}
+
 fn paused(sandbox_id: &str) -> ProviderError {
     ProviderError::Conflict(format!(
         "sandbox {sandbox_id} is paused; connect to resume it"
@@ -446,6 +456,21 @@ impl SandboxProvider for E2bProvider {
         }
     }
 
+    /// `PUT /sandboxes/{id}/network`: E2B changes a running or paused sandbox's egress in
+    /// place, so its files and processes are kept.
+    #[tracing::instrument(skip(self, profile))]
+    async fn set_network(
+        &self,
+        sandbox_id: &str,
+        profile: &NetworkProfile,
+    ) -> Result<(), ProviderError> {
+        check_id(sandbox_id)?;
+        self.control
+            .set_network(sandbox_id, &e2b_network_update(profile))
+            .await
+            .map_err(|e| self.control_error(sandbox_id, e))
+    }
+
     #[tracing::instrument(skip(self))]
     async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError> {
         check_id(sandbox_id)?;
@@ -543,6 +568,11 @@ mod tests {
     fn an_allowlist_becomes_allow_out_beside_deny_all() {
         use crate::ports::Allowlist;
         assert_eq!(e2b_network(&NetworkProfile::Restricted), None);
+        assert_eq!(
+            e2b_network_update(&NetworkProfile::Restricted),
+            serde_json::json!({"denyOut": ["0.0.0.0/0"]}),
+            "a change replaces the rules whole: restricted denies everything out"
+        );
         let public = NetworkProfile::Networked {
             allow: Allowlist::everything_public(),
         };

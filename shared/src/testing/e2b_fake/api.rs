@@ -10,7 +10,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use base64::Engine;
 use serde_json::{json, Value};
@@ -37,6 +37,7 @@ pub(super) fn router(world: Arc<World>) -> Router {
         .route("/sandboxes/{id}", get(info).delete(kill))
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/network", put(set_network))
         .route("/health", get(|| async { StatusCode::OK }))
         .layer(middleware::from_fn_with_state(world.clone(), guard))
         .layer(middleware::from_fn_with_state(world.clone(), record))
@@ -391,6 +392,7 @@ async fn start_sandbox(world: &World, body: &Value) -> Result<Value, Response> {
         env_vars,
         auto_pause,
         allow_internet_access,
+        network: body.get("network").cloned(),
         state: FakeState::Running,
         started_at: now,
         end_at: now.plus(Duration::from_secs(timeout as u64)),
@@ -589,6 +591,40 @@ async fn set_timeout(
                 return error(400, "Max instance length exceeded");
             }
             s.end_at = now.plus(Duration::from_secs(secs as u64)).min(cap);
+            StatusCode::NO_CONTENT.into_response()
+        }
+    }
+}
+
+/// `PUT /sandboxes/{id}/network`: replaces the sandbox's egress (omitted fields are cleared);
+/// 204, 404 for a sandbox it does not have, 409 while it is being paused or killed.
+async fn set_network(
+    State(world): State<Arc<World>>,
+    Path(raw): Path<String>,
+    body: Bytes,
+) -> Response {
+    let id = match sandbox_id(&raw) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let network = match serde_json::from_slice::<Value>(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            return error(
+                400,
+                "Error when parsing request: the body must be an object",
+            )
+        }
+    };
+    let mut inner = world.lock();
+    let Some(s) = inner.sandboxes.get_mut(&id) else {
+        return error(404, not_found_message(&id));
+    };
+    match s.state {
+        FakeState::Pausing => error(409, format!("Sandbox \"{id}\" is being paused")),
+        FakeState::Killing => error(404, not_found_message(&id)),
+        FakeState::Running | FakeState::Paused => {
+            s.network = Some(network);
             StatusCode::NO_CONTENT.into_response()
         }
     }

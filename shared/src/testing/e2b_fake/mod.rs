@@ -191,6 +191,8 @@ pub struct SandboxView {
     pub env_vars: BTreeMap<String, String>,
     pub auto_pause: bool,
     pub allow_internet_access: bool,
+    /// The `network` object it was made with, or last changed to.
+    pub network: Option<serde_json::Value>,
     pub token: String,
     pub started_at: Millis,
     pub end_at: Millis,
@@ -370,6 +372,7 @@ fn view(s: &state::Sandbox) -> SandboxView {
         env_vars: s.env_vars.clone(),
         auto_pause: s.auto_pause,
         allow_internet_access: s.allow_internet_access,
+        network: s.network.clone(),
         token: s.token.clone(),
         started_at: s.started_at,
         end_at: s.end_at,

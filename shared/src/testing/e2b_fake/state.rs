@@ -41,6 +41,8 @@ pub(super) struct Sandbox {
     pub env_vars: BTreeMap<String, String>,
     pub auto_pause: bool,
     pub allow_internet_access: bool,
+    /// The `network` object of the create, or of the last `PUT /sandboxes/{id}/network`.
+    pub network: Option<Value>,
     pub state: FakeState,
     pub started_at: Millis,
     /// Running: the deadline. Paused: when it paused.

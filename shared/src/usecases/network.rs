@@ -1,0 +1,248 @@
+//! A thread's network profile: changed by a person (`PUT /v1/threads/{id}/network`), kept in
+//! its record with a `user` event, and applied to its sandbox where the provider can do that
+//! live; otherwise the thread's next sandbox (a reset, or a recreate) is made with it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{NetworkProfile, Session, Status, ThreadId};
+use crate::ports::ProviderError;
+
+use super::error::UseCaseError;
+use super::threadbox::{Step, Threadbox};
+
+/// Where a changed profile took effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkApplied {
+    /// The profile was already the thread's: nothing was written.
+    Unchanged,
+    /// The running (or paused) sandbox was changed in place; its files are kept.
+    Live,
+    /// Recorded; the thread's next sandbox is made with it (a reset, or a recreate). The
+    /// current sandbox, if any, keeps the network it was made with.
+    NextSandbox,
+}
+
+/// The outcome of a change: the record as stored and where the profile applies.
+#[derive(Clone, Debug)]
+pub struct NetworkChange {
+    pub session: Session,
+    pub applied: NetworkApplied,
+}
+
+impl Threadbox {
+    /// Set the thread's network profile: one conditional write of the record with a `user`
+    /// event (`from` = `to` = the current state, detail `network: ...`), then the provider is
+    /// asked to apply it to the thread's sandbox, when it has one.
+    #[tracing::instrument(skip(self, network), fields(thread_id = %thread_id))]
+    pub async fn set_network(
+        &self,
+        thread_id: &ThreadId,
+        network: NetworkProfile,
+    ) -> Result<NetworkChange, UseCaseError> {
+        let waiting_since = tokio::time::Instant::now();
+        let session = loop {
+            let current = self.load(thread_id).await?;
+            if current.status.is_transitional() {
+                // A worker holds a lease and will write the record conditionally on the version
+                // it read: a change now would fence it out. Wait for it, as resolve does.
+                if waiting_since.elapsed() >= self.config.settle_wait {
+                    return Err(UseCaseError::Busy {
+                        thread_id: thread_id.clone(),
+                        status: current.status,
+                    });
+                }
+                tokio::time::sleep(self.config.settle_poll).await;
+                continue;
+            }
+            let mut next = current.clone();
+            let Some(event) = next.set_network(network.clone(), self.change(None)) else {
+                return Ok(NetworkChange {
+                    session: current,
+                    applied: NetworkApplied::Unchanged,
+                });
+            };
+            if let Step::Moved(s) = self.write(next, current.version, vec![event]).await? {
+                break s;
+            }
+        };
+        let settled = matches!(session.status, Status::Active | Status::Paused);
+        let applied = match session.sandbox_id.as_deref() {
+            Some(id) if settled => match self.provider.set_network(id, &network).await {
+                Ok(()) => NetworkApplied::Live,
+                Err(ProviderError::Unsupported(why)) => {
+                    tracing::debug!(%why, "network change applies to the next sandbox");
+                    NetworkApplied::NextSandbox
+                }
+                Err(error) => {
+                    // Recorded either way; the next sandbox is made with it.
+                    tracing::warn!(%error, "live network change failed; it applies to the next sandbox");
+                    NetworkApplied::NextSandbox
+                }
+            },
+            _ => NetworkApplied::NextSandbox,
+        };
+        Ok(NetworkChange { session, applied })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+    use crate::domain::{Allowlist, Cause};
+    use crate::testing::{InMemoryProvider, ManualClock};
+    use crate::usecases::{Config, ResolveOptions, UseCaseError};
+
+    struct World {
+        tb: Threadbox,
+        provider: Arc<InMemoryProvider>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn world(default: NetworkProfile) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("threadbox.db");
+        let store = Arc::new(SqliteSessionStore::open(&path).unwrap());
+        let queue =
+            Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap());
+        let provider = InMemoryProvider::new();
+        let config = Config {
+            network: default,
+            settle_poll: Duration::from_millis(5),
+            ..Config::default()
+        };
+        let tb = Threadbox::new(
+            store,
+            provider.clone(),
+            queue,
+            Arc::new(ManualClock::default()),
+            config,
+        );
+        World {
+            tb,
+            provider,
+            _dir: dir,
+        }
+    }
+
+    fn listed() -> NetworkProfile {
+        NetworkProfile::Networked {
+            allow: Allowlist::parse(["pkg.test", "*.example.org"]).unwrap(),
+        }
+    }
+
+    fn tid(s: &str) -> ThreadId {
+        ThreadId::parse(s).unwrap()
+    }
+
+    async fn resolve(
+        w: &World,
+        t: &str,
+        network: Option<NetworkProfile>,
+    ) -> Result<String, UseCaseError> {
+        let handle =
+            w.tb.resolve_with(
+                &tid(t),
+                ResolveOptions {
+                    network,
+                    ..ResolveOptions::default()
+                },
+            )
+            .await?;
+        Ok(handle.sandbox_id)
+    }
+
+    #[tokio::test]
+    async fn a_created_thread_gets_the_profile_it_asked_for_or_the_default() {
+        let w = world(NetworkProfile::Restricted);
+        let id = resolve(&w, "t1", Some(listed())).await.unwrap();
+        assert_eq!(w.provider.network_of(&id), Some(listed()));
+        assert_eq!(w.tb.load(&tid("t1")).await.unwrap().network, listed());
+
+        let id = resolve(&w, "t2", None).await.unwrap();
+        assert_eq!(w.provider.network_of(&id), Some(NetworkProfile::Restricted));
+
+        let public = NetworkProfile::Networked {
+            allow: Allowlist::everything_public(),
+        };
+        let w = world(public.clone());
+        let id = resolve(&w, "t3", None).await.unwrap();
+        assert_eq!(
+            w.provider.network_of(&id),
+            Some(public),
+            "the default from config"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_later_resolve_keeps_the_profile_and_refuses_another() {
+        let w = world(NetworkProfile::Restricted);
+        let id = resolve(&w, "t1", Some(listed())).await.unwrap();
+        assert_eq!(resolve(&w, "t1", Some(listed())).await.unwrap(), id);
+        assert_eq!(resolve(&w, "t1", None).await.unwrap(), id);
+        let err = resolve(&w, "t1", Some(NetworkProfile::Restricted))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, UseCaseError::NetworkConflict { .. }), "{err}");
+        assert_eq!(err.code(), "network_conflict");
+        assert!(
+            err.to_string().contains("PUT /v1/threads/t1/network"),
+            "{err}"
+        );
+        assert_eq!(w.provider.creates(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_change_is_recorded_with_a_user_event_and_reaches_the_next_sandbox() {
+        let w = world(NetworkProfile::Restricted);
+        let id = resolve(&w, "t1", None).await.unwrap();
+        let change = w.tb.set_network(&tid("t1"), listed()).await.unwrap();
+        assert_eq!(change.applied, NetworkApplied::NextSandbox);
+        assert_eq!(change.session.network, listed());
+        let stored = w.tb.load(&tid("t1")).await.unwrap();
+        assert_eq!(stored.network, listed());
+        assert_eq!(stored.sandbox_id.as_deref(), Some(id.as_str()));
+
+        let events = w.tb.store.events_after(&tid("t1"), 0, 100).await.unwrap();
+        let last = events.last().unwrap();
+        assert_eq!(last.cause, Cause::User);
+        assert_eq!((last.from, last.to), (Some(stored.status), stored.status));
+        assert_eq!(
+            last.detail.as_deref(),
+            Some("network: networked (allow: pkg.test, *.example.org)")
+        );
+        assert_eq!(last.seq, stored.last_seq);
+        // The running sandbox keeps what it was made with; a reset's sandbox gets the new one.
+        assert_eq!(w.provider.network_of(&id), Some(NetworkProfile::Restricted));
+        let fresh = w.tb.reset(&tid("t1")).await.unwrap();
+        assert_eq!(w.provider.network_of(&fresh.sandbox_id), Some(listed()));
+
+        let again = w.tb.set_network(&tid("t1"), listed()).await.unwrap();
+        assert_eq!(again.applied, NetworkApplied::Unchanged);
+        assert_eq!(
+            again.session.version,
+            w.tb.load(&tid("t1")).await.unwrap().version
+        );
+    }
+
+    #[tokio::test]
+    async fn a_provider_that_can_changes_the_live_sandbox_in_place() {
+        let w = world(NetworkProfile::Restricted);
+        w.provider.support_live_network(true);
+        let id = resolve(&w, "t1", None).await.unwrap();
+        let change = w.tb.set_network(&tid("t1"), listed()).await.unwrap();
+        assert_eq!(change.applied, NetworkApplied::Live);
+        assert_eq!(w.provider.network_of(&id), Some(listed()));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_thread_is_not_found() {
+        let w = world(NetworkProfile::Restricted);
+        let err = w.tb.set_network(&tid("nope"), listed()).await.unwrap_err();
+        assert!(matches!(err, UseCaseError::UnknownThread(_)), "{err}");
+    }
+}
