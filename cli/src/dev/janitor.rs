@@ -122,6 +122,9 @@ impl TransitionLoop {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
         let mut running = JoinSet::new();
+        // After a failed receive (a locked or unreachable store), wait longer each time, so a
+        // store that is stuck is not kept busier by this loop than by the requests it serves.
+        let mut failures = 0u32;
         while !*shutdown.borrow() {
             while running.try_join_next().is_some() {}
             let free = permits.available_permits();
@@ -133,15 +136,20 @@ impl TransitionLoop {
                 continue;
             }
             let messages = match self.queue.receive(free, self.config.visibility).await {
-                Ok(messages) => messages,
+                Ok(messages) => {
+                    failures = 0;
+                    messages
+                }
                 Err(error) => {
                     tracing::warn!(%error, "receiving transitions failed; retrying");
+                    failures = failures.saturating_add(1);
                     Vec::new()
                 }
             };
             if messages.is_empty() {
+                let wait = self.config.idle_wait * 2u32.saturating_pow(failures.min(6));
                 tokio::select! {
-                    _ = tokio::time::sleep(self.config.idle_wait) => {}
+                    _ = tokio::time::sleep(wait.min(Duration::from_secs(30))) => {}
                     _ = shutdown.changed() => {}
                 }
                 continue;

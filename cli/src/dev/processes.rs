@@ -11,7 +11,6 @@ use std::time::Duration;
 use threadbox_shared::domain::ThreadId;
 use threadbox_shared::usecases::Threadbox;
 use tokio::sync::watch;
-use tokio::time::MissedTickBehavior;
 
 /// How often the watcher looks.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(2);
@@ -19,20 +18,25 @@ pub const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 pub async fn run(tb: Threadbox, interval: Duration, mut shutdown: watch::Receiver<bool>) {
     // Per thread, per process: the output offset seen last time.
     let mut seen: HashMap<ThreadId, HashMap<String, u64>> = HashMap::new();
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // After a failure (a locked or unreachable store), look less often, up to once a minute,
+    // so a stuck store is not kept busier by the watcher than by the requests it serves.
+    let mut wait = interval;
     loop {
         tokio::select! {
-            _ = ticks.tick() => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => {}
         }
         if *shutdown.borrow() {
             break;
         }
         let threads = match tb.threads_with_processes().await {
-            Ok(threads) => threads,
+            Ok(threads) => {
+                wait = interval;
+                threads
+            }
             Err(error) => {
                 tracing::warn!(%error, "listing threads with background processes failed");
+                wait = (wait * 2).min(Duration::from_secs(60));
                 continue;
             }
         };

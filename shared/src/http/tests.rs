@@ -1120,6 +1120,13 @@ async fn resolve_takes_a_network_profile_for_a_new_thread_only() {
         .post_json("/v1/threads/t1/resolve", body.to_string())
         .await;
     assert_eq!(again.status, StatusCode::OK);
+    // A JSON `null` or `{}` is no body at all (clients that always send JSON send these).
+    for nothing in ["null", "{}"] {
+        let again = api
+            .post_json("/v1/threads/t1/resolve", nothing.to_owned())
+            .await;
+        assert_eq!(again.status, StatusCode::OK, "{nothing}: {}", again.json());
+    }
     assert_eq!(api.resolve("t1").await["sandbox_id"], sandbox);
 
     // Another profile: 409 naming the route that changes it.

@@ -75,8 +75,9 @@ struct NetworkBody {
     network: Option<serde_json::Value>,
 }
 
-/// Read a network body. An empty body is `None` (a resolve without one); anything else must be
-/// JSON, sent as JSON, whose profile is valid: a bad allowlist entry is a 400 naming it.
+/// Read a network body. An empty body, `null` or `{}` is `None` (a resolve without one); anything
+/// else must be JSON, sent as JSON, whose profile is valid: a bad allowlist entry is a 400 naming
+/// it.
 pub(super) fn network_body(
     headers: &HeaderMap,
     body: &[u8],
@@ -97,13 +98,14 @@ pub(super) fn network_body(
             "a body must be sent with `Content-Type: application/json`",
         ));
     }
-    let body: NetworkBody = serde_json::from_slice(body).map_err(|e| {
+    // `null` too: clients that always send a JSON body send it for "nothing".
+    let body: Option<NetworkBody> = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(
             "invalid_json",
             format!(r#"the body must be {{"network": ...}}: {e}"#),
         )
     })?;
-    body.network
+    body.and_then(|b| b.network)
         .map(|value| {
             serde_json::from_value::<NetworkProfile>(value)
                 .map_err(|e| ApiError::bad_request("invalid_network", format!("network: {e}")))
