@@ -80,8 +80,10 @@ async fn a_locked_database_is_a_clear_503_and_leaves_nothing_half_done() {
     .await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+    // Two calls, each within one 10 s budget however many of dev's loops queue for the
+    // connection ahead of it.
     assert!(
-        started.elapsed() < Duration::from_secs(90),
+        started.elapsed() < Duration::from_secs(40),
         "bounded by the busy timeout: {:?}",
         started.elapsed()
     );

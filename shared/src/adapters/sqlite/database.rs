@@ -1,12 +1,16 @@
 //! One SQLite file, opened once per process and used from async code.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
+use tokio::sync::Mutex;
 
-/// How long a writer waits for another process's write lock before giving up.
+/// How long one call may wait in all before giving up: for its turn at this process's
+/// connection, then for another process's write lock. One budget for both, so that when the file
+/// is locked a request does not wait out the busy timeout of every background loop queued ahead
+/// of it (dev's janitor, pollers and queue consumers share this connection).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +37,10 @@ pub enum DatabaseError {
     },
     #[error("SQLite worker for {path} stopped: {reason}")]
     Worker { path: PathBuf, reason: String },
+    /// The connection stayed in use by other callers for the whole budget; in practice because
+    /// each of them is waiting for a write lock another process holds.
+    #[error("SQLite database {path} is busy: database is locked (no turn at the connection within {waited:?})")]
+    Busy { path: PathBuf, waited: Duration },
 }
 
 /// A handle to one database file. Cheap to clone; calls run on Tokio's blocking pool so they
@@ -41,6 +49,7 @@ pub enum DatabaseError {
 pub struct Database {
     path: Arc<PathBuf>,
     conn: Arc<Mutex<Connection>>,
+    budget: Duration,
 }
 
 impl std::fmt::Debug for Database {
@@ -82,6 +91,7 @@ impl Database {
         Ok(Self {
             path: Arc::new(path),
             conn: Arc::new(Mutex::new(conn)),
+            budget: BUSY_TIMEOUT,
         })
     }
 
@@ -89,28 +99,43 @@ impl Database {
         &self.path
     }
 
-    /// Run `f` with the connection on this thread; for set-up before any async use.
+    /// Run `f` with the connection on this thread; for set-up right after `open`, before the
+    /// handle is shared, so the connection is free (a busy one is an error, never a wait).
     pub fn call_blocking<T>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, rusqlite::Error>,
     ) -> Result<T, DatabaseError> {
-        let mut guard = self
-            .conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = self.conn.try_lock().map_err(|_| DatabaseError::Busy {
+            path: self.path.to_path_buf(),
+            waited: Duration::ZERO,
+        })?;
         f(&mut guard).map_err(|source| classify(&self.path, source))
     }
 
-    /// Run `f` with the connection on the blocking pool.
+    /// Run `f` with the connection on the blocking pool, within one budget (`BUSY_TIMEOUT`) in
+    /// all.
     pub async fn call<T, F>(&self, f: F) -> Result<T, DatabaseError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, rusqlite::Error> + Send + 'static,
     {
-        let conn = self.conn.clone();
+        let started = Instant::now();
+        let budget = self.budget;
+        let mut guard = tokio::time::timeout(budget, self.conn.clone().lock_owned())
+            .await
+            .map_err(|_| DatabaseError::Busy {
+                path: self.path.to_path_buf(),
+                waited: started.elapsed(),
+            })?;
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || {
-            let mut guard = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            // What is left of the budget is what SQLite may wait for another process's lock.
+            let left = budget
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(1));
+            guard
+                .busy_timeout(left)
+                .map_err(|source| classify(&path, source))?;
             f(&mut guard).map_err(|source| classify(&path, source))
         })
         .await
@@ -202,6 +227,41 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600, "{name} is {:o}", mode & 0o777);
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_locked_file_fails_each_queued_call_within_one_budget_not_one_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("locked.db");
+        let mut db = Database::open(&path, "CREATE TABLE IF NOT EXISTS t (x)").unwrap();
+        db.budget = Duration::from_secs(2);
+        let locker = Connection::open(&path).unwrap();
+        locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+
+        // Five writers queue for the one connection; each used to wait out the busy timeout in
+        // turn (10 s here), so the last one answered after all of them.
+        let started = Instant::now();
+        let calls = (0..5).map(|_| {
+            let db = db.clone();
+            tokio::spawn(
+                async move { db.call(|c| c.execute("INSERT INTO t VALUES (1)", [])).await },
+            )
+        });
+        for call in futures::future::join_all(calls).await {
+            let err = call.unwrap().unwrap_err();
+            assert!(err.to_string().contains("database is locked"), "{err}");
+            assert!(err.to_string().contains("locked.db"), "{err}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "each call kept to one 2 s budget: {:?}",
+            started.elapsed()
+        );
+
+        locker.execute_batch("ROLLBACK").unwrap();
+        db.call(|c| c.execute("INSERT INTO t VALUES (1)", []))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
