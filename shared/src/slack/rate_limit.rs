@@ -127,6 +127,36 @@ mod tests {
             *n += 1;
             Ok(*n)
         }
+
+        async fn add(&self, key: &str, by: i64, _: Millis, _: Millis) -> Result<u64, StoreError> {
+            let mut counts = self.0.lock().unwrap();
+            let n = counts.entry(key.to_owned()).or_default();
+            *n = n.checked_add_signed(by).unwrap_or(*n);
+            Ok(*n)
+        }
+
+        async fn take_below(
+            &self,
+            key: &str,
+            cap: u64,
+            _: Millis,
+            _: Millis,
+        ) -> Result<Option<u64>, StoreError> {
+            let mut counts = self.0.lock().unwrap();
+            let n = counts.entry(key.to_owned()).or_default();
+            Ok((*n < cap).then(|| {
+                *n += 1;
+                *n
+            }))
+        }
+
+        async fn raise(&self, key: &str, to: u64, _: Millis, _: Millis) -> Result<u64, StoreError> {
+            let mut counts = self.0.lock().unwrap();
+            let n = counts.entry(key.to_owned()).or_default();
+            let rise = to.saturating_sub(*n);
+            *n = (*n).max(to);
+            Ok(rise)
+        }
     }
 
     fn thread(ts: &str) -> ThreadId {
