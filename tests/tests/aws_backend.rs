@@ -396,6 +396,35 @@ mod window_counter_conformance {
     threadbox_shared::window_counter_conformance_tests!(counter);
 }
 
+/// The budget suite against DynamoDB and SQS, the counters on a dedupe table of their own.
+mod budget_conformance {
+    use std::sync::Arc;
+
+    use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoWindowCounter};
+    use threadbox_shared::ports::{DurableQueue, SessionStore, WindowCounter};
+    use threadbox_tests::aws::{unique_name, AwsBackend};
+
+    #[allow(clippy::type_complexity)]
+    async fn backend(
+        test: &str,
+    ) -> Option<(
+        Arc<dyn SessionStore>,
+        Arc<dyn DurableQueue>,
+        Arc<dyn WindowCounter>,
+        (),
+    )> {
+        let backend = AwsBackend::new(test).await?;
+        let table = unique_name("budgets");
+        create_dedupe_table(&aws_sdk_dynamodb::Client::new(&backend.sdk), &table)
+            .await
+            .expect("create the dedupe table");
+        let counter = Arc::new(DynamoWindowCounter::from_sdk_config(&backend.sdk, &table));
+        Some((backend.store.clone(), backend.events.clone(), counter, ()))
+    }
+
+    threadbox_shared::budget_conformance_tests!(backend);
+}
+
 /// The Slack status store suite against `DynamoSlackStatusStore`, each test on its own table.
 #[cfg(feature = "slack")]
 mod slack_status_conformance {

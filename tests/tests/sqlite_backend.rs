@@ -107,6 +107,37 @@ mod window_counter_conformance {
     threadbox_shared::window_counter_conformance_tests!(counter);
 }
 
+mod budget_conformance {
+    use std::sync::Arc;
+    use threadbox_shared::adapters::sqlite::{Database, SqliteWindowCounter};
+    use threadbox_shared::ports::{DurableQueue, SessionStore, WindowCounter};
+    use threadbox_tests::SqliteBackend;
+
+    /// A fresh backend and counters on a database file of their own, kept for the test.
+    #[allow(clippy::type_complexity)]
+    async fn backend(
+        _test: &str,
+    ) -> Option<(
+        Arc<dyn SessionStore>,
+        Arc<dyn DurableQueue>,
+        Arc<dyn WindowCounter>,
+        (SqliteBackend, tempfile::TempDir),
+    )> {
+        let backend = SqliteBackend::new();
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(dir.path().join("counts.db"), "").unwrap();
+        let counter = Arc::new(SqliteWindowCounter::new(db).await.unwrap());
+        Some((
+            backend.store.clone(),
+            backend.events.clone(),
+            counter,
+            (backend, dir),
+        ))
+    }
+
+    threadbox_shared::budget_conformance_tests!(backend);
+}
+
 mod dedupe_conformance {
     use std::sync::Arc;
     use threadbox_shared::adapters::sqlite::SqliteDedupe;

@@ -99,6 +99,9 @@ pub enum Cause {
     /// Not a change of state: a background process started or ended (the event's `detail` says
     /// which, and how it ended). Its `from` and `to` are the same.
     Process,
+    /// A compute budget (the thread's, or its workspace's or API key's) was used up for the
+    /// day: the thread was paused, never destroyed (`domain::budget`).
+    Budget,
     Error,
 }
 

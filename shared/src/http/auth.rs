@@ -12,10 +12,13 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use super::local_only::LocalOnly;
+use crate::domain::BudgetScope;
+use crate::usecases::with_caller_scope;
 
 /// The shortest API key accepted from configuration. Keys are bearer secrets sent on every
 /// request; 32 characters of `openssl rand -hex 32` (which gives 64) is far past guessing.
@@ -113,10 +116,11 @@ impl ApiAuth {
         matched.into()
     }
 
-    /// Check a request's headers.
-    fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    /// Check a request's headers. Passing, the budget scope of the key presented (none with
+    /// authentication off).
+    fn check(&self, headers: &HeaderMap) -> Result<Option<BudgetScope>, ApiError> {
         if !self.is_enabled() {
-            return LocalOnly::any_port().check(headers);
+            return LocalOnly::any_port().check(headers).map(|()| None);
         }
         let value = headers
             .get(header::AUTHORIZATION)
@@ -132,17 +136,28 @@ impl ApiAuth {
                 ApiError::unauthorized("the Authorization header must be 'Bearer <api key>'")
             })?;
         if self.accepts(token.as_bytes()) {
-            Ok(())
+            Ok(Some(key_scope(token)))
         } else {
             Err(ApiError::unauthorized("the API key is not valid"))
         }
     }
 }
 
-/// Middleware: reject the request unless its credentials pass.
+/// The budget scope of an API key (`usecases::budget`): the first 12 hex digits of its SHA-256,
+/// which names the key in errors and counters without showing it (`printf %s "$KEY" |
+/// sha256sum | cut -c1-12` gives the same).
+pub fn key_scope(key: &str) -> BudgetScope {
+    let digest = Sha256::digest(key.as_bytes());
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    BudgetScope::ApiKey(hex)
+}
+
+/// Middleware: reject the request unless its credentials pass; run it on behalf of the key's
+/// budget scope when they do.
 pub(crate) async fn require(State(auth): State<ApiAuth>, request: Request, next: Next) -> Response {
     match auth.check(request.headers()) {
-        Ok(()) => next.run(request).await,
+        Ok(Some(scope)) => with_caller_scope(scope, next.run(request)).await,
+        Ok(None) => next.run(request).await,
         Err(error) => error.into_response(),
     }
 }
@@ -174,11 +189,20 @@ mod tests {
     }
 
     #[test]
+    fn a_key_scope_is_a_digest_prefix_never_the_key() {
+        // SHA-256("abc") = ba7816bf8f01cfea414140de5dae2223…
+        assert_eq!(key_scope("abc"), BudgetScope::ApiKey("ba7816bf8f01".into()));
+    }
+
+    #[test]
     fn bearer_header_is_parsed_strictly() {
         let auth = ApiAuth::new(["k1"]);
-        assert!(auth
-            .check(&headers(&[(header::AUTHORIZATION, "Bearer k1")]))
-            .is_ok());
+        assert_eq!(
+            auth.check(&headers(&[(header::AUTHORIZATION, "Bearer k1")]))
+                .unwrap(),
+            Some(key_scope("k1")),
+            "a passing request is on behalf of its key"
+        );
         assert!(auth
             .check(&headers(&[(header::AUTHORIZATION, "bearer k1")]))
             .is_ok());

@@ -9,6 +9,9 @@
 //!   thread (`thread_expired`). Expired is 409 rather than 410 because it is not permanent:
 //!   resetting the thread brings it back, and 410 tells caches and clients "gone for good".
 //! - 413: the body is over the route's limit.
+//! - 429 with `Retry-After`: a budget refused (`create_budget_exceeded`: the scope's new
+//!   sandboxes for this hour; `compute_budget_exceeded`: the day's compute, the thread paused);
+//!   `Retry-After` is when the window resets. Also a thread's own command limits.
 //! - 503 with `Retry-After`: busy or a backend is unavailable; the same call may succeed later.
 
 use axum::extract::rejection::{
@@ -77,6 +80,7 @@ impl From<UseCaseError> for ApiError {
                     }
                     | ProviderError::LimitReached { retry_after: d, .. },
                 ) => d.as_secs_f64().ceil() as u64,
+                UseCaseError::Budget(b) => b.retry_after().as_secs_f64().ceil() as u64,
                 _ => DEFAULT_RETRY_AFTER_SECS,
             };
             api = api.with_retry_after(secs);
@@ -96,6 +100,7 @@ fn status_of(error: &UseCaseError) -> StatusCode {
             RejectKind::Illegal | RejectKind::Expired => StatusCode::CONFLICT,
         },
         UseCaseError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        UseCaseError::Budget(_) => StatusCode::TOO_MANY_REQUESTS,
         UseCaseError::Held(_)
         | UseCaseError::NoSandbox { .. }
         | UseCaseError::NetworkConflict { .. } => StatusCode::CONFLICT,

@@ -43,7 +43,10 @@ pub(crate) fn exec_events(
     kill_on_disconnect: bool,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let (sink, output) = mpsc::channel(CHANNEL_CHUNKS);
-    let command = tokio::spawn(async move { tb.exec_streaming(&thread_id, request, sink).await });
+    // The command's own task, still on behalf of the caller's key (its budgets).
+    let command = tokio::spawn(crate::usecases::in_caller_scope(async move {
+        tb.exec_streaming(&thread_id, request, sink).await
+    }));
     let state = State {
         output: Some(output),
         command: Some(CommandTask {

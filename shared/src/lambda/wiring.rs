@@ -35,13 +35,23 @@ pub async fn threadbox(
 ) -> Result<Threadbox, SetupError> {
     let settings = Settings::from_env(env)?;
     let provider = provider(&settings, secrets).await?;
-    Ok(Threadbox::new(
+    // Scope budgets count on the dedupe table; without one set, nothing needs it.
+    let budget_counter = if settings.use_cases.budgets.needs_counter() {
+        Some(window_counter(sdk, env)?)
+    } else {
+        None
+    };
+    let tb = Threadbox::new(
         Arc::new(DynamoSessionStore::from_sdk_config(sdk, settings.dynamo)),
         provider,
         Arc::new(SqsQueue::from_sdk_config(sdk, settings.lifecycle_queue)),
         Arc::new(SystemClock),
         settings.use_cases,
-    ))
+    );
+    Ok(match budget_counter {
+        Some(counter) => tb.with_budget_counter(Arc::new(counter)),
+        None => tb,
+    })
 }
 
 async fn provider(
@@ -95,7 +105,7 @@ pub fn dedupe(sdk: &SdkConfig, env: &Env) -> Result<DynamoDedupe, SetupError> {
     Ok(DynamoDedupe::from_sdk_config(sdk, table))
 }
 
-/// Counters for rate limits, on the dedupe table (`THREADBOX_DEDUPE_TABLE`).
+/// Counters for rate limits and scope budgets, on the dedupe table (`THREADBOX_DEDUPE_TABLE`).
 pub fn window_counter(sdk: &SdkConfig, env: &Env) -> Result<DynamoWindowCounter, SetupError> {
     let table = env.required(DynamoDedupe::TABLE_VAR)?;
     Ok(DynamoWindowCounter::from_sdk_config(sdk, table))

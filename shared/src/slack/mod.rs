@@ -12,6 +12,7 @@
 //! - `command`: what a message asks for (code blocks, `status`, `reset`, ...);
 //! - `worker`: runs it in the thread's sandbox and replies;
 //! - `rate_limit`: messages acted on per thread and per workspace, per minute;
+//! - `budget`: the reply when a budget refuses a thread's work;
 //! - `format`: replies within Slack's limits;
 //! - `sink_route`: `GET /v1/slack/sink`, what `threadbox dev` would have posted
 //!   to Slack without a bot token;
@@ -24,6 +25,7 @@
 //! `SlackStatusStore`) are in `ports`, behind the same feature; they are re-exported here.
 
 pub mod blocks;
+pub mod budget;
 pub mod command;
 pub mod events;
 pub mod format;

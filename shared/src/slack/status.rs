@@ -226,6 +226,7 @@ pub fn cause_phrase(cause: Cause) -> &'static str {
         Cause::Recreated => "replacing a lost sandbox",
         Cause::Reconcile => "to match the provider",
         Cause::Process => "as a background process started or ended",
+        Cause::Budget => "because its compute budget for today is used",
         Cause::Error => "after an error",
     }
 }
@@ -246,6 +247,12 @@ pub fn notice_text(event: &LifecycleEvent) -> Option<String> {
         (Status::Creating, Cause::Recreated) => Some(format!(
             ":recycle: This thread's sandbox was lost and a fresh one is replacing it{detail}: \
              files and running processes from before are gone."
+        )),
+        // The pause itself (to paused); its files are kept and the thread wakes tomorrow.
+        (Status::Paused, Cause::Budget) => Some(format!(
+            ":money_with_wings: This thread's sandbox was paused because the day's compute \
+             budget is used{detail}. Its files are kept; commands run again after the budget \
+             resets at 00:00 UTC."
         )),
         (Status::Error, cause) => Some(format!(
             ":x: The sandbox hit an error ({}){detail}. The next command tries again; `reset` \

@@ -8,6 +8,7 @@ mod flaky_queue;
 mod memory_provider;
 mod suites;
 
+pub mod budget_conformance;
 pub mod dedupe_conformance;
 pub mod lifecycle_conformance;
 pub mod provider_conformance;

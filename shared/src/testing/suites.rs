@@ -129,6 +129,33 @@ macro_rules! lifecycle_conformance_tests {
     )*};
 }
 
+/// Every function of `budget_conformance`; `$make(test_name)` gives the store, the lifecycle
+/// queue and the window counter to test with, and whatever must live as long as the test, or
+/// `None` to skip: `Option<(Arc<dyn SessionStore>, Arc<dyn DurableQueue>, Arc<dyn WindowCounter>,
+/// impl Any)>`.
+#[macro_export]
+macro_rules! budget_conformance_tests {
+    ($make:path) => {
+        $crate::budget_conformance_tests!(@each $make,
+            a_create_storm_past_the_cap_creates_exactly_the_cap,
+            slots_taken_by_a_lost_race_are_given_back,
+            a_thread_over_its_compute_budget_is_paused_and_kept,
+            a_scope_over_its_compute_budget_pauses_its_threads,
+            an_api_key_is_a_scope_of_its_own,
+            without_budgets_nothing_changes,
+        );
+    };
+    (@each $make:path, $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some((store, events, counter, _keep)) = $make(stringify!($name)).await else {
+                return;
+            };
+            $crate::testing::budget_conformance::$name(store, events, counter).await;
+        }
+    )*};
+}
+
 /// Every function of `window_counter_conformance`; `$make(test_name)` gives the counter to test
 /// and whatever must live as long as the test (a temporary directory), or `None` to skip:
 /// `Option<(Arc<dyn WindowCounter>, impl Any)>`.
@@ -138,6 +165,9 @@ macro_rules! window_counter_conformance_tests {
         $crate::window_counter_conformance_tests!(@each $make,
             counts_start_at_one_and_each_key_counts_alone,
             concurrent_increments_each_get_their_own_number,
+            capped_takes_give_exactly_the_cap_and_refusals_cost_nothing,
+            adds_total_and_never_go_below_zero,
+            raises_rise_by_each_unit_once,
         );
     };
     (@each $make:path, $($name:ident),* $(,)?) => {$(

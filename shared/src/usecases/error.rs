@@ -1,6 +1,6 @@
 //! The one error type use cases return; adapters at the edge map it to HTTP codes or replies.
 
-use crate::domain::{RejectKind, Rejected, Status, ThreadId};
+use crate::domain::{BudgetExceeded, RejectKind, Rejected, Status, ThreadId};
 use crate::ports::{ProviderError, QueueError, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +34,10 @@ pub enum UseCaseError {
         thread_id: ThreadId,
         current: String,
     },
+    /// A budget refused the work (`usecases::budget`): a scope's hourly cap on new sandboxes,
+    /// or a day's compute (the thread is paused, never destroyed).
+    #[error(transparent)]
+    Budget(BudgetExceeded),
     #[error("sandbox provider: {0}")]
     Provider(#[from] ProviderError),
     #[error(transparent)]
@@ -57,6 +61,7 @@ impl UseCaseError {
             UseCaseError::NoSandbox { .. } => "no_sandbox",
             UseCaseError::UnknownProcess { .. } => "unknown_process",
             UseCaseError::NetworkConflict { .. } => "network_conflict",
+            UseCaseError::Budget(b) => b.code(),
             UseCaseError::Provider(ProviderError::InvalidRequest(_)) => "invalid_request",
             UseCaseError::Provider(ProviderError::Unsupported(_)) => "unsupported",
             UseCaseError::Provider(ProviderError::LimitReached { limit, .. }) => limit.code(),
@@ -83,7 +88,8 @@ impl UseCaseError {
     /// Whether the same call may succeed if retried later.
     pub fn is_retryable(&self) -> bool {
         match self {
-            UseCaseError::Busy { .. } | UseCaseError::Held(_) => true,
+            // Once the window resets (`BudgetExceeded::retry_after`).
+            UseCaseError::Busy { .. } | UseCaseError::Held(_) | UseCaseError::Budget(_) => true,
             UseCaseError::Rejected(r) => r.kind == RejectKind::Busy,
             UseCaseError::Provider(p) => p.is_retryable(),
             UseCaseError::Store(s) => !matches!(s, StoreError::Corrupt(_)),

@@ -3,7 +3,8 @@
 //! 1. Re-drive lifecycle events that were written but never sent.
 //! 2. Reconcile with the provider: kill orphans (sandboxes tagged with a thread whose record does
 //!    not point at them) and fold provider-side pauses into records.
-//! 3. Walk the due-work index and act: pause idle threads, destroy expired ones, recover
+//! 3. Walk the due-work index and act: pause idle threads and threads over a compute budget
+//!    (`usecases::budget`), destroy expired ones, recover
 //!    transitions whose lease ran out, correct records whose sandbox is gone. The shards are
 //!    queried concurrently (`shard_concurrency` at once), each shard's pages in order, and each
 //!    page's records `concurrency` at once.
@@ -412,6 +413,20 @@ impl Threadbox {
                     None => Acted::Skipped,
                 },
             );
+        }
+        // A running thread over a compute budget (`usecases::budget`) is paused, whether idle or not.
+        if s.status == Status::Active {
+            if let Some(exceeded) = self.compute_exceeded(&s.thread_id, Some(&s)).await? {
+                if let Some(claimed) = self.claim_budget_pause(&s, &exceeded).await? {
+                    if let Some(work) = self.handoff(&claimed, Cause::Budget) {
+                        return Ok(Acted::Claimed(work));
+                    }
+                    return Ok(match self.finish_pause(claimed, Cause::Budget).await? {
+                        PauseOutcome::Paused(_) => Acted::Paused,
+                        PauseOutcome::Busy | PauseOutcome::Changed => Acted::Skipped,
+                    });
+                }
+            }
         }
         if s.status == Status::Active && idle_for >= timers.idle_pause && !s.has_live_hold(now) {
             let Step::Moved(claimed) = self

@@ -112,6 +112,12 @@ impl Threadbox {
 
     /// Destroy the sandbox and start a fresh one: every file in it is gone.
     pub async fn reset(&self, thread_id: &ThreadId) -> Result<SandboxHandle, UseCaseError> {
+        // A thread over its compute budget would be destroyed and then refused a new sandbox:
+        // refuse first, and keep it (`usecases::budget`).
+        let session = self.store.load(thread_id).await?;
+        if let Some(exceeded) = self.compute_exceeded(thread_id, session.as_ref()).await? {
+            return Err(UseCaseError::Budget(exceeded));
+        }
         self.destroy(thread_id, Cause::User).await?;
         self.resolve(thread_id).await
     }

@@ -105,6 +105,11 @@ impl Threadbox {
                 if !options.create {
                     return Err(UseCaseError::UnknownThread(thread_id.clone()));
                 }
+                // Budgets refuse before anything is written (`usecases::budget`).
+                if let Some(exceeded) = self.compute_exceeded(thread_id, None).await? {
+                    return Err(UseCaseError::Budget(exceeded));
+                }
+                let slot = self.take_create_slot(thread_id).await?;
                 let (mut session, event) = Session::new_creating(
                     thread_id.clone(),
                     self.provider.name(),
@@ -114,7 +119,7 @@ impl Threadbox {
                 session.network = options
                     .network
                     .clone()
-                    .unwrap_or_else(|| self.config.network.clone());
+                    .unwrap_or_else(|| self.config.network.for_thread(thread_id).clone());
                 match self
                     .store
                     .insert_new(&session, std::slice::from_ref(&event))
@@ -130,8 +135,16 @@ impl Threadbox {
                             return Ok(handle);
                         }
                     }
-                    Err(e) if e.is_conflict() => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) => {
+                        // Another resolve created the thread (or the write failed): the slot
+                        // made nothing.
+                        if let Some(slot) = slot {
+                            self.give_back(slot).await;
+                        }
+                        if !e.is_conflict() {
+                            return Err(e.into());
+                        }
+                    }
                 }
                 continue;
             };
@@ -146,6 +159,11 @@ impl Threadbox {
 
             match current.status {
                 Status::Active => {
+                    if let Some(exceeded) = self.compute_exceeded(thread_id, Some(&current)).await?
+                    {
+                        self.pause_for_budget(&current, &exceeded).await;
+                        return Err(UseCaseError::Budget(exceeded));
+                    }
                     // The common case: one read, one conditional write recording the activity.
                     let mut next = current.clone();
                     next.touch(now, &self.config.timers);
@@ -157,6 +175,10 @@ impl Threadbox {
                     }
                 }
                 Status::Paused => {
+                    if let Some(exceeded) = self.compute_exceeded(thread_id, Some(&current)).await?
+                    {
+                        return Err(UseCaseError::Budget(exceeded));
+                    }
                     if let Step::Moved(s) = self
                         .step(&current, Command::Resume, Cause::User, None, |_| {})
                         .await?
@@ -183,10 +205,24 @@ impl Threadbox {
                     self.observe(&current).await?;
                 }
                 Status::Destroyed | Status::Error | Status::Expired => {
-                    match self
+                    let mut slot = None;
+                    if command == Command::Create {
+                        if let Some(exceeded) =
+                            self.compute_exceeded(thread_id, Some(&current)).await?
+                        {
+                            return Err(UseCaseError::Budget(exceeded));
+                        }
+                        slot = self.take_create_slot(thread_id).await?;
+                    }
+                    let claimed = self
                         .step(&current, command, Cause::User, None, |_| {})
-                        .await?
-                    {
+                        .await;
+                    if !matches!(claimed, Ok(Step::Moved(_))) {
+                        if let Some(slot) = slot {
+                            self.give_back(slot).await;
+                        }
+                    }
+                    match claimed? {
                         Step::Moved(s) => {
                             trail.created = true;
                             if let Some(handle) = self

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{
-    Cause, Change, Command, GonePolicy, LifecycleEvent, Pricing, Session, ThreadId, Timers,
+    Budgets, Cause, Change, Command, GonePolicy, LifecycleEvent, NetworkDefaults, Pricing, Session,
+    ThreadId, Timers,
 };
-use crate::ports::{Clock, DurableQueue, NetworkProfile, SandboxProvider, SessionStore};
+use crate::ports::{Clock, DurableQueue, SandboxProvider, SessionStore, WindowCounter};
 
 use super::error::UseCaseError;
 
@@ -19,7 +20,9 @@ pub struct Config {
     pub gone_policy_api: GonePolicy,
     /// The provider-side timeout set on create and extended by keep-alives.
     pub sandbox_timeout: Duration,
-    pub network: NetworkProfile,
+    /// The network profile a new thread gets when its creator names none (per Slack workspace
+    /// and channel, else the default).
+    pub network: NetworkDefaults,
     /// How long a caller waits for another worker's transition before getting `Busy`.
     pub settle_wait: Duration,
     /// How often a waiting caller re-reads the record.
@@ -34,6 +37,9 @@ pub struct Config {
     /// What a thread's running time is priced at (`usage`): the sandbox's size and the
     /// provider's prices, each when known.
     pub pricing: Pricing,
+    /// Compute budgets per day and the cap on new sandboxes per hour (`usecases::budget`); all
+    /// off by default.
+    pub budgets: Budgets,
 }
 
 /// The default of `Config::record_retention`: 30 days.
@@ -46,13 +52,14 @@ impl Default for Config {
             gone_policy_slack: GonePolicy::Recreate,
             gone_policy_api: GonePolicy::Recreate,
             sandbox_timeout: Duration::from_secs(15 * 60),
-            network: NetworkProfile::Restricted,
+            network: NetworkDefaults::default(),
             settle_wait: Duration::from_secs(30),
             settle_poll: Duration::from_millis(20),
             redrive_after: Duration::from_secs(10),
             record_retention: DEFAULT_RECORD_RETENTION,
             purge_batch: 200,
             pricing: Pricing::UNKNOWN,
+            budgets: Budgets::default(),
         }
     }
 }
@@ -69,6 +76,9 @@ pub struct Threadbox {
     /// Where the janitor hands the transitions it claimed (pause, destroy) for a handler to
     /// carry out (`Threadbox::run_transition`); `None`: the sweep carries them out itself.
     pub transitions: Option<Arc<dyn DurableQueue>>,
+    /// Where scope budgets are counted (`with_budget_counter`); needed only when a scope limit
+    /// is set.
+    pub budget_counter: Option<Arc<dyn WindowCounter>>,
 }
 
 /// The result of one conditional write.
@@ -97,6 +107,7 @@ impl Threadbox {
             clock,
             config,
             transitions: None,
+            budget_counter: None,
         }
     }
 
@@ -149,6 +160,7 @@ impl Threadbox {
         events: Vec<LifecycleEvent>,
     ) -> Result<Step, UseCaseError> {
         next.version = expected + 1;
+        self.due_for_budget_check(&mut next);
         match self.store.save(&next, expected, &events).await {
             Ok(()) => {
                 self.publish(&events).await;
