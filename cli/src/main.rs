@@ -33,8 +33,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run everything in one local process: HTTP API, janitor and lifecycle consumer, on SQLite
-    /// and runc sandboxes.
-    Dev(dev::DevArgs),
+    /// and runc sandboxes. Boxed: its flags make it far larger than the other commands.
+    Dev(Box<dev::DevArgs>),
     /// Operate on threads over the HTTP API (`threadbox dev` or a deployed stack): list, show,
     /// pause, resume, reset, exec, events.
     Threads(threads::ThreadsArgs),
@@ -66,7 +66,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Dev(args) => dev::run(args)
+            Command::Dev(args) => dev::run(*args)
                 .await
                 .map(|()| std::process::ExitCode::SUCCESS),
             Command::Threads(args) => threads::run(args).await,

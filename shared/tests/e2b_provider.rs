@@ -816,3 +816,87 @@ async fn a_network_change_reaches_the_sandbox_in_place() {
     let gone = p.set_network(&id, &listed).await.unwrap_err();
     assert!(matches!(gone, ProviderError::Gone(_)), "{gone:?}");
 }
+
+/// Credentials at egress on E2B: the operator's headers (read from the variable the Lambda
+/// functions get by reference) become the `rules` of a networked sandbox's `network`, for the
+/// hosts its allowlist reaches, on create and on every change; the sandbox's own variables
+/// never hold them; and the fake refuses rules E2B could not apply.
+#[tokio::test]
+async fn operator_credentials_become_e2b_rules_and_never_sandbox_variables() {
+    use threadbox_shared::adapters::e2b::EGRESS_CREDENTIALS_VAR;
+    use threadbox_shared::ports::{Allowlist, NetworkProfile};
+    const SECRET: &str = "Bearer tb-secret-e2b-0123456789";
+    let fake = E2bFake::start().await;
+    let credentials = format!(
+        r#"{{"pkg.test": {{"Authorization": "{SECRET}"}}, "other.test": {{"X-Key": "o"}}}}"#
+    );
+    let env = Env::from_map(fake.env_vars())
+        .overlay(BTreeMap::from([(EGRESS_CREDENTIALS_VAR, credentials)]));
+    let config = E2bConfig::from_env(&env).expect("config");
+    assert!(!format!("{config:?}").contains("tb-secret"), "{config:?}");
+    let p = E2bProvider::new(config).unwrap();
+
+    let mut request = create_request(fresh_owner(1));
+    request.network = NetworkProfile::Networked {
+        allow: Allowlist::parse(["pkg.test"]).unwrap(),
+    };
+    let id = p.create(request).await.expect("create").sandbox_id;
+    let rules = serde_json::json!({
+        "pkg.test": [{"transform": {"headers": {"authorization": SECRET}}}]
+    });
+    let sandbox = fake.sandbox(&id).unwrap();
+    assert_eq!(sandbox.network.as_ref().unwrap()["rules"], rules);
+    assert!(
+        !format!("{:?}", sandbox.env_vars).contains("tb-secret"),
+        "{:?}",
+        sandbox.env_vars
+    );
+
+    // A change keeps them (PUT replaces the whole network), a restriction drops them.
+    let everything = NetworkProfile::Networked {
+        allow: Allowlist::everything_public(),
+    };
+    p.set_network(&id, &everything).await.expect("open");
+    let network = fake.sandbox(&id).unwrap().network.unwrap();
+    assert_eq!(network["rules"]["pkg.test"], rules["pkg.test"]);
+    assert_eq!(
+        network["rules"]["other.test"][0]["transform"]["headers"]["x-key"],
+        "o"
+    );
+    p.set_network(&id, &NetworkProfile::Restricted)
+        .await
+        .expect("restrict");
+    assert_eq!(
+        fake.sandbox(&id).unwrap().network.unwrap().get("rules"),
+        None
+    );
+
+    // What E2B could not apply is a 400 naming the rule.
+    let put = |body: serde_json::Value| {
+        let url = format!("{}/sandboxes/{id}/network", fake.api_url());
+        let key = fake.api_key();
+        async move {
+            reqwest::Client::new()
+                .put(url)
+                .header("X-API-Key", key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for bad in [
+        serde_json::json!({"rules": ["pkg.test"]}),
+        serde_json::json!({"rules": {"10.0.0.1": [{"transform": {"headers": {"x": "y"}}}]}}),
+        serde_json::json!({"rules": {"pkg.test": []}}),
+        serde_json::json!({"rules": {"pkg.test": [{"headers": {"x": "y"}}]}}),
+        serde_json::json!({"rules": {"pkg.test": [{"transform": {"headers": {"a b": "y"}}}]}}),
+        serde_json::json!({"rules": {"pkg.test": [{"transform": {"headers": {"x": "y\r\nz"}}}]}}),
+    ] {
+        let response = put(bad.clone()).await;
+        assert_eq!(response.status(), 400, "{bad}");
+    }
+    let fine = put(serde_json::json!({"rules": rules})).await;
+    assert_eq!(fine.status(), 204);
+    p.kill(&id).await.unwrap();
+}

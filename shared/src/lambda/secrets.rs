@@ -33,6 +33,9 @@ pub const SECRET_VARS: &[&str] = &[
     "SLACK_SIGNING_SECRET",
     "SLACK_BOT_TOKEN",
     "THREADBOX_TOKEN_SECRET",
+    // Operator credentials at egress (JSON), which E2B's egress proxy adds to a networked
+    // sandbox's requests (see `adapters::e2b` and `domain::EgressCredentials`).
+    "THREADBOX_EGRESS_CREDENTIALS",
 ];
 /// `<VAR><REFERENCE_SUFFIX>` names the secret holding `<VAR>`.
 pub const REFERENCE_SUFFIX: &str = "_SECRET_ID";

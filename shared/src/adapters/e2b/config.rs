@@ -10,11 +10,15 @@
 //! | `E2B_SANDBOX_URL` | per sandbox: `https://49983-<id>.<domain>` | one envd base URL for every sandbox (routing by header), as E2B's SDK allows |
 //! | `E2B_REQUEST_TIMEOUT_SECS` | `60` | whole-request limit for control-plane and file calls, and the retry budget |
 //! | `E2B_RETRIES` | `3` | control-plane retries after the first attempt; `0` turns them off |
+//! | `THREADBOX_EGRESS_CREDENTIALS` | none | operator credentials at egress (JSON, see `domain::EgressCredentials`), sent as the `rules` of a networked sandbox's `network`; a secret (on Lambda, by reference) |
 
 use std::fmt;
 use std::time::Duration;
 
 use super::retry::RetryPolicy;
+
+/// Operator credentials at egress, JSON (a secret: on Lambda it is given by reference).
+pub const EGRESS_CREDENTIALS_VAR: &str = "THREADBOX_EGRESS_CREDENTIALS";
 
 /// The port envd listens on inside every sandbox (part of its host name, and a header).
 pub(crate) const ENVD_PORT: u16 = 49983;
@@ -69,6 +73,9 @@ pub struct E2bConfig {
     /// Whole-request limit for control-plane and file calls (commands have their own).
     pub request_timeout: Duration,
     pub retry: RetryPolicy,
+    /// Headers E2B's egress proxy adds to a networked sandbox's requests (its `network.rules`);
+    /// `Debug` redacts the values.
+    pub egress_credentials: crate::domain::EgressCredentials,
 }
 
 impl E2bConfig {
@@ -88,6 +95,7 @@ impl E2bConfig {
                 budget: request_timeout,
                 ..RetryPolicy::default()
             },
+            egress_credentials: crate::domain::EgressCredentials::default(),
         }
     }
 
@@ -146,6 +154,13 @@ impl E2bConfig {
                 .ok_or_else(|| ConfigError::Invalid {
                     variable: "E2B_RETRIES",
                     reason: "expected a whole number from 0 to 10".into(),
+                })?;
+        }
+        if let Some(text) = get(EGRESS_CREDENTIALS_VAR) {
+            config.egress_credentials = crate::domain::EgressCredentials::parse_json(&text)
+                .map_err(|e| ConfigError::Invalid {
+                    variable: EGRESS_CREDENTIALS_VAR,
+                    reason: e.to_string(),
                 })?;
         }
         Ok(config)

@@ -37,6 +37,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
+use crate::domain::network::AllowEntry;
+use crate::domain::EgressCredentials;
 use crate::ports::exec_files::checked_path;
 use crate::ports::{
     Connected, CreateSandbox, CreatedSandbox, ExecCommand, ExecRequest, ExecResult, NetworkProfile,
@@ -44,7 +46,7 @@ use crate::ports::{
     DEFAULT_FILE_CAP,
 };
 
-pub use config::{E2bConfig, Secret, MAX_TIMEOUT};
+pub use config::{E2bConfig, Secret, EGRESS_CREDENTIALS_VAR, MAX_TIMEOUT};
 pub use errors::E2bError;
 pub use retry::RetryPolicy;
 
@@ -283,24 +285,86 @@ impl E2bProvider {
 
 /// E2B's `network` for a profile: a networked sandbox with an allowlist allows its entries out
 /// and denies the rest (`denyOut: ["0.0.0.0/0"]`, which E2B requires beside a domain entry);
-/// E2B keeps private and metadata addresses out of reach itself. Restricted and everything
-/// public need none (`allow_internet_access` says it).
-fn e2b_network(profile: &NetworkProfile) -> Option<serde_json::Value> {
-    match profile {
-        NetworkProfile::Networked { allow } if !allow.is_everything_public() => {
-            Some(serde_json::json!({"allowOut": allow.to_strings(), "denyOut": ["0.0.0.0/0"]}))
+/// E2B keeps private and metadata addresses out of reach itself. A networked sandbox also gets
+/// the operator's credentials for the hosts it may reach as `rules` (E2B's egress proxy adds
+/// the headers; the sandbox never holds them). Restricted needs none (`allow_internet_access`
+/// says it), nor does everything public without credentials.
+fn e2b_network(
+    profile: &NetworkProfile,
+    credentials: &EgressCredentials,
+) -> Option<serde_json::Value> {
+    let NetworkProfile::Networked { allow } = profile else {
+        return None;
+    };
+    let mut network = serde_json::Map::new();
+    if !allow.is_everything_public() {
+        network.insert("allowOut".into(), serde_json::json!(allow.to_strings()));
+        network.insert("denyOut".into(), serde_json::json!(["0.0.0.0/0"]));
+    }
+    if let Some(rules) = e2b_rules(allow, credentials) {
+        network.insert("rules".into(), rules);
+    }
+    (!network.is_empty()).then_some(serde_json::Value::Object(network))
+}
+
+/// `network.rules`: for each host with credentials that the allowlist can reach, one transform
+/// that sets its headers (`{"api.github.com": [{"transform": {"headers": {..}}}]}`).
+fn e2b_rules(
+    allow: &crate::ports::Allowlist,
+    credentials: &EgressCredentials,
+) -> Option<serde_json::Value> {
+    let rules: serde_json::Map<String, serde_json::Value> = credentials
+        .entries()
+        .iter()
+        .filter(|entry| reachable(allow, &entry.host))
+        .map(|entry| {
+            let headers: serde_json::Map<String, serde_json::Value> = entry
+                .headers
+                .iter()
+                .map(|(name, value)| (name.clone(), value.expose().into()))
+                .collect();
+            (
+                entry.host.to_string(),
+                serde_json::json!([{"transform": {"headers": headers}}]),
+            )
+        })
+        .collect();
+    (!rules.is_empty()).then_some(serde_json::Value::Object(rules))
+}
+
+/// Whether an allowlist lets a sandbox reach some name a credentials entry covers (so the
+/// credentials of hosts it cannot reach are not sent along with it).
+fn reachable(allow: &crate::ports::Allowlist, host: &AllowEntry) -> bool {
+    let under = |name: &str, suffix: &str| {
+        name.strip_suffix(suffix)
+            .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
+    };
+    match host {
+        AllowEntry::Domain(name) => allow.allows_host(name),
+        AllowEntry::Suffix(suffix) => {
+            allow.is_everything_public()
+                || allow.entries().iter().any(|entry| match entry {
+                    AllowEntry::Domain(name) => under(name, suffix),
+                    AllowEntry::Suffix(other) => {
+                        other == suffix || under(other, suffix) || under(suffix, other)
+                    }
+                    AllowEntry::Net(_) => false,
+                })
         }
-        _ => None,
+        AllowEntry::Net(_) => false,
     }
 }
 
 /// The body of `PUT /sandboxes/{id}/network`, which replaces the egress rules whole: restricted
 /// denies everything out (what `allow_internet_access: false` means on create), everything
-/// public clears the rules, and an allowlist is what create sends.
-fn e2b_network_update(profile: &NetworkProfile) -> serde_json::Value {
+/// public clears the rules (keeping the credentials), and an allowlist is what create sends.
+fn e2b_network_update(
+    profile: &NetworkProfile,
+    credentials: &EgressCredentials,
+) -> serde_json::Value {
     match profile {
         NetworkProfile::Restricted => serde_json::json!({"denyOut": ["0.0.0.0/0"]}),
-        other => e2b_network(other).unwrap_or_else(|| serde_json::json!({})),
+        other => e2b_network(other, credentials).unwrap_or_else(|| serde_json::json!({})),
     }
 }
 
@@ -350,7 +414,7 @@ impl SandboxProvider for E2bProvider {
             timeout: whole_secs(timeout),
             auto_pause: true,
             allow_internet_access: request.network.is_networked(),
-            network: e2b_network(&request.network),
+            network: e2b_network(&request.network, &self.config.egress_credentials),
             metadata: &metadata,
             env_vars: &request.env,
         };
@@ -466,7 +530,10 @@ impl SandboxProvider for E2bProvider {
     ) -> Result<(), ProviderError> {
         check_id(sandbox_id)?;
         self.control
-            .set_network(sandbox_id, &e2b_network_update(profile))
+            .set_network(
+                sandbox_id,
+                &e2b_network_update(profile, &self.config.egress_credentials),
+            )
             .await
             .map_err(|e| self.control_error(sandbox_id, e))
     }
@@ -567,9 +634,11 @@ mod tests {
     #[test]
     fn an_allowlist_becomes_allow_out_beside_deny_all() {
         use crate::ports::Allowlist;
+        let none = EgressCredentials::default();
+        let e2b_network = |profile: &NetworkProfile| super::e2b_network(profile, &none);
         assert_eq!(e2b_network(&NetworkProfile::Restricted), None);
         assert_eq!(
-            e2b_network_update(&NetworkProfile::Restricted),
+            e2b_network_update(&NetworkProfile::Restricted, &none),
             serde_json::json!({"denyOut": ["0.0.0.0/0"]}),
             "a change replaces the rules whole: restricted denies everything out"
         );
@@ -587,6 +656,42 @@ mod tests {
                 "denyOut": ["0.0.0.0/0"]
             }))
         );
+    }
+
+    #[test]
+    fn credentials_become_rules_for_the_hosts_a_networked_sandbox_reaches() {
+        use crate::ports::Allowlist;
+        let credentials = EgressCredentials::parse_json(
+            r#"{"pkg.test": {"Authorization": "Bearer tb-secret"},
+                "*.cdn.test": {"X-Key": "k"},
+                "other.test": {"X-Key": "o"}}"#,
+        )
+        .unwrap();
+        let networked = |allow: &[&str]| NetworkProfile::Networked {
+            allow: Allowlist::parse(allow).unwrap(),
+        };
+        assert_eq!(
+            e2b_network(&networked(&["pkg.test", "a.cdn.test"]), &credentials),
+            Some(serde_json::json!({
+                "allowOut": ["pkg.test", "a.cdn.test"],
+                "denyOut": ["0.0.0.0/0"],
+                "rules": {
+                    "pkg.test": [{"transform": {"headers": {"authorization": "Bearer tb-secret"}}}],
+                    "*.cdn.test": [{"transform": {"headers": {"x-key": "k"}}}]
+                }
+            })),
+            "other.test is not reachable, so its credentials stay out"
+        );
+        let public = e2b_network(&networked(&[]), &credentials).unwrap();
+        assert_eq!(public.get("allowOut"), None);
+        assert_eq!(public["rules"].as_object().unwrap().len(), 3);
+        assert_eq!(e2b_network(&NetworkProfile::Restricted, &credentials), None);
+        assert_eq!(
+            e2b_network_update(&NetworkProfile::Restricted, &credentials),
+            serde_json::json!({"denyOut": ["0.0.0.0/0"]})
+        );
+        let none = e2b_network(&networked(&["203.0.113.0/24"]), &credentials).unwrap();
+        assert_eq!(none.get("rules"), None, "{none}");
     }
 
     #[test]

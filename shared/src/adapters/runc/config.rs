@@ -108,7 +108,7 @@ pub struct RuncConfig {
     pub spare_volumes: usize,
     /// Networked sandboxes: the resolver the egress proxy asks, operator exceptions to the
     /// always-refused networks, and the proxy's bounds (see the `network` module).
-    pub network: super::egress::NetworkConfig,
+    pub network: super::network_config::NetworkConfig,
 }
 
 /// The default host-wide table of allocated id ranges.

@@ -257,6 +257,11 @@ fn detail_json(s: &Sandbox, with_token: bool) -> Value {
     });
     if with_token {
         v["envdAccessToken"] = json!(s.token);
+        // Info reports the egress settings as they were given (the contract strips only an
+        // egress proxy's password, which threadbox never sends).
+        if let Some(network) = &s.network {
+            v["network"] = network.clone();
+        }
     }
     if s.state != FakeState::Running {
         v["pauseMode"] = json!("full");
@@ -358,6 +363,9 @@ async fn start_sandbox(world: &World, body: &Value) -> Result<Value, Response> {
     let allow_internet_access = flag(body, "allow_internet_access", true)?;
     let metadata = string_map(body, "metadata")?;
     let env_vars = string_map(body, "envVars")?;
+    if let Some(network) = body.get("network") {
+        check_network(network).map_err(|why| error(400, why))?;
+    }
 
     let delay = world.lock().create_delay;
     if !delay.is_zero() {
@@ -596,6 +604,70 @@ async fn set_timeout(
     }
 }
 
+/// What the fake checks of a `network` object: its `rules` (domain → a list of transforms,
+/// each setting headers), shaped as the contract says, with header names and values that can
+/// go on the wire. The message names the rule, never a header's value (they are credentials).
+fn check_network(network: &Value) -> Result<(), String> {
+    let Some(network) = network.as_object() else {
+        return Err("network must be an object".into());
+    };
+    let Some(rules) = network.get("rules") else {
+        return Ok(());
+    };
+    let Some(rules) = rules.as_object() else {
+        return Err("network.rules must be an object of domains".into());
+    };
+    for (domain, transforms) in rules {
+        let bare = domain.strip_prefix("*.").unwrap_or(domain);
+        let is_domain = !bare.is_empty()
+            && bare.contains('.')
+            && bare.parse::<std::net::IpAddr>().is_err()
+            && bare
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+        if !is_domain {
+            return Err(format!("network.rules: {domain:?} is not a domain"));
+        }
+        let Some(transforms) = transforms.as_array().filter(|t| !t.is_empty()) else {
+            return Err(format!(
+                "network.rules[{domain:?}] must be a non-empty list of rules"
+            ));
+        };
+        for rule in transforms {
+            let Some(headers) = rule
+                .get("transform")
+                .and_then(|t| t.get("headers"))
+                .and_then(Value::as_object)
+            else {
+                return Err(format!(
+                    "network.rules[{domain:?}]: a rule is {{\"transform\": {{\"headers\": {{..}}}}}}"
+                ));
+            };
+            for (name, value) in headers {
+                let token = !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !token {
+                    return Err(format!(
+                        "network.rules[{domain:?}]: {name:?} is not a header name"
+                    ));
+                }
+                let ok_value = value
+                    .as_str()
+                    .is_some_and(|v| v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)));
+                if !ok_value {
+                    return Err(format!(
+                        "network.rules[{domain:?}]: the value of {name:?} must be a string \
+                         without control characters"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `PUT /sandboxes/{id}/network`: replaces the sandbox's egress (omitted fields are cleared);
 /// 204, 404 for a sandbox it does not have, 409 while it is being paused or killed.
 async fn set_network(
@@ -616,6 +688,9 @@ async fn set_network(
             )
         }
     };
+    if let Err(why) = check_network(&network) {
+        return error(400, why);
+    }
     let mut inner = world.lock();
     let Some(s) = inner.sandboxes.get_mut(&id) else {
         return error(404, not_found_message(&id));
