@@ -108,6 +108,76 @@ async fn a_code_block_runs_in_the_threads_sandbox_and_the_reply_lands_in_the_thr
 }
 
 #[tokio::test]
+async fn a_block_that_fails_on_a_refused_host_says_which_and_how_to_allow_it() {
+    use threadbox_shared::domain::{Allowlist, NetworkProfile};
+    use threadbox_shared::usecases::ResolveOptions;
+    let s = setup().await;
+    let thread = ThreadId::parse(THREAD).unwrap();
+    let allow = Allowlist::parse(["pkg.test"]).unwrap();
+    s.tb.resolve_with(
+        &thread,
+        ResolveOptions {
+            network: Some(NetworkProfile::Networked { allow }),
+            ..ResolveOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    s.provider.refuse_in_next_exec("pypi.org", 1);
+    let item = mention(
+        "Ev1",
+        "1767225601.000001",
+        "```bash\npip install requests\n```",
+    );
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    let replies = s.replies();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    let reply = &replies[0];
+    assert!(reply.contains("exited 1"), "{reply}");
+    assert!(reply.contains("refused `pypi.org` (DNS)"), "{reply}");
+    assert!(
+        reply.contains("This thread's network: networked (allow: pkg.test)"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains(&format!("PUT /v1/threads/{THREAD}/network")),
+        "{reply}"
+    );
+    assert!(
+        reply.contains(r#"{"network":{"networked":{"allow":["pkg.test","pypi.org"]}}}"#),
+        "{reply}"
+    );
+
+    // A block that succeeds says nothing of it, though the refusal is still on record.
+    let item = mention("Ev2", "1767225601.000002", "```bash\ntrue\n```");
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    let replies = s.replies();
+    assert!(!replies[1].contains("refused"), "{}", replies[1]);
+}
+
+#[tokio::test]
+async fn a_restricted_thread_that_fails_to_resolve_is_told_it_has_no_network() {
+    let s = setup().await;
+    s.provider.refuse_in_next_exec("pypi.org", 6);
+    let item = mention(
+        "Ev1",
+        "1767225601.000001",
+        "```bash\ncurl https://pypi.org/\n```",
+    );
+    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    let reply = &s.replies()[0];
+    assert!(reply.contains("exited 6"), "{reply}");
+    assert!(
+        reply.contains("has no network (profile `restricted`)"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains(&format!("PUT /v1/threads/{THREAD}/network")),
+        "{reply}"
+    );
+}
+
+#[tokio::test]
 async fn a_message_with_too_much_code_runs_nothing_and_says_the_limit_once() {
     let s = setup().await;
     // Forty blocks in one message.
@@ -496,4 +566,66 @@ async fn a_body_that_is_not_work_is_poison() {
         s.worker.handle_body("{\"kind\":\"nope\"}").await,
         RecordOutcome::Poison { .. }
     ));
+}
+
+#[tokio::test]
+async fn a_workspace_past_its_create_cap_is_told_so_in_the_thread() {
+    use threadbox_shared::adapters::sqlite::{Database, SqliteWindowCounter};
+    use threadbox_shared::domain::Budgets;
+
+    let fake = fake().await;
+    let dir = tempfile::tempdir().unwrap();
+    let support::Embedded {
+        mut tb,
+        provider,
+        work,
+        dedupe,
+    } = support::embedded(&dir.path().join("w.db")).await;
+    tb.config.budgets = Budgets {
+        scope_creates_per_hour: Some(1),
+        ..Budgets::default()
+    };
+    let counts = Database::open(dir.path().join("counts.db"), "").unwrap();
+    let tb = tb.with_budget_counter(Arc::new(SqliteWindowCounter::new(counts).await.unwrap()));
+    let worker = SlackWorker::new(
+        tb,
+        client(&fake),
+        dedupe,
+        work,
+        SlackWorkerConfig::default(),
+    );
+    let handle = |item: WorkItem| {
+        let worker = worker.clone();
+        async move {
+            worker
+                .handle_body(&serde_json::to_string(&item).unwrap())
+                .await
+        }
+    };
+    assert_eq!(
+        handle(mention("Ev1", "1767225600.000100", "```echo one```")).await,
+        RecordOutcome::Delivered
+    );
+    // A second thread of the same workspace, in the same hour.
+    let mut second = message("Ev2", "1767225700.000001", "```echo two```", true);
+    second.thread_id = ThreadId::parse("slack:T1:C1:1767225700.000001").unwrap();
+    second.reply_thread_ts = Some("1767225700.000001".into());
+    assert_eq!(
+        handle(WorkItem::Message(second)).await,
+        RecordOutcome::Delivered
+    );
+    assert_eq!(provider.creates(), 1, "the refused create made nothing");
+    assert_eq!(provider.commands(), vec!["bash -c echo one"]);
+    let replies: Vec<_> = fake.messages().into_iter().collect();
+    let refusal = &replies.last().unwrap();
+    assert_eq!(refusal.thread_ts.as_deref(), Some("1767225700.000001"));
+    assert!(
+        refusal.text.starts_with(
+            ":no_entry: Not run: This workspace has created its 1 new sandboxes for this hour, \
+             so none was created for this thread. Send it again after "
+        ),
+        "{}",
+        refusal.text
+    );
+    assert!(refusal.text.contains(":00 UTC (in "), "{}", refusal.text);
 }

@@ -3,7 +3,7 @@
 
 use bytesize::ByteSize;
 use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status, Usage};
-use threadbox_shared::ports::DiskUsage;
+use threadbox_shared::ports::{DiskUsage, NetworkRefusals, RefusalReason};
 use threadbox_shared::usecases::SandboxHandle;
 
 use super::table::{Cell, Table, Tint};
@@ -118,6 +118,15 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
     if let Some(disk) = detail.sandbox.as_ref().and_then(|sandbox| sandbox.disk) {
         lines.push(("disk", disk_usage(&disk)));
     }
+    if let Some(sandbox) = &detail.sandbox {
+        match &sandbox.network_refusals {
+            Some(refusals) => lines.extend(refusal_lines(refusals)),
+            None if s.network.is_networked() => {
+                lines.push(("refused", "not counted by this provider".to_owned()))
+            }
+            None => {}
+        }
+    }
     if let Some(error) = &s.last_error {
         lines.push(("last error", error.clone()));
     }
@@ -138,6 +147,46 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
         }
     }
     out
+}
+
+/// What a sandbox's network refused: the counts, then one line per recent destination.
+pub fn refusal_lines(refusals: &NetworkRefusals) -> Vec<(&'static str, String)> {
+    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let counts: Vec<String> = [
+        refusals
+            .lookups
+            .map(|n| plural(n, "DNS lookup", "DNS lookups")),
+        refusals
+            .connections
+            .map(|n| plural(n, "proxied connection", "proxied connections")),
+        refusals.packets.map(|n| plural(n, "packet", "packets")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut lines = vec![("refused", counts.join(", "))];
+    for refused in refusals.recent.iter().rev() {
+        let times = if refused.times == 1 {
+            String::new()
+        } else {
+            format!(", {} times", refused.times)
+        };
+        let never = if refused.reason == RefusalReason::AlwaysRefused {
+            ", never reachable"
+        } else {
+            ""
+        };
+        lines.push((
+            "",
+            format!(
+                "{} by {} at {}{times}{never}",
+                refused.destination,
+                refused.by.describe(),
+                utc(refused.at)
+            ),
+        ));
+    }
+    lines
 }
 
 /// A thread's usage as labelled lines: running and paused time, and what they cost (or the
@@ -549,6 +598,7 @@ mod tests {
                     used_inodes: 35,
                     limit_inodes: 262_144,
                 }),
+                network_refusals: None,
             }),
             usage: None,
         };
@@ -566,6 +616,45 @@ mod tests {
         assert!(text.contains("janitor due  2023-11-14T22:23:20Z\n"));
         assert!(text.contains("\n\nSEQ "));
         assert!(text.ends_with("creating → active      user            1\n"));
+    }
+
+    #[test]
+    fn refusals_show_their_counts_then_the_newest_destination_first() {
+        use threadbox_shared::ports::{RefusedBy, RefusedDestination};
+        let refusals = NetworkRefusals {
+            lookups: Some(2),
+            connections: Some(1),
+            packets: None,
+            recent: vec![
+                RefusedDestination {
+                    destination: "other.test".into(),
+                    by: RefusedBy::Dns,
+                    reason: RefusalReason::NotAllowed,
+                    at: Millis(1_700_000_000_000),
+                    times: 2,
+                },
+                RefusedDestination {
+                    destination: "169.254.169.254:80".into(),
+                    by: RefusedBy::PacketFilter,
+                    reason: RefusalReason::AlwaysRefused,
+                    at: Millis(1_700_000_060_000),
+                    times: 1,
+                },
+            ],
+        };
+        let lines: Vec<String> = refusal_lines(&refusals)
+            .into_iter()
+            .map(|(label, value)| format!("{label:<12} {value}"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "refused      2 DNS lookups, 1 proxied connection",
+                "             169.254.169.254:80 by packet filter at 2023-11-14T22:14:20Z, \
+                 never reachable",
+                "             other.test by DNS at 2023-11-14T22:13:20Z, 2 times",
+            ]
+        );
     }
 
     fn usage_of(events: &[LifecycleEvent], secs: i64, pricing: &Pricing) -> Usage {

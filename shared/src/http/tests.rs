@@ -1156,6 +1156,49 @@ async fn resolve_takes_a_network_profile_for_a_new_thread_only() {
 }
 
 #[tokio::test]
+async fn a_thread_shows_what_its_network_refused_where_the_provider_counts_it() {
+    let api = Api::new();
+    let body = json!({ "network": { "networked": { "allow": ["pkg.test"] } } });
+    let created = api
+        .post_json("/v1/threads/t1/resolve", body.to_string())
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.json());
+    let shown = api.call(Method::GET, "/v1/threads/t1").await.json();
+    let refusals = &shown["sandbox"]["network_refusals"];
+    assert_eq!(refusals["lookups"], 0, "{shown}");
+    assert_eq!(refusals["recent"], json!([]));
+
+    api.provider.refuse_in_next_exec("other.test", 6);
+    let ran = api
+        .post_json(
+            "/v1/threads/t1/exec",
+            r#"{"cmd": "curl https://other.test/"}"#,
+        )
+        .await;
+    assert_eq!(ran.json()["exit_code"], 6, "{}", ran.json());
+    let shown = api.call(Method::GET, "/v1/threads/t1").await.json();
+    let refusals = &shown["sandbox"]["network_refusals"];
+    assert_eq!(refusals["lookups"], 1, "{shown}");
+    assert_eq!(refusals["connections"], 0);
+    let recent = refusals["recent"].as_array().unwrap();
+    assert_eq!(recent.len(), 1, "{refusals}");
+    assert_eq!(recent[0]["destination"], "other.test");
+    assert_eq!(recent[0]["by"], "dns");
+    assert_eq!(recent[0]["reason"], "not_allowed");
+    assert_eq!(recent[0]["times"], 1);
+    assert!(recent[0]["at"].as_i64().is_some(), "{refusals}");
+
+    // A restricted thread's sandbox has nothing to count with: no field, not a zero.
+    api.resolve("t2").await;
+    let shown = api.call(Method::GET, "/v1/threads/t2").await.json();
+    assert!(shown["sandbox"].is_object(), "{shown}");
+    assert!(
+        shown["sandbox"].get("network_refusals").is_none(),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
 async fn bad_network_profiles_are_400s_naming_the_entry_and_create_nothing() {
     let api = Api::new();
     let many: Vec<String> = (0..10_000).map(|i| format!("h{i}.test")).collect();

@@ -16,11 +16,16 @@ pub use crate::domain::network::{
     NetworkProfile, MAX_ALLOW_ENTRIES,
 };
 pub(crate) mod processes;
+mod refusals;
 
 pub use processes::{
     new_process_id, valid_process_id, ProcessChunk, ProcessInfo, ProcessOutput, ProcessSignal,
     ProcessSink, ProcessState, PtySize, StartProcess, DEFAULT_OUTPUT_CHUNKS, MAX_INPUT_BYTES,
     MAX_OUTPUT_CHUNKS, MAX_OUTPUT_READ, MAX_PROCESSES, OUTPUT_CHUNK_BYTES,
+};
+pub use refusals::{
+    clean_destination, NetworkRefusals, RefusalReason, RefusedBy, RefusedDestination,
+    MAX_DESTINATION_CHARS, MAX_RECENT_REFUSALS,
 };
 
 /// Metadata keys every provider stores with a sandbox, so reconciliation can find its owner.
@@ -405,6 +410,16 @@ pub trait SandboxProvider: Send + Sync {
             "the {} provider cannot change a live sandbox's network",
             self.name()
         )))
+    }
+    /// What the sandbox's network refused so far (see [`NetworkRefusals`]). `None` when this
+    /// provider cannot tell for this sandbox: the default, for providers whose egress is not
+    /// their own (E2B), and runc's answer for a sandbox with no network at all.
+    async fn network_refusals(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<Option<NetworkRefusals>, ProviderError> {
+        let _ = sandbox_id;
+        Ok(None)
     }
     async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError>;
     /// Sandboxes whose metadata contains every pair in `metadata`; an empty map lists them all.

@@ -44,6 +44,8 @@ struct MemSandbox {
     running_execs: u32,
     /// The network it was made with, or changed to by `set_network`.
     network: NetworkProfile,
+    /// What its network refused, counted (as runc does) only when made networked.
+    refusals: Option<NetworkRefusals>,
 }
 
 fn now() -> Millis {
@@ -130,6 +132,12 @@ impl MemSandbox {
             .into_iter()
             .map(|p| (p.to_owned(), Node::Dir))
             .collect();
+        let refusals = network.is_networked().then(|| NetworkRefusals {
+            lookups: Some(0),
+            connections: Some(0),
+            packets: Some(0),
+            recent: Vec::new(),
+        });
         Self {
             state: SandboxState::Running,
             metadata,
@@ -137,6 +145,7 @@ impl MemSandbox {
             deadline: Some(deadline),
             running_execs: 0,
             network,
+            refusals,
         }
     }
 
@@ -191,6 +200,8 @@ pub struct InMemoryProvider {
     live_network: AtomicBool,
     failures: Mutex<HashMap<Op, VecDeque<ProviderError>>>,
     commands: Mutex<Vec<String>>,
+    /// The next exec's name lookup its network refuses, and the exit code it then fails with.
+    refuse_next: Mutex<Option<(String, i32)>>,
 }
 
 impl InMemoryProvider {
@@ -269,6 +280,12 @@ impl InMemoryProvider {
         if let Some(s) = self.sandboxes.lock().unwrap().get_mut(id) {
             s.state = SandboxState::Paused;
         }
+    }
+
+    /// The next exec looks `name` up and fails with `exit_code` as `curl` would: a sandbox that
+    /// counts refusals (a networked one) counts the lookup as refused by its DNS.
+    pub fn refuse_in_next_exec(&self, name: &str, exit_code: i32) {
+        *self.refuse_next.lock().unwrap() = Some((name.to_owned(), exit_code));
     }
 
     /// Commands `exec` has been asked to run, in order.
@@ -367,6 +384,13 @@ impl SandboxProvider for InMemoryProvider {
         })
     }
 
+    async fn network_refusals(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<Option<NetworkRefusals>, ProviderError> {
+        self.with(sandbox_id, |s| Ok(s.refusals.clone()))
+    }
+
     async fn connect(&self, sandbox_id: &str) -> Result<Connected, ProviderError> {
         self.injected(Op::Connect)?;
         self.connects.fetch_add(1, Ordering::SeqCst);
@@ -444,15 +468,33 @@ impl SandboxProvider for InMemoryProvider {
         let delay = *self.exec_delay.lock().unwrap();
         let timed_out = delay > request.timeout;
         tokio::time::sleep(delay.min(request.timeout)).await;
+        let refused = self.refuse_next.lock().unwrap().take();
         // The sandbox may have vanished meanwhile; a real provider would report the command lost.
         self.with(sandbox_id, |s| {
             s.running_execs -= 1;
+            if let (Some((name, _)), Some(refusals)) = (&refused, s.refusals.as_mut()) {
+                refusals.lookups = refusals.lookups.map(|n| n + 1);
+                refusals.recent.push(RefusedDestination {
+                    destination: name.clone(),
+                    by: RefusedBy::Dns,
+                    reason: RefusalReason::NotAllowed,
+                    at: now(),
+                    times: 1,
+                });
+            }
             Ok(())
         })?;
+        let (exit_code, stderr) = match refused {
+            Some((name, code)) => (
+                Some(code),
+                format!("curl: (6) Could not resolve host: {name}\n"),
+            ),
+            None => ((!timed_out).then_some(0), String::new()),
+        };
         Ok(ExecResult {
-            exit_code: (!timed_out).then_some(0),
+            exit_code,
             stdout: line,
-            stderr: String::new(),
+            stderr,
             duration_ms: delay.min(request.timeout).as_millis() as u64,
             timed_out,
             truncated: false,

@@ -11,7 +11,9 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{Status, ThreadId};
-use crate::ports::{DiskUsage, FileEntry, GrepMatch, OpenFile, ProviderError, SandboxState};
+use crate::ports::{
+    DiskUsage, FileEntry, GrepMatch, NetworkRefusals, OpenFile, ProviderError, SandboxState,
+};
 
 use super::error::UseCaseError;
 use super::threadbox::Threadbox;
@@ -24,17 +26,54 @@ pub struct SandboxStatus {
     pub state: SandboxState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskUsage>,
+    /// What its network refused, where the provider counts that (absent: it does not, or the
+    /// sandbox has no network to refuse with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_refusals: Option<NetworkRefusals>,
+}
+
+/// What a thread's sandbox's network refused so far, and which sandbox that was (a count
+/// belongs to one sandbox; the thread's next starts again).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxRefusals {
+    pub sandbox_id: String,
+    /// `None`: the provider does not count them for this sandbox.
+    pub refusals: Option<NetworkRefusals>,
 }
 
 impl Threadbox {
-    /// The thread's sandbox as it is now, without waking it.
+    /// The thread's sandbox as it is now, without waking it. Its network's refusals are best
+    /// effort: a provider that cannot read them leaves them out.
     pub async fn peek_sandbox(&self, thread_id: &ThreadId) -> Result<SandboxStatus, UseCaseError> {
         self.in_place(thread_id, |id| async move {
             let info = self.provider.info(&id).await?;
+            let network_refusals = match self.provider.network_refusals(&id).await {
+                Ok(refusals) => refusals,
+                Err(error) => {
+                    tracing::debug!(sandbox_id = %id, %error, "no network refusals to show");
+                    None
+                }
+            };
             Ok(SandboxStatus {
                 sandbox_id: info.sandbox_id,
                 state: info.state,
                 disk: info.disk,
+                network_refusals,
+            })
+        })
+        .await
+    }
+
+    /// What the thread's sandbox's network refused so far, without waking it.
+    pub async fn peek_network_refusals(
+        &self,
+        thread_id: &ThreadId,
+    ) -> Result<SandboxRefusals, UseCaseError> {
+        self.in_place(thread_id, |id| async move {
+            let refusals = self.provider.network_refusals(&id).await?;
+            Ok(SandboxRefusals {
+                sandbox_id: id,
+                refusals,
             })
         })
         .await

@@ -343,6 +343,7 @@
     $("detail-empty").hidden = true;
     $("detail").hidden = false;
     $("detail-usage").textContent = "-";
+    $("detail-refused").textContent = "-";
     renderEvents();
     try {
       const detail = await api("GET", "/v1/threads/" + enc(id));
@@ -351,6 +352,7 @@
       renderRow(id);
       addEvents(detail.events);
       $("detail-usage").textContent = usageText(detail.usage);
+      $("detail-refused").textContent = refusedText(detail.sandbox);
     } catch (error) {
       backgroundError(error);
       if (error.status !== 0 && error.status !== 401) showNotice("Could not load " + id + ": " + error.message);
@@ -1095,6 +1097,19 @@
       text += "; " + cost.vcpu_hours.toFixed(4) + " vCPU-h";
     }
     return text;
+  }
+
+  // What the sandbox's network refused as of when it was selected, where its provider counts
+  // that (`threadbox threads show` lists each destination): the counts, then the newest first.
+  function refusedText(sandbox) {
+    const refusals = sandbox && sandbox.network_refusals;
+    if (!refusals) return "-";
+    const counts = [];
+    if (refusals.lookups != null) counts.push(refusals.lookups + " DNS lookups");
+    if (refusals.connections != null) counts.push(refusals.connections + " proxied connections");
+    if (refusals.packets != null) counts.push(refusals.packets + " packets");
+    const recent = refusals.recent.slice().reverse().map((r) => r.destination);
+    return counts.join(", ") + (recent.length ? "; last: " + recent.join(", ") : "");
   }
 
   // Idle time to two units, as the CLI shows it: "45s", "12m5s", "3h4m", "2d5h".

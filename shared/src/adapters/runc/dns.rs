@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tokio::net::UdpSocket;
 
-use crate::ports::Allowlist;
+use super::refusals::RefusalRecorder;
+use crate::ports::{Allowlist, RefusalReason, RefusedBy};
 
 const DNS_A: u16 = 1;
 const DNS_IN: u16 = 1;
@@ -144,9 +145,23 @@ fn has_names_or_everything(allow: &Allowlist) -> bool {
     allow.is_everything_public() || allow.has_names()
 }
 
-/// Serve the sandbox's resolver on its link's host end until aborted. Queries from any address
-/// but the sandbox's are ignored.
-pub(crate) async fn serve_dns(socket: UdpSocket, sandbox: Ipv4Addr, allow: Allowlist) {
+/// The name a reply refused because the allowlist does not name it: NXDOMAIN for a name, not
+/// for a reverse lookup or an address asked as a name (tools ask those on their own).
+fn refused_name(query: &[u8], reply: &[u8]) -> Option<String> {
+    let nxdomain = reply.get(3).is_some_and(|flags| flags & 0x0F == 3);
+    let q = parse_question(query)?;
+    let noise = q.name.is_empty() || q.name.ends_with(".arpa") || q.name.parse::<IpAddr>().is_ok();
+    (nxdomain && !noise).then_some(q.name)
+}
+
+/// Serve the sandbox's resolver on its link's host end until aborted, counting the names it
+/// refuses in `refusals`. Queries from any address but the sandbox's are ignored.
+pub(crate) async fn serve_dns(
+    socket: UdpSocket,
+    sandbox: Ipv4Addr,
+    allow: Allowlist,
+    refusals: std::sync::Arc<RefusalRecorder>,
+) {
     let host = match socket.local_addr() {
         Ok(SocketAddr::V4(addr)) => *addr.ip(),
         _ => return,
@@ -161,6 +176,9 @@ pub(crate) async fn serve_dns(socket: UdpSocket, sandbox: Ipv4Addr, allow: Allow
             continue;
         }
         if let Some(reply) = answer(&buf[..n], &allow, host) {
+            if let Some(name) = refused_name(&buf[..n], &reply) {
+                refusals.refused(RefusedBy::Dns, RefusalReason::NotAllowed, &name);
+            }
             let _ = socket.send_to(&reply, from).await;
         }
     }
@@ -272,6 +290,20 @@ mod tests {
             .is_empty());
         let other = answer(&query("other.test", 1), &allow, host).unwrap();
         assert_eq!(other[3] & 0x0F, 3, "NXDOMAIN");
+        assert_eq!(
+            refused_name(&query("other.test", 1), &other).as_deref(),
+            Some("other.test"),
+            "a refusal to count"
+        );
+        assert_eq!(refused_name(&query("pkg.test", 1), &reply), None);
+        let reverse = query("1.0.18.198.in-addr.arpa", 12);
+        let not_counted = answer(&reverse, &allow, host).unwrap();
+        assert_eq!(not_counted[3] & 0x0F, 3);
+        assert_eq!(
+            refused_name(&reverse, &not_counted),
+            None,
+            "tools ask these"
+        );
         // Only addresses: no name resolves.
         let ips_only = Allowlist::parse(["203.0.113.7"]).unwrap();
         let none = answer(&query("pkg.test", 1), &ips_only, host).unwrap();

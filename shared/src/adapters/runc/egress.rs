@@ -3,7 +3,9 @@
 //! are rewritten to [`HTTP_PORT`] and [`HTTPS_PORT`] in the sandbox's own table),
 //! reads the request's HTTP `Host` or TLS SNI, checks it against the sandbox's allowlist,
 //! resolves the name itself and connects to the first address that may be reached; then it
-//! copies bytes both ways. It never terminates TLS.
+//! copies bytes both ways. It terminates TLS only for a host an operator attached credentials
+//! to ([`NetworkConfig::credentials`]): such a connection goes to `intercept`, which adds the
+//! headers to every request; every other host's TLS passes through untouched.
 //!
 //! Bounded: a connection slot per sandbox and across the provider (over them, connections are
 //! closed at once), a deadline for the request head or ClientHello (at most 16 KiB), for the
@@ -20,7 +22,10 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
 use super::dns::{resolve_a, serve_dns};
-use crate::ports::{is_always_refused, Allowlist, IpNet};
+use super::intercept::Interceptor;
+use super::network_config::NetworkConfig;
+use super::refusals::RefusalRecorder;
+use crate::ports::{Allowlist, RefusalReason, RefusedBy};
 
 /// Where the host end serves a sandbox: its resolver and the proxy's two ports. The sandbox
 /// sees 53, 80 and 443 (its own table rewrites them), so the host's own services on those
@@ -28,63 +33,6 @@ use crate::ports::{is_always_refused, Allowlist, IpNet};
 pub(crate) const DNS_PORT: u16 = 47053;
 pub(crate) const HTTP_PORT: u16 = 47080;
 pub(crate) const HTTPS_PORT: u16 = 47443;
-
-/// The runc provider's network settings (an operator's, never an API caller's).
-#[derive(Clone, Debug)]
-pub struct NetworkConfig {
-    /// The resolver the egress proxy asks for the addresses of allowed names. `None`: the first
-    /// `nameserver` of the host's `/etc/resolv.conf`.
-    pub dns_upstream: Option<SocketAddr>,
-    /// Networks opened despite being always refused (an internal mirror, say). Only IPv4.
-    pub operator_allow: Vec<IpNet>,
-    /// Proxied connections one sandbox may hold at once.
-    pub max_connections_per_sandbox: usize,
-    /// Proxied connections all sandboxes together may hold at once.
-    pub max_connections: usize,
-    /// How long a client has to send its request head or TLS ClientHello.
-    pub handshake_timeout: Duration,
-    /// How long the proxy waits for the upstream resolver and for the connection out.
-    pub connect_timeout: Duration,
-    /// A proxied connection with no byte either way for this long is closed.
-    pub idle_timeout: Duration,
-}
-
-impl Default for NetworkConfig {
-    fn default() -> Self {
-        Self {
-            dns_upstream: None,
-            operator_allow: Vec::new(),
-            max_connections_per_sandbox: 64,
-            max_connections: 1024,
-            handshake_timeout: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(300),
-        }
-    }
-}
-
-impl NetworkConfig {
-    /// Whether the proxy or a forwarded packet may go to `ip`: not always refused, or opened by
-    /// the operator.
-    pub(crate) fn may_reach(&self, ip: IpAddr) -> bool {
-        !is_always_refused(ip) || self.operator_allow.iter().any(|net| net.contains(ip))
-    }
-
-    /// The resolver to ask.
-    pub(crate) fn upstream(&self) -> Result<SocketAddr, String> {
-        if let Some(addr) = self.dns_upstream {
-            return Ok(addr);
-        }
-        let conf = std::fs::read_to_string("/etc/resolv.conf")
-            .map_err(|e| format!("cannot read /etc/resolv.conf: {e}"))?;
-        conf.lines()
-            .filter_map(|l| l.trim().strip_prefix("nameserver"))
-            .filter_map(|rest| rest.trim().parse::<IpAddr>().ok())
-            .map(|ip| SocketAddr::new(ip, 53))
-            .next()
-            .ok_or_else(|| "the host's /etc/resolv.conf names no nameserver".to_owned())
-    }
-}
 
 /// The most bytes read before the target must be known: a TLS record's largest payload and
 /// its header (a ClientHello fits in one), or an HTTP request head.
@@ -99,13 +47,16 @@ pub(crate) struct Serving {
 }
 
 /// Start serving one sandbox's link (`host` its host end, `sandbox` the sandbox's end): its
-/// resolver and the proxy's two ports.
+/// resolver and the proxy's two ports, counting what they refuse in `refusals`. `intercept`:
+/// the provider's interception of hosts with credentials, if it has any.
 pub(crate) async fn serve(
     host: Ipv4Addr,
     sandbox: Ipv4Addr,
     allow: Allowlist,
     config: Arc<NetworkConfig>,
     all: Arc<Semaphore>,
+    refusals: Arc<RefusalRecorder>,
+    intercept: Option<Arc<Interceptor>>,
 ) -> std::io::Result<Serving> {
     let host = IpAddr::V4(host);
     let dns = UdpSocket::bind((host, DNS_PORT)).await?;
@@ -114,7 +65,12 @@ pub(crate) async fn serve(
     let mine = Arc::new(Semaphore::new(config.max_connections_per_sandbox));
     let (stop, stopped) = tokio::sync::watch::channel(());
     let allow = Arc::new(allow);
-    let mut tasks = vec![tokio::spawn(serve_dns(dns, sandbox, (*allow).clone()))];
+    let mut tasks = vec![tokio::spawn(serve_dns(
+        dns,
+        sandbox,
+        (*allow).clone(),
+        refusals.clone(),
+    ))];
     for (listener, tls) in [(http, false), (https, true)] {
         let proxy = Proxy {
             sandbox,
@@ -124,6 +80,8 @@ pub(crate) async fn serve(
             all: all.clone(),
             tls,
             stopped: stopped.clone(),
+            refusals: refusals.clone(),
+            intercept: intercept.clone(),
         };
         tasks.push(tokio::spawn(proxy.accept_loop(listener)));
     }
@@ -140,6 +98,8 @@ struct Proxy {
     tls: bool,
     /// Ends when the sandbox's serving is dropped (its kill): its connections end with it.
     stopped: tokio::sync::watch::Receiver<()>,
+    refusals: Arc<RefusalRecorder>,
+    intercept: Option<Arc<Interceptor>>,
 }
 
 impl Proxy {
@@ -189,7 +149,13 @@ impl Proxy {
         )
         .await
         .map_err(|_| "no request in time".to_owned())??;
-        if host.parse::<IpAddr>().is_ok() {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            let reason = if self.config.may_reach(ip) {
+                RefusalReason::NotAllowed
+            } else {
+                RefusalReason::AlwaysRefused
+            };
+            self.refusals.refused(RefusedBy::Proxy, reason, &host);
             return refuse(
                 &mut client,
                 self.tls,
@@ -198,6 +164,8 @@ impl Proxy {
             .await;
         }
         if !self.allow.allows_host(&host) {
+            self.refusals
+                .refused(RefusedBy::Proxy, RefusalReason::NotAllowed, &host);
             return refuse(
                 &mut client,
                 self.tls,
@@ -218,6 +186,8 @@ impl Proxy {
             .map(IpAddr::V4)
             .find(|ip| self.config.may_reach(*ip))
         else {
+            self.refusals
+                .refused(RefusedBy::Proxy, RefusalReason::AlwaysRefused, &host);
             return refuse(
                 &mut client,
                 self.tls,
@@ -225,6 +195,12 @@ impl Proxy {
             )
             .await;
         };
+        if let Some(intercept) = self.intercept.as_ref().filter(|i| i.intercepts(&host)) {
+            let upstream = SocketAddr::new(ip, port);
+            return intercept
+                .serve(client, head, self.tls, host, upstream, &self.config)
+                .await;
+        }
         let mut server = tokio::time::timeout(
             self.config.connect_timeout,
             TcpStream::connect(SocketAddr::new(ip, port)),

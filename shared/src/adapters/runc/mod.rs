@@ -27,16 +27,21 @@ mod cgroup;
 mod config;
 mod dns;
 mod egress;
+mod egress_ca;
 mod exec;
 mod files;
 mod idmap;
 mod ids;
+mod intercept;
 mod network;
+mod network_config;
 mod process;
+mod refusals;
 mod remove;
 mod rootless;
 mod runtime;
 mod search;
+mod trust;
 mod version;
 mod volume;
 
@@ -57,12 +62,12 @@ use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use self::volume::VolumePool;
 use crate::ports::{
     too_large_upload, Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult,
-    FileChunks, FileEntry, GrepMatch, Limit, NetworkProfile, OpenFile, OutputSink, ProviderError,
-    SandboxInfo, SandboxProvider, SandboxState, SystemClock,
+    FileChunks, FileEntry, GrepMatch, Limit, NetworkProfile, NetworkRefusals, OpenFile, OutputSink,
+    ProviderError, SandboxInfo, SandboxOwner, SandboxProvider, SandboxState, SystemClock,
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits};
-pub use self::egress::NetworkConfig;
+pub use self::network_config::NetworkConfig;
 pub use self::rootless::WEAKER as ROOTLESS_WEAKER;
 
 /// The local sandbox provider. See the module docs.
@@ -303,7 +308,7 @@ impl RuncProvider {
                 })?;
         }
         let refill_volumes = volumes.clone().map(spawn_volume_refill);
-        let config_network = config.network.clone();
+        let networks = network::Networks::new(config.network.clone(), &config.state_dir)?;
         let provider = Self {
             rootless_ids,
             host: HostLayout::probe(),
@@ -318,7 +323,7 @@ impl RuncProvider {
             slots: Mutex::new(HashMap::new()),
             commands: Arc::new(AtomicUsize::new(0)),
             admitting_sandbox: tokio::sync::Mutex::new(()),
-            networks: network::Networks::new(config_network),
+            networks,
         };
         let live = provider.survey().await?;
         provider.adopt_networks(&live).await;
@@ -753,8 +758,12 @@ impl SandboxProvider for RuncProvider {
         };
         let hostname = hostname_for(request.owner.thread_id.as_str());
         let annotations = request.owner.to_metadata();
+        let mut env = request.env.clone();
+        if request.network.is_networked() {
+            self.networks.add_trust_env(&mut env);
+        }
         let (env, limits, host, swap_limit, volumes) = (
-            request.env.clone(),
+            env,
             self.config.limits.clone(),
             self.host.clone(),
             self.swap_limit,
@@ -787,7 +796,8 @@ impl SandboxProvider for RuncProvider {
                         link,
                         allow: allow.clone(),
                     };
-                    network::Networks::prepare_bundle(bundle.dir(), &saved)
+                    self.networks
+                        .prepare_bundle(bundle.dir(), &saved)
                         .map(|()| Some(saved))
                         .map_err(|e| {
                             ProviderError::Internal(format!("cannot write the network: {e}"))
@@ -909,6 +919,21 @@ impl SandboxProvider for RuncProvider {
         .await
         .map_err(|e| ProviderError::Internal(format!("record writer panicked: {e}")))?
         .map_err(|e| ProviderError::Internal(format!("cannot record the deadline: {e}")))
+    }
+
+    /// Counted for networked sandboxes only: the proxy and resolver in the process serving the
+    /// sandbox, the packet filter in the sandbox's own table (see `refusals`). A restricted
+    /// sandbox has nothing to count with (its connections fail inside it): `None`.
+    async fn network_refusals(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<Option<NetworkRefusals>, ProviderError> {
+        let bundle = self.existing_bundle(sandbox_id)?;
+        if network::Networks::saved(bundle.dir()).is_none() {
+            return Ok(None);
+        }
+        let state = self.live_state(sandbox_id).await?;
+        Ok(Some(self.networks.refusals(sandbox_id, state.pid).await))
     }
 
     async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError> {
@@ -1100,7 +1125,8 @@ impl RuncProvider {
     /// Connect a just-started networked sandbox to the host.
     async fn attach_network(&self, id: &str, saved: &network::Saved) -> Result<(), ProviderError> {
         let state = self.live_state(id).await?;
-        self.networks.attach(id, state.pid, saved).await
+        let thread_id = thread_of(&state);
+        self.networks.attach(id, state.pid, saved, thread_id).await
     }
 
     /// Stop serving a sandbox's network and delete its host end, if it has one.
@@ -1117,7 +1143,12 @@ impl RuncProvider {
         }
         for (bundle, state) in live {
             if let Some(saved) = network::Networks::saved(bundle.dir()) {
-                if let Err(e) = self.networks.adopt(&state.id, state.pid, &saved).await {
+                let thread_id = thread_of(state);
+                if let Err(e) = self
+                    .networks
+                    .adopt(&state.id, state.pid, &saved, thread_id)
+                    .await
+                {
                     tracing::warn!(sandbox_id = %state.id, error = %e, "cannot reattach a sandbox's network");
                 }
             }
@@ -1141,6 +1172,11 @@ impl RuncProvider {
             }
         }
     }
+}
+
+/// The thread a container was made for, from its annotations (for log lines).
+fn thread_of(state: &ContainerState) -> Option<String> {
+    SandboxOwner::from_metadata(&state.annotations).map(|owner| owner.thread_id.to_string())
 }
 
 fn gone(id: &str) -> ProviderError {

@@ -9,7 +9,9 @@
 //!   the allowlist allows with the host end's address and every other with NXDOMAIN;
 //! - TCP 80 and 443 to the host end reach the egress proxy ([`super::egress`]), which reads the
 //!   HTTP `Host` or the TLS SNI, checks it against the allowlist, resolves it itself (through
-//!   the configured upstream resolver) and refuses addresses that are always refused;
+//!   the configured upstream resolver) and refuses addresses that are always refused; for a
+//!   host with operator credentials it terminates TLS and adds them ([`super::intercept`]),
+//!   with the deployment's CA, which the sandbox's own trust store holds ([`super::trust`]);
 //! - an nftables table in the sandbox's namespace lets out only that (and, forwarded and
 //!   masqueraded by the host, the allowlist's addresses and networks that are not always
 //!   refused); everything else is rejected, whatever socket a program uses. Nothing inside has
@@ -38,8 +40,17 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
-use super::egress::{NetworkConfig, DNS_PORT, HTTPS_PORT, HTTP_PORT};
-use crate::ports::{always_refused_v4, Allowlist, IpNet, ProviderError};
+use super::egress::{DNS_PORT, HTTPS_PORT, HTTP_PORT};
+use super::intercept::Interceptor;
+use super::network_config::NetworkConfig;
+use super::refusals::{
+    self, RefusalRecorder, PACKET_COUNTER, RECENT_PACKETS_SET, RECENT_PACKETS_SIZE,
+    RECENT_PACKETS_TIMEOUT_SECS,
+};
+use crate::ports::{
+    always_refused_v4, Allowlist, Clock, IpNet, NetworkRefusals, ProviderError, RefusalReason,
+    SystemClock,
+};
 
 /// The host's links to its sandboxes: 198.18.0.0/15, two addresses per slot.
 const LINK_BASE: u32 = 0xC612_0000; // 198.18.0.0
@@ -88,9 +99,11 @@ pub(crate) struct Saved {
     pub allow: Allowlist,
 }
 
-/// The in-process part of one sandbox's network: its DNS server and proxy listeners.
+/// The in-process part of one sandbox's network: its DNS server and proxy listeners, and what
+/// they refused.
 pub(crate) struct SandboxNet {
     serving: super::egress::Serving,
+    refusals: Arc<RefusalRecorder>,
 }
 
 impl Drop for SandboxNet {
@@ -107,17 +120,28 @@ pub(crate) struct Networks {
     host_ready: tokio::sync::Mutex<bool>,
     live: Mutex<HashMap<String, SandboxNet>>,
     connections: Arc<Semaphore>,
+    /// Interception of hosts with operator credentials (`None` without any): its CA is kept in
+    /// the provider's state directory.
+    intercept: Option<Arc<Interceptor>>,
 }
 
 impl Networks {
-    pub fn new(config: NetworkConfig) -> Self {
+    pub fn new(config: NetworkConfig, state_dir: &Path) -> Result<Self, ProviderError> {
+        let intercept = Interceptor::new(&config, state_dir)
+            .map_err(|why| ProviderError::Internal(format!("egress credentials: {why}")))?;
         let connections = Arc::new(Semaphore::new(config.max_connections));
-        Self {
+        Ok(Self {
             config: Arc::new(config),
             host_ready: tokio::sync::Mutex::new(false),
             live: Mutex::new(HashMap::new()),
             connections,
-        }
+            intercept,
+        })
+    }
+
+    /// Point a networked sandbox's tools at its trust store (see `trust`).
+    pub fn add_trust_env(&self, env: &mut std::collections::BTreeMap<String, String>) {
+        super::trust::add_env(env, self.intercept.is_some());
     }
 
     /// Whether this host can give a sandbox a network; `Unsupported` naming what is missing.
@@ -154,8 +178,13 @@ impl Networks {
         Ok(())
     }
 
-    /// Before the container starts: its resolver and the record that it is networked.
-    pub fn prepare_bundle(bundle_dir: &Path, saved: &Saved) -> io::Result<()> {
+    /// Before the container starts: its resolver, its trust store (with the egress CA when
+    /// hosts are intercepted) and the record that it is networked.
+    pub fn prepare_bundle(&self, bundle_dir: &Path, saved: &Saved) -> io::Result<()> {
+        super::trust::write(
+            &bundle_dir.join("rootfs"),
+            self.intercept.as_ref().map(|i| i.ca_pem()),
+        )?;
         let resolv = format!(
             "# threadbox: names are answered by the host end of this sandbox's link, for what\n\
              # its allowlist allows.\nnameserver {}\noptions timeout:2 attempts:2\n",
@@ -174,7 +203,14 @@ impl Networks {
 
     /// Connect the running container (init `pid`) to the host and start serving it. Safe to
     /// repeat (a provider that restarts does, for its live sandboxes): the link is made anew.
-    pub async fn attach(&self, id: &str, pid: i32, saved: &Saved) -> Result<(), ProviderError> {
+    /// `thread_id` names the sandbox's thread in the log lines of its refusals.
+    pub async fn attach(
+        &self,
+        id: &str,
+        pid: i32,
+        saved: &Saved,
+        thread_id: Option<String>,
+    ) -> Result<(), ProviderError> {
         self.live.lock().expect("poisoned").remove(id);
         self.ensure_host_table().await?;
         let link = saved.link;
@@ -239,12 +275,15 @@ impl Networks {
             Some(rules.into_bytes()),
         )
         .await?;
+        let refusals = Arc::new(RefusalRecorder::new(id, thread_id));
         let serving = super::egress::serve(
             link.host(),
             link.sandbox(),
             saved.allow.clone(),
             self.config.clone(),
             self.connections.clone(),
+            refusals.clone(),
+            self.intercept.clone(),
         )
         .await
         .map_err(|e| {
@@ -253,7 +292,7 @@ impl Networks {
         self.live
             .lock()
             .expect("poisoned")
-            .insert(id.to_owned(), SandboxNet { serving });
+            .insert(id.to_owned(), SandboxNet { serving, refusals });
         tracing::info!(sandbox_id = id, link = %link.sandbox(), "sandbox network attached");
         Ok(())
     }
@@ -261,11 +300,18 @@ impl Networks {
     /// At a provider's open, for a live sandbox another process made: serve its link if it is
     /// there (a process still serving it keeps doing so: the addresses are taken), make it
     /// anew if it is not (a crash part-way through a create).
-    pub async fn adopt(&self, id: &str, pid: i32, saved: &Saved) -> Result<(), ProviderError> {
+    pub async fn adopt(
+        &self,
+        id: &str,
+        pid: i32,
+        saved: &Saved,
+        thread_id: Option<String>,
+    ) -> Result<(), ProviderError> {
         let link = saved.link;
         if !Path::new("/sys/class/net").join(link.host_if()).exists() {
-            return self.attach(id, pid, saved).await;
+            return self.attach(id, pid, saved, thread_id).await;
         }
+        let refusals = Arc::new(RefusalRecorder::new(id, thread_id));
         // A provider of this process dropped a moment ago may still be letting go of them.
         let mut served = Err(io::Error::from(io::ErrorKind::AddrInUse));
         for _ in 0..4 {
@@ -275,6 +321,8 @@ impl Networks {
                 saved.allow.clone(),
                 self.config.clone(),
                 self.connections.clone(),
+                refusals.clone(),
+                self.intercept.clone(),
             )
             .await;
             if !matches!(&served, Err(e) if e.kind() == io::ErrorKind::AddrInUse) {
@@ -287,7 +335,7 @@ impl Networks {
                 self.live
                     .lock()
                     .expect("poisoned")
-                    .insert(id.to_owned(), SandboxNet { serving });
+                    .insert(id.to_owned(), SandboxNet { serving, refusals });
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
@@ -302,6 +350,41 @@ impl Networks {
                 link.host()
             ))),
         }
+    }
+
+    /// What a networked sandbox's network refused: its resolver's and proxy's counts if this
+    /// process serves it (another process's are not seen), and its packet filter's, read in its
+    /// namespace (container init `pid`); a part that cannot be read is left unknown, and logged.
+    pub async fn refusals(&self, id: &str, pid: i32) -> NetworkRefusals {
+        let counted = self
+            .live
+            .lock()
+            .expect("poisoned")
+            .get(id)
+            .map(|net| net.refusals.snapshot());
+        let netns = format!("--net=/proc/{pid}/ns/net");
+        let listed = tool_output(
+            "nsenter",
+            &[
+                &netns, "--", "nft", "-j", "list", "table", "inet", HOST_TABLE,
+            ],
+        )
+        .await;
+        let config = &self.config;
+        let packets = match listed {
+            Ok(json) => refusals::packet_filter_refusals(&json, SystemClock.now(), |ip| {
+                if config.may_reach(ip.into()) {
+                    RefusalReason::NotAllowed
+                } else {
+                    RefusalReason::AlwaysRefused
+                }
+            }),
+            Err(e) => {
+                tracing::debug!(sandbox_id = id, error = %e, "cannot read the packet filter's refusals");
+                None
+            }
+        };
+        refusals::merge(counted, packets)
     }
 
     /// Stop serving a sandbox and remove its host end (gone with its namespace already, when
@@ -486,9 +569,9 @@ fn sandbox_rules(link: Link, allow: &Allowlist, config: &NetworkConfig) -> Strin
     let refused = v4_set(&always_refused_v4());
     let operator = v4_set(&config.operator_allow);
     let refuse_rule = if operator.is_empty() {
-        format!("ip daddr {{ {refused} }} reject\n")
+        format!("ip daddr {{ {refused} }} goto refuse\n")
     } else {
-        format!("ip daddr {{ {refused} }} ip daddr != {{ {operator} }} reject\n")
+        format!("ip daddr {{ {refused} }} ip daddr != {{ {operator} }} goto refuse\n")
     };
     let nets: Vec<IpNet> = if allow.is_everything_public() {
         vec!["0.0.0.0/0".parse().expect("a network")]
@@ -501,9 +584,23 @@ fn sandbox_rules(link: Link, allow: &Allowlist, config: &NetworkConfig) -> Strin
     } else {
         format!("ip daddr {{ {nets} }} accept\n")
     };
+    // Every refusal goes through `refuse`, which counts it (see `refusals`): the packets, and
+    // each destination with a port, while the set has room. ICMPv6 is refused uncounted: the
+    // sandbox's kernel sends it on its own (router and neighbour solicitations), so counting it
+    // would report refusals nobody asked for.
     format!(
         "table inet {HOST_TABLE}\ndelete table inet {HOST_TABLE}\n\
          table inet {HOST_TABLE} {{\n\
+         counter {PACKET_COUNTER} {{ }}\n\
+         set {RECENT_PACKETS_SET} {{ type ipv4_addr . inet_proto . inet_service; \
+           size {RECENT_PACKETS_SIZE}; flags dynamic,timeout; \
+           timeout {RECENT_PACKETS_TIMEOUT_SECS}s; counter; }}\n\
+         chain refuse {{\n\
+           meta l4proto != ipv6-icmp counter name \"{PACKET_COUNTER}\"\n\
+           meta nfproto ipv4 meta l4proto {{ tcp, udp }} update @{RECENT_PACKETS_SET} \
+             {{ ip daddr . meta l4proto . th dport }}\n\
+           meta l4proto tcp reject with tcp reset\n\
+           reject\n}}\n\
          chain to_host {{\n type nat hook output priority -100; policy accept;\n\
            ip daddr {host} udp dport 53 dnat ip to {host}:{DNS_PORT}\n\
            ip daddr {host} tcp dport 80 dnat ip to {host}:{HTTP_PORT}\n\
@@ -512,13 +609,11 @@ fn sandbox_rules(link: Link, allow: &Allowlist, config: &NetworkConfig) -> Strin
            oifname \"lo\" accept\n\
            ip daddr {host} udp dport {DNS_PORT} accept\n\
            ip daddr {host} tcp dport {{ {HTTP_PORT}, {HTTPS_PORT} }} accept\n\
-           ip daddr {host} meta l4proto tcp reject with tcp reset\n\
-           ip daddr {host} reject\n\
-           meta nfproto != ipv4 reject\n\
+           ip daddr {host} goto refuse\n\
+           meta nfproto != ipv4 goto refuse\n\
            {refuse_rule}\
            {allow_rule}\
-           meta l4proto tcp reject with tcp reset\n\
-           reject\n}}\n\
+           goto refuse\n}}\n\
          }}\n"
     )
 }
@@ -669,6 +764,10 @@ mod tests {
         );
         let refuse = rules.find("169.254.0.0/16").unwrap();
         assert!(refuse < rules.find("203.0.113.0/24").unwrap());
+        // Every refusal goes through the chain that counts it.
+        let output = &rules[rules.find("chain output").unwrap()..];
+        assert!(!output.contains("reject"), "{rules}");
+        assert!(rules.contains("counter name \"refused\""), "{rules}");
         let host = host_rules(&config);
         assert!(host.contains("masquerade"));
         assert!(host.contains("10.0.0.0/8"));
