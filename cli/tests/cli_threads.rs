@@ -458,3 +458,55 @@ async fn next_event(
         event["to"].as_str().unwrap().to_owned(),
     )
 }
+
+#[tokio::test]
+async fn network_changes_a_threads_profile_and_refuses_a_bad_one() {
+    let api = Api::start(ApiAuth::disabled()).await;
+    api.run(&["resolve", "demo"]).await.ok();
+
+    let set = api
+        .run(&["network", "demo", "networked:pypi.org,*.pythonhosted.org"])
+        .await
+        .ok();
+    // The in-memory provider, like runc, cannot change a made sandbox's network.
+    assert_eq!(
+        set.stdout,
+        "demo: network networked (allow: pypi.org, *.pythonhosted.org) (next sandbox): \
+         recorded; the sandbox keeps the network it was made with (the provider cannot change \
+         it in place) and the thread's next one gets this profile (POST .../reset for one now: \
+         its files are lost)\n"
+    );
+    api.run(&["reset", "demo"]).await.ok();
+    let session = api.tb.session(&tid("demo")).await.unwrap().unwrap();
+    assert_eq!(
+        session.network.describe(),
+        "networked (allow: pypi.org, *.pythonhosted.org)"
+    );
+    assert_eq!(
+        api.provider
+            .network_of(session.sandbox_id.as_deref().unwrap())
+            .map(|n| n.describe()),
+        Some(session.network.describe()),
+        "the next sandbox is made with it"
+    );
+
+    let again = api
+        .run(&[
+            "network",
+            "demo",
+            "networked:pypi.org,*.pythonhosted.org",
+            "--json",
+        ])
+        .await
+        .ok()
+        .json();
+    assert_eq!(again["applied"], "unchanged");
+
+    // A bad profile never reaches the server: a usage error naming the entry.
+    let bad = api.run(&["network", "demo", "networked:a.*.test"]).await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("a.*.test"), "{}", bad.stderr);
+    api.run(&["network", "nope", "restricted"])
+        .await
+        .failed(3, "(unknown_thread)");
+}

@@ -1,32 +1,30 @@
 //! Networked sandboxes through the real runc provider (issue 18): what `restricted` and
 //! `networked` reach, with every byte staying on this machine.
 //!
-//! A network namespace of the test's own plays the internet: 203.0.113.10 and .11 (TEST-NET-3,
-//! routed to it only while the test runs) serve HTTP and HTTPS with a certificate the test
-//! makes; a DNS server of the test on 127.0.0.1 (the provider's upstream resolver) names them
-//! `pkg.test`, `other.test`, `a.cdn.test`, and `local.test` (127.0.0.1) and `meta.test`
-//! (169.254.169.254). A TCP service on the host's 127.0.0.1 stands for the host's own.
+//! The internet is the test's own (`support/network_world.rs`): a network namespace whose
+//! 203.0.113.10 and .11 serve HTTP and HTTPS, a resolver naming them `pkg.test`, `other.test`,
+//! `a.cdn.test`, plus `local.test` (127.0.0.1) and `meta.test` (169.254.169.254), and a TCP
+//! service on the host's 127.0.0.1 standing for the host's own.
 //!
 //! Needs root, runc, iproute2, nftables, openssl and python3; without them the test says so
 //! and passes, unless `THREADBOX_REQUIRE_SANDBOXES=1`. Runs of it in parallel processes take
 //! turns (a lock file), since the test network's addresses are the host's.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use threadbox_shared::adapters::runc::{host_can_run_sandboxes, RuncConfig, RuncProvider};
+use threadbox_shared::adapters::runc::{RuncConfig, RuncProvider};
+use threadbox_shared::domain::EgressCredentials;
 use threadbox_shared::ports::{
     Allowlist, AllowlistError, CreateSandbox, ExecRequest, NetworkProfile, SandboxProvider,
 };
 use threadbox_shared::testing::provider_conformance as suite;
 
-const PKG: &str = "203.0.113.10";
-const OTHER: &str = "203.0.113.11";
+#[path = "support/network_world.rs"]
+mod network_world;
+
+use network_world::{World, OTHER, PKG};
 
 fn require_or_skip<T>(why: String) -> Option<T> {
     if std::env::var_os("THREADBOX_REQUIRE_SANDBOXES").is_some() {
@@ -36,206 +34,9 @@ fn require_or_skip<T>(why: String) -> Option<T> {
     None
 }
 
-fn sh(cmd: &str) -> std::process::Output {
-    Command::new("sh")
-        .args(["-c", cmd])
-        .output()
-        .expect("run sh")
-}
-
-fn sh_ok(cmd: &str) {
-    let out = sh(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The test's internet and host services; removed on drop.
-struct World {
-    ns: String,
-    veth: String,
-    servers: Option<Child>,
-    dir: tempfile::TempDir,
-    dns: SocketAddr,
-    host_service: SocketAddr,
-    _lock: std::fs::File,
-}
-
-impl World {
-    fn new() -> Option<Self> {
-        if let Err(why) = host_can_run_sandboxes() {
-            return require_or_skip(why);
-        }
-        if !rustix_is_root() {
-            return require_or_skip("networked sandboxes need root".into());
-        }
-        for tool in ["ip", "nft", "openssl", "python3"] {
-            if !sh(&format!("command -v {tool} || test -x /usr/sbin/{tool}"))
-                .status
-                .success()
-            {
-                return require_or_skip(format!("{tool} is missing"));
-            }
-        }
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open("/tmp/threadbox-runc-network-test.lock")
-            .expect("lock file");
-        // SAFETY: flock on a descriptor we own.
-        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
-        let tag = std::process::id() % 100_000;
-        let ns = format!("tbtest{tag}");
-        let veth = format!("tbt{tag}");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut world = World {
-            ns: ns.clone(),
-            veth: veth.clone(),
-            servers: None,
-            dns: serve_dns(),
-            host_service: serve_host_secret(),
-            dir,
-            _lock: lock,
-        };
-        // A leftover of a run that was killed.
-        let _ = sh(&format!(
-            "ip netns del {ns} 2>/dev/null; ip link del {veth} 2>/dev/null"
-        ));
-        sh_ok(&format!(
-            "ip netns add {ns} && ip link add {veth} type veth peer name {veth}p netns {ns} && \
-             ip addr add 203.0.113.1/24 dev {veth} && ip link set {veth} up && \
-             ip -n {ns} link set lo up && ip -n {ns} link set {veth}p up && \
-             ip -n {ns} addr add {PKG}/24 dev {veth}p && ip -n {ns} addr add {OTHER}/24 dev {veth}p"
-        ));
-        let d = world.dir.path();
-        sh_ok(&format!(
-            "openssl req -x509 -newkey rsa:2048 -nodes -keyout {k} -out {c} -days 2 \
-             -subj /CN=pkg.test -addext subjectAltName=DNS:pkg.test,DNS:other.test,DNS:a.cdn.test \
-             2>/dev/null",
-            k = d.join("key.pem").display(),
-            c = d.join("cert.pem").display()
-        ));
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &ns, "python3", "-c", SERVERS])
-            .arg(d.join("cert.pem"))
-            .arg(d.join("key.pem"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the test servers");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "the test servers did not start");
-        world.servers = Some(child);
-        Some(world)
-    }
-
-    fn cert(&self) -> Vec<u8> {
-        std::fs::read(self.dir.path().join("cert.pem")).unwrap()
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.servers.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = sh(&format!(
-            "ip link del {} 2>/dev/null; ip netns del {}",
-            self.veth, self.ns
-        ));
-    }
-}
-
-fn rustix_is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// HTTP on 80 and HTTPS on 443 of every address of the namespace, answering with the address
-/// that was reached.
-const SERVERS: &str = r#"
-import http.server, socketserver, ssl, sys, threading
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
-    def do_GET(self):
-        body = ("served by %s\n" % self.connection.getsockname()[0]).encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-plain = S(("0.0.0.0", 80), H)
-tls = S(("0.0.0.0", 443), H)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(sys.argv[1], sys.argv[2])
-tls.socket = ctx.wrap_socket(tls.socket, server_side=True)
-threading.Thread(target=plain.serve_forever, daemon=True).start()
-print("ready", flush=True)
-tls.serve_forever()
-"#;
-
-/// The provider's upstream resolver: the test's names, NXDOMAIN for the rest.
-fn serve_dns() -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = socket.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while let Ok((n, from)) = socket.recv_from(&mut buf) {
-            let q = &buf[..n];
-            if n < 12 {
-                continue;
-            }
-            let (mut name, mut at) = (Vec::new(), 12);
-            while at < n && q[at] != 0 {
-                let len = q[at] as usize;
-                name.push(String::from_utf8_lossy(&q[at + 1..(at + 1 + len).min(n)]).to_string());
-                at += 1 + len;
-            }
-            let end = (at + 5).min(n);
-            let name = name.join(".").to_ascii_lowercase();
-            let ip: Option<Ipv4Addr> = match name.as_str() {
-                "pkg.test" | "a.cdn.test" => Some(PKG.parse().unwrap()),
-                "other.test" => Some(OTHER.parse().unwrap()),
-                "local.test" => Some(Ipv4Addr::LOCALHOST),
-                "meta.test" => Some(Ipv4Addr::new(169, 254, 169, 254)),
-                _ => None,
-            };
-            let mut out = q[..2].to_vec();
-            out.extend_from_slice(&[0x81, if ip.is_some() { 0x80 } else { 0x83 }, 0, 1]);
-            out.extend_from_slice(&[0, u8::from(ip.is_some()), 0, 0, 0, 0]);
-            out.extend_from_slice(&q[12..end]);
-            if let Some(ip) = ip {
-                out.extend_from_slice(&[0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4]);
-                out.extend_from_slice(&ip.octets());
-            }
-            let _ = socket.send_to(&out, from);
-        }
-    });
-    addr
-}
-
-/// A service on the host's loopback that no sandbox may reach.
-fn serve_host_secret() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let mut buf = [0u8; 512];
-            let _ = stream.read(&mut buf);
-            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\n\r\nhost secret\n");
-        }
-    });
-    addr
+/// The test's internet (`support/network_world.rs`), or a skip saying why there is none.
+fn world() -> Option<World> {
+    World::new().map_or_else(require_or_skip, Some)
 }
 
 fn request(network: NetworkProfile) -> CreateSandbox {
@@ -278,7 +79,7 @@ const CURL: &str = "curl -sS --max-time 8 --cacert /tmp/ca.pem";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandboxes_reach_only_what_their_profile_allows() {
-    let Some(world) = World::new() else { return };
+    let Some(world) = world() else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut config = RuncConfig::new(dir.path().join("state"));
     config.network.dns_upstream = Some(world.dns);
@@ -460,6 +261,187 @@ async fn sandboxes_reach_only_what_their_profile_allows() {
     assert!(p.list(&BTreeMap::new()).await.unwrap().is_empty());
 }
 
+/// The operator's credential in this test; the sandbox must never hold it.
+const SECRET: &str = "tb-egress-secret-4f9c2a";
+/// A pattern that matches [`SECRET`] without spelling it, so the command line of the search
+/// (visible in the sandbox's /proc) does not match itself.
+const SECRET_PATTERN: &str = "tb-egress-secret-4f9c2[a]";
+
+/// Credentials at egress (issue 18, item 5): the proxy adds an operator's header to requests to
+/// the hosts it names (HTTPS through a certificate of the deployment's CA, which the sandbox's
+/// own trust store holds, and plain HTTP), replacing what the sandbox sent, on every request
+/// of a kept-alive connection; other hosts stay pass-through; the secret is nowhere the
+/// sandbox can look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_added_at_egress_and_never_enter_the_sandbox() {
+    let Some(world) = world() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = RuncConfig::new(dir.path().join("state"));
+    config.network.dns_upstream = Some(world.dns);
+    config.network.credentials = EgressCredentials::parse_json(&format!(
+        r#"{{"pkg.test": {{"Authorization": "Bearer {SECRET}"}},
+            "*.cdn.test": {{"X-Api-Key": "{SECRET}"}}}}"#
+    ))
+    .unwrap();
+    // The test's internet has a certificate of the test's own: the proxy trusts it as an
+    // operator's internal CA, besides the host's roots.
+    config.network.upstream_ca_file = Some(world.cert_path());
+    let _cleanup = KillAll(config.clone());
+    let p = RuncProvider::open(config.clone()).await.expect("open");
+    let id = p
+        .create(request(networked(&[
+            "pkg.test",
+            "other.test",
+            "*.cdn.test",
+        ])))
+        .await
+        .unwrap()
+        .sandbox_id;
+    p.write_file(&id, "/tmp/test-ca.pem", &world.cert())
+        .await
+        .unwrap();
+    let bearer = format!("Bearer {SECRET}");
+
+    // HTTPS with the sandbox's own trust store (no --cacert, no -k), two requests on one
+    // connection: both carry the header.
+    let (code, out) = run(
+        &p,
+        &id,
+        "curl -sS --max-time 8 -w ' connects=%{num_connects}\\n' \
+         https://pkg.test/one https://pkg.test/two",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out.matches("served by 203.0.113.10").count(), 2, "{out}");
+    assert!(
+        out.contains("connects=0"),
+        "the second request reused the connection: {out}"
+    );
+    for path in ["/one", "/two"] {
+        let seen = world.request_for(path);
+        assert_eq!(seen["authorization"], serde_json::json!([bearer]), "{seen}");
+    }
+    // It is the deployment's CA that the sandbox trusted, not the test's certificate.
+    let (_, verbose) = run(
+        &p,
+        &id,
+        "curl -sS -v --max-time 8 -o /dev/null https://pkg.test/ca",
+    )
+    .await;
+    assert!(verbose.contains("threadbox egress CA"), "{verbose}");
+    let (code, _) = run(
+        &p,
+        &id,
+        "curl -sS --max-time 8 --cacert /tmp/test-ca.pem https://pkg.test/x",
+    )
+    .await;
+    assert_ne!(
+        code,
+        Some(0),
+        "pkg.test is intercepted: the test's certificate is not what it sees"
+    );
+
+    // A header the sandbox sends itself is replaced, not doubled.
+    reaches(
+        &p,
+        &id,
+        "curl -sS --max-time 8 -H 'Authorization: Bearer mine' https://pkg.test/own",
+        "served by 203.0.113.10",
+    )
+    .await;
+    assert_eq!(
+        world.request_for("/own")["authorization"],
+        serde_json::json!([bearer])
+    );
+    // Plain HTTP, and a name under a wildcard entry.
+    reaches(
+        &p,
+        &id,
+        "curl -sS --max-time 8 http://pkg.test/plain",
+        "served by",
+    )
+    .await;
+    assert_eq!(
+        world.request_for("/plain")["authorization"],
+        serde_json::json!([bearer])
+    );
+    reaches(
+        &p,
+        &id,
+        "curl -sS --max-time 8 https://a.cdn.test/cdn",
+        "served by",
+    )
+    .await;
+    assert_eq!(
+        world.request_for("/cdn")["x-api-key"],
+        serde_json::json!([SECRET])
+    );
+    // Another name on an intercepted connection gets no credentials (and no answer from it).
+    let (_, out) = run(
+        &p,
+        &id,
+        "curl -sS --max-time 8 -H 'Host: other.test' https://pkg.test/misdirected",
+    )
+    .await;
+    assert!(out.contains("not other.test"), "{out}");
+    assert!(world.requests().iter().all(|r| r["path"] != "/misdirected"));
+
+    // A host without credentials is passed through: the sandbox verifies the test's own
+    // certificate end to end, and the server gets no header.
+    reaches(
+        &p,
+        &id,
+        "curl -sS --max-time 8 --cacert /tmp/test-ca.pem https://other.test/through",
+        "served by 203.0.113.11",
+    )
+    .await;
+    assert_eq!(
+        world.request_for("/through")["authorization"],
+        serde_json::json!([])
+    );
+
+    // The secret is nowhere the sandbox can look: not in its environment (an exec's, its
+    // init's) nor in any file under / (but /proc and /sys, which hold processes, not files:
+    // the environments are checked above, and the search's own command line is there).
+    let (_, env) = run(&p, &id, "env; tr '\\0' '\\n' < /proc/1/environ").await;
+    assert!(
+        env.contains("SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"),
+        "{env}"
+    );
+    assert!(!env.contains(SECRET), "{env}");
+    p.write_file(&id, "/tmp/marker.txt", b"tb-egress-marker-77\n")
+        .await
+        .unwrap();
+    let mut search = ExecRequest::shell(format!(
+        "grep -rlsI -D skip -e '{SECRET_PATTERN}' -e 'tb-egress-marker-7[7]' \
+         $(find / -mindepth 1 -maxdepth 1 ! -type l ! -name proc ! -name sys); echo searched"
+    ));
+    // The host's /usr is part of the view: reading it cold takes a while.
+    search.timeout = Duration::from_secs(300);
+    let found = p.exec(&id, search).await.expect("search").stdout;
+    assert_eq!(
+        found.lines().collect::<Vec<_>>(),
+        ["/tmp/marker.txt", "searched"],
+        "the search finds a marker and nothing else: {found}"
+    );
+
+    // A provider that restarts keeps the CA: the sandbox still trusts the proxy.
+    drop(p);
+    let p = RuncProvider::open(config.clone()).await.expect("reopen");
+    reaches(
+        &p,
+        &id,
+        "curl -sS --max-time 8 https://pkg.test/again",
+        "served by",
+    )
+    .await;
+    assert_eq!(
+        world.request_for("/again")["authorization"],
+        serde_json::json!([bearer])
+    );
+    p.kill(&id).await.unwrap();
+}
+
 /// On drop (a failed test too), every sandbox of the state directory killed through a provider
 /// of its own, which also takes their links and mounts.
 struct KillAll(RuncConfig);
@@ -482,6 +464,239 @@ impl Drop for KillAll {
         })
         .join();
     }
+}
+
+/// Refusals are counted per sandbox where they happen (the resolver, the proxy, the packet
+/// filter), with the last destinations, and read through the provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_destinations_are_counted_per_sandbox() {
+    use threadbox_shared::ports::{RefusalReason, RefusedBy};
+    let Some(world) = world() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = RuncConfig::new(dir.path().join("state"));
+    config.network.dns_upstream = Some(world.dns);
+    let _cleanup = KillAll(config.clone());
+    let p = RuncProvider::open(config.clone()).await.expect("open");
+
+    // No network, nothing to count with: unknown, not zero.
+    let restricted = p
+        .create(request(NetworkProfile::Restricted))
+        .await
+        .unwrap()
+        .sandbox_id;
+    assert_eq!(p.network_refusals(&restricted).await.unwrap(), None);
+    p.kill(&restricted).await.unwrap();
+
+    let id = p
+        .create(request(networked(&["pkg.test"])))
+        .await
+        .unwrap()
+        .sandbox_id;
+    let neighbour = p
+        .create(request(networked(&["pkg.test"])))
+        .await
+        .unwrap()
+        .sandbox_id;
+    p.write_file(&id, "/tmp/ca.pem", &world.cert())
+        .await
+        .unwrap();
+    let fresh = p.network_refusals(&id).await.unwrap().expect("counted");
+    assert_eq!(
+        (fresh.lookups, fresh.connections, fresh.packets),
+        (Some(0), Some(0), Some(0))
+    );
+    reaches(
+        &p,
+        &id,
+        &format!("{CURL} https://pkg.test/"),
+        "served by 203.0.113.10",
+    )
+    .await;
+    let (_, resolved) = run(&p, &id, "getent hosts pkg.test").await;
+    let gateway = resolved.split_whitespace().next().unwrap().to_owned();
+    let allowed = p.network_refusals(&id).await.unwrap().unwrap();
+    assert_eq!(
+        allowed.total(),
+        0,
+        "what is allowed is no refusal: {allowed:?}"
+    );
+
+    // A name not in the list (its lookup, then naming it to the proxy anyway), a raw address,
+    // and the metadata address.
+    refused(&p, &id, &format!("{CURL} https://other.test/")).await;
+    refused(
+        &p,
+        &id,
+        &format!("{CURL} -H 'Host: other.test' http://{gateway}/"),
+    )
+    .await;
+    refused(&p, &id, &format!("{CURL} http://{OTHER}/")).await;
+    refused(&p, &id, &format!("{CURL} http://169.254.169.254/")).await;
+
+    let seen = p.network_refusals(&id).await.unwrap().unwrap();
+    assert!(seen.lookups.unwrap() >= 1, "{seen:?}");
+    assert_eq!(seen.connections, Some(1), "{seen:?}");
+    assert!(seen.packets.unwrap() >= 2, "{seen:?}");
+    let find = |destination: &str, by: RefusedBy| {
+        seen.recent
+            .iter()
+            .find(|r| r.destination == destination && r.by == by)
+            .unwrap_or_else(|| panic!("{destination} by {by:?} not in {:?}", seen.recent))
+    };
+    assert_eq!(
+        find("other.test", RefusedBy::Dns).reason,
+        RefusalReason::NotAllowed
+    );
+    assert_eq!(
+        find("other.test", RefusedBy::Proxy).reason,
+        RefusalReason::NotAllowed
+    );
+    let raw = find(&format!("{OTHER}:80"), RefusedBy::PacketFilter);
+    assert_eq!(raw.reason, RefusalReason::NotAllowed);
+    assert!(raw.times >= 1);
+    assert_eq!(
+        find("169.254.169.254:80", RefusedBy::PacketFilter).reason,
+        RefusalReason::AlwaysRefused
+    );
+    assert!(
+        seen.recent.windows(2).all(|w| w[0].at <= w[1].at),
+        "oldest first: {:?}",
+        seen.recent
+    );
+
+    // Each sandbox counts its own.
+    let untouched = p.network_refusals(&neighbour).await.unwrap().unwrap();
+    assert_eq!(untouched.total(), 0, "{untouched:?}");
+    assert!(untouched.recent.is_empty());
+
+    // A provider that restarts still reads the packet filter's count (kept with the sandbox);
+    // the resolver's and proxy's start again in the process now serving it.
+    drop(p);
+    let p = RuncProvider::open(config.clone()).await.expect("reopen");
+    let reopened = p.network_refusals(&id).await.unwrap().unwrap();
+    assert_eq!(reopened.packets, seen.packets, "{reopened:?}");
+    assert_eq!(reopened.lookups, Some(0));
+    p.kill(&id).await.unwrap();
+    p.kill(&neighbour).await.unwrap();
+}
+
+#[cfg(all(feature = "slack-client", feature = "sqlite"))]
+#[path = "support/slack.rs"]
+mod slack_support;
+
+/// Issue 18's "a refused connection reaches the Slack reply", through real runc: a block that
+/// fails on a name the thread's allowlist lacks gets a reply naming it and how to allow it.
+#[cfg(all(feature = "slack-client", feature = "sqlite"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_host_is_named_in_the_slack_reply() {
+    use std::sync::Arc;
+    use threadbox_shared::adapters::sqlite::{
+        QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore,
+    };
+    use threadbox_shared::domain::ThreadId;
+    use threadbox_shared::fanout::RecordOutcome;
+    use threadbox_shared::ports::SystemClock;
+    use threadbox_shared::slack::{IncomingMessage, SlackWorker, SlackWorkerConfig, WorkItem};
+    use threadbox_shared::usecases::{ResolveOptions, Threadbox};
+
+    let Some(world) = world() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = RuncConfig::new(dir.path().join("state"));
+    config.network.dns_upstream = Some(world.dns);
+    let _cleanup = KillAll(config.clone());
+    let provider = Arc::new(RuncProvider::open(config.clone()).await.expect("open"));
+    let db = dir.path().join("threadbox.db");
+    let store = SqliteSessionStore::open(&db).unwrap();
+    let events = Arc::new(
+        SqliteQueue::new(
+            store.database().clone(),
+            "lifecycle",
+            QueueConfig::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    let work = Arc::new(
+        SqliteQueue::new(
+            store.database().clone(),
+            threadbox_shared::slack::WORK_QUEUE,
+            QueueConfig::default(),
+        )
+        .await
+        .unwrap(),
+    );
+    let tb = Threadbox::new(
+        Arc::new(store),
+        provider,
+        events,
+        Arc::new(SystemClock),
+        threadbox_shared::testing::lifecycle_conformance::test_config(),
+    );
+    let thread = ThreadId::parse("slack:T1:C1:1767225600.000100").unwrap();
+    tb.resolve_with(
+        &thread,
+        ResolveOptions {
+            network: Some(networked(&["pkg.test"])),
+            ..ResolveOptions::default()
+        },
+    )
+    .await
+    .expect("the thread, networked");
+    let fake = slack_support::fake().await;
+    let worker = SlackWorker::new(
+        tb.clone(),
+        slack_support::client(&fake),
+        Arc::new(SqliteDedupe::open(&db).unwrap()),
+        work,
+        SlackWorkerConfig::default(),
+    );
+    let message = |event: &str, ts: &str, code: &str| {
+        WorkItem::Message(IncomingMessage {
+            event_id: event.into(),
+            thread_id: thread.clone(),
+            channel: "C1".into(),
+            ts: ts.into(),
+            reply_thread_ts: Some("1767225600.000100".into()),
+            user: "U1".into(),
+            text: format!("```bash\n{code}\n```"),
+            files: Vec::new(),
+            addressed: true,
+        })
+    };
+    let handle = |item: WorkItem| {
+        let worker = &worker;
+        async move {
+            worker
+                .handle_body(&serde_json::to_string(&item).unwrap())
+                .await
+        }
+    };
+
+    let item = message(
+        "Ev1",
+        "1767225601.000001",
+        "curl -sS --max-time 8 https://other.test/",
+    );
+    assert_eq!(handle(item).await, RecordOutcome::Delivered);
+    let reply = fake.messages().last().unwrap().text.clone();
+    assert!(reply.contains("exited 6"), "{reply}");
+    assert!(reply.contains("`other.test` (DNS)"), "{reply}");
+    assert!(
+        reply.contains("PUT /v1/threads/slack:T1:C1:1767225600.000100/network"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains(r#"{"network":{"networked":{"allow":["pkg.test","other.test"]}}}"#),
+        "{reply}"
+    );
+
+    // A failure the network did not cause gets no such lines, and an old refusal is not told
+    // again.
+    let item = message("Ev2", "1767225601.000002", "exit 3");
+    assert_eq!(handle(item).await, RecordOutcome::Delivered);
+    let reply = fake.messages().last().unwrap().text.clone();
+    assert!(reply.contains("exited 3"), "{reply}");
+    assert!(!reply.contains("refused"), "{reply}");
 }
 
 /// The host end of a sandbox's link, from its bundle's record.

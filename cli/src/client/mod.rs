@@ -18,14 +18,16 @@ use std::time::Duration;
 use reqwest::header::{HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
-use threadbox_shared::domain::Millis;
+use threadbox_shared::domain::{Millis, NetworkProfile};
 use threadbox_shared::ports::ExecResult;
 use threadbox_shared::usecases::SandboxHandle;
 
 pub use error::{is_busy, ClientError};
 pub use exec_stream::ExecUpdate;
 pub use processes::{signal_name, FollowUpdate, ProcessSpec};
-pub use types::{EventPage, ExecSpec, ResetView, ThreadDetail, ThreadPage, ThreadView};
+pub use types::{
+    EventPage, ExecSpec, NetworkBody, NetworkSet, ResetView, ThreadDetail, ThreadPage, ThreadView,
+};
 
 /// Whether a listing carries each thread's usage (`?usage=true`), and from when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +137,14 @@ impl Client {
         if let Some(timeout) = timeout {
             request = request.timeout(timeout);
         }
+        Self::send_and_decode(request, shown).await
+    }
+
+    /// Send `request` and decode a success body as `T`.
+    async fn send_and_decode<T: DeserializeOwned>(
+        request: reqwest::RequestBuilder,
+        shown: String,
+    ) -> Result<T, ClientError> {
         let bytes = Self::answer(request, &shown).await?;
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol {
             url: shown,
@@ -291,6 +301,21 @@ impl Client {
             None,
         )
         .await
+    }
+
+    /// Change the thread's network profile (recorded with a `user` event; applied in place
+    /// where the provider can, otherwise to the thread's next sandbox).
+    pub async fn set_network(
+        &self,
+        thread_id: &str,
+        network: &NetworkProfile,
+    ) -> Result<NetworkSet, ClientError> {
+        let url = self.url(Some(thread_id), Some("network"));
+        let shown = url.to_string();
+        let request = self
+            .request(Method::PUT, url)
+            .json(&NetworkBody { network });
+        Self::send_and_decode(request, shown).await
     }
 
     /// Run a command; the call may take as long as the command's own timeout (the server's

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use threadbox_shared::domain::{LifecycleEvent, Session, Usage};
+use threadbox_shared::domain::{LifecycleEvent, NetworkProfile, Session, Usage};
 use threadbox_shared::usecases::{SandboxHandle, SandboxStatus};
 
 /// A session with how long it has been idle (by the server's clock), and what its sandbox used
@@ -56,6 +56,21 @@ pub struct ResetView {
     #[serde(flatten)]
     pub handle: SandboxHandle,
     pub files_lost: bool,
+    pub message: String,
+}
+
+/// The body of `PUT /v1/threads/{id}/network`.
+#[derive(Clone, Debug, Serialize)]
+pub struct NetworkBody<'a> {
+    pub network: &'a NetworkProfile,
+}
+
+/// The answer to `PUT /v1/threads/{id}/network`: the record as stored, where the profile
+/// applies (`live`, `next_sandbox` or `unchanged`) and a sentence saying so.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NetworkSet {
+    pub session: ThreadView,
+    pub applied: String,
     pub message: String,
 }
 

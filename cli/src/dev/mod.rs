@@ -16,6 +16,7 @@ mod api_keys;
 mod consumer;
 mod dashboard;
 mod data_dir;
+mod egress_credentials;
 mod janitor;
 mod preflight;
 mod processes;
@@ -35,8 +36,12 @@ use anyhow::{bail, Context};
 use threadbox_shared::adapters::runc::{DiskQuota, RuncConfig};
 use threadbox_shared::adapters::sqlite::{
     QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
+    SqliteWindowCounter,
 };
-use threadbox_shared::domain::Timers;
+use threadbox_shared::domain::{
+    parse_profile, Budgets, NetworkDefaults, NetworkProfile, Timers, SCOPE_COMPUTE_BUDGET_VAR,
+    SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR,
+};
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_shared::http::{require_local, router, LocalOnly};
 use threadbox_shared::live::token_routes;
@@ -103,6 +108,12 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_API_KEYS_FILE")]
     pub api_keys_file: Option<PathBuf>,
 
+    /// A JSON file of headers the egress proxy adds to networked sandboxes' requests, per host
+    /// (exact or *.suffix): {"api.github.com": {"Authorization": "Bearer ..."}}. Owner-only
+    /// (chmod 600); the sandboxes never see it. On E2B they become its egress rules.
+    #[arg(long, env = "THREADBOX_EGRESS_CREDENTIALS_FILE")]
+    pub egress_credentials_file: Option<PathBuf>,
+
     /// Most live-events WebSocket connections one token may hold open at once.
     #[arg(long, env = "THREADBOX_WS_MAX_PER_TOKEN", default_value_t = ws_limits::ConnectionLimits::default().per_token)]
     pub ws_max_per_token: usize,
@@ -161,6 +172,36 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_DISK_FILES", default_value_t = DiskQuota::default().inodes)]
     pub disk_files: u64,
 
+    /// The network profile of a new thread whose creator names none: restricted (no outbound
+    /// traffic), networked (every public address) or networked:ENTRY,ENTRY,... (domains,
+    /// *.suffix, IPs and CIDRs).
+    #[arg(long, env = "THREADBOX_NETWORK", default_value = "restricted", value_parser = parse_network)]
+    pub network: NetworkProfile,
+
+    /// Per Slack workspace or channel, the profile of its new threads:
+    /// 'T0123=networked:pypi.org;T0123/C0456=restricted' (a channel beats its workspace).
+    #[arg(long, env = "THREADBOX_SLACK_NETWORK", default_value = "", value_parser = parse_slack_network)]
+    pub slack_network: String,
+
+    /// Compute budget of one thread per UTC day, in vCPU-seconds (running seconds times the
+    /// sandbox's vCPUs); past it the thread is paused until the next day. 0: none.
+    #[arg(long, env = THREAD_COMPUTE_BUDGET_VAR, default_value_t = 0)]
+    pub thread_compute_budget: u64,
+
+    /// Compute budget of one Slack workspace or API key per UTC day, in vCPU-seconds, all its
+    /// threads together. 0: none.
+    #[arg(long, env = SCOPE_COMPUTE_BUDGET_VAR, default_value_t = 0)]
+    pub scope_compute_budget: u64,
+
+    /// New sandboxes one Slack workspace or API key may create per UTC clock hour; past it a
+    /// create is refused (429) before anything is made. 0: no cap.
+    #[arg(long, env = SCOPE_CREATES_PER_HOUR_VAR, default_value_t = 0)]
+    pub scope_creates_per_hour: u64,
+
+    /// While a compute budget is set, how often the janitor looks at a running thread.
+    #[arg(long, env = "THREADBOX_BUDGET_CHECK", default_value = "5m", value_parser = duration::parse)]
+    pub budget_check: Duration,
+
     /// Refused: keys on the command line show in `ps` to every local user.
     #[arg(long, hide = true)]
     pub api_keys: Option<String>,
@@ -186,6 +227,38 @@ fn parse_size(raw: &str) -> Result<u64, String> {
         ));
     }
     Ok(bytes)
+}
+
+fn parse_network(raw: &str) -> Result<NetworkProfile, String> {
+    parse_profile(raw).map_err(|e| e.to_string())
+}
+
+fn parse_slack_network(raw: &str) -> Result<String, String> {
+    NetworkDefaults::default()
+        .with_slack_setting(raw)
+        .map(|_| raw.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+impl DevArgs {
+    /// The budgets the flags set (0 is off).
+    fn budgets(&self) -> Budgets {
+        let limit = |n: u64| (n > 0).then_some(n);
+        Budgets {
+            thread_compute_per_day: limit(self.thread_compute_budget),
+            scope_compute_per_day: limit(self.scope_compute_budget),
+            scope_creates_per_hour: limit(self.scope_creates_per_hour),
+            // At least 10 s: shorter would have the janitor read running threads every sweep.
+            check_every: self.budget_check.max(Duration::from_secs(10)),
+        }
+    }
+
+    /// The profiles new threads get (both settings were checked when the flags were read).
+    pub fn network_defaults(&self) -> anyhow::Result<NetworkDefaults> {
+        NetworkDefaults::new(self.network.clone())
+            .with_slack_setting(&self.slack_network)
+            .context("--slack-network")
+    }
 }
 
 fn parse_disk_quota(raw: &str) -> Result<DiskQuotaArg, String> {
@@ -272,7 +345,19 @@ impl DevArgs {
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     args.validate()?;
-    let chosen = provider::choose(args.provider.as_deref())?;
+    let mut chosen = provider::choose(args.provider.as_deref())?;
+    let egress_credentials = egress_credentials::load(args.egress_credentials_file.as_deref())?;
+    if let threadbox_shared::providers::ProviderConfig::E2b(e2b) = &mut chosen.config {
+        if !egress_credentials.is_empty() {
+            if !e2b.egress_credentials.is_empty() {
+                anyhow::bail!(
+                    "{} is set and so is --egress-credentials-file: give the credentials one way",
+                    threadbox_shared::adapters::e2b::EGRESS_CREDENTIALS_VAR
+                );
+            }
+            e2b.egress_credentials = egress_credentials.clone();
+        }
+    }
     if chosen.is_runc() {
         preflight::check()?;
     }
@@ -304,6 +389,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         SqliteDedupe::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
     );
     let mut runc_config = RuncConfig::new(data_dir.join("sandboxes"));
+    runc_config.network.credentials = egress_credentials;
     runc_config.allow_unpatched_runtime = args.allow_unpatched_runc;
     runc_config.max_commands_per_sandbox = args.max_commands_per_thread;
     if let Some(max) = args.max_commands {
@@ -337,18 +423,24 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         },
         record_retention: args.record_retention,
         pricing,
+        network: args.network_defaults()?,
+        budgets: args.budgets(),
         ..Config::default()
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let database = store.database().clone();
     let janitor_database = store.database().clone();
+    let budget_counter = SqliteWindowCounter::new(store.database().clone())
+        .await
+        .context("opening the budget counters")?;
     let tb = Threadbox::new(
         Arc::new(store),
         provider,
         queue.clone(),
         clock.clone(),
         config,
-    );
+    )
+    .with_budget_counter(Arc::new(budget_counter));
     let sockets = Arc::new(InProcessSender::default());
     let subscribers = Arc::new(Subscribers::new(
         subscriptions,
@@ -610,6 +702,9 @@ fn print_banner(
         duration::format(args.retention),
         duration::format(args.record_retention)
     );
+    if let Ok(network) = args.network_defaults() {
+        println!("  network    new threads: {}", network.describe());
+    }
     for line in sandbox_lines {
         println!("  {line}");
     }
@@ -633,6 +728,34 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<DevArgs, clap::Error> {
         Wrapper::try_parse_from(std::iter::once("dev").chain(args.iter().copied())).map(|w| w.dev)
+    }
+
+    #[test]
+    fn network_flags_are_checked_when_read() {
+        let default = parse(&[]).unwrap();
+        assert_eq!(
+            default.network_defaults().unwrap(),
+            NetworkDefaults::default()
+        );
+        let set = parse(&[
+            "--network",
+            "networked:pypi.org",
+            "--slack-network",
+            "T1=restricted",
+        ])
+        .unwrap();
+        assert_eq!(
+            set.network_defaults().unwrap().describe(),
+            "networked (allow: pypi.org); Slack T1: restricted"
+        );
+        let err = parse(&["--network", "networked:a.*.test"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a.*.test"), "{err}");
+        let err = parse(&["--slack-network", "T1=open"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Slack scope T1"), "{err}");
     }
 
     #[test]
@@ -662,6 +785,27 @@ mod tests {
             few_files.to_string().contains("--disk-files"),
             "{few_files}"
         );
+    }
+
+    #[test]
+    fn budget_flags_are_off_by_default_and_zero_is_off() {
+        assert_eq!(parse(&[]).unwrap().budgets(), Budgets::default());
+        let set = parse(&[
+            "--thread-compute-budget",
+            "3600",
+            "--scope-compute-budget",
+            "0",
+            "--scope-creates-per-hour",
+            "20",
+            "--budget-check",
+            "2s",
+        ])
+        .unwrap()
+        .budgets();
+        assert_eq!(set.thread_compute_per_day, Some(3600));
+        assert_eq!(set.scope_compute_per_day, None);
+        assert_eq!(set.scope_creates_per_hour, Some(20));
+        assert_eq!(set.check_every, Duration::from_secs(10), "at least 10 s");
     }
 
     #[test]

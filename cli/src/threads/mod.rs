@@ -15,7 +15,7 @@ pub(crate) mod table;
 
 use std::process::ExitCode;
 
-use threadbox_shared::domain::ThreadId;
+use threadbox_shared::domain::{parse_profile, NetworkProfile, ThreadId};
 
 use self::output::Output;
 use crate::client::{ApiArgs, ThreadPage, UsageQuery};
@@ -75,6 +75,15 @@ enum ThreadsCommand {
         #[arg(value_parser = thread_id)]
         thread: String,
     },
+    /// Change the thread's network profile: `restricted`, `networked` (every public address) or
+    /// `networked:pypi.org,*.pythonhosted.org,203.0.113.0/24`. E2B applies it to the running
+    /// sandbox; runc to the thread's next one (a reset).
+    Network {
+        #[arg(value_parser = thread_id)]
+        thread: String,
+        #[arg(value_parser = network_profile)]
+        profile: NetworkProfile,
+    },
     /// Run a command in the thread's sandbox: `exec <thread> -- ls -la`, or `-c 'shell line'`.
     Exec(exec::ExecArgs),
     /// The thread's lifecycle events; `--follow` keeps watching.
@@ -87,6 +96,10 @@ fn thread_id(raw: &str) -> Result<String, String> {
     ThreadId::parse(raw)
         .map(|id| id.as_str().to_owned())
         .map_err(|e| e.to_string())
+}
+
+fn network_profile(raw: &str) -> Result<NetworkProfile, String> {
+    parse_profile(raw).map_err(|e| e.to_string())
 }
 
 pub async fn run(args: ThreadsArgs) -> anyhow::Result<ExitCode> {
@@ -149,6 +162,19 @@ pub async fn run(args: ThreadsArgs) -> anyhow::Result<ExitCode> {
                 out.document(&reset)?;
             } else {
                 out.text(&render::reset_lines(&reset, out.color))?;
+            }
+        }
+        ThreadsCommand::Network { thread, profile } => {
+            let set = client.set_network(&thread, &profile).await?;
+            if out.json {
+                out.document(&set)?;
+            } else {
+                out.text(&format!(
+                    "{thread}: network {} ({}): {}\n",
+                    set.session.session.network.describe(),
+                    set.applied.replace('_', " "),
+                    set.message
+                ))?;
             }
         }
         ThreadsCommand::Exec(exec) => return exec::run(&client, exec, out).await,

@@ -1,7 +1,11 @@
 //! The pure domain: no AWS, HTTP, clock or I/O. Everything here is plain data and rules
-//! (`usage`: what a thread's sandbox used, from its lifecycle events, and what that costs).
+//! (`usage`: what a thread's sandbox used, from its lifecycle events, and what that costs;
+//! `budget`: how much of that a thread or a scope may use).
 
+mod budget;
+mod egress_credentials;
 pub(crate) mod network;
+mod network_defaults;
 mod scope;
 mod session;
 mod status;
@@ -10,7 +14,16 @@ mod time;
 mod transition;
 mod usage;
 
+pub use budget::{
+    charged_key, creates_key, day_of, hour_of, scope_compute_key, vcpu_ms, BudgetExceeded,
+    BudgetScope, Budgeted, Budgets, BUDGET_CHECK_SECS_VAR, DEFAULT_BUDGET_CHECK,
+    SCOPE_COMPUTE_BUDGET_VAR, SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR,
+};
+pub use egress_credentials::{
+    EgressCredentials, EgressCredentialsError, HeaderSecret, HostCredentials,
+};
 pub use network::{Allowlist, AllowlistError, NetworkProfile};
+pub use network_defaults::{parse_profile, NetworkDefaults, NetworkSettingError};
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
 pub use session::{Change, Hold, LifecycleEvent, Session, Timers, MAX_SEQ, PROCESS_HOLD_PREFIX};
 pub use status::{Cause, GonePolicy, Status};

@@ -79,6 +79,11 @@ impl ThreadId {
         self.0.strip_prefix("slack:")?.split(':').next()
     }
 
+    /// The Slack channel (or DM conversation) a Slack thread belongs to.
+    pub fn slack_channel(&self) -> Option<&str> {
+        self.0.strip_prefix("slack:")?.split(':').nth(1)
+    }
+
     /// The janitor's index shard for this thread: a stable FNV-1a hash, so every process and
     /// every backend agrees without coordination.
     pub fn shard(&self, shard_count: u32) -> u32 {

@@ -7,7 +7,10 @@ use super::env::{Env, SetupError};
 use crate::adapters::dynamo::DynamoConfig;
 use crate::adapters::sqs::SqsQueueUrls;
 use crate::config::ConfigError;
-use crate::domain::{Pricing, PricingSettings, SandboxSize, Timers};
+use crate::domain::{
+    parse_profile, Budgets, NetworkDefaults, NetworkProfile, Pricing, PricingSettings, SandboxSize,
+    Timers,
+};
 use crate::providers::ProviderConfig;
 use crate::usecases::Config;
 
@@ -16,6 +19,11 @@ pub const LIFECYCLE_DLQ_URL_VAR: &str = "THREADBOX_LIFECYCLE_DLQ_URL";
 pub const IDLE_PAUSE_VAR: &str = "THREADBOX_IDLE_PAUSE_SECS";
 pub const RETENTION_VAR: &str = "THREADBOX_RETENTION_SECS";
 pub const RUNC_STATE_DIR_VAR: &str = "THREADBOX_RUNC_STATE_DIR";
+/// The network profile of new threads: `restricted` (the default), `networked` or
+/// `networked:ENTRY,...`.
+pub const NETWORK_VAR: &str = "THREADBOX_NETWORK";
+/// Per Slack workspace or channel: `T0123=networked:pypi.org;T0123/C0456=restricted`.
+pub const SLACK_NETWORK_VAR: &str = "THREADBOX_SLACK_NETWORK";
 
 /// Where the runc provider keeps its state when the environment does not say. Only the local
 /// loop runs runc, and /tmp is the one writable place a Lambda sandbox has.
@@ -81,6 +89,8 @@ impl Settings {
                 ..defaults
             },
             pricing: pricing_from_env(env, &provider)?,
+            network: network_from_env(env)?,
+            budgets: Budgets::read(|name, default, range| env.whole_number(name, default, range))?,
             ..Config::default()
         };
         Ok(Self {
@@ -91,6 +101,25 @@ impl Settings {
             use_cases,
         })
     }
+}
+
+/// The profiles new threads get: `THREADBOX_NETWORK` (default `restricted`) and the per Slack
+/// scope `THREADBOX_SLACK_NETWORK`. An empty variable is the same as an unset one, since
+/// CloudFormation passes an empty parameter as "".
+pub fn network_from_env(env: &Env) -> Result<NetworkDefaults, ConfigError> {
+    let invalid = |variable: &'static str| {
+        move |e: crate::domain::NetworkSettingError| ConfigError::Invalid {
+            variable,
+            reason: e.to_string(),
+        }
+    };
+    let default = match env.get(NETWORK_VAR).filter(|v| !v.trim().is_empty()) {
+        Some(value) => parse_profile(&value).map_err(invalid(NETWORK_VAR))?,
+        None => NetworkProfile::Restricted,
+    };
+    NetworkDefaults::new(default)
+        .with_slack_setting(&env.get(SLACK_NETWORK_VAR).unwrap_or_default())
+        .map_err(invalid(SLACK_NETWORK_VAR))
 }
 
 /// What a thread's time is priced at: the provider's defaults (E2B's default sandbox at its
@@ -167,6 +196,39 @@ mod tests {
     }
 
     #[test]
+    fn network_defaults_come_from_two_variables() {
+        let unset = with(&[]).unwrap().use_cases.network;
+        assert_eq!(unset, NetworkDefaults::default());
+        let empty = with(&[(NETWORK_VAR, ""), (SLACK_NETWORK_VAR, "")]).unwrap();
+        assert_eq!(empty.use_cases.network, NetworkDefaults::default());
+        let set = with(&[
+            (NETWORK_VAR, "networked:pypi.org"),
+            (SLACK_NETWORK_VAR, "T1/C1=restricted"),
+        ])
+        .unwrap()
+        .use_cases
+        .network;
+        assert_eq!(
+            set.describe(),
+            "networked (allow: pypi.org); Slack T1/C1: restricted"
+        );
+        let err = with(&[(NETWORK_VAR, "networked:10.0.0.0/33")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(NETWORK_VAR) && err.contains("entry 1"),
+            "{err}"
+        );
+        let err = with(&[(SLACK_NETWORK_VAR, "T1=wide-open")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(SLACK_NETWORK_VAR) && err.contains("Slack scope T1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn pricing_follows_the_provider_and_its_variables() {
         use crate::domain::{E2B_LIST_PRICES, PRICE_GIB_HOUR_VAR, PRICE_VCPU_HOUR_VAR};
         let runc = with(&[]).unwrap().use_cases.pricing;
@@ -190,6 +252,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains(PRICE_GIB_HOUR_VAR), "{err}");
+    }
+
+    #[test]
+    fn budgets_are_off_unless_set_and_zero_is_off() {
+        use crate::domain::{SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR};
+        assert_eq!(with(&[]).unwrap().use_cases.budgets, Budgets::default());
+        // What CloudFormation passes for the parameters' defaults.
+        let zero = with(&[(THREAD_COMPUTE_BUDGET_VAR, "0")]).unwrap();
+        assert_eq!(zero.use_cases.budgets, Budgets::default());
+        let set = with(&[(SCOPE_CREATES_PER_HOUR_VAR, "20")]).unwrap();
+        assert_eq!(set.use_cases.budgets.scope_creates_per_hour, Some(20));
+        let err = with(&[(THREAD_COMPUTE_BUDGET_VAR, "2h")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(THREAD_COMPUTE_BUDGET_VAR), "{err}");
     }
 
     #[test]

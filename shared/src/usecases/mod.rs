@@ -1,6 +1,8 @@
 //! Use cases: what threadbox does, written against the ports only.
 //!
 //! [`Threadbox`] bundles the ports and the configuration; each file adds one family of verbs:
+//! - `budget`: the cap on new sandboxes per scope and hour, and compute budgets per thread and
+//!   scope and day (checked on resolve and by the janitor; a thread over one is paused);
 //! - `resolve`: get-or-create a thread's sandbox (under a lease, fenced by generation), resume it
 //!   when paused, and apply the gone policy when the provider lost it;
 //! - `pause`: pause, destroy and reset, and the handler of transitions the janitor handed off;
@@ -16,6 +18,7 @@
 //! - `outbox`: handing written events to the lifecycle queue, and re-driving the ones that were not;
 //! - `usage`: what threads' sandboxes used and cost, from their events (one thread, or a page).
 
+mod budget;
 mod error;
 mod history;
 mod hold_request;
@@ -30,9 +33,10 @@ mod resolve;
 mod threadbox;
 mod usage;
 
+pub use budget::{in_caller_scope, with_caller_scope};
 pub use error::UseCaseError;
 pub use hold_request::HoldRequest;
-pub use inspect::SandboxStatus;
+pub use inspect::{SandboxRefusals, SandboxStatus};
 pub use janitor::{SweepOptions, SweepReport};
 pub use network::{NetworkApplied, NetworkChange};
 pub use pause::{Handoff, TransitionOutcome, TransitionWork};

@@ -93,7 +93,7 @@ mod tests {
 
     use super::*;
     use crate::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-    use crate::domain::{Allowlist, Cause};
+    use crate::domain::{Allowlist, Cause, NetworkDefaults};
     use crate::testing::{InMemoryProvider, ManualClock};
     use crate::usecases::{Config, ResolveOptions, UseCaseError};
 
@@ -111,7 +111,7 @@ mod tests {
             Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap());
         let provider = InMemoryProvider::new();
         let config = Config {
-            network: default,
+            network: NetworkDefaults::new(default),
             settle_poll: Duration::from_millis(5),
             ..Config::default()
         };
@@ -175,6 +175,42 @@ mod tests {
             w.provider.network_of(&id),
             Some(public),
             "the default from config"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_slack_thread_gets_its_channels_or_workspaces_profile() {
+        let mut w = world(NetworkProfile::Restricted);
+        w.tb.config.network = NetworkDefaults::new(NetworkProfile::Restricted)
+            .with_slack_setting("T1=networked:pkg.test,*.example.org;T1/C9=restricted")
+            .unwrap();
+        let in_team = resolve(&w, "slack:T1:C1:1767225600.000100", None)
+            .await
+            .unwrap();
+        assert_eq!(w.provider.network_of(&in_team), Some(listed()));
+        let in_channel = resolve(&w, "slack:T1:C9:1767225600.000100", None)
+            .await
+            .unwrap();
+        assert_eq!(
+            w.provider.network_of(&in_channel),
+            Some(NetworkProfile::Restricted)
+        );
+        let api = resolve(&w, "api-thread", None).await.unwrap();
+        assert_eq!(
+            w.provider.network_of(&api),
+            Some(NetworkProfile::Restricted)
+        );
+        // A caller's own choice still wins over the scope's.
+        let asked = resolve(
+            &w,
+            "slack:T1:C1:1767225600.000200",
+            Some(NetworkProfile::Restricted),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            w.provider.network_of(&asked),
+            Some(NetworkProfile::Restricted)
         );
     }
 

@@ -33,6 +33,7 @@ mod background;
 mod controls;
 mod home;
 mod live;
+mod refusals;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -465,24 +466,34 @@ impl SlackWorker {
         };
         // The exec holds the sandbox for the command's duration, so it is never paused mid-run.
         let language = interpreter.name();
+        let refusals_before = self.refusals_before(thread_id).await;
         let streamed = self.run_live(thread_id, request, language, place).await;
         let live_ts = streamed.live_ts;
         let result = match streamed.result {
             Ok(result) => result,
             Err(error) => return (BlockReply::Text(failure(&error)), live_ts),
         };
-        let budget = self.config.reply_budget;
+        // A failure the network may explain ends with what it refused (`refusals`).
+        let hint = self
+            .refusal_hint(thread_id, refusals_before, &result)
+            .await
+            .map(|hint| format!("\n{hint}"))
+            .unwrap_or_default();
+        let budget = self
+            .config
+            .reply_budget
+            .saturating_sub(hint.chars().count());
         if format::fits_inline(language, &result, budget) {
             return (
-                BlockReply::Text(format::exec_reply(language, &result, budget)),
+                BlockReply::Text(format::exec_reply(language, &result, budget) + &hint),
                 live_ts,
             );
         }
         // Too long for a message: the first lines inline, the whole output as a file.
         let filename = format!("{language}-output.txt");
         let reply = BlockReply::WithFile {
-            text: format::exec_reply_with_file(language, &result, &filename),
-            fallback: format::exec_reply(language, &result, budget),
+            text: format::exec_reply_with_file(language, &result, &filename) + &hint,
+            fallback: format::exec_reply(language, &result, budget) + &hint,
             file: OutputFile {
                 title: format!("{language} output"),
                 bytes: format::output_file(&result).into_bytes(),
@@ -937,6 +948,7 @@ fn failure(error: &UseCaseError) -> String {
             "The sandbox is busy changing state; try again in a moment.".to_owned()
         }
         UseCaseError::UnknownThread(_) => NO_SANDBOX.to_owned(),
+        UseCaseError::Budget(exceeded) => crate::slack::budget::budget_reply(exceeded),
         UseCaseError::Provider(crate::ports::ProviderError::LimitReached {
             limit,
             message,
