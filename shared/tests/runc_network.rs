@@ -466,6 +466,83 @@ impl Drop for KillAll {
     }
 }
 
+/// A sandbox's profile changes in place, running or paused, keeping its files: restricted to
+/// networked, one allowlist to another, and back to restricted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_sandboxs_profile_changes_in_place() {
+    let Some(world) = world() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = RuncConfig::new(dir.path().join("state"));
+    config.network.dns_upstream = Some(world.dns);
+    let _cleanup = KillAll(config.clone());
+    let p = RuncProvider::open(config).await.expect("open");
+
+    let id = p
+        .create(request(NetworkProfile::Restricted))
+        .await
+        .unwrap()
+        .sandbox_id;
+    p.write_file(&id, "/tmp/ca.pem", &world.cert())
+        .await
+        .unwrap();
+    p.write_file(&id, "/home/user/kept.txt", b"kept\n")
+        .await
+        .unwrap();
+    refused(&p, &id, &format!("{CURL} https://pkg.test/")).await;
+    assert!(p.network_refusals(&id).await.unwrap().is_none());
+
+    // Restricted to networked, running: names resolve and the allowed host answers.
+    p.set_network(&id, &networked(&["pkg.test"])).await.unwrap();
+    reaches(
+        &p,
+        &id,
+        &format!("{CURL} https://pkg.test/"),
+        "served by 203.0.113.10",
+    )
+    .await;
+    refused(&p, &id, &format!("{CURL} https://other.test/")).await;
+    // Tools find the trust store through the variables every command now gets.
+    reaches(&p, &id, "echo $SSL_CERT_FILE", "/etc/ssl/certs/").await;
+
+    // Another allowlist: the old host is refused, the new one answers.
+    p.set_network(&id, &networked(&["other.test"]))
+        .await
+        .unwrap();
+    refused(&p, &id, &format!("{CURL} https://pkg.test/")).await;
+    reaches(
+        &p,
+        &id,
+        &format!("{CURL} https://other.test/"),
+        "served by 203.0.113.11",
+    )
+    .await;
+
+    // Paused: restricted again, and the resumed sandbox reaches nothing, not even names.
+    p.pause(&id).await.unwrap();
+    p.set_network(&id, &NetworkProfile::Restricted)
+        .await
+        .unwrap();
+    p.connect(&id).await.unwrap();
+    refused(&p, &id, &format!("{CURL} https://other.test/")).await;
+    let (code, _) = run(&p, &id, "getent hosts other.test").await;
+    assert_ne!(code, Some(0), "no names for a restricted sandbox");
+    assert!(p.network_refusals(&id).await.unwrap().is_none());
+
+    // And networked once more while paused, taking effect at the resume.
+    p.pause(&id).await.unwrap();
+    p.set_network(&id, &networked(&["pkg.test"])).await.unwrap();
+    p.connect(&id).await.unwrap();
+    reaches(
+        &p,
+        &id,
+        &format!("{CURL} https://pkg.test/"),
+        "served by 203.0.113.10",
+    )
+    .await;
+    reaches(&p, &id, "cat /home/user/kept.txt", "kept").await;
+    p.kill(&id).await.unwrap();
+}
+
 /// Refusals are counted per sandbox where they happen (the resolver, the proxy, the packet
 /// filter), with the last destinations, and read through the provider.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,8 +76,8 @@ enum ThreadsCommand {
         thread: String,
     },
     /// Change the thread's network profile: `restricted`, `networked` (every public address) or
-    /// `networked:pypi.org,*.pythonhosted.org,203.0.113.0/24`. E2B applies it to the running
-    /// sandbox; runc to the thread's next one (a reset).
+    /// `networked:pypi.org,*.pythonhosted.org,203.0.113.0/24`, applied to the running or paused
+    /// sandbox with its files kept.
     Network {
         #[arg(value_parser = thread_id)]
         thread: String,

@@ -29,6 +29,10 @@ use super::idmap::{create_user_namespace, remove_user_namespace_pin, IdRange};
 use super::volume::{self, VolumePool};
 use crate::domain::Millis;
 
+/// A restricted sandbox's resolver file: no name servers, since it has no network.
+pub(crate) const RESTRICTED_RESOLV_CONF: &str =
+    "# threadbox: this sandbox has no network, so no name servers.\n";
+
 /// Under the state directory: one pinned user namespace per sandbox that has one.
 pub(crate) const USERNS_DIR: &str = "userns";
 
@@ -352,10 +356,7 @@ fn etc_files(
                 "127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
             ),
         ),
-        (
-            "resolv.conf",
-            "# threadbox: this sandbox has no network, so no name servers.\n".to_owned(),
-        ),
+        ("resolv.conf", RESTRICTED_RESOLV_CONF.to_owned()),
         (
             "nsswitch.conf",
             "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n\

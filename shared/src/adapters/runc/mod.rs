@@ -649,8 +649,14 @@ impl RuncProvider {
         request: ExecRequest,
         output: Option<OutputSink>,
     ) -> Result<ExecResult, ProviderError> {
+        let mut request = request;
         exec::validate(&request)?;
         let bundle = self.existing_bundle(sandbox_id)?;
+        // A sandbox networked after it was made has the trust store but not the variables that
+        // point tools at it; each command gets them, so both kinds behave the same.
+        if network::Networks::saved(bundle.dir()).is_some() {
+            self.networks.add_trust_env(&mut request.env);
+        }
         let slot = self.slot(sandbox_id);
         let _hold = {
             let _lifecycle = slot.lifecycle.lock().await;
@@ -975,6 +981,55 @@ impl SandboxProvider for RuncProvider {
         output: OutputSink,
     ) -> Result<ExecResult, ProviderError> {
         self.run_command(sandbox_id, request, Some(output)).await
+    }
+
+    /// In place, keeping every file and process: the sandbox's network namespace lives as long
+    /// as it does, so a networked profile (re)connects it (a fresh link with the new allowlist,
+    /// rules and proxy) and restricted disconnects it (the link is deleted, leaving loopback).
+    /// Running or paused alike: nothing here needs the sandbox's processes to run.
+    async fn set_network(
+        &self,
+        sandbox_id: &str,
+        profile: &NetworkProfile,
+    ) -> Result<(), ProviderError> {
+        if profile.is_networked() {
+            self.networks
+                .check_host(self.is_rootless(), self.config.user_namespaces)?;
+        }
+        let bundle = self.existing_bundle(sandbox_id)?;
+        let slot = self.slot(sandbox_id);
+        let _lifecycle = slot.lifecycle.lock().await;
+        let state = self.live_state(sandbox_id).await?;
+        match profile {
+            NetworkProfile::Restricted => {
+                self.detach_network(sandbox_id, &bundle).await;
+                network::Networks::restrict_bundle(bundle.dir()).map_err(|e| {
+                    ProviderError::Internal(format!("cannot write the network: {e}"))
+                })?;
+            }
+            NetworkProfile::Networked { allow } => {
+                let link = match network::Networks::saved(bundle.dir()) {
+                    Some(saved) => saved.link,
+                    None => {
+                        network::Link::of_slot(sandbox_ids(&bundle).slot().unwrap_or(u32::MAX))?
+                    }
+                };
+                let saved = network::Saved {
+                    link,
+                    allow: allow.clone(),
+                };
+                self.networks
+                    .prepare_bundle(bundle.dir(), &saved)
+                    .map_err(|e| {
+                        ProviderError::Internal(format!("cannot write the network: {e}"))
+                    })?;
+                self.networks
+                    .attach(sandbox_id, state.pid, &saved, thread_of(&state))
+                    .await?;
+            }
+        }
+        tracing::info!(sandbox_id, network = %profile.describe(), "sandbox network changed");
+        Ok(())
     }
 
     async fn read_file(&self, sandbox_id: &str, path: &str) -> Result<Vec<u8>, ProviderError> {

@@ -65,6 +65,11 @@ const SAVED: &str = "network.json";
 const HOST_TABLE: &str = "threadbox";
 /// How long an `ip`, `nft` or `nsenter` call may take.
 const TOOL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tries at serving a link whose addresses another serving of this process still holds: at
+/// a provider's open (a provider dropped a moment ago), and when a sandbox's profile changes
+/// in place (its last serving stopping), 50 ms apart.
+const ADOPT_TRIES: usize = 4;
+const REATTACH_TRIES: usize = 40;
 
 /// A sandbox's link: its slot, the host end and the sandbox end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,19 +281,14 @@ impl Networks {
         )
         .await?;
         let refusals = Arc::new(RefusalRecorder::new(id, thread_id));
-        let serving = super::egress::serve(
-            link.host(),
-            link.sandbox(),
-            saved.allow.clone(),
-            self.config.clone(),
-            self.connections.clone(),
-            refusals.clone(),
-            self.intercept.clone(),
-        )
-        .await
-        .map_err(|e| {
-            ProviderError::Internal(format!("cannot listen on {} for {id}: {e}", link.host()))
-        })?;
+        // Attached again (a profile changed in place): the listeners of the link's last serving
+        // close as their tasks see the stop, a moment after it.
+        let serving = self
+            .serve(link, &saved.allow, &refusals, REATTACH_TRIES)
+            .await
+            .map_err(|e| {
+                ProviderError::Internal(format!("cannot listen on {} for {id}: {e}", link.host()))
+            })?;
         self.live
             .lock()
             .expect("poisoned")
@@ -313,24 +313,7 @@ impl Networks {
         }
         let refusals = Arc::new(RefusalRecorder::new(id, thread_id));
         // A provider of this process dropped a moment ago may still be letting go of them.
-        let mut served = Err(io::Error::from(io::ErrorKind::AddrInUse));
-        for _ in 0..4 {
-            served = super::egress::serve(
-                link.host(),
-                link.sandbox(),
-                saved.allow.clone(),
-                self.config.clone(),
-                self.connections.clone(),
-                refusals.clone(),
-                self.intercept.clone(),
-            )
-            .await;
-            if !matches!(&served, Err(e) if e.kind() == io::ErrorKind::AddrInUse) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        match served {
+        match self.serve(link, &saved.allow, &refusals, ADOPT_TRIES).await {
             Ok(serving) => {
                 self.live
                     .lock()
@@ -349,6 +332,48 @@ impl Networks {
                 "cannot listen on {} for {id}: {e}",
                 link.host()
             ))),
+        }
+    }
+
+    /// Serve `link`'s resolver and proxy, trying again while its addresses are still taken
+    /// (`tries` times, 50 ms apart).
+    async fn serve(
+        &self,
+        link: Link,
+        allow: &Allowlist,
+        refusals: &Arc<RefusalRecorder>,
+        tries: usize,
+    ) -> io::Result<super::egress::Serving> {
+        let mut served = Err(io::Error::from(io::ErrorKind::AddrInUse));
+        for _ in 0..tries.max(1) {
+            served = super::egress::serve(
+                link.host(),
+                link.sandbox(),
+                allow.clone(),
+                self.config.clone(),
+                self.connections.clone(),
+                refusals.clone(),
+                self.intercept.clone(),
+            )
+            .await;
+            if !matches!(&served, Err(e) if e.kind() == io::ErrorKind::AddrInUse) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        served
+    }
+
+    /// A sandbox made restricted in place: its resolver says there is no network again and it
+    /// is no longer recorded as networked (its link is already gone: `detach`).
+    pub fn restrict_bundle(bundle_dir: &Path) -> io::Result<()> {
+        std::fs::write(
+            bundle_dir.join("rootfs/etc/resolv.conf"),
+            super::bundle::RESTRICTED_RESOLV_CONF,
+        )?;
+        match std::fs::remove_file(bundle_dir.join(SAVED)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
         }
     }
 
