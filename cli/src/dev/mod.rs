@@ -46,7 +46,7 @@ use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_shared::http::{require_local, router, LocalOnly};
 use threadbox_shared::live::token_routes;
 use threadbox_shared::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
-use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue, SystemClock};
+use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue, IpNet, SystemClock};
 use threadbox_shared::providers::{self, ProviderSetup};
 use threadbox_shared::usecases::{Config, Threadbox};
 use tokio::net::TcpListener;
@@ -113,6 +113,13 @@ pub struct DevArgs {
     /// (chmod 600); the sandboxes never see it. On E2B they become its egress rules.
     #[arg(long, env = "THREADBOX_EGRESS_CREDENTIALS_FILE")]
     pub egress_credentials_file: Option<PathBuf>,
+
+    /// Private or metadata networks (IPv4 CIDRs, comma-separated) that networked sandboxes may
+    /// still reach when their allowlist names them, e.g. an internal package mirror at
+    /// 10.1.2.0/24. Every other private, link-local and metadata address stays refused; no API
+    /// caller can open one.
+    #[arg(long, env = "THREADBOX_NETWORK_OPEN", default_value = "", value_parser = parse_open_networks)]
+    pub network_open: OpenNetworks,
 
     /// Most live-events WebSocket connections one token may hold open at once.
     #[arg(long, env = "THREADBOX_WS_MAX_PER_TOKEN", default_value_t = ws_limits::ConnectionLimits::default().per_token)]
@@ -231,6 +238,24 @@ fn parse_size(raw: &str) -> Result<u64, String> {
 
 fn parse_network(raw: &str) -> Result<NetworkProfile, String> {
     parse_profile(raw).map_err(|e| e.to_string())
+}
+
+/// `--network-open`: the operator's exceptions to the always-refused networks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenNetworks(pub Vec<IpNet>);
+
+fn parse_open_networks(raw: &str) -> Result<OpenNetworks, String> {
+    let mut nets = Vec::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let net: IpNet = entry.parse().map_err(|why| format!("{entry:?}: {why}"))?;
+        if !net.is_ipv4() {
+            return Err(format!(
+                "{entry:?}: only IPv4 networks can be opened (sandboxes have no IPv6)"
+            ));
+        }
+        nets.push(net);
+    }
+    Ok(OpenNetworks(nets))
 }
 
 fn parse_slack_network(raw: &str) -> Result<String, String> {
@@ -390,6 +415,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     );
     let mut runc_config = RuncConfig::new(data_dir.join("sandboxes"));
     runc_config.network.credentials = egress_credentials;
+    runc_config.network.operator_allow = args.network_open.0.clone();
     runc_config.allow_unpatched_runtime = args.allow_unpatched_runc;
     runc_config.max_commands_per_sandbox = args.max_commands_per_thread;
     if let Some(max) = args.max_commands {
@@ -728,6 +754,24 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<DevArgs, clap::Error> {
         Wrapper::try_parse_from(std::iter::once("dev").chain(args.iter().copied())).map(|w| w.dev)
+    }
+
+    #[test]
+    fn open_networks_are_ipv4_cidrs_named_when_wrong() {
+        assert_eq!(parse(&[]).unwrap().network_open, OpenNetworks::default());
+        let open = parse(&["--network-open", "10.1.2.0/24, 172.16.0.9"])
+            .unwrap()
+            .network_open;
+        let shown: Vec<String> = open.0.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["10.1.2.0/24", "172.16.0.9"]);
+        let err = parse(&["--network-open", "10.0.0.0/33"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("10.0.0.0/33"), "{err}");
+        let err = parse(&["--network-open", "fd00::/8"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("only IPv4"), "{err}");
     }
 
     #[test]
