@@ -214,3 +214,54 @@ async fn refusals_are_poison_and_other_threads_are_skipped() {
         ("D1", None)
     );
 }
+
+/// With a usage source, the card carries the thread's running and paused time and their cost up
+/// to the event it shows, counted from the thread's own events.
+#[tokio::test]
+async fn the_card_shows_what_the_thread_ran_and_cost_so_far() {
+    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+    use threadbox_shared::domain::{Millis, Pricing, ThreadId};
+    use threadbox_shared::testing::{InMemoryProvider, ManualClock};
+    use threadbox_shared::usecases::{Config, Threadbox};
+
+    let fake = fake().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("f.db");
+    let sessions = Arc::new(SqliteSessionStore::open(&db).unwrap());
+    let clock = Arc::new(ManualClock::new(Millis(1_767_225_600_000)));
+    let tb = Threadbox::new(
+        sessions.clone(),
+        InMemoryProvider::new(),
+        Arc::new(SqliteQueue::open(&db, "lifecycle", QueueConfig::default()).unwrap()),
+        clock.clone(),
+        Config::default(),
+    );
+    let thread = ThreadId::parse(THREAD).unwrap();
+    tb.resolve(&thread).await.unwrap();
+    clock.advance(Duration::from_secs(2 * 3600));
+    tb.pause(&thread).await.unwrap();
+    clock.advance(Duration::from_secs(24 * 3600));
+    tb.resume(&thread).await.unwrap();
+
+    let status = Arc::new(SqliteSlackStatusStore::open(&db).unwrap());
+    let target = Arc::new(
+        SlackStatusTarget::new(client(&fake), status).with_usage(sessions, Pricing::E2B_DEFAULT),
+    );
+    let fanout = Fanout::new(Arc::new(SqliteDedupe::open(&db).unwrap()), vec![target]);
+    let events = tb.events(&thread, 0, 100).await.unwrap();
+    assert_eq!(events.last().unwrap().to, Status::Active);
+    for event in &events {
+        assert_eq!(fanout.deliver(event).await, RecordOutcome::Delivered);
+    }
+    let messages = fake.messages();
+    let card = serde_json::to_string(messages[0].blocks.as_ref().unwrap()).unwrap();
+    // E2B's default sandbox (2 vCPU, 0.5 GiB) at its list prices: 2 h running is $0.22, and the
+    // day paused would have cost $2.61.
+    assert!(
+        card.contains("Ran 2h · paused 1d · $0.22 so far, $2.61 saved by pausing"),
+        "{card}"
+    );
+    // The first card was drawn at the first event, when nothing had run yet.
+    let first = serde_json::to_string(&messages[0].blocks_history[0]).unwrap();
+    assert!(first.contains("Ran 0s · paused 0s"), "{first}");
+}

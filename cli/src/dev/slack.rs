@@ -113,7 +113,10 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
             deps.db_path.display()
         )
     })?;
-    let target = Arc::new(SlackStatusTarget::new(api.clone(), Arc::new(status_store)));
+    let target = Arc::new(
+        SlackStatusTarget::new(api.clone(), Arc::new(status_store))
+            .with_usage(deps.tb.store.clone(), deps.tb.config.pricing),
+    );
     let worker_config = SlackWorkerConfig::default();
     let work_config = WorkConfig::for_exec_timeout(worker_config.exec_timeout);
     let counter = SqliteWindowCounter::new(deps.database.clone())

@@ -127,15 +127,22 @@ pub fn network_from_env(env: &Env) -> Result<NetworkDefaults, ConfigError> {
 /// `THREADBOX_SANDBOX_MEMORY_GIB`, `THREADBOX_PRICE_VCPU_HOUR` and `THREADBOX_PRICE_GIB_HOUR`
 /// laid over them.
 pub fn pricing_from_env(env: &Env, provider: &ProviderConfig) -> Result<Pricing, ConfigError> {
+    pricing_for_provider(env, provider.name())
+}
+
+/// [`pricing_from_env`] for a function that only needs to know which provider runs the
+/// sandboxes (`runc` or `e2b`, as `THREADBOX_PROVIDER` says), not its settings: the fan-out
+/// prices the Slack status card without holding the E2B key.
+pub fn pricing_for_provider(env: &Env, provider: &str) -> Result<Pricing, ConfigError> {
     let defaults = match provider {
-        ProviderConfig::Runc => {
+        "e2b" => Pricing::E2B_DEFAULT,
+        _ => {
             let limits = crate::adapters::runc::SandboxLimits::default();
             Pricing::unpriced(SandboxSize {
                 vcpus: f64::from(limits.cpu_millicores) / 1000.0,
                 memory_gib: limits.memory_bytes as f64 / f64::from(1u32 << 30),
             })
         }
-        ProviderConfig::E2b(_) => Pricing::E2B_DEFAULT,
     };
     let settings = PricingSettings::read(|name| env.decimal(name, 0.0..=MAX_PRICING_FIGURE))?;
     defaults

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use super::env::{Env, SetupError};
 use super::secrets::SecretSet;
 use crate::adapters::aws::SdkConfig;
-use crate::adapters::dynamo::{DynamoConfig, DynamoSlackStatusStore, DynamoSlackUserThreads};
+use crate::adapters::dynamo::{
+    DynamoConfig, DynamoSessionStore, DynamoSlackStatusStore, DynamoSlackUserThreads,
+};
 use crate::adapters::slack_web::{SlackClientConfig, SlackWebClient, BOT_TOKEN_VAR};
 use crate::adapters::sqs::{SqsQueue, SqsQueueUrls};
 use crate::config::ConfigError;
@@ -81,7 +83,14 @@ pub fn slack_status_target_watched(
     if let Some(secrets) = secrets {
         api = watch_slack_auth(api, secrets.clone());
     }
-    Ok(Some(SlackStatusTarget::new(api, Arc::new(store))))
+    // The card's usage line reads the thread's events and prices its running time as the
+    // other functions do (`THREADBOX_PROVIDER` and the pricing variables).
+    let sessions = DynamoSessionStore::from_sdk_config(sdk, DynamoConfig::from_env(env)?);
+    let provider = env.get(crate::providers::PROVIDER_VAR).unwrap_or_default();
+    let pricing = super::settings::pricing_for_provider(env, &provider)?;
+    Ok(Some(
+        SlackStatusTarget::new(api, Arc::new(store)).with_usage(Arc::new(sessions), pricing),
+    ))
 }
 
 /// Who used which Slack thread (`/sandbox list`, the App Home): rows on the status table

@@ -21,20 +21,68 @@ use serde_json::Value;
 use super::blocks::{self, Action};
 use super::format::escape;
 use super::thread::SlackPlace;
-use crate::domain::{Cause, LifecycleEvent, Status};
+use crate::domain::{Cause, LifecycleEvent, Pricing, Status, Usage, UsageCost, Window};
 use crate::ports::{
     ApiErrorCode, PostMessage, SlackApi, SlackError, SlackStatusStore, StatusMessage, UpdateMessage,
 };
-use crate::ports::{DeliveryError, FanoutTarget};
+use crate::ports::{DeliveryError, FanoutTarget, SessionStore};
+use crate::usecases::read_usage;
 
 pub struct SlackStatusTarget {
     api: Arc<dyn SlackApi>,
     store: Arc<dyn SlackStatusStore>,
+    /// Where the card reads the thread's running and paused time; none: the card has no
+    /// usage line.
+    usage: Option<UsageSource>,
+}
+
+/// The session store (for the thread's events) and what running time is priced at.
+struct UsageSource {
+    sessions: Arc<dyn SessionStore>,
+    pricing: Pricing,
 }
 
 impl SlackStatusTarget {
     pub fn new(api: Arc<dyn SlackApi>, store: Arc<dyn SlackStatusStore>) -> Self {
-        Self { api, store }
+        Self {
+            api,
+            store,
+            usage: None,
+        }
+    }
+
+    /// Show the thread's running and paused time so far, and what it cost, on the card (the
+    /// cost ladder of `threads show`, where people look): one read of the thread's events per
+    /// card edit.
+    pub fn with_usage(mut self, sessions: Arc<dyn SessionStore>, pricing: Pricing) -> Self {
+        self.usage = Some(UsageSource { sessions, pricing });
+        self
+    }
+
+    /// The thread's usage up to `event` (its time, so a redelivery draws the same card); none
+    /// without a source, and none, logged, when the events cannot be read: the card still
+    /// shows the state.
+    async fn usage_at(&self, event: &LifecycleEvent) -> Option<Usage> {
+        let source = self.usage.as_ref()?;
+        let window = Window {
+            since: None,
+            now: event.at,
+        };
+        match read_usage(
+            source.sessions.as_ref(),
+            &event.thread_id,
+            event.seq,
+            window,
+            &source.pricing,
+        )
+        .await
+        {
+            Ok(usage) => Some(usage),
+            Err(error) => {
+                tracing::warn!(thread_id = %event.thread_id, %error, "status card drawn without usage");
+                None
+            }
+        }
     }
 
     /// Show `event` in the thread's status message, posting it if there is none (or it was
@@ -51,7 +99,8 @@ impl SlackStatusTarget {
             .await
             .map_err(|e| DeliveryError::retry(format!("status store: {e}")))?;
         let text = status_text(event);
-        let blocks = Some(status_card(event));
+        let usage = self.usage_at(event).await;
+        let blocks = Some(status_card(event, usage.as_ref()));
         let ts = match stored {
             Some(message) if message.seq >= event.seq => return Ok(()),
             Some(message) => {
@@ -145,7 +194,7 @@ pub fn delivery_error(error: SlackError) -> DeliveryError {
 
 /// The status card: the state in words and colour, a context line, and the buttons for this
 /// state. Buttons carry the thread id, so a click needs no lookup to know which thread it is for.
-pub fn status_card(event: &LifecycleEvent) -> Vec<Value> {
+pub fn status_card(event: &LifecycleEvent, usage: Option<&Usage>) -> Vec<Value> {
     let (icon, words) = state_words(event.to);
     let secs = event.at.0.div_euclid(1000);
     let mut context = format!(
@@ -165,8 +214,62 @@ pub fn status_card(event: &LifecycleEvent) -> Vec<Value> {
         blocks::section(&format!("{icon} Sandbox *{words}*")),
         blocks::context(&context),
     ];
+    if let Some(usage) = usage {
+        card.push(blocks::context(&usage_line(usage)));
+    }
     card.extend(blocks::actions("sandbox", buttons));
     card
+}
+
+/// The card's cost line: `Ran 2h 10m · paused 5d 1h · $0.26 so far, $3.10 saved by pausing`;
+/// resource-time (`1.1 vCPU-h`) when there are no prices, times alone without a size.
+pub fn usage_line(usage: &Usage) -> String {
+    let mut line = format!(
+        "Ran {} · paused {}",
+        human_ms(usage.running_ms),
+        human_ms(usage.paused_ms)
+    );
+    match usage.cost {
+        Some(UsageCost {
+            usd: Some(usd),
+            saved_usd,
+            ..
+        }) => {
+            line.push_str(&format!(" · ${usd:.2} so far"));
+            if let Some(saved) = saved_usd.filter(|s| *s >= 0.005) {
+                line.push_str(&format!(", ${saved:.2} saved by pausing"));
+            }
+        }
+        Some(cost) => line.push_str(&format!(" · {:.2} vCPU-h so far", cost.vcpu_hours)),
+        None => {}
+    }
+    if !usage.complete {
+        line.push_str(" (recent history only)");
+    }
+    line
+}
+
+/// A duration for people, to the two largest units: `0s`, `45s`, `2h 10m`, `5d 1h`.
+fn human_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let units = [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")];
+    let parts: Vec<String> = units
+        .iter()
+        .scan(secs, |left, (size, name)| {
+            let n = *left / size;
+            *left %= size;
+            Some((n, *name))
+        })
+        .skip_while(|(n, _)| *n == 0)
+        .take(2)
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, name)| format!("{n}{name}"))
+        .collect();
+    if parts.is_empty() {
+        "0s".to_owned()
+    } else {
+        parts.join(" ")
+    }
 }
 
 /// The buttons a card shows: what can be done from this state. None while a change is under

@@ -43,4 +43,4 @@ pub use pause::{Handoff, TransitionOutcome, TransitionWork};
 pub use processes::{ProcessRequest, DEFAULT_PROCESS_IDLE, MAX_PROCESS_IDLE};
 pub use resolve::{ResolveOptions, SandboxHandle};
 pub use threadbox::{Config, Threadbox, DEFAULT_RECORD_RETENTION};
-pub use usage::MAX_USAGE_EVENTS;
+pub use usage::{read_usage, MAX_USAGE_EVENTS};

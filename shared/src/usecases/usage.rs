@@ -5,8 +5,8 @@
 use futures::{StreamExt, TryStreamExt};
 
 use super::{Threadbox, UseCaseError};
-use crate::domain::{Millis, Session, ThreadId, Usage, Window};
-use crate::ports::{Page, StoreError};
+use crate::domain::{Millis, Pricing, Session, ThreadId, Usage, Window};
+use crate::ports::{Page, SessionStore, StoreError};
 
 /// The most events read for one thread's usage: its most recent ones. A thread with a longer
 /// history is counted from the oldest of these, and its usage says so (`complete: false`).
@@ -15,6 +15,31 @@ pub const MAX_USAGE_EVENTS: u64 = 5_000;
 const EVENTS_PAGE: usize = 1_000;
 /// Threads of one page whose events are read at once.
 const CONCURRENT_THREADS: usize = 8;
+
+/// A thread's usage over `window` from its events up to `last_seq` (its most recent
+/// [`MAX_USAGE_EVENTS`]), for readers that hold a store but no `Threadbox` (the Slack status
+/// card, which is drawn by the fan-out).
+pub async fn read_usage(
+    store: &dyn SessionStore,
+    thread_id: &ThreadId,
+    last_seq: u64,
+    window: Window,
+    pricing: &Pricing,
+) -> Result<Usage, StoreError> {
+    let mut after = last_seq.saturating_sub(MAX_USAGE_EVENTS);
+    let mut events = Vec::new();
+    while after < last_seq {
+        let page = store.events_after(thread_id, after, EVENTS_PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        let full = page.len() == EVENTS_PAGE;
+        events.extend(page.into_iter().filter(|e| e.seq <= last_seq));
+        if !full {
+            break;
+        }
+    }
+    Ok(Usage::from_events(&events, window, pricing))
+}
 
 impl Threadbox {
     /// The thread's usage from `since` (its whole history when `None`) until now.
@@ -35,26 +60,14 @@ impl Threadbox {
         since: Option<Millis>,
         now: Millis,
     ) -> Result<Usage, StoreError> {
-        let mut after = session.last_seq.saturating_sub(MAX_USAGE_EVENTS);
-        let mut events = Vec::new();
-        while after < session.last_seq {
-            let page = self
-                .store
-                .events_after(&session.thread_id, after, EVENTS_PAGE)
-                .await?;
-            let Some(last) = page.last() else { break };
-            after = last.seq;
-            let full = page.len() == EVENTS_PAGE;
-            events.extend(page.into_iter().filter(|e| e.seq <= session.last_seq));
-            if !full {
-                break;
-            }
-        }
-        Ok(Usage::from_events(
-            &events,
+        read_usage(
+            self.store.as_ref(),
+            &session.thread_id,
+            session.last_seq,
             Window { since, now },
             &self.config.pricing,
-        ))
+        )
+        .await
     }
 
     /// One page of sessions (in thread-id order after `after`, as [`Threadbox::sessions`]) with
