@@ -802,9 +802,17 @@ async fn a_network_change_reaches_the_sandbox_in_place() {
         allow: Allowlist::everything_public(),
     };
     p.set_network(&id, &everything).await.expect("open");
-    assert_eq!(
-        fake.sandbox(&id).unwrap().network,
-        Some(serde_json::json!({}))
+    // Every public address: only the private, link-local and metadata networks stay denied.
+    let network = fake.sandbox(&id).unwrap().network.unwrap();
+    assert_eq!(network.get("allowOut"), None, "{network}");
+    let denied = network["denyOut"].as_array().unwrap();
+    assert!(
+        denied.contains(&serde_json::json!("169.254.0.0/16")),
+        "{network}"
+    );
+    assert!(
+        !denied.contains(&serde_json::json!("0.0.0.0/0")),
+        "{network}"
     );
     assert_eq!(
         std::fs::read_to_string(home.join("kept.txt")).unwrap(),

@@ -41,9 +41,9 @@ use crate::domain::network::AllowEntry;
 use crate::domain::EgressCredentials;
 use crate::ports::exec_files::checked_path;
 use crate::ports::{
-    Connected, CreateSandbox, CreatedSandbox, ExecCommand, ExecRequest, ExecResult, NetworkProfile,
-    OutputSink, ProviderError, SandboxInfo, SandboxOwner, SandboxProvider, SandboxState,
-    DEFAULT_FILE_CAP,
+    always_refused_v4, Connected, CreateSandbox, CreatedSandbox, ExecCommand, ExecRequest,
+    ExecResult, NetworkProfile, OutputSink, ProviderError, SandboxInfo, SandboxOwner,
+    SandboxProvider, SandboxState, DEFAULT_FILE_CAP,
 };
 
 pub use config::{E2bConfig, Secret, EGRESS_CREDENTIALS_VAR, MAX_TIMEOUT};
@@ -285,10 +285,11 @@ impl E2bProvider {
 
 /// E2B's `network` for a profile: a networked sandbox with an allowlist allows its entries out
 /// and denies the rest (`denyOut: ["0.0.0.0/0"]`, which E2B requires beside a domain entry);
-/// E2B keeps private and metadata addresses out of reach itself. A networked sandbox also gets
+/// everything public denies the private, link-local and metadata networks (`denyOut` with
+/// each of them), as the runc provider refuses them. A networked sandbox also gets
 /// the operator's credentials for the hosts it may reach as `rules` (E2B's egress proxy adds
 /// the headers; the sandbox never holds them). Restricted needs none (`allow_internet_access`
-/// says it), nor does everything public without credentials.
+/// says it).
 fn e2b_network(
     profile: &NetworkProfile,
     credentials: &EgressCredentials,
@@ -297,7 +298,15 @@ fn e2b_network(
         return None;
     };
     let mut network = serde_json::Map::new();
-    if !allow.is_everything_public() {
+    if allow.is_everything_public() {
+        // Every public address, and none of the private, shared, link-local (the metadata
+        // service) and reserved ones, which threadbox refuses on every provider.
+        let refused: Vec<String> = always_refused_v4()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        network.insert("denyOut".into(), serde_json::json!(refused));
+    } else {
         network.insert("allowOut".into(), serde_json::json!(allow.to_strings()));
         network.insert("denyOut".into(), serde_json::json!(["0.0.0.0/0"]));
     }
@@ -356,8 +365,8 @@ fn reachable(allow: &crate::ports::Allowlist, host: &AllowEntry) -> bool {
 }
 
 /// The body of `PUT /sandboxes/{id}/network`, which replaces the egress rules whole: restricted
-/// denies everything out (what `allow_internet_access: false` means on create), everything
-/// public clears the rules (keeping the credentials), and an allowlist is what create sends.
+/// denies everything out (what `allow_internet_access: false` means on create); networked is
+/// what create sends.
 fn e2b_network_update(
     profile: &NetworkProfile,
     credentials: &EgressCredentials,
@@ -645,7 +654,26 @@ mod tests {
         let public = NetworkProfile::Networked {
             allow: Allowlist::everything_public(),
         };
-        assert_eq!(e2b_network(&public), None);
+        let public = e2b_network(&public).unwrap();
+        assert_eq!(public.get("allowOut"), None);
+        let denied: Vec<&str> = public["denyOut"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        for private in [
+            "10.0.0.0/8",
+            "169.254.0.0/16",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+        ] {
+            assert!(denied.contains(&private), "{private} in {denied:?}");
+        }
+        assert!(
+            !denied.contains(&"0.0.0.0/0"),
+            "public stays open: {denied:?}"
+        );
         let listed = NetworkProfile::Networked {
             allow: Allowlist::parse(["pkg.test", "203.0.113.0/24"]).unwrap(),
         };
