@@ -34,6 +34,11 @@ pub(crate) const DNS_PORT: u16 = 47053;
 pub(crate) const HTTP_PORT: u16 = 47080;
 pub(crate) const HTTPS_PORT: u16 = 47443;
 
+/// Bytes moved per read in each direction of a proxied connection: at 16 KiB the copy, not the
+/// network, bounded a plain-HTTP download (`benches/runc_network.rs`). Two per connection, so
+/// the provider's connection cap bounds their memory (1,024 × 128 KiB at most).
+const COPY_BUFFER: usize = 64 * 1024;
+
 /// The most bytes read before the target must be known: a TLS record's largest payload and
 /// its header (a ClientHello fits in one), or an HTTP request head.
 const MAX_HEAD: usize = 16 * 1024 + 5;
@@ -433,7 +438,7 @@ async fn copy_half(
     last: &AtomicU64,
     start: Instant,
 ) {
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut buf = vec![0u8; COPY_BUFFER];
     loop {
         match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
