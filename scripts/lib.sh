@@ -31,9 +31,12 @@ apt_install() {
 # The OCI runtime local sandboxes run on. crun does not work on hybrid cgroups; runc does.
 ensure_runc() {
   command -v runc >/dev/null 2>&1 || apt_install runc
-  # Networked sandboxes: packet filters (nft) and the test's HTTPS certificate (openssl).
+  # Networked sandboxes: links (ip), packet filters (nft), the test's HTTPS certificate
+  # (openssl), and curl, which the network tests run inside sandboxes (they use the host's /usr).
+  command -v ip >/dev/null 2>&1 || test -x /usr/sbin/ip || apt_install iproute2
   command -v nft >/dev/null 2>&1 || test -x /usr/sbin/nft || apt_install nftables
   command -v openssl >/dev/null 2>&1 || apt_install openssl
+  command -v curl >/dev/null 2>&1 || apt_install curl
   runc --version | head -n 1 >&2
 }
 
