@@ -667,14 +667,10 @@ mod slack_support;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_host_is_named_in_the_slack_reply() {
     use std::sync::Arc;
-    use threadbox_shared::adapters::sqlite::{
-        QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore,
-    };
     use threadbox_shared::domain::ThreadId;
     use threadbox_shared::fanout::RecordOutcome;
-    use threadbox_shared::ports::SystemClock;
     use threadbox_shared::slack::{IncomingMessage, SlackWorker, SlackWorkerConfig, WorkItem};
-    use threadbox_shared::usecases::{ResolveOptions, Threadbox};
+    use threadbox_shared::usecases::ResolveOptions;
 
     let Some(world) = world() else { return };
     let dir = tempfile::tempdir().unwrap();
@@ -683,32 +679,9 @@ async fn a_refused_host_is_named_in_the_slack_reply() {
     let _cleanup = KillAll(config.clone());
     let provider = Arc::new(RuncProvider::open(config.clone()).await.expect("open"));
     let db = dir.path().join("threadbox.db");
-    let store = SqliteSessionStore::open(&db).unwrap();
-    let events = Arc::new(
-        SqliteQueue::new(
-            store.database().clone(),
-            "lifecycle",
-            QueueConfig::default(),
-        )
-        .await
-        .unwrap(),
-    );
-    let work = Arc::new(
-        SqliteQueue::new(
-            store.database().clone(),
-            threadbox_shared::slack::WORK_QUEUE,
-            QueueConfig::default(),
-        )
-        .await
-        .unwrap(),
-    );
-    let tb = Threadbox::new(
-        Arc::new(store),
-        provider,
-        events,
-        Arc::new(SystemClock),
-        threadbox_shared::testing::lifecycle_conformance::test_config(),
-    );
+    let slack_support::Embedded {
+        tb, work, dedupe, ..
+    } = slack_support::embedded_with(&db, provider).await;
     let thread = ThreadId::parse("slack:T1:C1:1767225600.000100").unwrap();
     tb.resolve_with(
         &thread,
@@ -723,7 +696,7 @@ async fn a_refused_host_is_named_in_the_slack_reply() {
     let worker = SlackWorker::new(
         tb.clone(),
         slack_support::client(&fake),
-        Arc::new(SqliteDedupe::open(&db).unwrap()),
+        dedupe,
         work,
         SlackWorkerConfig::default(),
     );

@@ -10,7 +10,7 @@ use threadbox_shared::adapters::sqlite::{
     QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore,
 };
 use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
-use threadbox_shared::ports::SystemClock;
+use threadbox_shared::ports::{SandboxProvider, SystemClock};
 use threadbox_shared::slack::SlackApi;
 use threadbox_shared::slack::WORK_QUEUE;
 use threadbox_shared::testing::lifecycle_conformance::test_config;
@@ -51,15 +51,23 @@ pub fn event(id: &str, thread: &str, seq: u64, to: Status, cause: Cause) -> Life
 }
 
 /// What a Slack worker runs on in these tests: the session store, the lifecycle and work queues
-/// and the dedupe store in one SQLite file, and the in-memory provider.
-pub struct Embedded {
+/// and the dedupe store in one SQLite file, and a provider (the in-memory one unless a test
+/// brings its own: [`embedded_with`]).
+pub struct Embedded<P = InMemoryProvider> {
     pub tb: Threadbox,
-    pub provider: Arc<InMemoryProvider>,
+    pub provider: Arc<P>,
     pub work: Arc<SqliteQueue>,
     pub dedupe: Arc<SqliteDedupe>,
 }
 
 pub async fn embedded(db: &Path) -> Embedded {
+    embedded_with(db, InMemoryProvider::new()).await
+}
+
+pub async fn embedded_with<P: SandboxProvider + 'static>(
+    db: &Path,
+    provider: Arc<P>,
+) -> Embedded<P> {
     let store = SqliteSessionStore::open(db).unwrap();
     let events = Arc::new(
         SqliteQueue::new(
@@ -75,7 +83,6 @@ pub async fn embedded(db: &Path) -> Embedded {
             .await
             .unwrap(),
     );
-    let provider = InMemoryProvider::new();
     let tb = Threadbox::new(
         Arc::new(store),
         provider.clone(),
