@@ -357,6 +357,7 @@ mod tests {
                 destroyed_at: None,
                 last_error: None,
                 network: Default::default(),
+                pool_member: None,
             },
             idle_seconds: 0,
             usage: Some(usage),

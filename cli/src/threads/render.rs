@@ -454,6 +454,7 @@ mod tests {
             destroyed_at: None,
             last_error: None,
             network: Default::default(),
+            pool_member: None,
         }
     }
 
@@ -725,6 +726,7 @@ mod tests {
     #[test]
     fn one_line_results_say_what_happened() {
         let handle = SandboxHandle {
+            pooled: false,
             thread_id: ThreadId::parse("demo").unwrap(),
             sandbox_id: "sb-1".into(),
             generation: 2,

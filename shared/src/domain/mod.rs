@@ -1,6 +1,7 @@
 //! The pure domain: no AWS, HTTP, clock or I/O. Everything here is plain data and rules
 //! (`usage`: what a thread's sandbox used, from its lifecycle events, and what that costs;
-//! `budget`: how much of that a thread or a scope may use).
+//! `budget`: how much of that a thread or a scope may use; `warm_pool`: sandboxes made ahead of
+//! need for new threads).
 
 mod budget;
 mod egress_credentials;
@@ -13,6 +14,7 @@ mod thread_id;
 mod time;
 mod transition;
 mod usage;
+mod warm_pool;
 
 pub use budget::{
     charged_key, creates_key, day_of, hour_of, scope_compute_key, vcpu_ms, BudgetExceeded,
@@ -27,11 +29,14 @@ pub use network_defaults::{parse_profile, NetworkDefaults, NetworkSettingError};
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
 pub use session::{Change, Hold, LifecycleEvent, Session, Timers, MAX_SEQ, PROCESS_HOLD_PREFIX};
 pub use status::{Cause, GonePolicy, Status};
-pub use thread_id::{InvalidThreadId, ThreadId, MAX_THREAD_ID_LEN};
+pub use thread_id::{valid_member_id, InvalidThreadId, ThreadId, MAX_THREAD_ID_LEN};
 pub use time::Millis;
 pub use transition::{transition, Command, Observed, RejectKind, Rejected, Transition};
 pub use usage::{
     GenerationUsage, Prices, Pricing, PricingError, PricingSettings, SandboxSize, StateTimes,
     Usage, UsageCost, Window, E2B_DEFAULT_SIZE, E2B_LIST_PRICES, PRICE_GIB_HOUR_VAR,
     PRICE_VCPU_HOUR_VAR, SANDBOX_MEMORY_GIB_VAR, SANDBOX_VCPUS_VAR,
+};
+pub use warm_pool::{
+    pool_key, MemberClaim, MemberState, PoolMember, MEMBER_CREATE_LEASE, WARM_POOL_VAR,
 };

@@ -38,6 +38,18 @@ impl NetworkDefaults {
         }
     }
 
+    /// Every distinct profile these defaults give a new thread: the ones the warm pool keeps
+    /// sandboxes ready for.
+    pub fn profiles(&self) -> Vec<&NetworkProfile> {
+        let mut profiles = vec![&self.default];
+        for profile in self.slack.values() {
+            if !profiles.contains(&profile) {
+                profiles.push(profile);
+            }
+        }
+        profiles
+    }
+
     /// Add the per-scope setting (`T1=profile;T1/C1=profile`); an empty one adds nothing.
     pub fn with_slack_setting(mut self, setting: &str) -> Result<Self, NetworkSettingError> {
         for (i, part) in setting

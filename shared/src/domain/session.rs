@@ -106,6 +106,10 @@ pub struct Session {
     /// profiles existed read as restricted.
     #[serde(default)]
     pub network: NetworkProfile,
+    /// The warm pool member whose sandbox this generation took over (`domain::warm_pool`), so
+    /// destroying the thread also drops the member's record; `None` for a sandbox made for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_member: Option<String>,
 }
 
 /// The context of one state change that the pure rules cannot make up themselves.
@@ -143,6 +147,7 @@ impl Session {
             destroyed_at: None,
             last_error: None,
             network: NetworkProfile::Restricted,
+            pool_member: None,
         };
         // The table decides even the first step, so there is one path for every change.
         let event = session
@@ -267,6 +272,7 @@ impl Session {
     pub fn bind_sandbox(&mut self, sandbox_id: String, provider_session_id: Option<String>) {
         self.sandbox_id = Some(sandbox_id);
         self.provider_session_id = provider_session_id;
+        self.pool_member = None;
     }
 
     /// Record activity: the thread is in use, so idle and retention clocks restart.

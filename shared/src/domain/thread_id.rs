@@ -14,7 +14,8 @@ pub const MAX_THREAD_ID_LEN: usize = 128;
 /// - `slack:{team}:{channel}:{thread_ts}` for a Slack thread,
 /// - `slack:{team}:{channel}` for a DM or an unthreaded channel,
 /// - any other caller-chosen id of 1 to 128 characters from `A-Z a-z 0-9 . _ - :`,
-///   not starting with `slack:` (that prefix is reserved for the validated Slack forms).
+///   not starting with `slack:` (that prefix is reserved for the validated Slack forms) or
+///   `pool:` (reserved for the tags of warm pool members, which no caller may name).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ThreadId(String);
@@ -30,7 +31,14 @@ pub enum InvalidThreadId {
     BadCharacter { found: char, position: usize },
     #[error("Slack thread id {id:?} must look like slack:TEAM:CHANNEL or slack:TEAM:CHANNEL:THREAD_TS ({reason})")]
     BadSlackForm { id: String, reason: &'static str },
+    #[error(
+        "thread id {0:?} starts with {POOL_PREFIX:?}, which is reserved for warm pool members"
+    )]
+    Reserved(String),
 }
+
+/// The prefix of a warm pool member's tag ([`ThreadId::pool_member`]).
+const POOL_PREFIX: &str = "pool:";
 
 impl ThreadId {
     pub fn parse(raw: &str) -> Result<Self, InvalidThreadId> {
@@ -51,7 +59,30 @@ impl ThreadId {
         if let Some(rest) = raw.strip_prefix("slack:") {
             validate_slack_parts(raw, rest)?;
         }
+        if raw.starts_with(POOL_PREFIX) {
+            return Err(InvalidThreadId::Reserved(raw.to_owned()));
+        }
         Ok(Self(raw.to_owned()))
+    }
+
+    /// The tag a warm pool member's sandbox carries where a thread's would (`domain::warm_pool`).
+    /// Never a thread with a record: [`ThreadId::parse`] refuses the prefix, so no caller can
+    /// name one, and the tag is read back only through [`ThreadId::from_tag`].
+    pub fn pool_member(member_id: &str) -> Self {
+        Self(format!("{POOL_PREFIX}{member_id}"))
+    }
+
+    /// Read a sandbox's owner tag: a thread id, or a warm pool member's tag.
+    pub fn from_tag(raw: &str) -> Result<Self, InvalidThreadId> {
+        match raw.strip_prefix(POOL_PREFIX) {
+            Some(member_id) if valid_member_id(member_id) => Ok(Self::pool_member(member_id)),
+            _ => Self::parse(raw),
+        }
+    }
+
+    /// The member id when this is a warm pool member's tag.
+    pub fn pool_member_id(&self) -> Option<&str> {
+        self.0.strip_prefix(POOL_PREFIX)
     }
 
     /// The id of a Slack thread, or of a DM / unthreaded channel when `thread_ts` is `None`.
@@ -94,6 +125,15 @@ impl ThreadId {
         }
         hash % shard_count.max(1)
     }
+}
+
+/// Whether `id` has the shape of a warm pool member's id (`domain::warm_pool`): 32 lower-case hex
+/// digits, a UUID's simple form.
+pub fn valid_member_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn validate_slack_parts(raw: &str, rest: &str) -> Result<(), InvalidThreadId> {
@@ -157,6 +197,23 @@ impl std::str::FromStr for ThreadId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_caller_can_name_a_pool_member() {
+        let id = "pool:0123456789abcdef0123456789abcdef";
+        assert!(matches!(
+            ThreadId::parse(id),
+            Err(InvalidThreadId::Reserved(_))
+        ));
+        assert!(serde_json::from_str::<ThreadId>(&format!("{id:?}")).is_err());
+        let tag = ThreadId::from_tag(id).unwrap();
+        assert_eq!(
+            tag.pool_member_id(),
+            Some("0123456789abcdef0123456789abcdef")
+        );
+        assert!(ThreadId::from_tag("pool:../x").is_err(), "only member ids");
+        assert_eq!(ThreadId::from_tag("api:t1").unwrap().pool_member_id(), None);
+    }
 
     #[test]
     fn accepts_the_three_shapes() {

@@ -18,6 +18,7 @@ mod slack_status_store;
 #[cfg(feature = "slack")]
 mod slack_user_threads;
 mod subscription_store;
+mod warm_pool_store;
 mod window_counter;
 
 pub use clock::{Clock, SystemClock};
@@ -45,4 +46,5 @@ pub use slack_status_store::{SlackStatusStore, StatusMessage};
 #[cfg(feature = "slack")]
 pub use slack_user_threads::{check_slack_user, SlackUserThreads, UserThread, MAX_USER_THREADS};
 pub use subscription_store::{Connection, Subscription, SubscriptionStore};
+pub use warm_pool_store::{PoolClaim, WarmPoolStore};
 pub use window_counter::WindowCounter;

@@ -121,10 +121,11 @@ impl SandboxOwner {
         ])
     }
 
-    /// Read an owner back from provider metadata; `None` for sandboxes threadbox did not tag.
+    /// Read an owner back from provider metadata; `None` for sandboxes threadbox did not tag. A
+    /// warm pool member's owner is its tag ([`ThreadId::pool_member`]), generation 0.
     pub fn from_metadata(meta: &BTreeMap<String, String>) -> Option<Self> {
         Some(Self {
-            thread_id: ThreadId::parse(meta.get(META_THREAD_ID)?).ok()?,
+            thread_id: ThreadId::from_tag(meta.get(META_THREAD_ID)?).ok()?,
             generation: meta.get(META_GENERATION)?.parse().ok()?,
         })
     }

@@ -61,6 +61,8 @@ pub(super) struct SessionItem {
     /// which read as restricted.
     #[serde(default)]
     network: NetworkProfile,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pool_member: Option<String>,
     /// Partition key of the due-work index; present exactly when `next_action_at` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due_shard: Option<u32>,
@@ -103,6 +105,7 @@ impl SessionItem {
             destroyed_at: s.destroyed_at,
             last_error: s.last_error.clone(),
             network: s.network.clone(),
+            pool_member: s.pool_member.clone(),
             due_shard: due.map(|(shard, _)| shard),
             due_at: due.map(|(_, at)| at),
             expires_at,
@@ -137,6 +140,7 @@ impl SessionItem {
             destroyed_at: self.destroyed_at,
             last_error: self.last_error,
             network: self.network,
+            pool_member: self.pool_member,
         }
     }
 }
