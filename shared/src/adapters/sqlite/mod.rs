@@ -13,6 +13,7 @@ mod slack_status;
 #[cfg(feature = "slack")]
 mod slack_user_threads;
 mod subscriptions;
+mod warm_pool;
 mod window_counter;
 
 pub use database::{Database, DatabaseError};

@@ -3,6 +3,7 @@
 //! Each session is one row: key columns the queries need (version, shard, next action) plus the
 //! whole record as JSON. Events are rows of their own, written in the same transaction as the
 //! session that made them (the outbox); `sent` marks those already handed to the lifecycle queue.
+//! The warm pool's members share the file (`pool_members`, written by the `warm_pool` module).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,17 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (thread_id, seq)
 );
 CREATE INDEX IF NOT EXISTS events_unsent ON events (written_at) WHERE sent = 0;
+-- The warm pool's members (the `warm_pool` module), beside the sessions they are claimed by so a
+-- claim is one transaction over both tables.
+CREATE TABLE IF NOT EXISTS pool_members (
+    member_id  TEXT PRIMARY KEY,
+    pool       TEXT NOT NULL,
+    state      TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    record     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pool_members_unclaimed ON pool_members (pool, created_at)
+    WHERE state <> 'claimed';
 "#;
 
 /// Added after the first release, so an older file gains it when opened: when the thread became
@@ -98,14 +110,14 @@ impl SqliteSessionStore {
         &self.db
     }
 
-    fn count_read(&self, rows: usize) {
+    pub(super) fn count_read(&self, rows: usize) {
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         self.counters
             .rows_read
             .fetch_add(rows as u64, Ordering::Relaxed);
     }
 
-    fn count_write(&self) {
+    pub(super) fn count_write(&self) {
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -154,51 +166,93 @@ impl SqliteSessionStore {
         events: &[LifecycleEvent],
         expected_version: Option<u64>,
     ) -> Result<bool, StoreError> {
-        let json = encode(session)?;
-        let rows = events
-            .iter()
-            .map(|e| Ok((e.clone(), encode(e)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let s = session.clone();
-        let shard = session.thread_id.shard(self.shards);
-        let retired_at = retired_at(session, events);
+        let write = SessionWrite::prepare(session, events, self.shards)?;
         self.count_write();
         self.db
             .call(move |conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let (id, version, status, due) = (
-                    s.thread_id.as_str(),
-                    s.version as i64,
-                    s.status.as_str(),
-                    s.next_action_at.map(|m| m.0),
-                );
-                let changed = match expected_version {
-                    None => tx.execute(
-                        "INSERT INTO sessions (thread_id, version, status, shard, next_action_at, record, retired_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (thread_id) DO NOTHING",
-                        params![id, version, status, shard, due, json, retired_at],
-                    )?,
-                    // A record that stays retired keeps the time it first became so; one that
-                    // comes back to life loses it.
-                    Some(expected) => tx.execute(
-                        "UPDATE sessions SET version = ?2, status = ?3, shard = ?4, next_action_at = ?5, record = ?6,
-                             retired_at = CASE WHEN ?8 IS NULL THEN NULL ELSE coalesce(retired_at, ?8) END
-                         WHERE thread_id = ?1 AND version = ?7",
-                        params![id, version, status, shard, due, json, expected as i64, retired_at],
-                    )?,
-                };
-                if changed == 0 {
+                if !write.apply(&tx, expected_version)? {
                     return Ok(false);
-                }
-                match insert_events(&tx, &rows) {
-                    Err(e) if is_constraint(&e) => return Ok(false),
-                    other => other?,
                 }
                 tx.commit()?;
                 Ok(true)
             })
             .await
             .map_err(store_error)
+    }
+
+    pub(super) fn shards(&self) -> u32 {
+        self.shards
+    }
+}
+
+/// A session and its events, encoded and ready to be written inside a transaction: alone
+/// (`write_conditionally`) or with a warm pool member's claim (the `warm_pool` module).
+pub(super) struct SessionWrite {
+    session: Session,
+    json: String,
+    events: Vec<(LifecycleEvent, String)>,
+    shard: u32,
+    retired_at: Option<i64>,
+}
+
+impl SessionWrite {
+    pub(super) fn prepare(
+        session: &Session,
+        events: &[LifecycleEvent],
+        shards: u32,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            json: encode(session)?,
+            events: events
+                .iter()
+                .map(|e| Ok((e.clone(), encode(e)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?,
+            shard: session.thread_id.shard(shards),
+            retired_at: retired_at(session, events),
+            session: session.clone(),
+        })
+    }
+
+    /// Write inside `tx` on the condition: no row yet (`expected_version` None, an insert) or
+    /// the row still at `expected_version`. False when the condition failed or an event id was
+    /// already used; the caller must then not commit.
+    pub(super) fn apply(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        expected_version: Option<u64>,
+    ) -> rusqlite::Result<bool> {
+        let s = &self.session;
+        let (id, version, status, due) = (
+            s.thread_id.as_str(),
+            s.version as i64,
+            s.status.as_str(),
+            s.next_action_at.map(|m| m.0),
+        );
+        let (shard, json, retired_at) = (self.shard, &self.json, self.retired_at);
+        let changed = match expected_version {
+            None => tx.execute(
+                "INSERT INTO sessions (thread_id, version, status, shard, next_action_at, record, retired_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (thread_id) DO NOTHING",
+                params![id, version, status, shard, due, json, retired_at],
+            )?,
+            // A record that stays retired keeps the time it first became so; one that comes
+            // back to life loses it.
+            Some(expected) => tx.execute(
+                "UPDATE sessions SET version = ?2, status = ?3, shard = ?4, next_action_at = ?5, record = ?6,
+                     retired_at = CASE WHEN ?8 IS NULL THEN NULL ELSE coalesce(retired_at, ?8) END
+                 WHERE thread_id = ?1 AND version = ?7",
+                params![id, version, status, shard, due, json, expected as i64, retired_at],
+            )?,
+        };
+        if changed == 0 {
+            return Ok(false);
+        }
+        match insert_events(tx, &self.events) {
+            Err(e) if is_constraint(&e) => Ok(false),
+            Err(e) => Err(e),
+            Ok(()) => Ok(true),
+        }
     }
 }
 
@@ -216,19 +270,22 @@ fn retired_at(session: &Session, events: &[LifecycleEvent]) -> Option<i64> {
     Some(at.0)
 }
 
-fn store_error(err: DatabaseError) -> StoreError {
+pub(super) fn store_error(err: DatabaseError) -> StoreError {
     match err {
         DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
         other => StoreError::Unavailable(other.to_string()),
     }
 }
 
-fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+pub(super) fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value)
         .map_err(|e| StoreError::Corrupt(format!("cannot encode record: {e}")))
 }
 
-fn decode<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> Result<T, StoreError> {
+pub(super) fn decode<T: serde::de::DeserializeOwned>(
+    what: &str,
+    json: &str,
+) -> Result<T, StoreError> {
     serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
