@@ -43,6 +43,37 @@ pub(super) fn cancelled<R: std::fmt::Debug>(
     }
 }
 
+/// The reasons of a cancelled `TransactWriteItems`, one per item in the order they were sent;
+/// `Err` for every other failure.
+pub(super) fn cancellation_reasons<R: std::fmt::Debug>(
+    err: SdkError<TransactWriteItemsError, R>,
+) -> Result<Vec<CancellationReason>, StoreError> {
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
+            Ok(e.cancellation_reasons().to_vec())
+        }
+        _ => Err(unavailable("TransactWriteItems", err)),
+    }
+}
+
+/// The index and code of the first item whose reason is a failure (its code other than `None`):
+/// which write of the transaction stopped it.
+pub(super) fn first_failure(reasons: &[CancellationReason]) -> Option<(usize, &str)> {
+    reasons
+        .iter()
+        .enumerate()
+        .find_map(|(i, r)| r.code().filter(|c| *c != "None").map(|c| (i, c)))
+}
+
+/// The reasons' codes, for an error message.
+pub(super) fn reason_codes(reasons: &[CancellationReason]) -> String {
+    reasons
+        .iter()
+        .map(|r| r.code().unwrap_or("None"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn classify(reasons: &[CancellationReason]) -> Cancelled {
     let codes: Vec<&str> = reasons.iter().filter_map(|r| r.code()).collect();
     if codes
@@ -72,6 +103,26 @@ mod tests {
         assert_eq!(
             classify(&[reason("TransactionConflict"), reason("None")]),
             Cancelled::Conflict
+        );
+    }
+
+    #[test]
+    fn the_first_failed_reason_names_its_item() {
+        let none = CancellationReason::builder().build();
+        assert_eq!(
+            first_failure(&[
+                reason("None"),
+                none.clone(),
+                reason("ConditionalCheckFailed"),
+                reason("TransactionConflict"),
+            ]),
+            Some((2, "ConditionalCheckFailed"))
+        );
+        assert_eq!(first_failure(&[reason("None"), none.clone()]), None);
+        assert_eq!(first_failure(&[]), None);
+        assert_eq!(
+            reason_codes(&[reason("ThrottlingError"), none]),
+            "ThrottlingError, None"
         );
     }
 

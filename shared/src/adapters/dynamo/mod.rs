@@ -26,6 +26,16 @@
 //! it). Every other attribute is the session record, mapped by `serde_dynamo` (see `items.rs`);
 //! `version` is the optimistic-concurrency counter every write is conditional on.
 //!
+//! The sessions table also holds one item per warm pool member (the `WarmPoolStore` port, see
+//! `warm_pool.rs`), with partition key `#pool#{member_id}` (a thread id never contains `#`).
+//! While the member is `creating` or `ready` its `kind` is `pool#{pool}`, so each pool is its own
+//! partition of `by_thread` and listing a pool's unclaimed members is a query of it; a claimed
+//! member has no `kind` and leaves the index. Members never have `due_shard`/`due_at` (so they
+//! are never in `due`) nor `expires_at`. Every other attribute is the member record, with
+//! `state` (S: `creating`, `ready`, `claimed`) the attribute every member write is conditional
+//! on; a claim is one `TransactWriteItems` of the member (on `state = ready`), the thread's
+//! session (on its version) and its events. No operation scans the table.
+//!
 //! **Events table**: the outbox and the history of lifecycle events.
 //!
 //! | | attribute | type |
@@ -95,6 +105,9 @@
 //! | `unsent_events` | 1 `Query` of `unsent` per shard, run concurrently |
 //! | `mark_sent` | 1 conditional `UpdateItem` per event, 8 at a time |
 //! | `list` | 1 `Query` of `by_thread` + 1 `BatchGetItem` per page (at most 100) |
+//! | pool `add_member` / `update_member` / `remove_member` / `member` | 1 conditional `PutItem` / `PutItem` / `DeleteItem` / 1 `GetItem` (strongly consistent) |
+//! | pool `unclaimed` | 1 `Query` of `by_thread` + 1 `BatchGetItem` per 100 members |
+//! | pool `claim_member` | 1 `TransactWriteItems` |
 //! | dedupe `claim` / `contains` / `release` | 1 conditional `PutItem` / `GetItem` / `DeleteItem` |
 //! | Slack status `get` / `put` | 1 `GetItem` (strongly consistent) / 1 conditional `PutItem` |
 //! | Slack user threads `touch` | 1 conditional `UpdateItem`; a person's first also 1 conditional `PutItem`; past 100 threads 1 more `UpdateItem` trims |
@@ -120,6 +133,7 @@ mod slack_user_threads;
 #[cfg(feature = "live")]
 mod subscriptions;
 mod ttl;
+mod warm_pool;
 mod window_counter;
 
 pub use capacity::{query_read_units, session_item_bytes, Consistency, READ_BLOCK_BYTES};

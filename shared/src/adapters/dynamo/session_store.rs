@@ -72,14 +72,14 @@ impl DynamoSessionStore {
         &self.config
     }
 
-    fn count_read(&self, rows: usize) {
+    pub(super) fn count_read(&self, rows: usize) {
         self.counters.reads.fetch_add(1, Ordering::Relaxed);
         self.counters
             .rows_read
             .fetch_add(rows as u64, Ordering::Relaxed);
     }
 
-    fn count_write(&self) {
+    pub(super) fn count_write(&self) {
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -103,7 +103,10 @@ impl DynamoSessionStore {
     }
 
     /// The puts for `events` and their id guards, each only if its key is free.
-    fn event_puts(&self, events: &[LifecycleEvent]) -> Result<Vec<TransactWriteItem>, StoreError> {
+    pub(super) fn event_puts(
+        &self,
+        events: &[LifecycleEvent],
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
         if events.len() > MAX_EVENTS_PER_WRITE {
             return Err(StoreError::Unavailable(format!(
                 "{} events in one write; DynamoDB's transaction limit allows {MAX_EVENTS_PER_WRITE}",
@@ -176,15 +179,11 @@ impl DynamoSessionStore {
                 Err(e) => Err(unavailable("PutItem", e)),
             };
         }
-        let session_put = Put::builder()
-            .table_name(&self.config.sessions_table)
-            .set_item(Some(item))
-            .condition_expression(expression)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(values)
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("cannot build a put: {e}")))?;
-        let mut items = vec![TransactWriteItem::builder().put(session_put).build()];
+        let mut items = vec![conditional_put(
+            &self.config.sessions_table,
+            item,
+            (expression, names, values),
+        )?];
         items.extend(self.event_puts(events)?);
         match self
             .client
@@ -204,8 +203,21 @@ impl DynamoSessionStore {
         }
     }
 
+    /// `session`'s item as one write of a transaction, only if the stored item meets `condition`.
+    pub(super) fn session_put(
+        &self,
+        session: &Session,
+        condition: Condition,
+    ) -> Result<TransactWriteItem, StoreError> {
+        conditional_put(
+            &self.config.sessions_table,
+            self.session_item(session)?,
+            condition.parts(),
+        )
+    }
+
     /// One page of a query; returns the items and where the next page starts.
-    async fn query_page(
+    pub(super) async fn query_page(
         &self,
         query: QueryPage<'_>,
     ) -> Result<(Vec<Item>, Option<Item>), StoreError> {
@@ -260,6 +272,20 @@ impl DynamoSessionStore {
 
     /// Fetch whole session items by key (the listing index holds keys only), in `ids` order.
     async fn get_sessions(&self, ids: &[String]) -> Result<Vec<Session>, StoreError> {
+        let mut found = self.get_items(ids).await?;
+        // A session deleted between the index read and the get is simply not listed.
+        ids.iter()
+            .filter_map(|id| found.remove(id))
+            .map(decode_session)
+            .collect()
+    }
+
+    /// Fetch whole items of the sessions table by partition key (at most 100, strongly
+    /// consistent), keyed by it; a key with no item is absent from the map.
+    pub(super) async fn get_items(
+        &self,
+        ids: &[String],
+    ) -> Result<HashMap<String, Item>, StoreError> {
         let mut found: HashMap<String, Item> = HashMap::with_capacity(ids.len());
         let mut pending: Vec<Item> = ids.iter().map(|id| session_key(id)).collect();
         let mut attempt = 0u32;
@@ -296,34 +322,30 @@ impl DynamoSessionStore {
                 attempt += 1;
                 if attempt > 5 {
                     return Err(StoreError::Unavailable(format!(
-                        "DynamoDB left {} keys of a listing page unprocessed after {attempt} tries",
+                        "DynamoDB left {} keys of a batch get unprocessed after {attempt} tries",
                         pending.len()
                     )));
                 }
                 tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
             }
         }
-        // A session deleted between the index read and the get is simply not listed.
-        ids.iter()
-            .filter_map(|id| found.remove(id))
-            .map(decode_session)
-            .collect()
+        Ok(found)
     }
 }
 
 /// What a conditional session write requires of the stored item.
-enum Condition {
+pub(super) enum Condition {
     /// No session for the thread yet.
     Absent,
     /// The stored version is this one.
     Version(u64),
 }
 
-type Names = HashMap<String, String>;
-type Values = Option<HashMap<String, AttributeValue>>;
+pub(super) type Names = HashMap<String, String>;
+pub(super) type Values = Option<HashMap<String, AttributeValue>>;
 
 impl Condition {
-    fn parts(&self) -> (&'static str, Names, Values) {
+    pub(super) fn parts(&self) -> (&'static str, Names, Values) {
         match self {
             Condition::Absent => (
                 "attribute_not_exists(#t)",
@@ -339,14 +361,32 @@ impl Condition {
     }
 }
 
-struct QueryPage<'a> {
-    table: &'a str,
-    index: Option<&'a str>,
-    condition: &'a str,
-    names: Names,
-    values: HashMap<String, AttributeValue>,
-    start: Option<Item>,
-    limit: usize,
+pub(super) struct QueryPage<'a> {
+    pub(super) table: &'a str,
+    pub(super) index: Option<&'a str>,
+    pub(super) condition: &'a str,
+    pub(super) names: Names,
+    pub(super) values: HashMap<String, AttributeValue>,
+    pub(super) start: Option<Item>,
+    pub(super) limit: usize,
+}
+
+/// A put of `item` into `table` as one write of a transaction, under `condition` (expression,
+/// names, values).
+pub(super) fn conditional_put(
+    table: &str,
+    item: Item,
+    (expression, names, values): (&str, Names, Values),
+) -> Result<TransactWriteItem, StoreError> {
+    let put = Put::builder()
+        .table_name(table)
+        .set_item(Some(item))
+        .condition_expression(expression)
+        .set_expression_attribute_names(Some(names))
+        .set_expression_attribute_values(values)
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("cannot build a put: {e}")))?;
+    Ok(TransactWriteItem::builder().put(put).build())
 }
 
 /// Whether `item`'s TTL has passed: DynamoDB deletes such items when it gets to them (within
@@ -359,7 +399,7 @@ fn number(n: impl ToString) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
 
-fn string(s: impl Into<String>) -> AttributeValue {
+pub(super) fn string(s: impl Into<String>) -> AttributeValue {
     AttributeValue::S(s.into())
 }
 
@@ -367,7 +407,7 @@ fn session_key(thread_id: &str) -> Item {
     HashMap::from([(attr::THREAD_ID.to_owned(), string(thread_id))])
 }
 
-fn names(pairs: &[(&str, &str)]) -> Names {
+pub(super) fn names(pairs: &[(&str, &str)]) -> Names {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
