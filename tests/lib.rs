@@ -10,11 +10,13 @@ pub mod lambda;
 use std::sync::Arc;
 
 use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-use threadbox_shared::ports::{DurableQueue, SessionStore};
+use threadbox_shared::ports::{DurableQueue, SessionStore, WarmPoolStore};
 
 /// A fresh SQLite store and lifecycle queue in one temporary database file.
 pub struct SqliteBackend {
     pub store: Arc<dyn SessionStore>,
+    /// The warm pool's records, in the same file as the sessions they are claimed by.
+    pub pool: Arc<dyn WarmPoolStore>,
     pub events: Arc<dyn DurableQueue>,
     /// The janitor's transition queue, in the same file.
     pub transitions: Arc<dyn DurableQueue>,
@@ -30,8 +32,10 @@ impl SqliteBackend {
             SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).expect("open queue");
         let transitions =
             SqliteQueue::open(&path, "transitions", QueueConfig::default()).expect("open queue");
+        let store = Arc::new(store);
         Self {
-            store: Arc::new(store),
+            pool: store.clone(),
+            store,
             events: Arc::new(events),
             transitions: Arc::new(transitions),
             _dir: dir,

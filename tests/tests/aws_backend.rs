@@ -396,6 +396,34 @@ mod window_counter_conformance {
     threadbox_shared::window_counter_conformance_tests!(counter);
 }
 
+/// The warm pool suite against DynamoDB and SQS: members in the sessions table.
+mod warm_pool_conformance {
+    use std::sync::Arc;
+
+    use threadbox_shared::ports::{DurableQueue, SessionStore, WarmPoolStore};
+    use threadbox_tests::aws::AwsBackend;
+
+    #[allow(clippy::type_complexity)]
+    async fn backend(
+        test: &str,
+    ) -> Option<(
+        Arc<dyn SessionStore>,
+        Arc<dyn WarmPoolStore>,
+        Arc<dyn DurableQueue>,
+        (),
+    )> {
+        let backend = AwsBackend::new(test).await?;
+        Some((
+            backend.store.clone(),
+            backend.store.clone(),
+            backend.events.clone(),
+            (),
+        ))
+    }
+
+    threadbox_shared::warm_pool_conformance_tests!(backend);
+}
+
 /// The budget suite against DynamoDB and SQS, the counters on a dedupe table of their own.
 mod budget_conformance {
     use std::sync::Arc;

@@ -138,6 +138,32 @@ mod budget_conformance {
     threadbox_shared::budget_conformance_tests!(backend);
 }
 
+mod warm_pool_conformance {
+    use std::sync::Arc;
+    use threadbox_shared::ports::{DurableQueue, SessionStore, WarmPoolStore};
+    use threadbox_tests::SqliteBackend;
+
+    #[allow(clippy::type_complexity)]
+    async fn backend(
+        _test: &str,
+    ) -> Option<(
+        Arc<dyn SessionStore>,
+        Arc<dyn WarmPoolStore>,
+        Arc<dyn DurableQueue>,
+        SqliteBackend,
+    )> {
+        let backend = SqliteBackend::new();
+        Some((
+            backend.store.clone(),
+            backend.pool.clone(),
+            backend.events.clone(),
+            backend,
+        ))
+    }
+
+    threadbox_shared::warm_pool_conformance_tests!(backend);
+}
+
 mod dedupe_conformance {
     use std::sync::Arc;
     use threadbox_shared::adapters::sqlite::SqliteDedupe;

@@ -14,6 +14,7 @@ pub mod lifecycle_conformance;
 pub mod provider_conformance;
 pub mod store_conformance;
 pub mod subscription_conformance;
+pub mod warm_pool_conformance;
 pub mod window_counter_conformance;
 
 pub use clock::ManualClock;

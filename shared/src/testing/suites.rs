@@ -156,6 +156,31 @@ macro_rules! budget_conformance_tests {
     )*};
 }
 
+/// Every function of `warm_pool_conformance`; `$make(test_name)` gives the session store, the
+/// same backend's warm pool store and the lifecycle queue, and whatever must live as long as the
+/// test, or `None` to skip: `Option<(Arc<dyn SessionStore>, Arc<dyn WarmPoolStore>,
+/// Arc<dyn DurableQueue>, impl Any)>`.
+#[macro_export]
+macro_rules! warm_pool_conformance_tests {
+    ($make:path) => {
+        $crate::warm_pool_conformance_tests!(@each $make,
+            a_new_thread_takes_a_ready_member_and_the_pool_refills,
+            sixty_four_new_threads_never_share_a_member,
+            old_and_lost_members_are_replaced_and_size_zero_drains,
+            reconciliation_knows_members_from_orphans,
+        );
+    };
+    (@each $make:path, $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some((store, pool, events, _keep)) = $make(stringify!($name)).await else {
+                return;
+            };
+            $crate::testing::warm_pool_conformance::$name(store, pool, events).await;
+        }
+    )*};
+}
+
 /// Every function of `window_counter_conformance`; `$make(test_name)` gives the counter to test
 /// and whatever must live as long as the test (a temporary directory), or `None` to skip:
 /// `Option<(Arc<dyn WindowCounter>, impl Any)>`.

@@ -2,7 +2,9 @@
 //!
 //! 1. Re-drive lifecycle events that were written but never sent.
 //! 2. Reconcile with the provider: kill orphans (sandboxes tagged with a thread whose record does
-//!    not point at them) and fold provider-side pauses into records.
+//!    not point at them, or with a warm pool member that has no record) and fold provider-side
+//!    pauses into records. Then tend the warm pool (`usecases::warm_pool`): retire old and lost
+//!    members and make what is missing.
 //! 3. Walk the due-work index and act: pause idle threads and threads over a compute budget
 //!    (`usecases::budget`), destroy expired ones, recover
 //!    transitions whose lease ran out, correct records whose sandbox is gone. The shards are
@@ -27,12 +29,13 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::domain::{Cause, Command, Millis, Session, Status};
-use crate::ports::{ProviderError, SandboxInfo, SandboxState};
+use crate::domain::{Cause, Command, MemberState, Millis, Session, Status};
+use crate::ports::{ProviderError, SandboxInfo, SandboxOwner, SandboxState};
 
 use super::error::UseCaseError;
 use super::pause::{PauseOutcome, TransitionWork};
 use super::threadbox::{Step, Threadbox};
+use super::warm_pool::{Listed, PoolReport};
 
 #[derive(Clone, Debug)]
 pub struct SweepOptions {
@@ -81,6 +84,8 @@ pub struct SweepReport {
     /// Due threads left alone: fresh activity, a live hold, or another writer first.
     pub skipped: usize,
     pub failures: usize,
+    /// What tending the warm pool did (`usecases::warm_pool`).
+    pub pool: PoolReport,
     /// Destroyed or expired threads whose record and events retention deleted.
     pub threads_purged: u64,
     pub events_purged: u64,
@@ -136,6 +141,7 @@ impl Threadbox {
             return report;
         }
 
+        let listed_at = self.clock.now();
         let listed = if options.reconcile {
             Some(self.provider.list(&BTreeMap::new()).await)
         } else {
@@ -155,6 +161,12 @@ impl Threadbox {
         }
         let live_ids: Option<HashSet<String>> =
             live.map(|l| l.into_iter().map(|s| s.sandbox_id).collect());
+        report.pool = self
+            .tend_pool(live_ids.as_ref().map(|ids| Listed { ids, at: listed_at }))
+            .await;
+        if out_of_time() {
+            return report;
+        }
 
         // The due pass: shards queried concurrently (bounded), each shard's pages in order.
         let now = self.clock.now();
@@ -320,6 +332,54 @@ impl Threadbox {
         let Some(owner) = sandbox.owner() else {
             return Ok(None);
         };
+        let Some(member_id) = owner.thread_id.pool_member_id() else {
+            return self.reconcile_owned(sandbox, &owner).await;
+        };
+        // A warm pool member's sandbox: the pool's while its record is creating or ready, its
+        // thread's once claimed, nobody's without a record.
+        let member = match &self.warm_pool {
+            Some(pool) => pool.store.member(member_id).await?,
+            // No pool store here: leave members to a janitor that has one.
+            None => return Ok(None),
+        };
+        match member {
+            Some(m) if m.state == MemberState::Claimed => match &m.claimed {
+                Some(claim) => {
+                    let owner = SandboxOwner {
+                        thread_id: claim.thread_id.clone(),
+                        generation: claim.generation,
+                    };
+                    let acted = self.reconcile_owned(sandbox, &owner).await?;
+                    if matches!(acted, Some(Acted::Destroyed)) {
+                        self.forget_claimed_member(member_id).await;
+                    }
+                    Ok(acted)
+                }
+                None => Ok(None),
+            },
+            Some(m)
+                if m.sandbox_id
+                    .as_deref()
+                    .is_none_or(|id| id == sandbox.sandbox_id) =>
+            {
+                Ok(None)
+            }
+            // No record, or one that names another sandbox (a duplicate create).
+            _ => {
+                tracing::info!(member_id, sandbox_id = %sandbox.sandbox_id, "killing a warm pool sandbox with no member record");
+                self.provider.kill(&sandbox.sandbox_id).await?;
+                Ok(Some(Acted::Destroyed))
+            }
+        }
+    }
+
+    /// Reconcile a sandbox whose owner is a thread: an orphan unless the thread's record binds it
+    /// (or is creating it, within its lease).
+    async fn reconcile_owned(
+        &self,
+        sandbox: &SandboxInfo,
+        owner: &SandboxOwner,
+    ) -> Result<Option<Acted>, UseCaseError> {
         let record = self.store.load(&owner.thread_id).await?;
         let now = self.clock.now();
         let orphan = match &record {

@@ -16,7 +16,9 @@
 //! - `network`: changing a thread's network profile (recorded with a `user` event, applied live
 //!   where the provider can, otherwise to the thread's next sandbox);
 //! - `outbox`: handing written events to the lifecycle queue, and re-driving the ones that were not;
-//! - `usage`: what threads' sandboxes used and cost, from their events (one thread, or a page).
+//! - `usage`: what threads' sandboxes used and cost, from their events (one thread, or a page);
+//! - `warm_pool`: sandboxes made ahead, bound to a new thread in the write that claims them, and
+//!   the janitor's tending of the pool.
 
 mod budget;
 mod error;
@@ -32,6 +34,7 @@ mod processes;
 mod resolve;
 mod threadbox;
 mod usage;
+mod warm_pool;
 
 pub use budget::{in_caller_scope, with_caller_scope};
 pub use error::UseCaseError;
@@ -42,5 +45,6 @@ pub use network::{NetworkApplied, NetworkChange};
 pub use pause::{Handoff, TransitionOutcome, TransitionWork};
 pub use processes::{ProcessRequest, DEFAULT_PROCESS_IDLE, MAX_PROCESS_IDLE};
 pub use resolve::{ResolveOptions, SandboxHandle};
-pub use threadbox::{Config, Threadbox, DEFAULT_RECORD_RETENTION};
+pub use threadbox::{Config, Threadbox, WarmPool, DEFAULT_POOL_MAX_AGE, DEFAULT_RECORD_RETENTION};
 pub use usage::{read_usage, MAX_USAGE_EVENTS};
+pub use warm_pool::{PoolReport, MAX_POOL_SIZE};

@@ -197,7 +197,12 @@ impl Threadbox {
             .step(&claimed, Command::DestroySucceeded, cause, None, |_| {})
             .await?
         {
-            Step::Moved(s) => Ok(Some(s)),
+            Step::Moved(s) => {
+                if let Some(member_id) = claimed.pool_member.as_deref() {
+                    self.forget_claimed_member(member_id).await;
+                }
+                Ok(Some(s))
+            }
             Step::NoOp | Step::Conflict => Ok(None),
         }
     }

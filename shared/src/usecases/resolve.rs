@@ -15,6 +15,7 @@ use crate::ports::{CreateSandbox, ProviderError, SandboxOwner, SandboxState};
 use super::error::UseCaseError;
 use super::hold_request::{HoldRequest, PendingHold};
 use super::threadbox::{Step, Threadbox};
+use super::warm_pool::PoolTake;
 
 /// What a caller gets back: enough to talk to the sandbox. Deserialize too, for API clients.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +32,9 @@ pub struct SandboxHandle {
     pub resumed: bool,
     /// The previous sandbox was gone and this one replaced it: its files and processes were lost.
     pub recreated: bool,
+    /// The sandbox came from the warm pool (made ahead) rather than a create this call waited for.
+    #[serde(default)]
+    pub pooled: bool,
     /// The hold taken with the resolve, when one was asked for.
     pub hold_id: Option<String>,
 }
@@ -63,6 +67,7 @@ struct Trail {
     created: bool,
     resumed: bool,
     recreated: bool,
+    pooled: bool,
 }
 
 impl Threadbox {
@@ -318,7 +323,8 @@ impl Threadbox {
         }
     }
 
-    /// We hold the creation lease on `claimed` (status creating): make the sandbox and bind it.
+    /// We hold the creation lease on `claimed` (status creating): bind a warm pool member, or
+    /// make the sandbox and bind it.
     /// `Ok(None)` means we were fenced out and the caller should re-read.
     async fn create_sandbox(
         &self,
@@ -327,6 +333,14 @@ impl Threadbox {
         hold: &Option<PendingHold>,
         trail: &mut Trail,
     ) -> Result<Option<SandboxHandle>, UseCaseError> {
+        match self.take_pool_member(&claimed, cause, hold).await? {
+            PoolTake::Bound(s) => {
+                trail.pooled = true;
+                return Ok(Some(handle(&s, trail, hold)));
+            }
+            PoolTake::Fenced => return Ok(None),
+            PoolTake::Empty => {}
+        }
         let owner = SandboxOwner {
             thread_id: claimed.thread_id.clone(),
             generation: claimed.generation,
@@ -469,6 +483,7 @@ fn handle(s: &Session, trail: &Trail, hold: &Option<PendingHold>) -> SandboxHand
         created: trail.created,
         resumed: trail.resumed,
         recreated: trail.recreated,
+        pooled: trail.pooled,
         hold_id: hold.as_ref().map(|h| h.hold_id.clone()),
     }
 }

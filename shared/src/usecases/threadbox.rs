@@ -7,7 +7,9 @@ use crate::domain::{
     Budgets, Cause, Change, Command, GonePolicy, LifecycleEvent, NetworkDefaults, Pricing, Session,
     ThreadId, Timers,
 };
-use crate::ports::{Clock, DurableQueue, SandboxProvider, SessionStore, WindowCounter};
+use crate::ports::{
+    Clock, DurableQueue, SandboxProvider, SessionStore, WarmPoolStore, WindowCounter,
+};
 
 use super::error::UseCaseError;
 
@@ -64,6 +66,22 @@ impl Default for Config {
     }
 }
 
+/// The default of [`WarmPool::max_age`]: 30 minutes.
+pub const DEFAULT_POOL_MAX_AGE: Duration = Duration::from_secs(30 * 60);
+
+/// The pool's store and settings (`Threadbox::with_warm_pool`).
+#[derive(Clone)]
+pub struct WarmPool {
+    pub store: Arc<dyn WarmPoolStore>,
+    /// Members kept ready per pooled profile (every profile the network defaults name); 0 keeps
+    /// none and drains what is there.
+    pub size: usize,
+    /// A ready member older than this is retired and replaced, so the pool never hands out a
+    /// sandbox near the provider's timeout (members are made with `max_age` plus the usual
+    /// sandbox timeout).
+    pub max_age: Duration,
+}
+
 /// Everything a use case needs. Cheap to clone; share one per process.
 #[derive(Clone)]
 pub struct Threadbox {
@@ -79,6 +97,8 @@ pub struct Threadbox {
     /// Where scope budgets are counted (`with_budget_counter`); needed only when a scope limit
     /// is set.
     pub budget_counter: Option<Arc<dyn WindowCounter>>,
+    /// Sandboxes made ahead for new threads (`with_warm_pool`); `None`: every create waits.
+    pub warm_pool: Option<WarmPool>,
 }
 
 /// The result of one conditional write.
@@ -108,6 +128,7 @@ impl Threadbox {
             config,
             transitions: None,
             budget_counter: None,
+            warm_pool: None,
         }
     }
 
