@@ -229,6 +229,7 @@ fn did_something(report: &SweepReport) -> bool {
         failures,
         threads_purged,
         events_purged: _,
+        pool,
         completed,
     } = report;
     events_redriven
@@ -239,6 +240,10 @@ fn did_something(report: &SweepReport) -> bool {
         + recovered
         + queued
         + failures
+        + pool.created
+        + pool.retired
+        + pool.abandoned
+        + pool.failures
         > 0
         || *threads_purged > 0
         || !completed

@@ -40,7 +40,7 @@ use threadbox_shared::adapters::sqlite::{
 };
 use threadbox_shared::domain::{
     parse_profile, Budgets, NetworkDefaults, NetworkProfile, Timers, SCOPE_COMPUTE_BUDGET_VAR,
-    SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR,
+    SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR, WARM_POOL_VAR,
 };
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_shared::http::{require_local, router, LocalOnly};
@@ -48,7 +48,7 @@ use threadbox_shared::live::token_routes;
 use threadbox_shared::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
 use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue, IpNet, SystemClock};
 use threadbox_shared::providers::{self, ProviderSetup};
-use threadbox_shared::usecases::{Config, Threadbox};
+use threadbox_shared::usecases::{Config, Threadbox, WarmPool, MAX_POOL_SIZE};
 use tokio::net::TcpListener;
 
 use self::consumer::{ConsumerConfig, LifecycleConsumer};
@@ -205,6 +205,16 @@ pub struct DevArgs {
     #[arg(long, env = SCOPE_CREATES_PER_HOUR_VAR, default_value_t = 0)]
     pub scope_creates_per_hour: u64,
 
+    /// Sandboxes kept created ahead, per network profile new threads get, so a new thread's first
+    /// command does not wait for a create; the janitor refills the pool each sweep. Default: 2
+    /// with runc, 0 with E2B (members there cost running time). 0: no pool.
+    #[arg(long, env = WARM_POOL_VAR)]
+    pub warm_pool: Option<usize>,
+
+    /// A pool member unclaimed this long is replaced by a fresh one.
+    #[arg(long, env = "THREADBOX_WARM_POOL_MAX_AGE", default_value = "30m", value_parser = duration::parse)]
+    pub warm_pool_max_age: Duration,
+
     /// While a compute budget is set, how often the janitor looks at a running thread.
     #[arg(long, env = "THREADBOX_BUDGET_CHECK", default_value = "5m", value_parser = duration::parse)]
     pub budget_check: Duration,
@@ -276,6 +286,13 @@ impl DevArgs {
             // At least 10 s: shorter would have the janitor read running threads every sweep.
             check_every: self.budget_check.max(Duration::from_secs(10)),
         }
+    }
+
+    /// The warm pool's size per profile: the flag, else 2 for runc and 0 for E2B.
+    fn warm_pool_size(&self, provider: &provider::ChosenProvider) -> usize {
+        self.warm_pool
+            .unwrap_or(if provider.is_runc() { 2 } else { 0 })
+            .min(MAX_POOL_SIZE)
     }
 
     /// The profiles new threads get (both settings were checked when the flags were read).
@@ -456,17 +473,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let database = store.database().clone();
     let janitor_database = store.database().clone();
+    let store = Arc::new(store);
+    let pool_store = store.clone();
     let budget_counter = SqliteWindowCounter::new(store.database().clone())
         .await
         .context("opening the budget counters")?;
-    let tb = Threadbox::new(
-        Arc::new(store),
-        provider,
-        queue.clone(),
-        clock.clone(),
-        config,
-    )
-    .with_budget_counter(Arc::new(budget_counter));
+    let tb = Threadbox::new(store, provider, queue.clone(), clock.clone(), config)
+        .with_budget_counter(Arc::new(budget_counter))
+        .with_warm_pool(WarmPool {
+            store: pool_store,
+            size: args.warm_pool_size(&chosen),
+            max_age: args.warm_pool_max_age,
+        });
     let sockets = Arc::new(InProcessSender::default());
     let subscribers = Arc::new(Subscribers::new(
         subscriptions,
@@ -662,6 +680,16 @@ fn sandbox_lines(
         };
         lines.push(format!("disk       {disk} (--disk-quota, --disk-files)"));
     }
+    let pool = args.warm_pool_size(provider);
+    lines.push(if pool == 0 {
+        "pool       none: every new thread waits for a create (--warm-pool)".to_owned()
+    } else {
+        format!(
+            "pool       {pool} sandboxes made ahead per network profile, replaced after {} \
+             (--warm-pool, --warm-pool-max-age)",
+            duration::format(args.warm_pool_max_age)
+        )
+    });
     if rootless {
         // What running without root costs, said where the developer looks first.
         for (n, weaker) in threadbox_shared::adapters::runc::ROOTLESS_WEAKER

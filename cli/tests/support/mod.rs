@@ -104,6 +104,9 @@ impl DevServer {
         let data_dir = data_dir.map_or_else(|| tmp.path().join("data"), Path::to_path_buf);
         let stderr_path = tmp.path().join("dev.stderr");
         let mut command = Command::new(env!("CARGO_BIN_EXE_threadbox"));
+        // No warm pool unless the test asks (`--warm-pool N`): members are sandboxes of their
+        // own, which tests counting containers or capping sandboxes would meet.
+        command.env("THREADBOX_WARM_POOL", "0");
         // No keys unless the test gives some: the developer's own must not leak in.
         command.env_remove("THREADBOX_API_KEYS");
         command.env_remove("THREADBOX_API_KEYS_FILE");

@@ -9,10 +9,10 @@ use crate::adapters::sqs::SqsQueueUrls;
 use crate::config::ConfigError;
 use crate::domain::{
     parse_profile, Budgets, NetworkDefaults, NetworkProfile, Pricing, PricingSettings, SandboxSize,
-    Timers,
+    Timers, WARM_POOL_VAR,
 };
 use crate::providers::ProviderConfig;
-use crate::usecases::Config;
+use crate::usecases::{Config, DEFAULT_POOL_MAX_AGE, MAX_POOL_SIZE};
 
 pub const LIFECYCLE_QUEUE_URL_VAR: &str = "THREADBOX_LIFECYCLE_QUEUE_URL";
 pub const LIFECYCLE_DLQ_URL_VAR: &str = "THREADBOX_LIFECYCLE_DLQ_URL";
@@ -24,6 +24,8 @@ pub const RUNC_STATE_DIR_VAR: &str = "THREADBOX_RUNC_STATE_DIR";
 pub const NETWORK_VAR: &str = "THREADBOX_NETWORK";
 /// Per Slack workspace or channel: `T0123=networked:pypi.org;T0123/C0456=restricted`.
 pub const SLACK_NETWORK_VAR: &str = "THREADBOX_SLACK_NETWORK";
+/// Seconds an unclaimed warm pool member is kept before it is replaced.
+pub const WARM_POOL_MAX_AGE_VAR: &str = "THREADBOX_WARM_POOL_MAX_AGE_SECS";
 
 /// Where the runc provider keeps its state when the environment does not say. Only the local
 /// loop runs runc, and /tmp is the one writable place a Lambda sandbox has.
@@ -32,6 +34,8 @@ const DEFAULT_RUNC_STATE_DIR: &str = "/tmp/threadbox-runc";
 const MAX_IDLE_PAUSE_SECS: u64 = 30 * 24 * 3600;
 /// A year, as the longest retention.
 const MAX_RETENTION_SECS: u64 = 365 * 24 * 3600;
+/// A day, as the longest a warm pool member is kept: E2B bills a member for its running time.
+const MAX_POOL_MAX_AGE_SECS: u64 = 24 * 3600;
 /// The largest sandbox size or price figure taken; more is a misplaced unit.
 const MAX_PRICING_FIGURE: f64 = 100_000.0;
 
@@ -43,6 +47,10 @@ pub struct Settings {
     pub provider: ProviderConfig,
     pub runc_state_dir: PathBuf,
     pub use_cases: Config,
+    /// Warm pool members per profile (`THREADBOX_WARM_POOL`, default 0: members on E2B cost
+    /// running time) and how long one is kept.
+    pub warm_pool: usize,
+    pub warm_pool_max_age: Duration,
 }
 
 impl Settings {
@@ -93,12 +101,20 @@ impl Settings {
             budgets: Budgets::read(|name, default, range| env.whole_number(name, default, range))?,
             ..Config::default()
         };
+        let warm_pool = env.whole_number(WARM_POOL_VAR, 0, 0..=MAX_POOL_SIZE as u64)? as usize;
+        let warm_pool_max_age = Duration::from_secs(env.whole_number(
+            WARM_POOL_MAX_AGE_VAR,
+            DEFAULT_POOL_MAX_AGE.as_secs(),
+            60..=MAX_POOL_MAX_AGE_SECS,
+        )?);
         Ok(Self {
             dynamo,
             lifecycle_queue,
             provider,
             runc_state_dir,
             use_cases,
+            warm_pool,
+            warm_pool_max_age,
         })
     }
 }
@@ -259,6 +275,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains(PRICE_GIB_HOUR_VAR), "{err}");
+    }
+
+    #[test]
+    fn the_warm_pool_is_off_unless_set_and_bounded() {
+        let off = with(&[]).unwrap();
+        assert_eq!((off.warm_pool, off.warm_pool_max_age.as_secs()), (0, 1800));
+        let set = with(&[(WARM_POOL_VAR, "3"), (WARM_POOL_MAX_AGE_VAR, "600")]).unwrap();
+        assert_eq!((set.warm_pool, set.warm_pool_max_age.as_secs()), (3, 600));
+        for (var, bad) in [(WARM_POOL_VAR, "65"), (WARM_POOL_MAX_AGE_VAR, "5")] {
+            let err = with(&[(var, bad)]).unwrap_err().to_string();
+            assert!(err.contains(var), "{err}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::http::ApiAuth;
 use crate::ports::{SandboxProvider, SystemClock};
 use crate::providers::{self, ProviderSetup};
 use crate::slack::RateLimits;
-use crate::usecases::Threadbox;
+use crate::usecases::{Threadbox, WarmPool};
 
 pub const API_KEYS_VAR: &str = "THREADBOX_API_KEYS";
 
@@ -41,13 +41,20 @@ pub async fn threadbox(
     } else {
         None
     };
+    let store = Arc::new(DynamoSessionStore::from_sdk_config(sdk, settings.dynamo));
     let tb = Threadbox::new(
-        Arc::new(DynamoSessionStore::from_sdk_config(sdk, settings.dynamo)),
+        store.clone(),
         provider,
         Arc::new(SqsQueue::from_sdk_config(sdk, settings.lifecycle_queue)),
         Arc::new(SystemClock),
         settings.use_cases,
-    );
+    )
+    // Always with the pool's store: at size 0 the janitor drains members a larger size made.
+    .with_warm_pool(WarmPool {
+        store,
+        size: settings.warm_pool,
+        max_age: settings.warm_pool_max_age,
+    });
     Ok(match budget_counter {
         Some(counter) => tb.with_budget_counter(Arc::new(counter)),
         None => tb,
