@@ -92,6 +92,11 @@ impl Bundle {
     pub fn exists(&self) -> bool {
         self.dir.is_dir()
     }
+    /// Where `runc run` writes the container init's host pid.
+    pub fn init_pid_file(&self) -> PathBuf {
+        self.dir.join("init.pid")
+    }
+
     pub fn home(&self) -> PathBuf {
         self.dir.join("home")
     }

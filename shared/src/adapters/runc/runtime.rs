@@ -178,12 +178,19 @@ impl Runc {
     ///
     /// The container's init inherits runc's stdio; it points them at /dev/null as its first
     /// act, so the stderr pipe we read runc's errors from closes as soon as the init is up.
-    pub async fn run_detached(&self, id: &str, bundle: &Path) -> Result<(), RuncError> {
+    pub async fn run_detached(
+        &self,
+        id: &str,
+        bundle: &Path,
+        pid_file: &Path,
+    ) -> Result<(), RuncError> {
         let args = [
             OsStr::new("run"),
             OsStr::new("--detach"),
             OsStr::new("--bundle"),
             bundle.as_os_str(),
+            OsStr::new("--pid-file"),
+            pid_file.as_os_str(),
             OsStr::new(id),
         ];
         let run = || self.call("run", &args);
