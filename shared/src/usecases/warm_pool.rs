@@ -32,6 +32,10 @@ pub const MAX_POOL_SIZE: usize = 64;
 /// Ready members a claim reads to choose from; concurrent claimers start at different places in
 /// the list, so they rarely collide.
 const CLAIM_CANDIDATES: usize = 32;
+/// Members a creator tries before it creates instead: each one someone else took first cost a
+/// conditional write, and a burst of new threads larger than the pool must not become a storm of
+/// failed claims (64 creators over 16 members on DynamoDB would otherwise try up to 1,024).
+const CLAIM_ATTEMPTS: usize = 3;
 /// Members made at once while tending.
 const CREATE_CONCURRENCY: usize = 4;
 
@@ -107,7 +111,7 @@ impl Threadbox {
         // Concurrent new threads start at different members.
         let start = (uuid::Uuid::new_v4().as_u128() % ready.len() as u128) as usize;
         ready.rotate_left(start);
-        for member in ready {
+        for member in ready.into_iter().take(CLAIM_ATTEMPTS) {
             let now = self.clock.now();
             let mut next = claimed.clone();
             next.bind_sandbox(
