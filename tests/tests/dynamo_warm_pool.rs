@@ -137,6 +137,24 @@ async fn members_are_listed_updated_and_removed_only_from_their_expected_state()
         vec![older.clone(), member.clone()]
     );
 
+    // `ready` leaves creating members out and reads at most `limit`, from a random place.
+    let still_creating = PoolMember::creating(NetworkProfile::Restricted, Millis(500));
+    store.add_member(&still_creating).await.unwrap();
+    let mut seen = HashSet::new();
+    for _ in 0..20 {
+        let picked = store.ready(&member.pool, 2).await.unwrap();
+        assert_eq!(picked.len(), 2);
+        for m in picked {
+            assert_eq!(m.state, MemberState::Ready, "{m:?}");
+            seen.insert(m.member_id);
+        }
+    }
+    assert_eq!(seen.len(), 3, "every ready member gets picked sometimes");
+    assert!(store
+        .remove_member(&still_creating.member_id, MemberState::Creating)
+        .await
+        .unwrap());
+
     assert!(!store
         .remove_member(&member.member_id, MemberState::Creating)
         .await

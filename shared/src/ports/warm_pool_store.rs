@@ -49,6 +49,11 @@ pub trait WarmPoolStore: Send + Sync {
     /// most `limit`.
     async fn unclaimed(&self, pool: &str, limit: usize) -> Result<Vec<PoolMember>, StoreError>;
 
+    /// Up to `limit` of `pool`'s `ready` members, a different choice each call where there are
+    /// more, so concurrent claimers spread over the pool. Reads about `limit` members, not the
+    /// whole pool: this is what every new thread's create pays.
+    async fn ready(&self, pool: &str, limit: usize) -> Result<Vec<PoolMember>, StoreError>;
+
     /// In one atomic write: `member` (its stored state `ready`, now `claimed` by the thread) and
     /// `session` with `events`, only if the thread's stored version is `expected_version`.
     async fn claim_member(

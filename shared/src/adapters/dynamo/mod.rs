@@ -28,8 +28,9 @@
 //!
 //! The sessions table also holds one item per warm pool member (the `WarmPoolStore` port, see
 //! `warm_pool.rs`), with partition key `#pool#{member_id}` (a thread id never contains `#`).
-//! While the member is `creating` or `ready` its `kind` is `pool#{pool}`, so each pool is its own
-//! partition of `by_thread` and listing a pool's unclaimed members is a query of it; a claimed
+//! While the member is `creating` or `ready` its `kind` is `pool#{pool}#{state}`, so each pool's
+//! members of each state are a partition of `by_thread` (a new thread's claim queries only the
+//! ready one's keys and reads the few it picks); a claimed
 //! member has no `kind` and leaves the index. Members never have `due_shard`/`due_at` (so they
 //! are never in `due`) nor `expires_at`. Every other attribute is the member record, with
 //! `state` (S: `creating`, `ready`, `claimed`) the attribute every member write is conditional

@@ -3,10 +3,11 @@
 //!
 //! A member's partition key is `#pool#{member_id}` (a thread id never contains `#`, so it can
 //! never be a session's). While the member is `creating` or `ready` its `kind` is
-//! `pool#{pool}`, which puts its key in the keys-only listing index under a partition of its
-//! own: [`WarmPoolStore::unclaimed`] is a `Query` of that partition and a consistent
-//! `BatchGetItem` of the keys, as the operator listing is. A claimed member has no `kind`, so
-//! it leaves the index; it has no `due_shard`/`due_at`, so it is never in the due index.
+//! `pool#{pool}#{state}`, which puts its key in the keys-only listing index under a partition of
+//! its own: [`WarmPoolStore::unclaimed`] is a `Query` of the two partitions and a consistent
+//! `BatchGetItem` of the keys, as the operator listing is, and [`WarmPoolStore::ready`] (what a
+//! new thread's create pays) queries the ready partition's keys and reads only the few it picks.
+//! A claimed member has no `kind`, so it leaves the index; it has no `due_shard`/`due_at`, so it is never in the due index.
 //!
 //! Every change is conditional on the stored `state`: the janitor retiring a member and a thread
 //! claiming it cannot both win.
@@ -31,7 +32,8 @@ use crate::ports::{PoolClaim, StoreError, WarmPoolStore};
 
 /// Partition-key prefix of a member's item in the sessions table.
 const MEMBER_KEY_PREFIX: &str = "#pool#";
-/// Prefix of `kind` on an unclaimed member: its pool's partition of the listing index.
+/// Prefix of `kind` on an unclaimed member: its pool's and state's partition of the listing
+/// index.
 const POOL_KIND_PREFIX: &str = "pool#";
 /// The member attribute the conditions read.
 const STATE: &str = "state";
@@ -42,8 +44,8 @@ fn member_key(member_id: &str) -> String {
     format!("{MEMBER_KEY_PREFIX}{member_id}")
 }
 
-fn pool_kind(pool: &str) -> String {
-    format!("{POOL_KIND_PREFIX}{pool}")
+fn pool_kind(pool: &str, state: MemberState) -> String {
+    format!("{POOL_KIND_PREFIX}{pool}#{}", state.as_str())
 }
 
 /// One warm pool member's row of the sessions table.
@@ -51,7 +53,7 @@ fn pool_kind(pool: &str) -> String {
 struct PoolMemberItem {
     /// `#pool#{member_id}`.
     thread_id: String,
-    /// `pool#{pool}` while unclaimed, absent once claimed: the listing index's partition.
+    /// `pool#{pool}#{state}` while unclaimed, absent once claimed: the listing index's partition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     kind: Option<String>,
     member_id: String,
@@ -78,7 +80,7 @@ impl PoolMemberItem {
     fn from_member(m: &PoolMember) -> Self {
         Self {
             thread_id: member_key(&m.member_id),
-            kind: (m.state != MemberState::Claimed).then(|| pool_kind(&m.pool)),
+            kind: (m.state != MemberState::Claimed).then(|| pool_kind(&m.pool, m.state)),
             member_id: m.member_id.clone(),
             pool: m.pool.clone(),
             network: m.network.clone(),
@@ -187,8 +189,9 @@ impl DynamoSessionStore {
         }
     }
 
-    /// Every key in `pool`'s partition of the listing index, in member-id order.
-    async fn pool_keys(&self, pool: &str) -> Result<Vec<String>, StoreError> {
+    /// Every key in the partition of the listing index of `pool`'s members in `state`, in
+    /// member-id order.
+    async fn pool_keys(&self, pool: &str, state: MemberState) -> Result<Vec<String>, StoreError> {
         let mut ids = Vec::new();
         let mut start = None;
         loop {
@@ -198,7 +201,7 @@ impl DynamoSessionStore {
                     index: Some(LIST_INDEX),
                     condition: "#k = :kind",
                     names: names(&[("#k", attr::KIND)]),
-                    values: HashMap::from([(":kind".to_owned(), string(pool_kind(pool)))]),
+                    values: HashMap::from([(":kind".to_owned(), string(pool_kind(pool, state)))]),
                     start,
                     limit: 1_000,
                 })
@@ -293,7 +296,8 @@ impl WarmPoolStore for DynamoSessionStore {
     /// small, so this is one page), then the items by consistent `BatchGetItem`s of at most 100
     /// keys: a member claimed or removed since the index saw it is left out.
     async fn unclaimed(&self, pool: &str, limit: usize) -> Result<Vec<PoolMember>, StoreError> {
-        let keys = self.pool_keys(pool).await?;
+        let mut keys = self.pool_keys(pool, MemberState::Creating).await?;
+        keys.extend(self.pool_keys(pool, MemberState::Ready).await?);
         let mut members = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(MAX_BATCH_GET) {
             for item in self.get_items(chunk).await?.into_values() {
@@ -305,6 +309,27 @@ impl WarmPoolStore for DynamoSessionStore {
         }
         members.sort_by(|a, b| (a.created_at, &a.member_id).cmp(&(b.created_at, &b.member_id)));
         members.truncate(limit);
+        Ok(members)
+    }
+
+    /// The ready partition's keys (one keys-only page: a pool is at most 64), `limit` of them
+    /// from a random place, then those items by one consistent `BatchGetItem`: a member claimed
+    /// since the index saw it is left out.
+    async fn ready(&self, pool: &str, limit: usize) -> Result<Vec<PoolMember>, StoreError> {
+        let mut keys = self.pool_keys(pool, MemberState::Ready).await?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let start = (uuid::Uuid::new_v4().as_u128() % keys.len() as u128) as usize;
+        keys.rotate_left(start);
+        keys.truncate(limit.clamp(1, MAX_BATCH_GET));
+        let mut members = Vec::with_capacity(keys.len());
+        for item in self.get_items(&keys).await?.into_values() {
+            let member = decode_member(item)?;
+            if member.state == MemberState::Ready {
+                members.push(member);
+            }
+        }
         Ok(members)
     }
 
@@ -392,7 +417,10 @@ mod tests {
             Some(&string(format!("#pool#{}", member.member_id)))
         );
         assert!(ThreadId::parse(&member_key(&member.member_id)).is_err());
-        assert_eq!(item.get(attr::KIND), Some(&string("pool#restricted")));
+        assert_eq!(
+            item.get(attr::KIND),
+            Some(&string("pool#restricted#creating"))
+        );
         assert_eq!(item.get(STATE), Some(&string("creating")));
         assert!(!item.contains_key(attr::DUE_SHARD) && !item.contains_key(attr::DUE_AT));
         assert!(item.values().all(|v| !v.is_null()), "absent, not null");

@@ -112,6 +112,29 @@ impl WarmPoolStore for SqliteSessionStore {
             .collect()
     }
 
+    async fn ready(&self, pool: &str, limit: usize) -> Result<Vec<PoolMember>, StoreError> {
+        let pool = pool.to_owned();
+        let limit = limit.max(1) as i64;
+        let rows: Vec<(String, String)> = self
+            .database()
+            .call(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT member_id, record FROM pool_members
+                     WHERE pool = ?1 AND state = 'ready' ORDER BY random() LIMIT ?2",
+                )?;
+                let rows = stmt
+                    .query_map(params![pool, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await
+            .map_err(store_error)?;
+        self.count_read(rows.len());
+        rows.iter()
+            .map(|(id, json)| decode(&format!("pool member {id}"), json))
+            .collect()
+    }
+
     async fn claim_member(
         &self,
         member: &PoolMember,
