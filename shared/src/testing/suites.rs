@@ -168,6 +168,7 @@ macro_rules! warm_pool_conformance_tests {
             sixty_four_new_threads_never_share_a_member,
             old_and_lost_members_are_replaced_and_size_zero_drains,
             reconciliation_knows_members_from_orphans,
+            a_lost_members_record_goes_with_its_replacement,
         );
     };
     (@each $make:path, $($name:ident),* $(,)?) => {$(

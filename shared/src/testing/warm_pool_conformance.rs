@@ -301,3 +301,49 @@ pub async fn reconciliation_knows_members_from_orphans(
     assert!(!s.provider.live_ids().contains(&handle.sandbox_id));
     assert_eq!(s.pool.member(&member.member_id).await.unwrap(), None);
 }
+
+/// A thread whose member's sandbox the provider lost gets a replacement (from the pool, here)
+/// and the lost member's record goes with it.
+pub async fn a_lost_members_record_goes_with_its_replacement(
+    store: Arc<dyn SessionStore>,
+    pool: Arc<dyn WarmPoolStore>,
+    events: Arc<dyn DurableQueue>,
+) {
+    let s = setup(store.clone(), pool, events, 1);
+    sweep(&s.tb).await;
+    let thread = tid("pool-lost");
+    let first = s.tb.resolve(&thread).await.unwrap();
+    assert!(first.pooled);
+    let lost = store
+        .load(&thread)
+        .await
+        .unwrap()
+        .unwrap()
+        .pool_member
+        .unwrap();
+    sweep(&s.tb).await; // refills the pool
+
+    s.provider.forget(&first.sandbox_id);
+    s.clock.advance(test_config().timers.idle_pause);
+    let report = sweep(&s.tb).await;
+    assert_eq!(report.corrected, 1, "{report:?}");
+    let record = store.load(&thread).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Active);
+    assert_ne!(
+        record.sandbox_id.as_deref(),
+        Some(first.sandbox_id.as_str())
+    );
+    let replacement = record
+        .pool_member
+        .expect("the replacement came from the pool");
+    assert_ne!(replacement, lost);
+    assert_eq!(
+        s.pool.member(&lost).await.unwrap(),
+        None,
+        "the lost member's record is gone"
+    );
+    assert_eq!(
+        s.pool.member(&replacement).await.unwrap().unwrap().state,
+        MemberState::Claimed
+    );
+}

@@ -194,7 +194,9 @@ impl Threadbox {
             self.provider.kill(id).await?;
         }
         match self
-            .step(&claimed, Command::DestroySucceeded, cause, None, |_| {})
+            .step(&claimed, Command::DestroySucceeded, cause, None, |s| {
+                s.pool_member = None;
+            })
             .await?
         {
             Step::Moved(s) => {

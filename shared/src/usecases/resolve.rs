@@ -333,9 +333,15 @@ impl Threadbox {
         hold: &Option<PendingHold>,
         trail: &mut Trail,
     ) -> Result<Option<SandboxHandle>, UseCaseError> {
+        // A warm pool member an earlier sandbox of this thread came from (lost, so being
+        // replaced): its record goes once the replacement is bound.
+        let replaced_member = claimed.pool_member.clone();
         match self.take_pool_member(&claimed, cause, hold).await? {
             PoolTake::Bound(s) => {
                 trail.pooled = true;
+                if let Some(member_id) = &replaced_member {
+                    self.forget_claimed_member(member_id).await;
+                }
                 return Ok(Some(handle(&s, trail, hold)));
             }
             PoolTake::Fenced => return Ok(None),
@@ -382,7 +388,12 @@ impl Threadbox {
             })
             .await?;
         match step {
-            Step::Moved(s) => Ok(Some(handle(&s, trail, hold))),
+            Step::Moved(s) => {
+                if let Some(member_id) = &replaced_member {
+                    self.forget_claimed_member(member_id).await;
+                }
+                Ok(Some(handle(&s, trail, hold)))
+            }
             Step::NoOp | Step::Conflict => {
                 // Fenced: our lease was recovered by someone else. What we made is nobody's.
                 tracing::warn!(thread_id = %claimed.thread_id, sandbox_id = %created.sandbox_id, "fenced out after create; killing the sandbox");

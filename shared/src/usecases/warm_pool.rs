@@ -29,9 +29,6 @@ use super::threadbox::{Threadbox, WarmPool};
 
 /// The most members one profile may keep ready.
 pub const MAX_POOL_SIZE: usize = 64;
-/// Ready members a claim reads to choose from; concurrent claimers start at different places in
-/// the list, so they rarely collide.
-const CLAIM_CANDIDATES: usize = 32;
 /// Members a creator tries before it creates instead: each one someone else took first cost a
 /// conditional write, and a burst of new threads larger than the pool must not become a storm of
 /// failed claims (64 creators over 16 members on DynamoDB would otherwise try up to 1,024).
@@ -87,7 +84,7 @@ impl Threadbox {
         };
         let listed = match pool
             .store
-            .unclaimed(&pool_key(&claimed.network), CLAIM_CANDIDATES)
+            .ready(&pool_key(&claimed.network), CLAIM_ATTEMPTS)
             .await
         {
             Ok(listed) => listed,
@@ -97,7 +94,8 @@ impl Threadbox {
                 return Ok(PoolTake::Empty);
             }
         };
-        let mut ready: Vec<PoolMember> = listed
+        // The store picks from a random place, so concurrent creators rarely collide.
+        let ready: Vec<PoolMember> = listed
             .into_iter()
             .filter(|m| {
                 m.state == MemberState::Ready
@@ -105,13 +103,7 @@ impl Threadbox {
                     && m.network == claimed.network
             })
             .collect();
-        if ready.is_empty() {
-            return Ok(PoolTake::Empty);
-        }
-        // Concurrent new threads start at different members.
-        let start = (uuid::Uuid::new_v4().as_u128() % ready.len() as u128) as usize;
-        ready.rotate_left(start);
-        for member in ready.into_iter().take(CLAIM_ATTEMPTS) {
+        for member in ready {
             let now = self.clock.now();
             let mut next = claimed.clone();
             next.bind_sandbox(
@@ -308,7 +300,8 @@ impl Threadbox {
         Ok(())
     }
 
-    /// The thread that took `member_id` was destroyed with its sandbox: drop the member's record.
+    /// The sandbox the thread took from `member_id` is gone (destroyed with the thread, or lost
+    /// and replaced): drop the member's record.
     pub(super) async fn forget_claimed_member(&self, member_id: &str) {
         let Some(pool) = &self.warm_pool else {
             return;
