@@ -18,10 +18,11 @@ use aws_sdk_dynamodb::Client;
 use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
-use super::errors::unavailable;
+use super::errors::{condition_held, unavailable};
 use super::schema::{attr, DEDUPE_KEY};
 use super::ttl::{expiry_in, now_secs};
 use crate::ports::{DedupeStore, StoreError};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 
 /// One row: a key and when it stops counting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,16 +87,11 @@ impl DedupeStore for DynamoDedupe {
             .expression_attribute_values(":now", AttributeValue::N(now_secs().to_string()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable(&format!("PutItem {}", self.table), e)),
-        }
+        condition_held(
+            &format!("PutItem {}", self.table),
+            result,
+            PutItemError::is_conditional_check_failed_exception,
+        )
     }
 
     async fn contains(&self, key: &str) -> Result<bool, StoreError> {

@@ -20,6 +20,25 @@ where
     ))
 }
 
+/// A single conditional write's outcome: `Ok(true)` written, `Ok(false)` when its condition
+/// failed (someone else wrote first), `Err` for every other failure. `failed` is the operation
+/// error's own `is_conditional_check_failed_exception`.
+pub(super) fn condition_held<T, E, R>(
+    operation: &str,
+    result: Result<T, SdkError<E, R>>,
+    failed: impl Fn(&E) -> bool,
+) -> Result<bool, StoreError>
+where
+    E: std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) if e.as_service_error().is_some_and(&failed) => Ok(false),
+        Err(e) => Err(unavailable(operation, e)),
+    }
+}
+
 /// What a cancelled transaction means for the caller.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Cancelled {

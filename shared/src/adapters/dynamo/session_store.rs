@@ -18,7 +18,9 @@ use aws_sdk_dynamodb::Client;
 use futures::StreamExt;
 
 use super::config::DynamoConfig;
-use super::errors::{cancelled, unavailable, Cancelled};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+
+use super::errors::{cancelled, condition_held, unavailable, Cancelled};
 use super::items::{
     decode_event, decode_session, encode, EventIdGuard, EventItem, Item, SessionItem,
 };
@@ -168,16 +170,11 @@ impl DynamoSessionStore {
                 .set_expression_attribute_values(values)
                 .send()
                 .await;
-            return match result {
-                Ok(_) => Ok(true),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-                {
-                    Ok(false)
-                }
-                Err(e) => Err(unavailable("PutItem", e)),
-            };
+            return condition_held(
+                "PutItem",
+                result,
+                PutItemError::is_conditional_check_failed_exception,
+            );
         }
         let mut items = vec![conditional_put(
             &self.config.sessions_table,

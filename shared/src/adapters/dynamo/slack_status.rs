@@ -20,12 +20,13 @@ use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
 use super::config::DEFAULT_RETENTION;
-use super::errors::unavailable;
+use super::errors::{condition_held, unavailable};
 use super::schema::attr;
 use super::ttl::{expiry_in, now_secs};
 use crate::domain::ThreadId;
 use crate::ports::StoreError;
 use crate::ports::{SlackStatusStore, StatusMessage};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 
 /// One row: the thread and its status message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,15 +134,10 @@ impl SlackStatusStore for DynamoSlackStatusStore {
             .expression_attribute_values(":now", AttributeValue::N(now_secs().to_string()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable(&format!("PutItem {}", self.table), e)),
-        }
+        condition_held(
+            &format!("PutItem {}", self.table),
+            result,
+            PutItemError::is_conditional_check_failed_exception,
+        )
     }
 }

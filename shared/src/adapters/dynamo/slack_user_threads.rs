@@ -37,13 +37,14 @@ use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
 use super::config::DEFAULT_RETENTION;
-use super::errors::unavailable;
+use super::errors::{condition_held, unavailable};
 use super::schema::attr;
 use super::slack_status::DynamoSlackStatusStore;
 use super::ttl::{expiry_in, now_secs};
 use crate::domain::{Millis, ThreadId};
 use crate::ports::StoreError;
 use crate::ports::{check_slack_user, SlackUserThreads, UserThread, MAX_USER_THREADS};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 
 /// The prefix of a user item's partition key.
 const KEY_PREFIX: &str = "slack-user:";
@@ -213,16 +214,11 @@ impl DynamoSlackUserThreads {
             .expression_attribute_values(":now", AttributeValue::N(now_secs().to_string()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable(&format!("PutItem {}", self.table), e)),
-        }
+        condition_held(
+            &format!("PutItem {}", self.table),
+            result,
+            PutItemError::is_conditional_check_failed_exception,
+        )
     }
 
     /// Remove the entries beyond the newest `MAX_USER_THREADS` of `item`, each only if it has

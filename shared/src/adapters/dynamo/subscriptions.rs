@@ -32,9 +32,10 @@ use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
-use super::errors::{cancelled, unavailable, Cancelled};
+use super::errors::{cancelled, condition_held, unavailable, Cancelled};
 use crate::domain::{Millis, ThreadId, ThreadScope};
 use crate::ports::{Connection, StoreError, Subscription, SubscriptionStore};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 
 /// Subscriptions table: every subscription of a thread, by connection id (sparse: only
 /// subscription items carry `thread_id`).
@@ -473,16 +474,11 @@ impl SubscriptionStore for DynamoSubscriptionStore {
             .expression_attribute_values(":to", AttributeValue::N(to.to_string()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable(&format!("UpdateItem {}", self.table), e)),
-        }
+        condition_held(
+            &format!("UpdateItem {}", self.table),
+            result,
+            UpdateItemError::is_conditional_check_failed_exception,
+        )
     }
 
     async fn advance_many(

@@ -19,7 +19,12 @@ use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason};
 use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::from_item;
 
-use super::errors::{cancellation_reasons, first_failure, reason_codes, unavailable};
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+
+use super::errors::{
+    cancellation_reasons, condition_held, first_failure, reason_codes, unavailable,
+};
 use super::items::{encode, Item};
 use super::schema::{attr, LIST_INDEX};
 use super::session_store::{
@@ -177,16 +182,11 @@ impl DynamoSessionStore {
             .set_expression_attribute_values((!values.is_empty()).then_some(values))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable("PutItem", e)),
-        }
+        condition_held(
+            "PutItem",
+            result,
+            PutItemError::is_conditional_check_failed_exception,
+        )
     }
 
     /// Every key in the partition of the listing index of `pool`'s members in `state`, in
@@ -266,16 +266,11 @@ impl WarmPoolStore for DynamoSessionStore {
             .set_expression_attribute_values(Some(values))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(unavailable("DeleteItem", e)),
-        }
+        condition_held(
+            "DeleteItem",
+            result,
+            DeleteItemError::is_conditional_check_failed_exception,
+        )
     }
 
     async fn member(&self, member_id: &str) -> Result<Option<PoolMember>, StoreError> {

@@ -8,6 +8,34 @@ use super::session_store::{decode, encode, store_error, SessionWrite, SqliteSess
 use crate::domain::{LifecycleEvent, MemberState, PoolMember, Session};
 use crate::ports::{PoolClaim, StoreError, WarmPoolStore};
 
+impl SqliteSessionStore {
+    /// The members `query` selects (`member_id, record`) with `?1` the pool and `?2` a limit.
+    async fn select_members(
+        &self,
+        query: &'static str,
+        pool: &str,
+        limit: usize,
+    ) -> Result<Vec<PoolMember>, StoreError> {
+        let pool = pool.to_owned();
+        let limit = limit.max(1) as i64;
+        let rows: Vec<(String, String)> = self
+            .database()
+            .call(move |conn| {
+                let mut stmt = conn.prepare_cached(query)?;
+                let rows = stmt
+                    .query_map(params![pool, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await
+            .map_err(store_error)?;
+        self.count_read(rows.len());
+        rows.iter()
+            .map(|(id, json)| decode(&format!("pool member {id}"), json))
+            .collect()
+    }
+}
+
 #[async_trait]
 impl WarmPoolStore for SqliteSessionStore {
     async fn add_member(&self, member: &PoolMember) -> Result<(), StoreError> {
@@ -89,50 +117,24 @@ impl WarmPoolStore for SqliteSessionStore {
     }
 
     async fn unclaimed(&self, pool: &str, limit: usize) -> Result<Vec<PoolMember>, StoreError> {
-        let pool = pool.to_owned();
-        let limit = limit.max(1) as i64;
-        let rows: Vec<(String, String)> = self
-            .database()
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT member_id, record FROM pool_members
-                     WHERE pool = ?1 AND state <> 'claimed'
-                     ORDER BY created_at, member_id LIMIT ?2",
-                )?;
-                let rows = stmt
-                    .query_map(params![pool, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(rows)
-            })
-            .await
-            .map_err(store_error)?;
-        self.count_read(rows.len());
-        rows.iter()
-            .map(|(id, json)| decode(&format!("pool member {id}"), json))
-            .collect()
+        self.select_members(
+            "SELECT member_id, record FROM pool_members
+             WHERE pool = ?1 AND state <> 'claimed'
+             ORDER BY created_at, member_id LIMIT ?2",
+            pool,
+            limit,
+        )
+        .await
     }
 
     async fn ready(&self, pool: &str, limit: usize) -> Result<Vec<PoolMember>, StoreError> {
-        let pool = pool.to_owned();
-        let limit = limit.max(1) as i64;
-        let rows: Vec<(String, String)> = self
-            .database()
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT member_id, record FROM pool_members
-                     WHERE pool = ?1 AND state = 'ready' ORDER BY random() LIMIT ?2",
-                )?;
-                let rows = stmt
-                    .query_map(params![pool, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(rows)
-            })
-            .await
-            .map_err(store_error)?;
-        self.count_read(rows.len());
-        rows.iter()
-            .map(|(id, json)| decode(&format!("pool member {id}"), json))
-            .collect()
+        self.select_members(
+            "SELECT member_id, record FROM pool_members
+             WHERE pool = ?1 AND state = 'ready' ORDER BY random() LIMIT ?2",
+            pool,
+            limit,
+        )
+        .await
     }
 
     async fn claim_member(
