@@ -29,19 +29,6 @@ async fn call(dev: &DevServer, path: &str, body: Option<Value>) -> (u16, Option<
     (status, retry_after, body)
 }
 
-fn containers(dev: &DevServer) -> Vec<String> {
-    let output = Command::new("runc")
-        .arg("--root")
-        .arg(dev.data_dir().join("sandboxes").join("runc"))
-        .args(["list", "-q"])
-        .output()
-        .expect("runc list");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locked_database_is_a_clear_503_and_leaves_nothing_half_done() {
     if !prerequisites_met("store_unavailable", &dev_missing()) {
@@ -49,7 +36,7 @@ async fn a_locked_database_is_a_clear_503_and_leaves_nothing_half_done() {
     }
     let dev = DevServer::start(&[]).await;
     dev.post("/v1/threads/locked-before/resolve", None).await;
-    let sandboxes_before = containers(&dev);
+    let sandboxes_before = dev.containers();
     assert_eq!(sandboxes_before.len(), 1);
 
     // Another process takes the write lock and keeps it (as a stuck migration or a backup
@@ -100,7 +87,7 @@ async fn a_locked_database_is_a_clear_503_and_leaves_nothing_half_done() {
         .await
         .unwrap();
     assert_eq!(missing.status().as_u16(), 404);
-    assert_eq!(containers(&dev), sandboxes_before);
+    assert_eq!(dev.containers(), sandboxes_before);
     let out = dev
         .post(
             "/v1/threads/locked-before/exec",

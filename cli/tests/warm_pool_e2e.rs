@@ -8,31 +8,16 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::{dev_missing, prerequisites_met, DevServer};
 
-/// runc's containers of this server: their ids.
-fn containers(dev: &DevServer) -> BTreeSet<String> {
-    let output = Command::new("runc")
-        .arg("--root")
-        .arg(dev.data_dir().join("sandboxes").join("runc"))
-        .args(["list", "-q"])
-        .output()
-        .expect("runc list");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Wait until the server has `n` containers (the janitor sweeps every second here).
 async fn wait_for_containers(dev: &DevServer, n: usize) -> BTreeSet<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let now = containers(dev);
+        let now = dev.containers();
         if now.len() == n {
             return now;
         }
@@ -114,7 +99,7 @@ async fn new_threads_take_fresh_members_of_their_own_and_the_pool_refills() {
     assert!(all.contains(&first_sandbox) && all.contains(&second_sandbox));
     // Several sweeps later, reconciliation has killed none of them.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(containers(&dev), all, "stderr:\n{}", dev.stderr());
+    assert_eq!(dev.containers(), all, "stderr:\n{}", dev.stderr());
     assert_eq!(run(&dev, "pooled-1", "cat ~/note").await, "mine\n");
 
     // A reset destroys the member the thread took (a fresh sandbox replaces it, itself from

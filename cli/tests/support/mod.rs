@@ -227,6 +227,20 @@ impl DevServer {
         self.data_dir.join("sandboxes").join("runc")
     }
 
+    /// The ids of the server's runc containers, as `runc list` shows them.
+    pub fn containers(&self) -> std::collections::BTreeSet<String> {
+        let output = Command::new("runc")
+            .arg("--root")
+            .arg(self.runc_root())
+            .args(["list", "-q"])
+            .output()
+            .expect("runc list");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The server's process id, to read its `/proc` entries.
     pub fn pid(&self) -> u32 {
         self.child.id()
