@@ -208,7 +208,7 @@ pub struct DevArgs {
     /// Sandboxes kept created ahead, per network profile new threads get, so a new thread's first
     /// command does not wait for a create; the janitor refills the pool each sweep. Default: 2
     /// with runc, 0 with E2B (members there cost running time). 0: no pool.
-    #[arg(long, env = WARM_POOL_VAR)]
+    #[arg(long, env = WARM_POOL_VAR, value_parser = parse_pool_size)]
     pub warm_pool: Option<usize>,
 
     /// A pool member unclaimed this long is replaced by a fresh one.
@@ -244,6 +244,16 @@ fn parse_size(raw: &str) -> Result<u64, String> {
         ));
     }
     Ok(bytes)
+}
+
+/// `--warm-pool`: a count up to the pool's cap.
+fn parse_pool_size(raw: &str) -> Result<usize, String> {
+    match raw.trim().parse::<usize>() {
+        Ok(n) if n <= MAX_POOL_SIZE => Ok(n),
+        _ => Err(format!(
+            "{raw:?}: a warm pool is 0 to {MAX_POOL_SIZE} sandboxes per network profile"
+        )),
+    }
 }
 
 fn parse_network(raw: &str) -> Result<NetworkProfile, String> {
@@ -292,7 +302,6 @@ impl DevArgs {
     fn warm_pool_size(&self, provider: &provider::ChosenProvider) -> usize {
         self.warm_pool
             .unwrap_or(if provider.is_runc() { 2 } else { 0 })
-            .min(MAX_POOL_SIZE)
     }
 
     /// The profiles new threads get (both settings were checked when the flags were read).
@@ -857,6 +866,15 @@ mod tests {
             few_files.to_string().contains("--disk-files"),
             "{few_files}"
         );
+    }
+
+    #[test]
+    fn the_warm_pool_size_is_bounded() {
+        assert_eq!(parse(&["--warm-pool", "64"]).unwrap().warm_pool, Some(64));
+        assert_eq!(parse(&[]).unwrap().warm_pool, None);
+        let err = parse(&["--warm-pool", "65"]).unwrap_err().to_string();
+        assert!(err.contains("0 to 64"), "{err}");
+        assert!(parse(&["--warm-pool", "-1"]).is_err());
     }
 
     #[test]
