@@ -754,6 +754,11 @@ async fn bad_thread_ids_are_400_naming_the_problem() {
         ),
         (format!("/v1/threads/{long}/resolve"), "129 characters"),
         ("/v1/threads/slack:t1:C2/resolve".to_owned(), "team id"),
+        // A warm pool member's tag: no caller may take one over by its name.
+        (
+            "/v1/threads/pool:0123456789abcdef0123456789abcdef/resolve".to_owned(),
+            "reserved for warm pool members",
+        ),
     ] {
         let reply = api.call(Method::POST, &uri).await;
         reply.expect_error(StatusCode::BAD_REQUEST, "invalid_thread_id");

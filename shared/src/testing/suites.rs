@@ -169,6 +169,7 @@ macro_rules! warm_pool_conformance_tests {
             old_and_lost_members_are_replaced_and_size_zero_drains,
             reconciliation_knows_members_from_orphans,
             a_lost_members_record_goes_with_its_replacement,
+            a_retire_racing_claims_never_kills_a_taken_member,
         );
     };
     (@each $make:path, $($name:ident),* $(,)?) => {$(

@@ -347,3 +347,45 @@ pub async fn a_lost_members_record_goes_with_its_replacement(
         MemberState::Claimed
     );
 }
+
+/// The janitor retiring every member (all past their age) while new threads claim them: each
+/// member is either taken or retired, never both, so no thread is left on a killed sandbox.
+pub async fn a_retire_racing_claims_never_kills_a_taken_member(
+    store: Arc<dyn SessionStore>,
+    pool: Arc<dyn WarmPoolStore>,
+    events: Arc<dyn DurableQueue>,
+) {
+    let s = setup(store.clone(), pool, events, 8);
+    sweep(&s.tb).await;
+    s.clock.advance(MAX_AGE);
+    let janitor = {
+        let tb = s.tb.clone();
+        tokio::spawn(async move { sweep(&tb).await })
+    };
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let tb = s.tb.clone();
+            tokio::spawn(async move { tb.resolve(&tid(&format!("race-{i}"))).await })
+        })
+        .collect();
+    let mut handles = Vec::new();
+    for t in threads {
+        handles.push(t.await.unwrap().expect("every new thread gets a sandbox"));
+    }
+    let report = janitor.await.unwrap();
+    let pooled = handles.iter().filter(|h| h.pooled).count();
+    let live = s.provider.live_ids();
+    for handle in &handles {
+        assert!(
+            live.contains(&handle.sandbox_id),
+            "{} was killed under its thread ({pooled} took members, the sweep retired {}): {handle:?}",
+            handle.sandbox_id,
+            report.pool.retired
+        );
+    }
+    assert!(
+        pooled + report.pool.retired <= 8,
+        "a member both taken and retired: {pooled} taken, {} retired",
+        report.pool.retired
+    );
+}
