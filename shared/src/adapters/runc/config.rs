@@ -103,6 +103,10 @@ pub struct RuncConfig {
     /// provider on the host so no two sandboxes ever get the same host ids, whichever state
     /// directory they live in.
     pub id_ranges_dir: PathBuf,
+    /// Where the state goes when the sandboxes could not reach `state_dir` (a directory above
+    /// it lets no one else pass, like a 0700 home): a directory of its own here, with
+    /// `state_dir` a symlink to it. See the `placement` module.
+    pub host_state_dir: PathBuf,
     /// Home volumes kept formatted ahead of creates (with `limits.disk`), so a create only
     /// mounts one; see the `volume` module.
     pub spare_volumes: usize,
@@ -113,6 +117,9 @@ pub struct RuncConfig {
 
 /// The default host-wide table of allocated id ranges.
 pub const HOST_ID_RANGES_DIR: &str = "/var/lib/threadbox/idranges";
+
+/// The default home of state directories the sandboxes could not reach where they were asked for.
+pub const HOST_STATE_DIR: &str = "/var/lib/threadbox/state";
 
 /// Host-wide caps that fit this machine: 32 running commands per core, and as many sandboxes as
 /// fit in its memory at each sandbox's memory limit.
@@ -153,6 +160,7 @@ impl RuncConfig {
             max_sandboxes,
             user_namespaces: true,
             id_ranges_dir: PathBuf::from(HOST_ID_RANGES_DIR),
+            host_state_dir: PathBuf::from(HOST_STATE_DIR),
             spare_volumes: 2,
             network: Default::default(),
         }

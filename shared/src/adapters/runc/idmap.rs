@@ -29,6 +29,9 @@ const FIRST_BASE: u32 = 1_000_000_000;
 /// How many ranges fit below `u32::MAX` (`(u32::MAX - FIRST_BASE) / RANGE_SIZE`, rounded down,
 /// less one so that `u32::MAX`, the kernel's "no id", is never in a range).
 pub(crate) const SLOTS: u32 = (u32::MAX - FIRST_BASE) / RANGE_SIZE - 1;
+/// An id above every range and below the invalid id: no sandbox and no host account has it, so
+/// what it may do on the host is what "others" may do (see `placement`).
+pub(crate) const PROBE_ID: u32 = FIRST_BASE + SLOTS * RANGE_SIZE;
 
 /// Where a sandbox's ids land on the host. Everything that chowns for a sandbox asks this.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,7 +12,8 @@
 //! The pieces: `bundle` lays out the OCI bundle, `runtime` drives the runc CLI, `exec` runs
 //! commands, `files` and `search` are the confined file API, `cgroup` finds a container on the
 //! host, `ids` makes and checks sandbox ids, `idmap` gives each sandbox its host ids, `volume`
-//! its home's filesystem, `rootless` what stands in for root when there is none.
+//! its home's filesystem, `rootless` what stands in for root when there is none, `placement`
+//! where the state lives so that each sandbox's root can reach its bundle.
 //!
 //! # Root and rootless
 //!
@@ -35,6 +36,7 @@ mod ids;
 mod intercept;
 mod network;
 mod network_config;
+mod placement;
 mod process;
 mod refusals;
 mod remove;
@@ -190,8 +192,15 @@ fn limit(limit: Limit, message: String, retry_after: Duration) -> ProviderError 
 impl RuncProvider {
     /// Open (or create) the state directory, check runc, and sweep leftovers of earlier runs:
     /// bundles whose container is gone and containers whose bundle is gone.
-    pub async fn open(config: RuncConfig) -> Result<Self, ProviderError> {
+    pub async fn open(mut config: RuncConfig) -> Result<Self, ProviderError> {
         let rootless = rootless::is_rootless();
+        if !rootless && config.user_namespaces {
+            // Each sandbox's root is a host uid of its own, which must pass through every
+            // directory above its bundle; below a private one the state moves (`placement`).
+            config.state_dir = placement::place(&config.state_dir, &config.host_state_dir)?
+                .dir()
+                .to_owned();
+        }
         let mut rootless_ids = None;
         if rootless {
             rootless::check_host().map_err(|why| {
