@@ -43,6 +43,39 @@ pub fn load(from_env: Option<&str>, file: Option<&Path>) -> anyhow::Result<ApiAu
     }
 }
 
+/// The client's variable: `threadbox threads …`, `threadbox mcp` and the banner's examples send
+/// it as `Authorization: Bearer $THREADBOX_API_KEY`.
+pub const CLIENT_KEY_ENV: &str = "THREADBOX_API_KEY";
+
+/// A shell line that sets [`CLIENT_KEY_ENV`] to the first of the server's keys, read from where
+/// the server read them (so it works pasted into the shell that started the server), or `None`
+/// when no such line gives a key the server takes (keys split by line breaks in the variable, a
+/// path that needs quoting). Checked against the keys themselves, never printed.
+pub fn client_export(
+    from_env: Option<&str>,
+    file: Option<&Path>,
+    auth: &ApiAuth,
+) -> Option<String> {
+    let (first, line) = match (from_env, file) {
+        (Some(value), None) => (
+            // What `${VAR%%,*}` leaves: everything before the first comma.
+            value.split(',').next()?.to_owned(),
+            format!("export {CLIENT_KEY_ENV}=\"${{{KEYS_ENV}%%,*}}\""),
+        ),
+        (None, Some(path)) => {
+            let path_text = path.to_str().filter(|p| !p.contains('\''))?;
+            let text = std::fs::read_to_string(path).ok()?;
+            // What `head -n 1 | cut -d, -f1` leaves (the command substitution drops the newline).
+            let first = text.lines().next()?.split(',').next()?.to_owned();
+            let line =
+                format!("export {CLIENT_KEY_ENV}=\"$(head -n 1 '{path_text}' | cut -d, -f1)\"");
+            (first, line)
+        }
+        _ => return None,
+    };
+    auth.accepts(first.as_bytes()).then_some(line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +94,46 @@ mod tests {
         let auth = load(None, Some(&file)).unwrap();
         assert!(auth.accepts(key.as_bytes()) && auth.accepts("m".repeat(32).as_bytes()));
         assert!(!load(None, None).unwrap().is_enabled(), "neither: no keys");
+    }
+
+    /// What bash makes of `line` with `env` set: the client key it exports.
+    fn exported_by_bash(line: &str, env: &[(&str, &str)]) -> String {
+        let output = std::process::Command::new("bash")
+            .args(["-c", &format!("{line}; printf %s \"${CLIENT_KEY_ENV}\"")])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{line}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    #[test]
+    fn the_client_line_exports_a_key_the_server_takes_from_where_the_server_read_it() {
+        let (a, b) = ("a".repeat(40), "b".repeat(40));
+        let list = format!("{a},{b}");
+        let auth = load(Some(&list), None).unwrap();
+        let line = client_export(Some(&list), None, &auth).unwrap();
+        assert!(
+            !line.contains(&a),
+            "the key itself is never printed: {line}"
+        );
+        assert_eq!(exported_by_bash(&line, &[(KEYS_ENV, &list)]), a);
+
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("keys");
+        std::fs::write(&file, format!("{b}\n{a}\n")).unwrap();
+        let auth = load(None, Some(&file)).unwrap();
+        let line = client_export(None, Some(&file), &auth).unwrap();
+        assert!(!line.contains(&b), "{line}");
+        assert_eq!(exported_by_bash(&line, &[]), b);
+
+        // Keys the shell line would cut wrong: no line rather than a wrong key.
+        let spaced = format!(" {a} ,{b}");
+        let auth = load(Some(&spaced), None).unwrap();
+        assert_eq!(client_export(Some(&spaced), None, &auth), None);
+        assert_eq!(client_export(None, None, &ApiAuth::disabled()), None);
     }
 
     #[test]

@@ -502,10 +502,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         clock.clone(),
     ));
 
-    let auth = api_keys::load(
-        std::env::var(api_keys::KEYS_ENV).ok().as_deref(),
-        args.api_keys_file.as_deref(),
-    )?;
+    let keys_from_env = std::env::var(api_keys::KEYS_ENV).ok();
+    let auth = api_keys::load(keys_from_env.as_deref(), args.api_keys_file.as_deref())?;
+    let banner_auth = BannerAuth {
+        enabled: auth.is_enabled(),
+        client_export: api_keys::client_export(
+            keys_from_env.as_deref(),
+            args.api_keys_file.as_deref(),
+            &auth,
+        ),
+    };
     if !auth.is_enabled() {
         tracing::warn!(
             "API authentication is off (no THREADBOX_API_KEYS): anything on this machine can \
@@ -540,7 +546,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         addr,
         &data_dir,
         &args,
-        auth.is_enabled(),
+        &banner_auth,
         &secret_source,
         &slack,
         &sandbox_lines(&chosen, caps, &args),
@@ -712,29 +718,39 @@ fn sandbox_lines(
     lines
 }
 
+/// What the banner says about API keys.
+struct BannerAuth {
+    enabled: bool,
+    /// The shell line that sets the client's key from where the server read its keys.
+    client_export: Option<String>,
+}
+
 /// Where to look: user-facing, so on stdout (logs go to stderr).
 fn print_banner(
     addr: SocketAddr,
     data_dir: &Path,
     args: &DevArgs,
-    auth: bool,
+    auth: &BannerAuth,
     token_secret: &SecretSource,
     slack: &slack::SlackParts,
     sandbox_lines: &[String],
 ) {
     let base = format!("http://{addr}");
-    let auth_header = if auth {
-        " -H \"Authorization: Bearer $THREADBOX_API_KEY\""
+    let auth_header = if auth.enabled {
+        format!(
+            " -H \"Authorization: Bearer ${}\"",
+            api_keys::CLIENT_KEY_ENV
+        )
     } else {
-        ""
+        String::new()
     };
     println!("threadbox dev is running");
     println!("  API        {base}");
     println!("  dashboard  {base}/");
     println!(
         "  auth       {}",
-        if auth {
-            "bearer API keys (THREADBOX_API_KEYS)"
+        if auth.enabled {
+            "bearer API keys (THREADBOX_API_KEYS); clients send THREADBOX_API_KEY"
         } else {
             "off: set THREADBOX_API_KEYS to require keys"
         }
@@ -753,8 +769,13 @@ fn print_banner(
         threadbox_shared::slack::COMMANDS_PATH,
         slack.secret
     );
+    // The sandboxes may live elsewhere, behind a link (see the runc provider's `placement`).
+    let sandboxes = match std::fs::read_link(data_dir.join("sandboxes")) {
+        Ok(target) => format!("sandboxes/ → {}", target.display()),
+        Err(_) => "sandboxes/".to_owned(),
+    };
     println!(
-        "  data       {}  (threadbox.db: {} with its WAL, sandboxes/)",
+        "  data       {}  (threadbox.db: {} with its WAL, {sandboxes})",
         data_dir.display(),
         janitor::format_bytes(janitor::store_size(data_dir))
     );
@@ -771,8 +792,24 @@ fn print_banner(
     for line in sandbox_lines {
         println!("  {line}");
     }
-    println!("  try        curl -s -X POST {base}/v1/threads/demo/exec{auth_header} -H 'content-type: application/json' -d '{{\"cmd\":\"echo hello\"}}'");
-    println!("             curl -s {base}/v1/threads{auth_header}");
+    // With keys, the first line sets the client's key, so the lines work pasted into the shell
+    // that started the server (or, failing that, says what to set).
+    let mut try_lines = Vec::new();
+    if auth.enabled {
+        try_lines.push(match &auth.client_export {
+            Some(export) => format!("{export}   # the key the lines below send"),
+            None => format!(
+                "export {}=...   # one of the server's keys, for the lines below",
+                api_keys::CLIENT_KEY_ENV
+            ),
+        });
+    }
+    try_lines.push(format!("curl -s -X POST {base}/v1/threads/demo/exec{auth_header} -H 'content-type: application/json' -d '{{\"cmd\":\"echo hello\"}}'"));
+    try_lines.push(format!("curl -s {base}/v1/threads{auth_header}"));
+    for (n, line) in try_lines.iter().enumerate() {
+        let label = if n == 0 { "try" } else { "" };
+        println!("  {label:<10} {line}");
+    }
     println!("             threadbox slack send --url {base} --data-dir {} --thread slack:T1:C1 '```echo hello from a thread```'", data_dir.display());
     println!("Ctrl-C stops (sandboxes of live threads keep running).");
 }
