@@ -1,11 +1,13 @@
 //! `threadbox dev` run by an ordinary user: rootless runc sandboxes, end to end through the API
-//! (a command, a file, pause and resume), and the banner saying what rootless lacks.
+//! (a command, a file, pause and resume), and the banner saying what rootless lacks. The data
+//! directory sits in the user's home, private (0700) as homes are.
 //!
 //! Started by root (CI), the test makes the account `threadbox-rootless-dev` if missing and runs
 //! the server as it through `runuser`; every process of that account is killed at the end, so
 //! the account is this test's alone. Without root it skips: it needs to become another user.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -57,6 +59,8 @@ async fn an_ordinary_user_runs_threadbox_dev_with_rootless_sandboxes() {
         .status()
         .unwrap();
     assert!(status.success());
+    // Private, as a home is on most machines: the data directory below it must still work.
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700)).unwrap();
 
     let mut server = Command::new("runuser")
         .args(["-u", USER, "--"])
