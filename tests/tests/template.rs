@@ -235,3 +235,135 @@ fn the_readme_deploy_steps_match_the_templates_parameters() {
         );
     }
 }
+
+/// The template's resources, as `(logical id, its block of text)`: every two-space-indented key
+/// under `Resources:`, up to the next one.
+fn resources(template: &str) -> Vec<(String, String)> {
+    let body = template
+        .split_once("\nResources:\n")
+        .expect("a Resources section")
+        .1;
+    let body = body.split("\nOutputs:\n").next().unwrap();
+    let mut resources: Vec<(String, String)> = Vec::new();
+    for line in body.lines() {
+        let is_key = line.len() > 2
+            && line.starts_with("  ")
+            && !line.starts_with("   ")
+            && !line.trim_start().starts_with('#')
+            && line.ends_with(':');
+        if is_key {
+            resources.push((line.trim().trim_end_matches(':').to_owned(), String::new()));
+        } else if let Some((_, block)) = resources.last_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    resources
+}
+
+fn of_type<'a>(resources: &'a [(String, String)], kind: &str) -> Vec<&'a (String, String)> {
+    let line = format!("    Type: {kind}\n");
+    resources
+        .iter()
+        .filter(|(_, b)| b.starts_with(&line))
+        .collect()
+}
+
+#[test]
+fn every_function_and_queue_has_an_alarm_and_every_alarm_reaches_the_topic() {
+    let template = read("infra/template.yaml");
+    let resources = resources(&template);
+    let alarms = of_type(&resources, "AWS::CloudWatch::Alarm");
+    let watching = |needles: &[String]| {
+        alarms
+            .iter()
+            .filter(|(_, block)| needles.iter().all(|n| block.contains(n.as_str())))
+            .map(|(name, _)| name.clone())
+            .collect::<Vec<_>>()
+    };
+
+    let functions = of_type(&resources, "AWS::Serverless::Function");
+    assert!(functions.len() >= 10, "{functions:?}");
+    for (function, _) in functions {
+        let found = watching(&[
+            "MetricName: Errors".into(),
+            "MetricName: Throttles".into(),
+            format!("Value: !Ref {function}\n"),
+        ]);
+        assert!(
+            !found.is_empty(),
+            "{function} has no alarm on its Errors and Throttles"
+        );
+    }
+    let queues = of_type(&resources, "AWS::SQS::Queue");
+    assert!(queues.len() >= 6, "{queues:?}");
+    for (queue, _) in queues {
+        // A dead-letter queue alarms on anything in it; a working queue on its oldest message.
+        let metric = if queue.contains("DeadLetter") {
+            "MetricName: ApproximateNumberOfMessagesVisible"
+        } else {
+            "MetricName: ApproximateAgeOfOldestMessage"
+        };
+        let found = watching(&[metric.into(), format!("!GetAtt {queue}.QueueName\n")]);
+        assert!(!found.is_empty(), "{queue} has no alarm on {metric}");
+    }
+    assert!(
+        !watching(&["MetricName: 5xx".into(), "Value: !Ref HttpApi\n".into()]).is_empty(),
+        "the HTTP API's server errors have no alarm"
+    );
+
+    let action = "AlarmActions: [!If [HasAlarmTopic, !Ref AlarmTopicArn, !Ref AlarmTopic]]";
+    for (alarm, block) in &alarms {
+        assert!(
+            block.contains(action),
+            "{alarm} does not notify the alarm topic"
+        );
+    }
+    assert!(
+        template
+            .contains("  AlarmTopic:\n    Type: AWS::SNS::Topic\n    Condition: MakesAlarmTopic\n"),
+        "without AlarmTopicArn the stack makes the topic the alarms notify"
+    );
+}
+
+#[test]
+fn the_functions_that_must_always_run_have_reserved_concurrency_within_an_accounts_default() {
+    let template = read("infra/template.yaml");
+    let resources = resources(&template);
+    let default_of = |parameter: &str| -> u32 {
+        let block = template
+            .split_once(&format!("\n  {parameter}:\n"))
+            .unwrap_or_else(|| panic!("no parameter {parameter}"))
+            .1;
+        block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Default: "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let mut reserved = 0;
+    for (function, parameter) in [
+        ("SlackEventsFunction", "SlackEventsConcurrency"),
+        ("WsFunction", "WsConcurrency"),
+        ("JanitorFunction", "JanitorConcurrency"),
+        ("SandboxApiFunction", "SandboxApiConcurrency"),
+    ] {
+        let (_, block) = resources.iter().find(|(n, _)| n == function).unwrap();
+        let reserves = block.lines().map(str::trim).any(|l| {
+            l.starts_with("ReservedConcurrentExecutions: !If [")
+                && l.ends_with(&format!(", !Ref {parameter}, !Ref AWS::NoValue]"))
+        });
+        assert!(
+            reserves,
+            "{function} reserves no concurrency from {parameter}"
+        );
+        reserved += default_of(parameter);
+    }
+    // AWS keeps 100 of an account's default 1,000 unreserved, and the other six functions need
+    // room of their own.
+    assert!(
+        reserved <= 500,
+        "the defaults reserve {reserved} of an account's default 1,000"
+    );
+}
