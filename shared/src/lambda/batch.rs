@@ -12,7 +12,7 @@
 //!
 //! | disposition | reported | what SQS is told |
 //! |---|---|---|
-//! | done | no | nothing: Lambda deletes it |
+//! | done | no | deleted as soon as it is done, not when the batch returns: its thread's next message must not wait for another thread's slow record (Lambda's own delete then finds nothing) |
 //! | failed (retry) | yes | `ChangeMessageVisibility` to its `retry_after` (Slack's or a provider's `Retry-After`), else a back-off by receive count from [`BASE_BACKOFF`] to [`MAX_BACKOFF`] |
 //! | poison | no, once sent | sent to the dead-letter queue at once (same group, body and dedup id): it can never succeed, and waiting out `maxReceiveCount` receives would hold its thread back each time |
 //! | held back (after a failure in its group) | yes | visibility 0: the group stays blocked by the failed record alone, so only that record's wait applies |
@@ -160,7 +160,12 @@ where
                 Disposition::NotStarted
             } else {
                 match handle(batch_ref[index].body).await {
-                    RecordOutcome::Delivered => Disposition::Done,
+                    RecordOutcome::Delivered => {
+                        if let Some(settler) = options.settler {
+                            delete_now(settler.queue.as_ref(), &batch_ref[index]).await;
+                        }
+                        Disposition::Done
+                    }
                     RecordOutcome::Retry { retry_after } => Disposition::Failed { retry_after },
                     RecordOutcome::Poison { reason } => Disposition::Poison { reason },
                 }
@@ -286,12 +291,18 @@ impl Disposition {
 pub trait RecordSettler: Send + Sync {
     async fn set_visibility(&self, receipt: &str, visibility: Duration) -> Result<(), QueueError>;
     async fn dead_letter(&self, message: &OutgoingMessage) -> Result<(), QueueError>;
+    /// Delete a record that is done.
+    async fn delete(&self, receipt: &str) -> Result<(), QueueError>;
 }
 
 #[async_trait]
 impl RecordSettler for SqsQueue {
     async fn set_visibility(&self, receipt: &str, visibility: Duration) -> Result<(), QueueError> {
         self.change_visibility(receipt, visibility).await
+    }
+
+    async fn delete(&self, receipt: &str) -> Result<(), QueueError> {
+        crate::ports::DurableQueue::ack(self, receipt).await
     }
 
     async fn dead_letter(&self, message: &OutgoingMessage) -> Result<(), QueueError> {
@@ -393,6 +404,18 @@ async fn dead_letter(queue: &dyn RecordSettler, record: &BatchRecord<'_>, reason
     }
 }
 
+/// Delete a done record now. A failure only logs: the record is not reported, so Lambda
+/// deletes it when the batch returns, as it always did.
+async fn delete_now(settler: &dyn RecordSettler, record: &BatchRecord<'_>) {
+    if let Err(error) = settler.delete(record.receipt).await {
+        tracing::warn!(
+            message_id = record.message_id,
+            %error,
+            "could not delete the done record early; Lambda deletes it with the batch"
+        );
+    }
+}
+
 async fn change(settler: &dyn RecordSettler, record: &BatchRecord<'_>, visibility: Duration) {
     match settler.set_visibility(record.receipt, visibility).await {
         Ok(()) => tracing::debug!(
@@ -449,6 +472,73 @@ mod tests {
         let mut seen = seen.into_inner().unwrap();
         seen.sort();
         assert_eq!(seen, ["e1", "e3"], "e2 waits for e1");
+    }
+
+    /// Records what the settler is told, and wakes a waiter on each delete.
+    #[derive(Default)]
+    struct Recording {
+        deleted: Mutex<Vec<String>>,
+        deleted_one: tokio::sync::Notify,
+    }
+
+    #[async_trait]
+    impl RecordSettler for Recording {
+        async fn set_visibility(&self, _: &str, _: Duration) -> Result<(), QueueError> {
+            Ok(())
+        }
+        async fn dead_letter(&self, _: &OutgoingMessage) -> Result<(), QueueError> {
+            Ok(())
+        }
+        async fn delete(&self, receipt: &str) -> Result<(), QueueError> {
+            self.deleted.lock().unwrap().push(receipt.to_owned());
+            self.deleted_one.notify_waiters();
+            Ok(())
+        }
+    }
+
+    /// One thread's quick record is deleted while another thread's slow record still runs, so
+    /// SQS can hand out the quick thread's next message: the slow record here finishes only
+    /// once it sees that delete.
+    #[tokio::test]
+    async fn a_done_record_is_deleted_at_once_not_when_the_slow_thread_ends() {
+        let mut quick = record("quick", "g-quick");
+        quick.receipt_handle = Some("receipt-quick".into());
+        let mut slow = record("slow", "g-slow");
+        slow.receipt_handle = Some("receipt-slow".into());
+        let records = [slow, quick];
+        let recording = Arc::new(Recording::default());
+        let settler = BatchSettler::new(recording.clone());
+        let options = BatchOptions {
+            settler: Some(&settler),
+            ..BatchOptions::default()
+        };
+        let response = tokio::time::timeout(
+            Duration::from_secs(10),
+            process_fifo_batch(&records, options, |body| {
+                let recording = recording.clone();
+                async move {
+                    if body == "slow" {
+                        let deleted = recording.deleted_one.notified();
+                        if !recording
+                            .deleted
+                            .lock()
+                            .unwrap()
+                            .contains(&"receipt-quick".into())
+                        {
+                            deleted.await;
+                        }
+                    }
+                    RecordOutcome::Delivered
+                }
+            }),
+        )
+        .await
+        .expect("the quick record was not deleted while the slow one ran");
+        assert!(response.batch_item_failures.is_empty());
+        assert_eq!(
+            *recording.deleted.lock().unwrap(),
+            ["receipt-quick", "receipt-slow"]
+        );
     }
 
     /// Past the start reserve nothing starts, and every record is reported for the next
