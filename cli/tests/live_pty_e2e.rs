@@ -104,9 +104,8 @@ async fn python_runs_on_a_terminal_and_a_second_connection_reattaches() {
                "session": session, "cols": 132, "rows": 40}),
     )
     .await;
-    // The resize lands before the next line is read (frames of one connection act in order,
-    // but input and resize each run as their own call): give it a moment.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // No pause needed: input and resizes of one session on one connection are written in the
+    // order their frames came.
     send(&mut ws, typed("print(os.get_terminal_size())\n")).await;
     read_until(
         &mut ws,

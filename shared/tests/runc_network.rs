@@ -442,6 +442,99 @@ async fn credentials_are_added_at_egress_and_never_enter_the_sandbox() {
     p.kill(&id).await.unwrap();
 }
 
+/// A client in the sandbox that sends its requests over one connection to pkg.test:80, each
+/// only after the answer to the one before (`keep-alive`) or all at once (`pipelined`), and
+/// prints everything that comes back.
+const ONE_CONNECTION: &str = r#"
+import socket, sys
+mode, paths = sys.argv[1], sys.argv[2:]
+def request(item):
+    path, host = item.split("@")
+    return ("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode()
+def answer(f):
+    status = f.readline()
+    length = 0
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b""):
+            break
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return status.decode().strip() + " " + f.read(length).decode().strip()
+s = socket.create_connection(("pkg.test", 80), timeout=8)
+f = s.makefile("rb")
+if mode == "pipelined":
+    s.sendall(b"".join(request(p) for p in paths))
+    for _ in paths:
+        print(answer(f), flush=True)
+else:
+    for p in paths:
+        s.sendall(request(p))
+        print(answer(f), flush=True)
+"#;
+
+/// Every request on a plain-HTTP connection is checked, not only the first (issue 28): a
+/// second request naming another host, kept-alive or pipelined behind an allowed one, is
+/// answered 421 by the proxy and never reaches the allowed name's server, while the requests
+/// around it that name the allowed host go through on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_cannot_carry_a_request_for_another_host() {
+    let Some(world) = world() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = RuncConfig::new(dir.path().join("state"));
+    config.network.dns_upstream = Some(world.dns);
+    let _cleanup = KillAll(config.clone());
+    let p = RuncProvider::open(config.clone()).await.expect("open");
+    let id = p
+        .create(request(networked(&["pkg.test"])))
+        .await
+        .unwrap()
+        .sandbox_id;
+    p.write_file(&id, "/tmp/one.py", ONE_CONNECTION.as_bytes())
+        .await
+        .unwrap();
+    for (mode, first, evil, after) in [
+        ("keep-alive", "/ka-first", "/ka-evil", "/ka-after"),
+        ("pipelined", "/pl-first", "/pl-evil", "/pl-after"),
+    ] {
+        let (code, out) = run(
+            &p,
+            &id,
+            &format!(
+                "python3 /tmp/one.py {mode} {first}@pkg.test {evil}@other.test \
+                 {after}@pkg.test:80"
+            ),
+        )
+        .await;
+        assert_eq!(code, Some(0), "{mode}: {out}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{mode}: {out}");
+        assert!(
+            lines[0].contains(" 200 ") && lines[0].contains("served by 203.0.113.10"),
+            "{mode}: {out}"
+        );
+        assert!(
+            lines[1].contains(" 421 ") && lines[1].contains("not other.test"),
+            "{mode}: {out}"
+        );
+        assert!(
+            lines[2].contains(" 200 ") && lines[2].contains("served by 203.0.113.10"),
+            "{mode}: {out}"
+        );
+        let seen = world.requests();
+        assert!(
+            seen.iter().any(|r| r["path"] == first) && seen.iter().any(|r| r["path"] == after),
+            "{mode}: {seen:?}"
+        );
+        assert!(
+            seen.iter()
+                .all(|r| r["path"] != evil && r["host"] != "other.test"),
+            "{mode}: the request for other.test reached pkg.test's server: {seen:?}"
+        );
+    }
+    p.kill(&id).await.unwrap();
+}
+
 /// On drop (a failed test too), every sandbox of the state directory killed through a provider
 /// of its own, which also takes their links and mounts.
 struct KillAll(RuncConfig);

@@ -37,6 +37,8 @@ use super::ws_limits::{Admission, ConnectionCounter};
 /// Close codes (RFC 6455): the server is stopping; the server ended the connection on purpose.
 const GOING_AWAY: u16 = 1001;
 const POLICY: u16 = 1008;
+/// How long a socket the server closed waits for the client's close.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Clone)]
 pub struct LiveSocket {
@@ -130,8 +132,13 @@ async fn serve(
     _admission: Admission,
 ) {
     let sender: Arc<dyn ConnectionSender> = live.sender.clone();
-    let (exec, mut exec_frames) =
-        ConnectionExec::new(live.threadbox.clone(), sender, &connection_id, grant);
+    let (exec, mut exec_frames) = ConnectionExec::new(
+        live.threadbox.clone(),
+        sender,
+        &connection_id,
+        grant,
+        live.gateway.frame_limiter(),
+    );
     let (mut sink, mut stream) = socket.split();
     let stop = stopping(live.shutdown.clone());
     tokio::pin!(stop);
@@ -144,9 +151,10 @@ async fn serve(
                             return;
                         }
                     }
-                    // The server closed it (an expired token) or cut it off (not reading).
+                    // The server closed it (an expired token, frames past its limits: the last
+                    // error frame says which) or cut it off (not reading).
                     None => {
-                        let _ = sink.send(close(POLICY, "closed by the server; reconnect with a valid token and your last seq")).await;
+                        let _ = sink.send(close(POLICY, "closed by the server (token expired, too many frames, or not reading); reconnect with your last seq")).await;
                         return;
                     }
                 },
@@ -191,9 +199,22 @@ async fn serve(
             }
         }
     };
-    tokio::select! {
-        _ = writer => {}
-        _ = reader => {}
+    let server_closed = tokio::select! {
+        _ = writer => true,
+        _ = reader => false,
+    };
+    if server_closed {
+        // The server sent its close (or the client is gone): read, and drop, what the client
+        // still sends until its own close, for a moment, so it reads the close frame and its
+        // reason rather than a reset of a socket that went with its frames unread.
+        let _ = tokio::time::timeout(CLOSE_GRACE, async {
+            while let Some(Ok(message)) = stream.next().await {
+                if matches!(message, Message::Close(_)) {
+                    return;
+                }
+            }
+        })
+        .await;
     }
     exec.disconnect();
     forget(&live, &connection_id).await;

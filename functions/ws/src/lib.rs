@@ -20,6 +20,11 @@
 //!   `kill_on_disconnect` and the per-connection command cap would need shared state, and this
 //!   function would need the sandbox provider's credentials and the use cases' permissions.
 //!
+//! Every frame counts against the gateway's frame limits (`threadbox_shared::live::FrameLimits`,
+//! per connection and per thread, as in `threadbox dev`), counted per instance of this
+//! function: a client past them gets `too_many_frames`, and one that keeps sending is closed
+//! (`DeleteConnection`). API Gateway's stage throttle bounds what spreads over instances.
+//!
 //! A 500 answer means a store or `PostToConnection` failure; the client may send again.
 
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};

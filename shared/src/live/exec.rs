@@ -26,7 +26,9 @@ use base64::Engine as _;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinHandle};
 
+use super::limits::{FrameLimiter, Refusal};
 use super::protocol::{ExecFrame, ProtocolError, ServerFrame, MAX_EXEC_FRAME};
+use super::pty::TerminalQueue;
 use super::token::SubscriptionToken;
 use crate::domain::ThreadId;
 use crate::http::ApiError;
@@ -52,6 +54,7 @@ pub(super) struct Inner {
     grant: SubscriptionToken,
     lane: mpsc::Sender<Frame>,
     running: Mutex<Running>,
+    pub(super) limiter: Arc<FrameLimiter>,
 }
 
 #[derive(Default)]
@@ -59,6 +62,8 @@ pub(super) struct Running {
     pub(super) closed: bool,
     /// Commands, and terminal attachments (`pty`), by request id.
     pub(super) commands: HashMap<String, Command>,
+    /// Terminal input and resizes waiting, by thread and session; each has one writer.
+    pub(super) terminals: HashMap<(ThreadId, String), TerminalQueue>,
 }
 
 pub(super) struct Command {
@@ -70,11 +75,14 @@ impl ConnectionExec {
     /// The commands of connection `connection_id`, opened with `grant`. The receiver is its exec
     /// lane: the socket's writer sends what it yields, beside the connection's other frames.
     /// `sender` is used only to close a connection that stopped reading.
+    /// `limiter` is the gateway's ([`LiveGateway::frame_limiter`](super::LiveGateway)): the
+    /// frames of every connection count in one place.
     pub fn new(
         tb: Threadbox,
         sender: Arc<dyn ConnectionSender>,
         connection_id: &str,
         grant: SubscriptionToken,
+        limiter: Arc<FrameLimiter>,
     ) -> (Self, mpsc::Receiver<Frame>) {
         let (lane, frames) = mpsc::channel(EXEC_LANE_FRAMES);
         let inner = Inner {
@@ -84,6 +92,7 @@ impl ConnectionExec {
             grant,
             lane,
             running: Mutex::default(),
+            limiter,
         };
         (
             Self {
@@ -95,9 +104,13 @@ impl ConnectionExec {
 
     /// Start the command `frame` asks for, or say why not (an error frame naming the request;
     /// nothing ran). Returns at once: the command's frames follow on the exec lane.
-    pub fn start(&self, frame: ExecFrame) -> Result<(), ProtocolError> {
+    pub fn start(&self, frame: ExecFrame) -> Result<(), Refusal> {
         let inner = &self.inner;
         let mut running = inner.admit(&frame.request_id, &frame.thread_id, true)?;
+        inner
+            .limiter
+            .thread_frame(&inner.connection_id, &frame.thread_id)
+            .map_err(|r| r.naming(&frame.request_id, &frame.thread_id))?;
         let ExecFrame {
             request_id,
             thread_id,

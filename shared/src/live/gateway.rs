@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use super::limits::{FrameLimiter, FrameLimits, Refusal};
 use super::protocol::{self, ClientMessage, ProtocolError, ServerFrame};
 use super::subscribers::{LiveError, Reach, Subscribers};
 use super::token::{SubscriptionToken, TokenError, TokenKey};
@@ -55,11 +56,30 @@ impl ConnectError {
 pub struct LiveGateway {
     subscribers: Arc<Subscribers>,
     key: TokenKey,
+    /// Frames per second and work in flight, per connection and per thread: one count for
+    /// the whole process.
+    limiter: Arc<FrameLimiter>,
 }
 
 impl LiveGateway {
+    /// A gateway under the default [`FrameLimits`].
     pub fn new(subscribers: Arc<Subscribers>, key: TokenKey) -> Self {
-        Self { subscribers, key }
+        Self {
+            subscribers,
+            key,
+            limiter: Arc::default(),
+        }
+    }
+
+    /// The same, under `limits`.
+    pub fn with_frame_limits(mut self, limits: FrameLimits) -> Self {
+        self.limiter = Arc::new(FrameLimiter::new(limits));
+        self
+    }
+
+    /// The count every connection's commands share (`ConnectionExec::new` takes it).
+    pub fn frame_limiter(&self) -> Arc<FrameLimiter> {
+        self.limiter.clone()
     }
 
     /// `$connect`: check the token and record the connection with what the token grants.
@@ -97,6 +117,7 @@ impl LiveGateway {
     /// `$disconnect`: forget the connection and its subscriptions.
     pub async fn disconnect(&self, connection_id: &str) -> Result<(), StoreError> {
         tracing::debug!(connection_id, "live-events connection closed");
+        self.limiter.forget(connection_id);
         self.subscribers
             .subscriptions()
             .remove_connection(connection_id)
@@ -129,7 +150,16 @@ impl LiveGateway {
     ) -> Result<(), LiveError> {
         // Held through the replay, so live events for this connection wait behind it.
         let _order = self.subscribers.locks().lock(connection_id).await;
-        let reply = match protocol::parse(body) {
+        let parsed = protocol::parse(body);
+        // Every frame counts, read or not; a refused one does nothing.
+        if let Err(refused) = self.limiter.frame(connection_id) {
+            let refused = match &parsed {
+                Ok(message) => name_refusal(refused, message),
+                Err(_) => refused,
+            };
+            return self.refuse(connection_id, refused).await;
+        }
+        let reply = match parsed {
             Err(error) => error.frame(),
             Ok(ClientMessage::Ping) => ServerFrame::Pong.to_frame(),
             Ok(ClientMessage::Unsubscribe { thread_id }) => {
@@ -150,7 +180,7 @@ impl LiveGateway {
                 #[cfg(feature = "http")]
                 Some(exec) => match exec.start(frame) {
                     Ok(()) => return Ok(()),
-                    Err(refused) => refused.frame(),
+                    Err(refused) => return self.refuse(connection_id, refused).await,
                 },
                 _ => ProtocolError::new(
                     "exec_not_supported_here",
@@ -165,7 +195,7 @@ impl LiveGateway {
                 #[cfg(feature = "http")]
                 Some(exec) => match exec.pty(frame) {
                     Ok(()) => return Ok(()),
-                    Err(refused) => refused.frame(),
+                    Err(refused) => return self.refuse(connection_id, refused).await,
                 },
                 _ => ProtocolError::new(
                     "pty_not_supported_here",
@@ -182,6 +212,26 @@ impl LiveGateway {
             .send_control(connection_id, &reply)
             .await
             .map(drop)
+    }
+
+    /// Answer a refused frame with its error frame; a connection that kept sending past its
+    /// refusals is closed and forgotten after it.
+    async fn refuse(&self, connection_id: &str, refused: Refusal) -> Result<(), LiveError> {
+        let frame = refused.error.frame();
+        if !refused.close {
+            return self
+                .subscribers
+                .send_control(connection_id, &frame)
+                .await
+                .map(drop);
+        }
+        tracing::warn!(
+            connection_id,
+            code = refused.error.code,
+            "live-events connection kept sending past its limits; closing it"
+        );
+        self.limiter.forget(connection_id);
+        self.subscribers.evict(connection_id, &frame).await
     }
 
     async fn subscribe(
@@ -247,5 +297,21 @@ impl LiveGateway {
         subs.catch_up_locked(connection_id, thread, None)
             .await
             .map(drop)
+    }
+}
+
+/// A refusal naming the request and thread of the frame it refuses, where it has them.
+fn name_refusal(refused: Refusal, message: &ClientMessage) -> Refusal {
+    match message {
+        #[cfg(feature = "http")]
+        ClientMessage::Exec(frame) => refused.naming(&frame.request_id, &frame.thread_id),
+        ClientMessage::Pty(frame) => refused.naming(&frame.request_id, &frame.thread_id),
+        ClientMessage::Subscribe { thread_id, .. } | ClientMessage::Unsubscribe { thread_id } => {
+            Refusal {
+                error: refused.error.about(thread_id.as_str()),
+                close: refused.close,
+            }
+        }
+        _ => refused,
     }
 }

@@ -11,6 +11,8 @@
 //! - `in_process`: [`InProcessSender`], the connection sender of a server that holds its
 //!   sockets itself;
 //! - `locks`: per-connection ordering within one process;
+//! - `limits`: [`FrameLimiter`], frames per second and work in flight per connection and per
+//!   thread, the one place that bounds what frames may ask of the server;
 //! - `exec` (with feature `http`): [`ConnectionExec`], a connection's commands run from `exec`
 //!   frames, their output streamed back as frames (served by `threadbox dev`);
 //! - `pty` (with feature `http`): terminal sessions opened, attached to, typed into and resized
@@ -20,6 +22,7 @@
 mod exec;
 mod gateway;
 mod in_process;
+mod limits;
 mod locks;
 mod protocol;
 #[cfg(feature = "http")]
@@ -37,6 +40,10 @@ mod tests;
 pub use exec::{ConnectionExec, EXEC_LANE_FRAMES, MAX_EXECS_PER_CONNECTION};
 pub use gateway::{ConnectError, LiveGateway, MAX_SUBSCRIPTIONS_PER_CONNECTION};
 pub use in_process::{InProcessSender, DEFAULT_CONNECTION_BUFFER};
+pub use limits::{
+    FrameLimiter, FrameLimits, InFlight, Rate, Refusal, INPUT_BACKLOG_FULL, TOO_MANY_FRAMES,
+    TOO_MANY_IN_FLIGHT,
+};
 pub use protocol::{
     parse, ClientMessage, ExecFrame, ProtocolError, PtyAction, PtyFrame, ServerFrame,
     MAX_CLIENT_MESSAGE, MAX_EXEC_FRAME, MAX_EXEC_MESSAGE, MAX_REQUEST_ID,

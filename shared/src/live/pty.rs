@@ -5,7 +5,10 @@
 //! the session runs on, and a later connection re-attaches with the session id and the offset it
 //! had reached (`pty_output` frames carry it). While attached, output is followed as the
 //! terminal writes it and sent as `pty_output` frames; `pty_exit` closes the attachment when the
-//! session ends. Attachments count against the connection's commands
+//! session ends. Input and resizes are queued per connection and session and written by one
+//! task at a time, in order, what arrives meanwhile coalesced into the next write, within the
+//! frame limits of `limits` (so a flood of `pty_input` frames costs one write at a time, not a
+//! task each). Attachments count against the connection's commands
 //! ([`MAX_EXECS_PER_CONNECTION`](super::MAX_EXECS_PER_CONNECTION)), under the same admission as
 //! `exec` frames: a token with the `exec` capability, for a thread in its scope.
 
@@ -15,10 +18,11 @@ use base64::Engine as _;
 use tokio::sync::mpsc;
 
 use super::exec::{Command, ConnectionExec, Inner, Piece, Utf8Pieces};
+use super::limits::{InFlight, Refusal, INPUT_BACKLOG_FULL};
 use super::protocol::{ProtocolError, PtyAction, PtyFrame, ServerFrame};
 use crate::domain::ThreadId;
 use crate::http::{ApiError, MAX_FOLLOW};
-use crate::ports::ProcessState;
+use crate::ports::{ProcessState, PtySize, MAX_INPUT_BYTES};
 use crate::usecases::ProcessRequest;
 
 /// Bytes of terminal output per frame: escaped as JSON (a control byte takes six), a frame stays
@@ -27,7 +31,7 @@ const PIECE_BYTES: usize = 4 * 1024;
 
 impl ConnectionExec {
     /// Act on a `pty*` frame, or say why not. Returns at once; frames follow on the exec lane.
-    pub fn pty(&self, frame: PtyFrame) -> Result<(), ProtocolError> {
+    pub fn pty(&self, frame: PtyFrame) -> Result<(), Refusal> {
         let inner = &self.inner;
         let PtyFrame {
             request_id,
@@ -45,36 +49,17 @@ impl ConnectionExec {
                 return Ok(());
             }
             PtyAction::Input { session, data } => {
-                drop(inner.admit(&request_id, &thread_id, false)?);
-                let inner = inner.clone();
-                tokio::spawn(async move {
-                    let done = inner
-                        .tb
-                        .write_process_input(&thread_id, &session, &data)
-                        .await;
-                    if let Err(error) = done {
-                        inner
-                            .send(error_frame(&request_id, &thread_id, error.into()))
-                            .await;
-                    }
-                });
-                return Ok(());
+                return self.queue(request_id, thread_id, session, TerminalOp::Input(data))
             }
             PtyAction::Resize { session, size } => {
-                drop(inner.admit(&request_id, &thread_id, false)?);
-                let inner = inner.clone();
-                tokio::spawn(async move {
-                    let done = inner.tb.resize_process(&thread_id, &session, size).await;
-                    if let Err(error) = done {
-                        inner
-                            .send(error_frame(&request_id, &thread_id, error.into()))
-                            .await;
-                    }
-                });
-                return Ok(());
+                return self.queue(request_id, thread_id, session, TerminalOp::Resize(size))
             }
         };
         let mut running = inner.admit(&request_id, &thread_id, true)?;
+        inner
+            .limiter
+            .thread_frame(&inner.connection_id, &thread_id)
+            .map_err(|r| r.naming(&request_id, &thread_id))?;
         let attachment = tokio::spawn(attach(
             inner.clone(),
             request_id.clone(),
@@ -92,6 +77,151 @@ impl ConnectionExec {
             },
         );
         Ok(())
+    }
+
+    /// Queue terminal input or a resize for `session`: behind the write running for it on
+    /// this connection, if any (coalesced with what waits there), or with a writer of its own,
+    /// within the limits of [`FrameLimits`](super::FrameLimits).
+    fn queue(
+        &self,
+        request_id: String,
+        thread_id: ThreadId,
+        session: String,
+        op: TerminalOp,
+    ) -> Result<(), Refusal> {
+        let inner = &self.inner;
+        let mut running = inner.admit(&request_id, &thread_id, false)?;
+        let limiter = &inner.limiter;
+        let connection = &inner.connection_id;
+        limiter
+            .thread_frame(connection, &thread_id)
+            .map_err(|r| r.naming(&request_id, &thread_id))?;
+        let backlog = limiter.limits().pty_input_backlog;
+        let key = (thread_id, session);
+        let refuse = |error: ProtocolError| {
+            limiter
+                .refuse(connection, error)
+                .naming(&request_id, &key.0)
+        };
+        if let Some(waiting) = running.terminals.get_mut(&key) {
+            return waiting.push(op, &request_id, backlog).map_err(refuse);
+        }
+        let place = limiter
+            .start(connection, &key.0)
+            .map_err(|r| r.naming(&request_id, &key.0))?;
+        let mut waiting = TerminalQueue::default();
+        waiting.push(op, &request_id, backlog).map_err(refuse)?;
+        running.terminals.insert(key.clone(), waiting);
+        drop(running);
+        tokio::spawn(write_terminal(inner.clone(), key, place));
+        Ok(())
+    }
+}
+
+/// Something for a terminal: input to write, or a new size.
+pub(super) enum TerminalOp {
+    Input(Vec<u8>),
+    Resize(PtySize),
+}
+
+/// Most separate operations waiting for one session (input and resizes alternating; runs of
+/// either are coalesced into one).
+const MAX_WAITING_OPS: usize = 32;
+
+/// What waits for one session's writer, in order, each with the request that sent it last.
+#[derive(Default)]
+pub(super) struct TerminalQueue {
+    ops: std::collections::VecDeque<(TerminalOp, String)>,
+    bytes: usize,
+}
+
+impl TerminalQueue {
+    /// Add `op`: input joins input waiting before it (up to what one write takes), a resize
+    /// replaces a resize waiting before it; refused past `backlog` bytes or too many ops.
+    fn push(
+        &mut self,
+        op: TerminalOp,
+        request_id: &str,
+        backlog: usize,
+    ) -> Result<(), ProtocolError> {
+        let full = |what: String| {
+            Err(ProtocolError::new(
+                INPUT_BACKLOG_FULL,
+                format!("{what} wait for this session already; wait for them to be written"),
+            ))
+        };
+        if let TerminalOp::Input(data) = &op {
+            if self.bytes + data.len() > backlog {
+                return full(format!("{} bytes of input", self.bytes));
+            }
+        }
+        match (self.ops.back_mut(), op) {
+            (Some((TerminalOp::Input(waiting), by)), TerminalOp::Input(data))
+                if waiting.len() + data.len() <= MAX_INPUT_BYTES =>
+            {
+                self.bytes += data.len();
+                waiting.extend_from_slice(&data);
+                request_id.clone_into(by);
+            }
+            (Some((TerminalOp::Resize(waiting), by)), TerminalOp::Resize(size)) => {
+                *waiting = size;
+                request_id.clone_into(by);
+            }
+            (_, op) => {
+                if self.ops.len() >= MAX_WAITING_OPS {
+                    return full(format!("{} inputs and resizes", self.ops.len()));
+                }
+                if let TerminalOp::Input(data) = &op {
+                    self.bytes += data.len();
+                }
+                self.ops.push_back((op, request_id.to_owned()));
+            }
+        }
+        Ok(())
+    }
+
+    fn pop(&mut self) -> Option<(TerminalOp, String)> {
+        let next = self.ops.pop_front()?;
+        if let TerminalOp::Input(data) = &next.0 {
+            self.bytes -= data.len();
+        }
+        Some(next)
+    }
+}
+
+/// Write what waits for one session, in order, until nothing does; an error frame names the
+/// last request whose input or resize a failed write carried. Holds its place in flight.
+async fn write_terminal(inner: Arc<Inner>, key: (ThreadId, String), _place: InFlight) {
+    let (thread_id, session) = &key;
+    loop {
+        let next = {
+            let mut running = inner.lock();
+            let Some(waiting) = running.terminals.get_mut(&key) else {
+                return;
+            };
+            match waiting.pop() {
+                Some(next) => next,
+                None => {
+                    running.terminals.remove(&key);
+                    return;
+                }
+            }
+        };
+        let (op, request_id) = next;
+        let done = match op {
+            TerminalOp::Input(data) => {
+                inner
+                    .tb
+                    .write_process_input(thread_id, session, &data)
+                    .await
+            }
+            TerminalOp::Resize(size) => inner.tb.resize_process(thread_id, session, size).await,
+        };
+        if let Err(error) = done {
+            inner
+                .send(error_frame(&request_id, thread_id, error.into()))
+                .await;
+        }
     }
 }
 
@@ -265,6 +395,51 @@ fn error_frame(request_id: &str, thread_id: &ThreadId, error: ApiError) -> crate
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn input(queue: &mut TerminalQueue, text: &str, id: &str) -> Result<(), ProtocolError> {
+        queue.push(TerminalOp::Input(text.as_bytes().to_vec()), id, 10)
+    }
+
+    #[test]
+    fn terminal_input_waiting_is_coalesced_in_order_and_bounded() {
+        let mut queue = TerminalQueue::default();
+        input(&mut queue, "ab", "i1").unwrap();
+        input(&mut queue, "cd", "i2").unwrap();
+        let size = |cols| TerminalOp::Resize(PtySize { cols, rows: 24 });
+        queue.push(size(80), "r1", 10).unwrap();
+        queue.push(size(90), "r2", 10).unwrap();
+        input(&mut queue, "ef", "i3").unwrap();
+        // Ten bytes at most: "abcdef" waits, five more do not fit.
+        let full = input(&mut queue, "ghijk", "i4").unwrap_err();
+        assert_eq!(full.code, INPUT_BACKLOG_FULL);
+        input(&mut queue, "gh", "i5").unwrap();
+        let mut written = Vec::new();
+        while let Some((op, id)) = queue.pop() {
+            written.push(match op {
+                TerminalOp::Input(data) => format!("{id}:{}", String::from_utf8(data).unwrap()),
+                TerminalOp::Resize(size) => format!("{id}:{}x{}", size.cols, size.rows),
+            });
+        }
+        assert_eq!(written, ["i2:abcd", "r2:90x24", "i5:efgh"]);
+        assert_eq!(queue.bytes, 0);
+        // Input and resizes alternating are as many operations: bounded too.
+        let mut queue = TerminalQueue::default();
+        let mut refused = 0;
+        for i in 0..100 {
+            let op = if i % 2 == 0 {
+                TerminalOp::Input(vec![b'x'])
+            } else {
+                size(80)
+            };
+            if queue.push(op, "p", 1 << 20).is_err() {
+                refused += 1;
+            }
+        }
+        assert_eq!(queue.ops.len(), MAX_WAITING_OPS);
+        // Once full, what joins the last one waiting is still taken (input to its input, a
+        // resize over its resize); every other one is refused.
+        assert_eq!(refused, (100 - MAX_WAITING_OPS) / 2);
+    }
 
     #[test]
     fn long_output_is_cut_into_frames_at_character_boundaries() {

@@ -271,15 +271,21 @@ impl Subscribers {
     ) -> Result<(), LiveError> {
         let error = TokenError::Expired(expired_at);
         let frame = ProtocolError::new(error.code(), error.to_string()).frame();
-        // Best effort: the connection is closed either way.
-        let _ = self.sender.send(connection_id, &frame).await;
-        if let Err(error) = self.sender.close(connection_id).await {
-            tracing::debug!(connection_id, %error, "closing an expired connection failed");
-        }
+        self.evict(connection_id, &frame).await?;
         tracing::info!(
             connection_id,
             "live-events token expired; connection closed"
         );
+        Ok(())
+    }
+
+    /// A last error frame saying why, then close and forget the connection.
+    pub(crate) async fn evict(&self, connection_id: &str, last: &Frame) -> Result<(), LiveError> {
+        // Best effort: the connection is closed either way.
+        let _ = self.sender.send(connection_id, last).await;
+        if let Err(error) = self.sender.close(connection_id).await {
+            tracing::debug!(connection_id, %error, "closing a live-events connection failed");
+        }
         self.forget(connection_id).await?;
         Ok(())
     }

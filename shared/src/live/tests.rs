@@ -579,7 +579,13 @@ mod exec {
                 .await
                 .unwrap();
             assert_eq!(grant.exec, exec);
-            ConnectionExec::new(self.tb.clone(), self.sender.clone(), id, grant)
+            ConnectionExec::new(
+                self.tb.clone(),
+                self.sender.clone(),
+                id,
+                grant,
+                self.gateway.frame_limiter(),
+            )
         }
 
         async fn exec(&self, id: &str, runner: &ConnectionExec, request_id: &str, cmd: &str) {
@@ -729,5 +735,60 @@ mod exec {
         assert_eq!(runner.disconnect(), 0, "once");
         live.exec("c1", &runner, "late", "echo").await;
         assert_eq!(live.sender.last("c1")["code"], "not_connected");
+    }
+
+    /// A client that floods terminal frames gets its burst, then `too_many_frames` for each
+    /// frame over its rate, then a last error frame and the close; nothing it sent after its
+    /// rate ran out reached the sandbox (issue 28).
+    #[tokio::test]
+    async fn a_flood_of_terminal_frames_is_refused_then_closed() {
+        let live = Live::new().await;
+        let (runner, _lane) = live.exec_connection("c1", ThreadScope::Any, true).await;
+        let limits = crate::live::FrameLimits::default();
+        let start = std::time::Instant::now();
+        let mut sent = 0;
+        for i in 0..5000 {
+            let frame = serde_json::json!({
+                "action": "pty_input", "request_id": format!("i{i}"), "thread_id": "t1",
+                "session": "abc", "text": "x",
+            });
+            live.gateway
+                .message_with_exec("c1", &frame.to_string(), &runner)
+                .await
+                .unwrap();
+            sent += 1;
+            if live.sender.closed.lock().unwrap().iter().any(|c| c == "c1") {
+                break;
+            }
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let frames = live.sender.frames("c1");
+        let refused = frames
+            .iter()
+            .filter(|f| f["code"] == crate::live::TOO_MANY_FRAMES)
+            .count();
+        assert!(sent < 5000, "closed before the flood ended ({sent} sent)");
+        let admitted = sent - refused;
+        let allowed = f64::from(limits.connection_rate.burst)
+            + elapsed * f64::from(limits.connection_rate.per_second)
+            + 1.0;
+        assert!(
+            (admitted as f64) <= allowed,
+            "{admitted} admitted in {elapsed:.2}s"
+        );
+        assert_eq!(
+            refused,
+            limits.refusals.burst as usize + 1,
+            "{}",
+            frames.len()
+        );
+        let last = frames.last().unwrap();
+        assert!(
+            last["message"].as_str().unwrap().contains("closing"),
+            "{last}"
+        );
+        assert_eq!(last["request_id"], format!("i{}", sent - 1), "{last}");
+        // Forgotten like a closed connection.
+        assert!(live.subscriptions.connection("c1").await.unwrap().is_none());
     }
 }

@@ -178,7 +178,9 @@ LOG = os.path.join(os.path.dirname(sys.argv[1]), "requests.log")
 LOCK = threading.Lock()
 CHUNK = b"\0" * (1 << 20)
 class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
+    # Keep-alive, so a second request on one connection is read as one (what the proxy must
+    # check; an HTTP/1.0 server would drop it unread).
+    protocol_version = "HTTP/1.1"
     def do_GET(self):
         seen = {"host": self.headers.get("Host"), "path": self.path,
                 "authorization": self.headers.get_all("Authorization") or [],

@@ -2,7 +2,8 @@
 //! name its allowlist allows with the host end of its link (where the egress proxy listens)
 //! and every other with NXDOMAIN, asking no one; and the proxy's own client, which asks the
 //! upstream resolver for a name's IPv4 addresses. Hand-written (one question, A records): the
-//! little of DNS this needs, with every length checked, so hostile packets are dropped.
+//! little of DNS this needs, with every length checked, so hostile packets are dropped
+//! (property-tested over generated and spoilt messages: `hostile`).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -260,6 +261,7 @@ fn parse_a_answer(msg: &[u8], id: u16, name: &str) -> Option<Vec<Ipv4Addr>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::hostile::Rng;
     use super::*;
 
     fn query(name: &str, qtype: u16) -> Vec<u8> {
@@ -326,6 +328,53 @@ mod tests {
             let bytes: Vec<u8> = (0..len).map(|i| (i * 37 % 256) as u8).collect();
             let _ = answer(&bytes, &allow, host);
             let _ = parse_a_answer(&bytes, 0, "x");
+        }
+    }
+
+    #[test]
+    fn generated_queries_and_spoilt_messages_are_answered_or_dropped_never_a_panic() {
+        let allow = Allowlist::everything_public();
+        let host = Ipv4Addr::new(198, 18, 0, 2);
+        for seed in 0..3000 {
+            let mut rng = Rng::new(seed);
+            let name = rng.name();
+            let qtype = [1u16, 28, 12, 255][rng.below(4)];
+            let q = query(&name, qtype);
+            let well_formed = name.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            });
+            let reply = answer(&q, &allow, host);
+            if well_formed {
+                let reply = reply.unwrap_or_else(|| panic!("seed {seed}: {name:?}"));
+                let ips = parse_a_answer(&reply, 0x1234, &name).expect("our own reply reads");
+                let wanted: &[Ipv4Addr] = if qtype == 1 { &[host] } else { &[] };
+                assert_eq!(ips, wanted, "seed {seed}");
+            }
+            for _ in 0..8 {
+                let spoilt = rng.mutate(&q);
+                if let Some(reply) = answer(&spoilt, &allow, host) {
+                    // An answer echoes the query's id and question, adds at most one record.
+                    assert_eq!(reply[..2], spoilt[..2], "seed {seed}");
+                    assert!(reply[2] & 0x80 != 0, "seed {seed}: a response");
+                    assert!(reply.len() <= spoilt.len() + 16, "seed {seed}");
+                }
+                if let Some(reply) = answer(&q, &allow, host) {
+                    let spoilt = rng.mutate(&reply);
+                    if let Some(ips) = parse_a_answer(&spoilt, 0x1234, &name) {
+                        assert!(ips.len() <= spoilt.len() / 14, "seed {seed}");
+                    }
+                }
+            }
+            let len = rng.below(600);
+            let noise = rng.bytes(len);
+            let _ = answer(&noise, &allow, host);
+            let _ = parse_a_answer(
+                &noise,
+                u16::from_be_bytes([noise.first().copied().unwrap_or(0), 0]),
+                &name,
+            );
         }
     }
 }

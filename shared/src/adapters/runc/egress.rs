@@ -2,10 +2,21 @@
 //! (the host end, where the sandbox's resolver sends every allowed name; its TCP 80 and 443
 //! are rewritten to [`HTTP_PORT`] and [`HTTPS_PORT`] in the sandbox's own table),
 //! reads the request's HTTP `Host` or TLS SNI, checks it against the sandbox's allowlist,
-//! resolves the name itself and connects to the first address that may be reached; then it
-//! copies bytes both ways. It terminates TLS only for a host an operator attached credentials
-//! to ([`NetworkConfig::credentials`]): such a connection goes to `intercept`, which adds the
-//! headers to every request; every other host's TLS passes through untouched.
+//! resolves the name itself and connects to the first address that may be reached.
+//!
+//! Plain HTTP is then served request by request (`intercept::serve_plain`, hyper on both
+//! sides): every request on the connection must name the host the first one named, or it is
+//! answered 421 and goes nowhere, so keep-alive and pipelining cannot carry a request for a
+//! name the list does not allow to an allowed name's server (which, behind a CDN or shared
+//! hosting, would serve it). TLS is a byte pipe after the ClientHello, unless an operator
+//! attached credentials to the host ([`NetworkConfig::credentials`]): then `intercept`
+//! terminates it and checks and adds headers to every request. A pipe of TLS cannot see the
+//! requests inside it; the README's network section says what that leaves open.
+//!
+//! What the sandbox sends is read by kept parsers where one fits: the first request head by
+//! `httparse` (hyper's parser; hyper reads the rest). The ClientHello's server name and the
+//! resolver's DNS are small hand-written readers, every length checked, property-tested over
+//! generated and spoilt input (`hostile`).
 //!
 //! Bounded: a connection slot per sandbox and across the provider (over them, connections are
 //! closed at once), a deadline for the request head or ClientHello (at most 16 KiB), for the
@@ -22,7 +33,7 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
 use super::dns::{resolve_a, serve_dns};
-use super::intercept::Interceptor;
+use super::intercept::{self, Interceptor};
 use super::network_config::NetworkConfig;
 use super::refusals::RefusalRecorder;
 use crate::ports::{Allowlist, RefusalReason, RefusedBy};
@@ -200,19 +211,33 @@ impl Proxy {
             )
             .await;
         };
-        if let Some(intercept) = self.intercept.as_ref().filter(|i| i.intercepts(&host)) {
-            let upstream = SocketAddr::new(ip, port);
-            return intercept
-                .serve(client, head, self.tls, host, upstream, &self.config)
+        let upstream = SocketAddr::new(ip, port);
+        if !self.tls {
+            // Plain HTTP is served request by request (hyper reads each one's head and finds
+            // where its body ends), so every request on a kept-alive connection is checked
+            // against the host the first one named, not only the first: a pipe after the first
+            // head would carry `Host: evil.test` to an allowed name's server (issue 28).
+            let headers = self
+                .intercept
+                .as_ref()
+                .map(|i| i.headers_for(&host))
+                .unwrap_or_default();
+            return intercept::serve_plain(client, head, host, upstream, headers, &self.config)
                 .await;
         }
-        let mut server = tokio::time::timeout(
-            self.config.connect_timeout,
-            TcpStream::connect(SocketAddr::new(ip, port)),
-        )
-        .await
-        .map_err(|_| format!("connecting to {host} ({ip}) timed out"))?
-        .map_err(|e| format!("connecting to {host} ({ip}): {e}"))?;
+        if let Some(intercept) = self.intercept.as_ref().filter(|i| i.intercepts(&host)) {
+            return intercept
+                .serve_tls(client, head, host, upstream, &self.config)
+                .await;
+        }
+        // TLS without credentials: the name was read from the ClientHello and the rest is the
+        // sandbox's own, encrypted; a byte pipe (see the README on what a list of names can
+        // promise over TLS).
+        let mut server =
+            tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(upstream))
+                .await
+                .map_err(|_| format!("connecting to {host} ({ip}) timed out"))?
+                .map_err(|e| format!("connecting to {host} ({ip}): {e}"))?;
         server
             .write_all(&head)
             .await
@@ -270,24 +295,31 @@ async fn read_target(client: &mut TcpStream, tls: bool) -> Result<(String, Vec<u
     }
 }
 
-/// The `Host` of an HTTP/1 request head, without its port.
+/// Headers read from a request head: hyper's own limit.
+const MAX_HEADERS: usize = 100;
+
+/// The `Host` of an HTTP/1 request head, without its port. The head is read by `httparse`, the
+/// parser hyper itself uses (which then serves the connection from these same bytes).
 fn http_host(head: &[u8]) -> Target {
-    let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Target::More;
-    };
-    let Ok(text) = std::str::from_utf8(&head[..end]) else {
-        return Target::Invalid("the request head is not text");
-    };
-    let mut hosts = text.split("\r\n").skip(1).filter_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("host")
-            .then(|| value.trim())
-    });
-    let (Some(host), None) = (hosts.next(), hosts.next()) else {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(head) {
+        Ok(httparse::Status::Partial) => return Target::More,
+        Ok(httparse::Status::Complete(_)) => {}
+        Err(httparse::Error::TooManyHeaders) => {
+            return Target::Invalid("a request head with too many headers")
+        }
+        Err(_) => return Target::Invalid("a malformed request head"),
+    }
+    let mut hosts = request
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("host"))
+        .map(|h| std::str::from_utf8(h.value));
+    let (Some(Ok(host)), None) = (hosts.next(), hosts.next()) else {
         return Target::Invalid("a request names one Host");
     };
-    host_without_port(host)
+    host_without_port(host.trim())
 }
 
 fn host_without_port(host: &str) -> Target {
@@ -455,6 +487,7 @@ async fn copy_half(
 
 #[cfg(test)]
 mod tests {
+    use super::super::hostile::Rng;
     use super::*;
 
     /// A ClientHello as a TLS client sends it, naming `name`.
@@ -529,5 +562,97 @@ mod tests {
             http_host(b"GET / HTTP/1.1\r\nHost: a:b\r\n\r\n"),
             Target::Invalid(_)
         ));
+    }
+
+    /// What a hostile peer's bytes may make of a target: more to read, a refusal, or a name
+    /// that fits DNS's length and is lowercase (so the allowlist compares like with like).
+    fn sane(target: &Target) {
+        if let Target::Host(host) = target {
+            assert!(!host.is_empty() && host.len() <= 253, "{host:?}");
+            assert_eq!(*host, host.to_ascii_lowercase());
+        }
+    }
+
+    fn well_formed(name: &str) -> bool {
+        name.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+    }
+
+    #[test]
+    fn generated_client_hellos_and_spoilt_ones_are_read_or_refused_never_a_panic() {
+        for seed in 0..3000 {
+            let mut rng = Rng::new(seed);
+            let name = rng.name();
+            let hello = client_hello(&name);
+            let read = sni(&hello);
+            if well_formed(&name) {
+                assert_eq!(read, Target::Host(name.to_ascii_lowercase()), "seed {seed}");
+            }
+            sane(&read);
+            let cut = rng.below(hello.len());
+            assert_eq!(sni(&hello[..cut]), Target::More, "seed {seed}");
+            for _ in 0..8 {
+                sane(&sni(&rng.mutate(&hello)));
+            }
+            let len = rng.below(300);
+            let noise = rng.bytes(len);
+            sane(&sni(&noise));
+            // A handshake header that claims more than is there, with noise after it.
+            let mut claimed = vec![22, 3, 1, 0x40, 0x00, 1, 0xFF, 0xFF, 0xFF];
+            claimed.extend_from_slice(&noise);
+            claimed.resize(5 + 0x4000, 0);
+            sane(&sni(&claimed));
+        }
+    }
+
+    #[test]
+    fn generated_request_heads_and_spoilt_ones_are_read_or_refused_never_a_panic() {
+        for seed in 0..3000 {
+            let mut rng = Rng::new(seed);
+            let name = rng.name();
+            let port = match rng.below(3) {
+                0 => String::new(),
+                1 => format!(":{}", rng.below(70000)),
+                _ => ":".into(),
+            };
+            let mut head = format!("GET /{} HTTP/1.1\r\n", rng.below(1000));
+            for _ in 0..rng.below(4) {
+                head.push_str(&format!("X-{}: {}\r\n", rng.below(100), rng.below(1000)));
+            }
+            head.push_str(&format!("Host: {name}{port}\r\n\r\n"));
+            let read = http_host(head.as_bytes());
+            if well_formed(&name) && port != ":" {
+                assert_eq!(
+                    read,
+                    Target::Host(name.to_ascii_lowercase()),
+                    "seed {seed}: {head:?}"
+                );
+            }
+            sane(&read);
+            let cut = rng.below(head.len());
+            assert!(
+                matches!(
+                    http_host(&head.as_bytes()[..cut]),
+                    Target::More | Target::Invalid(_)
+                ),
+                "seed {seed}"
+            );
+            for _ in 0..8 {
+                sane(&http_host(&rng.mutate(head.as_bytes())));
+            }
+            let len = rng.below(300);
+            sane(&http_host(&rng.bytes(len)));
+        }
+        // More headers than hyper reads, and a Host hidden past them, are refused.
+        let many = format!(
+            "GET / HTTP/1.1\r\n{}Host: a.test\r\n\r\n",
+            "X: y\r\n".repeat(200)
+        );
+        assert!(matches!(http_host(many.as_bytes()), Target::Invalid(_)));
+        let long = format!("GET / HTTP/1.1\r\nHost: {}.test\r\n\r\n", "a".repeat(300));
+        assert!(matches!(http_host(long.as_bytes()), Target::Invalid(_)));
     }
 }

@@ -31,6 +31,8 @@ mod egress;
 mod egress_ca;
 mod exec;
 mod files;
+#[cfg(test)]
+mod hostile;
 mod idmap;
 mod ids;
 mod intercept;
