@@ -525,10 +525,13 @@ async fn names_in(p: &dyn SandboxProvider, id: &str, dir: &str) -> Vec<String> {
 pub async fn uploads_reach_home_and_tmp_and_failures_leave_nothing(p: &dyn SandboxProvider) {
     use futures::StreamExt;
     let id = create(p, fresh_owner(1)).await;
+    // The longest name a file may have (255 bytes) takes an upload too.
+    let longest = format!("{}.bin", "n".repeat(251));
     for (dir, name) in [
         ("/home/user/up", "a.bin"),
         ("/tmp", "b.bin"),
         ("/tmp/deep/er", "c.bin"),
+        ("/tmp/long", longest.as_str()),
     ] {
         let path = format!("{dir}/{name}");
         let written = p

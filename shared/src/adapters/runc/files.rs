@@ -188,7 +188,7 @@ impl SandboxFs {
                 return Err(invalid(format!("{path} exists and is not a regular file")));
             }
         }
-        let temp = format!(".{name}.threadbox-upload-{}", uuid::Uuid::new_v4().simple());
+        let temp = temp_name(&name);
         let fd = openat(
             &r.dir,
             temp.as_str(),
@@ -562,6 +562,24 @@ impl Drop for Upload {
     }
 }
 
+/// The longest part of the destination's name a temp file's name repeats: with the rest of
+/// it, well under the 255 bytes a name may have, so any name that may be uploaded to may have a
+/// temp file beside it.
+const TEMP_NAME_KEEPS: usize = 100;
+
+/// `.NAME.threadbox-upload-<uuid>`, NAME cut to [`TEMP_NAME_KEEPS`] bytes (at a character).
+fn temp_name(name: &str) -> String {
+    let mut end = name.len().min(TEMP_NAME_KEEPS);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        ".{}.threadbox-upload-{}",
+        &name[..end],
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
 /// Entries of an open directory with their own (not followed) status, `.` and `..` left out,
 /// names as the bytes they are.
 fn read_dir_raw(dir: &OwnedFd, path: &str) -> Result<Vec<(CString, Stat)>, ProviderError> {
@@ -825,6 +843,16 @@ mod tests {
         assert!(fs.remove("/home/user", true).is_err());
         assert!(fs.remove("/tmp/", true).is_err());
         assert!(dir.path().join("home").is_dir());
+    }
+
+    #[test]
+    fn temp_names_fit_beside_any_name() {
+        for name in ["a.txt", &"x".repeat(255), &"é".repeat(127)] {
+            let temp = temp_name(name);
+            assert!(temp.len() <= 255, "{} bytes", temp.len());
+            assert!(temp.starts_with('.') && temp.contains(".threadbox-upload-"));
+        }
+        assert!(temp_name("a.txt").starts_with(".a.txt.threadbox-upload-"));
     }
 
     #[test]
