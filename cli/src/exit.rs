@@ -14,7 +14,8 @@ pub enum Exit {
     Usage = 2,
     /// No such thread (or route: a wrong `--url`).
     NotFound = 3,
-    /// The thread's state forbids it now: illegal transition, live hold, expired thread.
+    /// The thread's state forbids it now: illegal transition, live hold, expired thread, a call
+    /// interrupted by a pause, reset or destroy, a full sandbox disk.
     Conflict = 4,
     /// The API could not be reached or is busy; the same command may work later.
     Unavailable = 5,
@@ -59,7 +60,8 @@ pub fn for_status(status: u16) -> Exit {
         400 | 405 | 411 | 413 | 414 | 415 | 422 => Exit::Usage,
         401 | 403 => Exit::Unauthorized,
         404 | 410 => Exit::NotFound,
-        409 => Exit::Conflict,
+        // 507: the sandbox's disk is full, its state rather than the request or the server.
+        409 | 507 => Exit::Conflict,
         status if is_busy(status) => Exit::Unavailable,
         _ => Exit::Failure,
     }
@@ -89,6 +91,7 @@ mod tests {
             (403, Exit::Unauthorized),
             (404, Exit::NotFound),
             (409, Exit::Conflict),
+            (507, Exit::Conflict),
             (429, Exit::Unavailable),
             (503, Exit::Unavailable),
             (504, Exit::Unavailable),

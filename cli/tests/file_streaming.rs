@@ -103,3 +103,98 @@ async fn uploads_stream_in_and_an_oversized_one_changes_nothing() {
         "no partial upload left behind"
     );
 }
+
+/// Uploads reach the sandbox's `/tmp` (a tmpfs of its own user namespace, where the host's root
+/// has no id: finishing an upload there as root failed with EOVERFLOW, a 502 that left the
+/// whole temp file behind), the file the sandbox user's. One that does not fit is 507
+/// `no_space` and leaves nothing beside it; a file that is not there is 404 `file_not_found`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_reach_tmp_and_a_full_one_says_so_and_leaves_nothing() {
+    if !prerequisites_met(
+        "uploads_reach_tmp_and_a_full_one_says_so_and_leaves_nothing",
+        &dev_missing(),
+    ) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    let route = |path: &str| format!("/v1/threads/tmp-uploads/files/{path}");
+    let url = |path: &str| format!("{}{}", dev.url, route(path));
+
+    let put = dev
+        .http
+        .put(url("tmp/in/a.txt"))
+        .body("hello /tmp")
+        .send()
+        .await
+        .unwrap();
+    let status = put.status();
+    assert_eq!(status, 200, "{}", put.text().await.unwrap());
+    let got = dev.http.get(url("tmp/in/a.txt")).send().await.unwrap();
+    assert_eq!(got.text().await.unwrap(), "hello /tmp");
+    let mine = dev
+        .post(
+            "/v1/threads/tmp-uploads/exec",
+            Some(json!({"cmd": "cat /tmp/in/a.txt; [ -O /tmp/in/a.txt ] && echo ' and mine'"})),
+        )
+        .await;
+    assert_eq!(mine["stdout"], "hello /tmp and mine\n", "{mine}");
+
+    // /tmp is 256 MiB by default: fill most of it, then upload more than what is left.
+    let filled = dev
+        .post(
+            "/v1/threads/tmp-uploads/exec",
+            Some(json!({"cmd": "head -c 200M /dev/zero > /tmp/fill && echo filled"})),
+        )
+        .await;
+    assert_eq!(filled["stdout"], "filled\n", "{filled}");
+    let (status, answer) = put_chunked(&dev.url, &route("tmp/in/big.bin"), 100 * 1024 * 1024).await;
+    assert_eq!(status, 507, "{answer}");
+    assert!(answer.contains("\"no_space\""), "{answer}");
+    assert!(answer.contains("/tmp/in/big.bin"), "{answer}");
+    let listing = dev
+        .get("/v1/threads/tmp-uploads/files/tmp/in?list=true")
+        .await;
+    let names: Vec<&str> = listing["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a.txt"], "no partial upload left behind");
+    let used = dev
+        .post(
+            "/v1/threads/tmp-uploads/exec",
+            Some(json!({"cmd": "du -sm /tmp | cut -f1"})),
+        )
+        .await;
+    let used: u64 = used["stdout"].as_str().unwrap().trim().parse().unwrap();
+    assert!(
+        used <= 201,
+        "/tmp holds {used} MiB: the failed upload's bytes stayed"
+    );
+
+    for missing in [
+        "tmp/in/nope.txt",
+        "home/user/nope.txt",
+        "tmp/no/such/dir.txt",
+    ] {
+        let answer = dev.http.get(url(missing)).send().await.unwrap();
+        assert_eq!(answer.status(), 404, "GET {missing}");
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "file_not_found", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no such file or directory"),
+            "{body}"
+        );
+        let stat = dev
+            .http
+            .get(format!("{}?stat=true", url(missing)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stat.status(), 404, "stat {missing}");
+    }
+}

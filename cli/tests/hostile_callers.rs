@@ -365,7 +365,7 @@ async fn six_hundred_long_commands_leave_the_api_answering() {
 }
 
 /// A sandbox that fills its disk meets its quota and nothing else does: "No space left on
-/// device" inside, an upload through the file API refused with 400, while another thread's
+/// device" inside, an upload through the file API refused with 507 `no_space`, while another thread's
 /// sandbox still writes and the store still records its lifecycle. The usage shows in the
 /// thread's details, through the API and `threadbox threads show`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -401,7 +401,8 @@ async fn a_sandbox_filling_its_disk_meets_its_quota_and_nothing_else_does() {
         .unwrap();
     let status = upload.status().as_u16();
     let body: Value = upload.json().await.unwrap();
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 507, "{body}");
+    assert_eq!(body["error"]["code"], "no_space", "{body}");
     assert!(
         body["error"]["message"]
             .as_str()

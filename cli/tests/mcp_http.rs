@@ -122,7 +122,11 @@ async fn an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint() {
     assert_eq!(relative["result"]["error"]["status"], 400);
     let missing = &seen["missing"];
     assert_eq!(missing["error"], true, "{missing}");
-    assert_eq!(missing["result"]["error"]["status"], 400, "{missing}");
+    assert_eq!(missing["result"]["error"]["status"], 404, "{missing}");
+    assert_eq!(
+        missing["result"]["error"]["code"], "file_not_found",
+        "{missing}"
+    );
     assert!(
         missing["result"]["error"]["message"]
             .as_str()

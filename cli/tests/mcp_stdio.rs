@@ -135,12 +135,12 @@ async fn an_mcp_host_runs_commands_and_files_through_threadbox_mcp() {
 
     let missing = &seen["missing"];
     assert_eq!(missing["error"], true);
-    // What the API answers a GET of a path that is not there: 400, naming the path.
+    // What the API answers a GET of a path that is not there: 404, naming the path.
     assert_eq!(
-        missing["result"]["error"]["code"], "invalid_request",
+        missing["result"]["error"]["code"], "file_not_found",
         "{missing}"
     );
-    assert_eq!(missing["result"]["error"]["status"], 400, "{missing}");
+    assert_eq!(missing["result"]["error"]["status"], 404, "{missing}");
     assert!(
         missing["result"]["error"]["message"]
             .as_str()

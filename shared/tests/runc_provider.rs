@@ -1247,7 +1247,7 @@ async fn the_disk_quota_holds_and_nothing_outside_pays_for_it() {
         .await
         .expect_err("the disk is full");
     assert!(
-        matches!(&put, ProviderError::InvalidRequest(m) if m.contains("no space left")),
+        matches!(&put, ProviderError::NoSpace(m) if m.contains("no space left")),
         "{put:?}"
     );
 

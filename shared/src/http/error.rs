@@ -4,15 +4,17 @@
 //! codes follow what a client should do next:
 //! - 400: the request is wrong; retrying it unchanged will not help.
 //! - 401: no or wrong API key (with `WWW-Authenticate: Bearer`).
-//! - 404: no such thread (or route).
+//! - 404: no such thread, process or file (or route).
 //! - 409: the thread's state forbids this now: an illegal transition, a live hold, or an expired
 //!   thread (`thread_expired`). Expired is 409 rather than 410 because it is not permanent:
 //!   resetting the thread brings it back, and 410 tells caches and clients "gone for good".
+//!   Also a call that lost a race with a pause, reset or destroy of its thread (`interrupted`).
 //! - 413: the body is over the route's limit.
 //! - 429 with `Retry-After`: a budget refused (`create_budget_exceeded`: the scope's new
 //!   sandboxes for this hour; `compute_budget_exceeded`: the day's compute, the thread paused);
 //!   `Retry-After` is when the window resets. Also a thread's own command limits.
 //! - 503 with `Retry-After`: busy or a backend is unavailable; the same call may succeed later.
+//! - 507: the sandbox's disk (its home's quota, or its `/tmp`) is full (`no_space`).
 
 use axum::extract::rejection::{
     BytesRejection, JsonRejection, QueryRejection, RawPathParamsRejection,
@@ -103,12 +105,17 @@ fn status_of(error: &UseCaseError) -> StatusCode {
         UseCaseError::Budget(_) => StatusCode::TOO_MANY_REQUESTS,
         UseCaseError::Held(_)
         | UseCaseError::NoSandbox { .. }
-        | UseCaseError::NetworkConflict { .. } => StatusCode::CONFLICT,
+        | UseCaseError::NetworkConflict { .. }
+        | UseCaseError::Interrupted { .. } => StatusCode::CONFLICT,
         UseCaseError::Provider(p) => match p {
             ProviderError::InvalidRequest(_) | ProviderError::Unsupported(_) => {
                 StatusCode::BAD_REQUEST
             }
             ProviderError::Conflict(_) => StatusCode::CONFLICT,
+            ProviderError::NotFound(_) => StatusCode::NOT_FOUND,
+            // The sandbox's own disk is full: nothing the server can fix, and retrying will not
+            // help until the caller frees room; what envd answers too.
+            ProviderError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
             // The caller's own thread is busy enough: 429. The host is full: 503.
             ProviderError::LimitReached { limit, .. } if limit.is_per_thread() => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -258,6 +265,22 @@ mod tests {
             (
                 ProviderError::InvalidRequest("bad path".into()).into(),
                 (StatusCode::BAD_REQUEST, "invalid_request", None),
+            ),
+            (
+                ProviderError::NotFound("/home/user/x: no such file or directory".into()).into(),
+                (StatusCode::NOT_FOUND, "file_not_found", None),
+            ),
+            (
+                ProviderError::NoSpace("/tmp/x: no space left in the sandbox".into()).into(),
+                (StatusCode::INSUFFICIENT_STORAGE, "no_space", None),
+            ),
+            (
+                UseCaseError::Interrupted {
+                    thread_id: t.clone(),
+                    what: "reset",
+                    status: Status::Active,
+                },
+                (StatusCode::CONFLICT, "interrupted", None),
             ),
             (
                 ProviderError::RateLimited {

@@ -217,10 +217,10 @@ async fn reset_says_the_files_are_gone() {
         reset["generation"].as_u64().unwrap(),
         first["generation"].as_u64().unwrap() + 1
     );
-    // The in-memory provider reports a missing file as an invalid request.
+    // The file went with the old sandbox: not there, as every provider says it.
     api.call(Method::GET, "/v1/threads/t1/files/home/user/a.txt")
         .await
-        .expect_error(StatusCode::BAD_REQUEST, "invalid_request");
+        .expect_error(StatusCode::NOT_FOUND, "file_not_found");
 }
 
 #[tokio::test]

@@ -77,6 +77,19 @@ async fn the_backend_runs_commands_and_files_with_the_apis_checks_and_codes() {
     assert_eq!(read.unwrap(), None);
     let entries = backend.list_dir("t1", "/home/user").await.unwrap();
     assert!(entries.iter().any(|e| e.name == "a.txt"), "{entries:?}");
+    // A file that is not there: what the API answers, 404 naming it.
+    let missing = backend
+        .read_file("t1", "/home/user/nope.txt", 1024)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (missing.code.as_str(), missing.status),
+        ("file_not_found", Some(404))
+    );
+    assert!(
+        missing.message.contains("/home/user/nope.txt"),
+        "{missing:?}"
+    );
 
     let relative = backend.read_file("t1", "a.txt", 1024).await.unwrap_err();
     assert_eq!(

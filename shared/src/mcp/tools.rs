@@ -390,7 +390,7 @@ impl<B: SandboxBackend> SandboxTools<B> {
     }
 
     #[tool(
-        description = "Read a file from the sandbox (at most 1 MiB). Text comes as `text`; other bytes as `base64`."
+        description = "Read a file from the sandbox (at most 1 MiB). Text comes as `text`; other bytes as `base64`. A path that does not exist is an error with code `file_not_found`."
     )]
     async fn read_file(
         &self,

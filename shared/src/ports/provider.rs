@@ -50,6 +50,14 @@ pub enum ProviderError {
     /// The request itself is wrong (bad path, file too large, unknown profile); retrying will not help.
     #[error("{0}")]
     InvalidRequest(String),
+    /// A path the request names does not exist in the sandbox (the sandbox itself does: a
+    /// sandbox the provider lost is `Gone`). The message names the path.
+    #[error("{0}")]
+    NotFound(String),
+    /// The sandbox's disk (its home's quota, or its `/tmp`) has no room for what the request
+    /// writes: retrying will not help until something there is removed.
+    #[error("{0}")]
+    NoSpace(String),
     /// The provider cannot do this at all here (for example a network profile it does not offer).
     #[error("not supported: {0}")]
     Unsupported(String),

@@ -60,7 +60,7 @@ fn deadline_after(timeout: Duration) -> Millis {
 }
 
 fn no_such(path: &str) -> ProviderError {
-    ProviderError::InvalidRequest(format!("{path}: no such file or directory"))
+    ProviderError::NotFound(format!("{path}: no such file or directory"))
 }
 
 /// `path` as the tree keys it: absolute, without `.`, empty components or a trailing slash.

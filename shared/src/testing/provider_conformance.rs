@@ -479,6 +479,128 @@ pub async fn file_paths_with_dotdot_are_refused(p: &dyn SandboxProvider) {
     p.kill(&id).await.expect("kill");
 }
 
+/// A path that is not there is `NotFound`, naming it, whichever operation looks for it: not a
+/// bad request (the request is fine; the file is missing) and not a provider failure.
+pub async fn a_missing_path_is_not_found(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+    for path in ["/home/user/missing.txt", "/tmp/missing/deeper.txt"] {
+        fn not_found<T: std::fmt::Debug>(op: &str, path: &str, result: Result<T, ProviderError>) {
+            match result {
+                // The path, or the part of it that is missing.
+                Err(ProviderError::NotFound(message)) => assert!(
+                    message.contains("missing"),
+                    "{op} {path}: the error names the path: {message}"
+                ),
+                other => panic!("{op} {path}: {other:?}"),
+            }
+        }
+        not_found("read_file", path, p.read_file(&id, path).await);
+        not_found("open_file", path, p.open_file(&id, path).await);
+        not_found("stat", path, p.stat(&id, path).await);
+        not_found("list_dir", path, p.list_dir(&id, path).await);
+    }
+    p.kill(&id).await.expect("kill");
+}
+
+fn upload(parts: Vec<Result<Vec<u8>, ProviderError>>) -> crate::ports::FileChunks {
+    Box::pin(futures::stream::iter(parts))
+}
+
+/// The names in `dir`, sorted.
+async fn names_in(p: &dyn SandboxProvider, id: &str, dir: &str) -> Vec<String> {
+    let mut names: Vec<String> = p
+        .list_dir(id, dir)
+        .await
+        .unwrap_or_else(|e| panic!("list {dir}: {e}"))
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Streamed uploads land wherever the sandbox can write: its `/tmp` (a tmpfs of the sandbox's
+/// own on runc) as much as its home. One that fails (its stream breaks, it passes the limit,
+/// or its caller goes away mid-body) leaves the file as it was and nothing beside it.
+pub async fn uploads_reach_home_and_tmp_and_failures_leave_nothing(p: &dyn SandboxProvider) {
+    use futures::StreamExt;
+    let id = create(p, fresh_owner(1)).await;
+    // The longest name a file may have (255 bytes) takes an upload too.
+    let longest = format!("{}.bin", "n".repeat(251));
+    for (dir, name) in [
+        ("/home/user/up", "a.bin"),
+        ("/tmp", "b.bin"),
+        ("/tmp/deep/er", "c.bin"),
+        ("/tmp/long", longest.as_str()),
+    ] {
+        let path = format!("{dir}/{name}");
+        let written = p
+            .write_file_from(
+                &id,
+                &path,
+                upload(vec![Ok(b"hello ".to_vec()), Ok(b"world".to_vec())]),
+                1024,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("upload to {path}: {e}"));
+        assert_eq!(written, 11);
+        assert_eq!(p.read_file(&id, &path).await.expect("read"), b"hello world");
+        p.write_file_from(&id, &path, upload(vec![Ok(b"again".to_vec())]), 1024)
+            .await
+            .unwrap_or_else(|e| panic!("replace {path}: {e}"));
+        assert_eq!(p.read_file(&id, &path).await.expect("read"), b"again");
+
+        let broken = p
+            .write_file_from(
+                &id,
+                &path,
+                upload(vec![
+                    Ok(b"partial".to_vec()),
+                    Err(ProviderError::InvalidRequest("the body broke off".into())),
+                ]),
+                1024,
+            )
+            .await;
+        assert!(broken.is_err(), "{path}: {broken:?}");
+        let over = p
+            .write_file_from(
+                &id,
+                &path,
+                upload(vec![Ok(vec![b'x'; 700]), Ok(vec![b'x'; 700])]),
+                1024,
+            )
+            .await;
+        assert!(
+            matches!(over, Err(ProviderError::InvalidRequest(_))),
+            "{path}: {over:?}"
+        );
+        // A caller that goes away mid-body: the upload is dropped, never finished.
+        let endless = futures::stream::iter(vec![Ok(b"half".to_vec())])
+            .chain(futures::stream::pending())
+            .boxed();
+        let dropped = tokio::time::timeout(
+            Duration::from_secs(2),
+            p.write_file_from(&id, &path, endless, 1024),
+        )
+        .await;
+        assert!(dropped.is_err(), "{path}: an endless upload ended");
+
+        assert_eq!(p.read_file(&id, &path).await.expect("read"), b"again");
+        // What a dropped upload leaves is removed as it is dropped, which may finish on a
+        // thread of its own: give it a while.
+        let mut names = names_in(p, &id, dir).await;
+        for _ in 0..100 {
+            if names == [name] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            names = names_in(p, &id, dir).await;
+        }
+        assert_eq!(names, [name], "{dir} holds only the uploaded file");
+    }
+    p.kill(&id).await.expect("kill");
+}
+
 pub async fn kill_makes_everything_gone(p: &dyn SandboxProvider) {
     let owner = fresh_owner(1);
     let id = create(p, owner.clone()).await;

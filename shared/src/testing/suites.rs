@@ -233,6 +233,8 @@ macro_rules! provider_conformance_tests {
             files_round_trip,
             files_search,
             file_paths_with_dotdot_are_refused,
+            a_missing_path_is_not_found,
+            uploads_reach_home_and_tmp_and_failures_leave_nothing,
         );
     };
     (@group $make:path; exec) => {

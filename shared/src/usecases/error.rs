@@ -24,6 +24,20 @@ pub enum UseCaseError {
         thread_id: ThreadId,
         process_id: String,
     },
+    /// The call lost a race with a pause, reset or destroy of its thread: the sandbox it was
+    /// using was frozen, replaced or killed under it (`Threadbox::interrupted` decides). Not a
+    /// provider failure: the caller may try again once the thread is as it wants it.
+    #[error(
+        "thread {thread_id} was {what} while this call ran, so it did not finish; the thread \
+         is now {status}{}",
+        if *status == Status::Active { "; try again" } else { "" }
+    )]
+    Interrupted {
+        thread_id: ThreadId,
+        /// What happened to the sandbox: "paused", "reset", "destroyed".
+        what: &'static str,
+        status: Status,
+    },
     /// A resolve asked for a network profile other than the thread's own: the body of a resolve
     /// only chooses the profile of a thread it creates.
     #[error(
@@ -61,8 +75,11 @@ impl UseCaseError {
             UseCaseError::NoSandbox { .. } => "no_sandbox",
             UseCaseError::UnknownProcess { .. } => "unknown_process",
             UseCaseError::NetworkConflict { .. } => "network_conflict",
+            UseCaseError::Interrupted { .. } => "interrupted",
             UseCaseError::Budget(b) => b.code(),
             UseCaseError::Provider(ProviderError::InvalidRequest(_)) => "invalid_request",
+            UseCaseError::Provider(ProviderError::NotFound(_)) => "file_not_found",
+            UseCaseError::Provider(ProviderError::NoSpace(_)) => "no_space",
             UseCaseError::Provider(ProviderError::Unsupported(_)) => "unsupported",
             UseCaseError::Provider(ProviderError::LimitReached { limit, .. }) => limit.code(),
             UseCaseError::Provider(_) => "provider_error",
@@ -89,7 +106,10 @@ impl UseCaseError {
     pub fn is_retryable(&self) -> bool {
         match self {
             // Once the window resets (`BudgetExceeded::retry_after`).
-            UseCaseError::Busy { .. } | UseCaseError::Held(_) | UseCaseError::Budget(_) => true,
+            UseCaseError::Busy { .. }
+            | UseCaseError::Held(_)
+            | UseCaseError::Budget(_)
+            | UseCaseError::Interrupted { .. } => true,
             UseCaseError::Rejected(r) => r.kind == RejectKind::Busy,
             UseCaseError::Provider(p) => p.is_retryable(),
             UseCaseError::Store(s) => !matches!(s, StoreError::Corrupt(_)),

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::domain::{Hold, Millis, Session, ThreadId};
+use crate::domain::{Hold, Millis, Session, Status, ThreadId};
 use crate::ports::{
     ExecRequest, ExecResult, FileChunks, FileEntry, GrepMatch, OutputSink, ProviderError,
 };
@@ -143,13 +143,30 @@ impl Threadbox {
                         .await
                         .ok();
                 }
-                match output {
+                let result = match output {
                     Some(output) => {
                         self.provider
                             .exec_streaming(&sandbox_id, request, output)
                             .await
                     }
                     None => self.provider.exec(&sandbox_id, request).await,
+                };
+                match result {
+                    // Killed, but not by its timeout or memory: if its sandbox was taken away
+                    // (a reset or destroy kills what runs in it), that is the answer, not an
+                    // exit status the command never chose.
+                    Ok(r) if r.exit_code.is_none() && !r.timed_out && !r.out_of_memory => {
+                        match self
+                            .interrupted(thread_id, &sandbox_id, Status::Active)
+                            .await
+                        {
+                            Some(_) => Err(ProviderError::Conflict(format!(
+                                "the command was killed with sandbox {sandbox_id}"
+                            ))),
+                            None => Ok(r),
+                        }
+                    }
+                    other => other,
                 }
             }
         })
@@ -168,7 +185,8 @@ impl Threadbox {
     /// Run `op` on the thread's resolved sandbox (created or resumed first) under `hold`, so
     /// nothing pauses it meanwhile; the hold is released after. A sandbox the provider says is
     /// gone, or paused behind our back (E2B's autoPause), is folded into the record (resumed,
-    /// recreated or expired by the thread's policy) and `op` runs once more.
+    /// recreated or expired by the thread's policy) and `op` runs once more. One taken away by
+    /// a pause, reset or destroy of the thread while `op` ran is `Interrupted` (`race`).
     async fn with_sandbox<T, F, Fut>(
         &self,
         thread_id: &ThreadId,
@@ -188,12 +206,24 @@ impl Threadbox {
                     tracing::warn!(%error, "releasing a hold failed; it expires on its own");
                 }
             }
-            match result {
-                Err(ProviderError::Gone(_) | ProviderError::Conflict(_)) if !retried => {
+            let error = match result {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            // Lost to a pause, reset or destroy of the thread: say so, and do not run it again
+            // in whatever the thread has now.
+            if let Some(lost) = self
+                .lost_race(thread_id, &handle.sandbox_id, Status::Active, &error)
+                .await
+            {
+                return Err(lost);
+            }
+            match error {
+                ProviderError::Gone(_) | ProviderError::Conflict(_) if !retried => {
                     retried = true;
                     self.sync_with_provider(thread_id).await?;
                 }
-                other => return Ok(other?),
+                other => return Err(other.into()),
             }
         }
     }

@@ -162,10 +162,20 @@ impl Threadbox {
         let Some(sandbox_id) = session.sandbox_id.clone().filter(|_| usable) else {
             return Err(no_sandbox());
         };
-        match op(sandbox_id).await {
+        let error = match op(sandbox_id.clone()).await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        if let Some(lost) = self
+            .lost_race(thread_id, &sandbox_id, session.status, &error)
+            .await
+        {
+            return Err(lost);
+        }
+        match error {
             // Gone or asleep: what to do about it is a write, which is not a GET's to make.
-            Err(ProviderError::Gone(_) | ProviderError::Conflict(_)) => Err(no_sandbox()),
-            other => Ok(other?),
+            ProviderError::Gone(_) | ProviderError::Conflict(_) => Err(no_sandbox()),
+            other => Err(other.into()),
         }
     }
 }

@@ -15,6 +15,7 @@
 //! - `janitor`: the scheduled sweep;
 //! - `network`: changing a thread's network profile (recorded with a `user` event, applied live
 //!   where the provider can, otherwise to the thread's next sandbox);
+//! - `race`: what a call that lost a race with a pause, reset or destroy of its thread answers;
 //! - `outbox`: handing written events to the lifecycle queue, and re-driving the ones that were not;
 //! - `usage`: what threads' sandboxes used and cost, from their events (one thread, or a page);
 //! - `warm_pool`: sandboxes made ahead, bound to a new thread in the write that claims them, and
@@ -31,6 +32,7 @@ mod network;
 mod outbox;
 mod pause;
 mod processes;
+mod race;
 mod resolve;
 mod threadbox;
 mod usage;

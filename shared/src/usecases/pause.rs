@@ -152,7 +152,7 @@ impl Threadbox {
             Ok(()) => {
                 crate::fault::point("after-provider-pause");
                 match self
-                    .step(&claimed, Command::PauseSucceeded, cause, None, |_| {})
+                    .finish_claimed(&claimed, Command::PauseSucceeded, cause, |_| {})
                     .await?
                 {
                     Step::Moved(s) => Ok(PauseOutcome::Paused(s)),
@@ -194,7 +194,7 @@ impl Threadbox {
             self.provider.kill(id).await?;
         }
         match self
-            .step(&claimed, Command::DestroySucceeded, cause, None, |s| {
+            .finish_claimed(&claimed, Command::DestroySucceeded, cause, |s| {
                 s.pool_member = None;
             })
             .await?

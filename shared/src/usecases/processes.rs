@@ -135,6 +135,12 @@ impl Threadbox {
                     if let Err(e) = self.release_hold(thread_id, &hold_id(&id)).await {
                         tracing::warn!(error = %e, "releasing a process hold failed");
                     }
+                    if let Some(lost) = self
+                        .lost_race(thread_id, &handle.sandbox_id, Status::Active, &error)
+                        .await
+                    {
+                        return Err(lost);
+                    }
                     match error {
                         ProviderError::Gone(_) | ProviderError::Conflict(_) if !retried => {
                             retried = true;
@@ -208,7 +214,13 @@ impl Threadbox {
         if let Some(id) = handle.hold_id.as_deref() {
             self.release_hold(thread_id, id).await.ok();
         }
-        let reached = reached.map_err(|e| process_error(thread_id, process_id, e.into()))?;
+        let reached = match reached {
+            Ok(reached) => reached,
+            Err(e) => {
+                let error = self.call_error(thread_id, &handle.sandbox_id, e).await;
+                return Err(process_error(thread_id, process_id, error));
+            }
+        };
         let info = self
             .provider
             .list_processes(&handle.sandbox_id)
@@ -352,7 +364,10 @@ impl Threadbox {
         if let Some(id) = handle.hold_id.as_deref() {
             self.release_hold(thread_id, id).await.ok();
         }
-        Ok(result?)
+        match result {
+            Ok(value) => Ok(value),
+            Err(e) => Err(self.call_error(thread_id, &handle.sandbox_id, e).await),
+        }
     }
 
     /// After a caller touched a process: renew its hold while it runs, record its end once not.

@@ -173,6 +173,38 @@ impl Threadbox {
         }
     }
 
+    /// `step` for the finish of a transition this caller claimed (`claimed`: pausing or
+    /// deleting, under its lease). Calls still running on the thread take and release holds
+    /// meanwhile, which moves the record's version but not the claim: a conflict is retried on
+    /// the record as it is now for as long as it still shows the same claim (status, generation
+    /// and lease), rather than dropping the finish and leaving the claimer to wait out its own
+    /// lease (a reset racing a command answered 503 `busy` after 30 s).
+    pub(crate) async fn finish_claimed(
+        &self,
+        claimed: &Session,
+        command: Command,
+        cause: Cause,
+        edit: impl Fn(&mut Session),
+    ) -> Result<Step, UseCaseError> {
+        let mut current = claimed.clone();
+        loop {
+            match self.step(&current, command, cause, None, &edit).await? {
+                Step::Conflict => {}
+                done => return Ok(done),
+            }
+            let Some(now) = self.store.load(&claimed.thread_id).await? else {
+                return Ok(Step::Conflict);
+            };
+            let same_claim = now.status == claimed.status
+                && now.generation == claimed.generation
+                && now.lease_until == claimed.lease_until;
+            if !same_claim {
+                return Ok(Step::Conflict);
+            }
+            current = now;
+        }
+    }
+
     /// Write `next` if the stored version is still `expected`, with `events` in the same write.
     pub(crate) async fn write(
         &self,

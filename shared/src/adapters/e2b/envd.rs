@@ -261,7 +261,7 @@ impl EnvdClient {
             .await
             .map_err(E2bError::from_transport)?;
         if !response.status().is_success() {
-            return Err(E2bError::from_response(response, Plane::Envd).await);
+            return Err(E2bError::from_response(response, Plane::Files).await);
         }
         let too_large = || E2bError::Rejected {
             status: 413,
@@ -305,7 +305,7 @@ impl EnvdClient {
         if response.status().is_success() {
             Ok(())
         } else {
-            Err(E2bError::from_response(response, Plane::Envd).await)
+            Err(E2bError::from_response(response, Plane::Files).await)
         }
     }
 }

@@ -19,6 +19,8 @@ use crate::ports::ProviderError;
 pub(crate) enum Plane {
     Control,
     Envd,
+    /// envd's `/files`: a 404 is a path that does not exist, a 507 a full disk.
+    Files,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -54,6 +56,12 @@ pub enum E2bError {
         message: String,
         error_code: Option<String>,
     },
+    /// 404 from envd's `/files`: no such path in the sandbox.
+    #[error("{message}")]
+    PathNotFound { message: String },
+    /// 507 from envd's `/files`: the sandbox's disk is full.
+    #[error("no space left in the sandbox: {message}")]
+    NoSpace { message: String },
     /// The sandbox proxy has no running sandbox behind this id (paused, killed or unknown).
     #[error("the sandbox is not running: {message}")]
     SandboxNotRunning { message: String },
@@ -103,6 +111,8 @@ impl E2bError {
                 message,
             },
             404 if plane == Plane::Control => E2bError::NotFound { message },
+            404 if plane == Plane::Files => E2bError::PathNotFound { message },
+            507 if plane == Plane::Files => E2bError::NoSpace { message },
             409 => E2bError::Conflict {
                 message,
                 error_code,
@@ -111,7 +121,7 @@ impl E2bError {
                 message,
                 retry_after,
             },
-            502 if from_proxy && plane == Plane::Envd => E2bError::SandboxNotRunning { message },
+            502 if from_proxy && plane != Plane::Control => E2bError::SandboxNotRunning { message },
             400..=499 => E2bError::Rejected {
                 status: status.as_u16(),
                 message,
@@ -153,6 +163,8 @@ impl E2bError {
                 "sandbox {sandbox_id} is not running: {message}"
             )),
             E2bError::Rejected { message, .. } => ProviderError::InvalidRequest(message),
+            E2bError::PathNotFound { message } => ProviderError::NotFound(message),
+            e @ E2bError::NoSpace { .. } => ProviderError::NoSpace(e.to_string()),
             e @ E2bError::Protocol(_) => ProviderError::Internal(e.to_string()),
         }
     }
@@ -280,6 +292,9 @@ mod tests {
             p(404, Plane::Envd),
             ProviderError::InvalidRequest(_)
         ));
+        assert_eq!(p(404, Plane::Files), ProviderError::NotFound("m".into()));
+        assert!(matches!(p(507, Plane::Files), ProviderError::NoSpace(_)));
+        assert!(matches!(p(507, Plane::Envd), ProviderError::Unavailable(_)));
         assert!(matches!(p(409, Plane::Control), ProviderError::Conflict(_)));
         assert!(matches!(
             p(401, Plane::Control),

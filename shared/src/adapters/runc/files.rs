@@ -28,7 +28,7 @@ use rustix::fs::{
 use rustix::io::Errno;
 
 use super::bundle::HOME;
-use super::idmap::IdRange;
+use super::idmap::{FsIdsAs, IdRange};
 use crate::domain::Millis;
 use crate::ports::{FileEntry, FileKind, ProviderError};
 
@@ -188,7 +188,7 @@ impl SandboxFs {
                 return Err(invalid(format!("{path} exists and is not a regular file")));
             }
         }
-        let temp = format!(".{name}.threadbox-upload-{}", uuid::Uuid::new_v4().simple());
+        let temp = temp_name(&name);
         let fd = openat(
             &r.dir,
             temp.as_str(),
@@ -201,18 +201,20 @@ impl SandboxFs {
             Mode::from_raw_mode(0o644),
         )
         .map_err(|e| errno(path, e))?;
+        // Made now, so a failure from here on removes the file it just created.
+        let upload = Upload {
+            dir: r.dir,
+            temp: Some(temp),
+            name,
+            path: path.to_owned(),
+            ids: self.ids,
+        };
         fchown(
             &fd,
             Some(sandbox_uid(self.ids)),
             Some(sandbox_gid(self.ids)),
         )
         .map_err(|e| errno(path, e))?;
-        let upload = Upload {
-            dir: r.dir,
-            temp,
-            name,
-            path: path.to_owned(),
-        };
         Ok((File::from(fd), upload))
     }
 
@@ -503,26 +505,79 @@ pub(super) fn open_dir(r: &Resolved, path: &str) -> Result<OwnedFd, ProviderErro
 }
 
 /// A streamed upload's file, written beside its destination until it is complete.
+///
+/// [`Upload::finish`] runs on whatever thread the caller finishes on, later than
+/// [`SandboxFs::begin_upload`], so it takes the sandbox user's ids again itself: as root, the
+/// kernel refuses to rename into a tmpfs of the sandbox's user namespace (EOVERFLOW: root has
+/// no id there), which is what broke every upload under `/tmp`. The temp file goes whatever
+/// happens: a failed rename removes it, and so does dropping an unfinished upload (a caller
+/// that went away mid-body).
 pub(super) struct Upload {
     dir: OwnedFd,
-    temp: String,
+    /// `None` once finished: nothing left to remove.
+    temp: Option<String>,
     name: String,
     path: String,
+    ids: IdRange,
 }
 
 impl Upload {
     /// Put the written file in place (`complete`), or remove it.
-    pub fn finish(self, complete: bool) -> Result<(), ProviderError> {
-        if complete {
-            rustix::fs::renameat(&self.dir, self.temp.as_str(), &self.dir, self.name.as_str())
+    pub fn finish(mut self, complete: bool) -> Result<(), ProviderError> {
+        let Some(temp) = self.temp.take() else {
+            return Ok(());
+        };
+        let _as_sandbox_user = FsIdsAs::sandbox_user(self.ids);
+        let placed = if complete {
+            rustix::fs::renameat(&self.dir, temp.as_str(), &self.dir, self.name.as_str())
                 .map_err(|e| errno(&self.path, e))
         } else {
-            match unlinkat(&self.dir, self.temp.as_str(), AtFlags::empty()) {
-                Ok(()) | Err(Errno::NOENT) => Ok(()),
-                Err(e) => Err(errno(&self.path, e)),
+            Ok(())
+        };
+        if placed.is_err() || !complete {
+            self.remove(&temp)?;
+        }
+        placed
+    }
+
+    fn remove(&self, temp: &str) -> Result<(), ProviderError> {
+        match unlinkat(&self.dir, temp, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => {
+                tracing::warn!(path = %self.path, temp, error = %e, "an upload's temp file could not be removed");
+                Err(errno(&self.path, e))
             }
         }
     }
+}
+
+impl Drop for Upload {
+    /// Never finished (the request was dropped mid-body): remove the temp file. One unlink, not
+    /// worth a hop to a blocking thread; the ids are this thread's for that call only.
+    fn drop(&mut self) {
+        if let Some(temp) = self.temp.take() {
+            let _as_sandbox_user = FsIdsAs::sandbox_user(self.ids);
+            let _ = self.remove(&temp);
+        }
+    }
+}
+
+/// The longest part of the destination's name a temp file's name repeats: with the rest of
+/// it, well under the 255 bytes a name may have, so any name that may be uploaded to may have a
+/// temp file beside it.
+const TEMP_NAME_KEEPS: usize = 100;
+
+/// `.NAME.threadbox-upload-<uuid>`, NAME cut to [`TEMP_NAME_KEEPS`] bytes (at a character).
+fn temp_name(name: &str) -> String {
+    let mut end = name.len().min(TEMP_NAME_KEEPS);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        ".{}.threadbox-upload-{}",
+        &name[..end],
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 /// Entries of an open directory with their own (not followed) status, `.` and `..` left out,
@@ -647,7 +702,7 @@ pub(super) fn invalid(message: String) -> ProviderError {
 }
 
 fn not_found(path: &str) -> ProviderError {
-    invalid(format!("{path}: no such file or directory"))
+    ProviderError::NotFound(format!("{path}: no such file or directory"))
 }
 
 fn too_large(path: &str, size: u64, cap: u64) -> ProviderError {
@@ -679,7 +734,9 @@ pub(super) fn errno(path: &str, e: Errno) -> ProviderError {
         )),
         Errno::ISDIR => invalid(format!("{path} is a directory")),
         Errno::LOOP => invalid(format!("{path} is a symlink, which is not followed here")),
-        Errno::NOSPC | Errno::DQUOT => invalid(format!("{path}: no space left in the sandbox")),
+        Errno::NOSPC | Errno::DQUOT => {
+            ProviderError::NoSpace(format!("{path}: no space left in the sandbox"))
+        }
         Errno::NAMETOOLONG => invalid(format!("{path}: name too long")),
         Errno::ACCESS | Errno::PERM | Errno::ROFS => {
             invalid(format!("{path}: not permitted ({e})"))
@@ -768,7 +825,7 @@ mod tests {
         // only on the host, so it is looked up in the sandbox's /tmp and not found.
         assert!(matches!(
             fs.read("/home/user/host_path"),
-            Err(ProviderError::InvalidRequest(_))
+            Err(ProviderError::NotFound(_))
         ));
         // The link itself can be looked at and removed.
         assert_eq!(
@@ -786,6 +843,16 @@ mod tests {
         assert!(fs.remove("/home/user", true).is_err());
         assert!(fs.remove("/tmp/", true).is_err());
         assert!(dir.path().join("home").is_dir());
+    }
+
+    #[test]
+    fn temp_names_fit_beside_any_name() {
+        for name in ["a.txt", &"x".repeat(255), &"é".repeat(127)] {
+            let temp = temp_name(name);
+            assert!(temp.len() <= 255, "{} bytes", temp.len());
+            assert!(temp.starts_with('.') && temp.contains(".threadbox-upload-"));
+        }
+        assert!(temp_name("a.txt").starts_with(".a.txt.threadbox-upload-"));
     }
 
     #[test]

@@ -362,31 +362,39 @@ pub(crate) fn remove_user_namespace_pin(pin: &std::path::Path) -> io::Result<()>
 /// (the same permissions, files born with the right owner). `setfsuid` is per thread, and
 /// setting it back to 0 gives the thread its capabilities back.
 pub(crate) struct FsIdsAs {
-    active: bool,
+    /// The ids the thread had before, given back on drop; `None` when nothing was changed.
+    previous: Option<(u32, u32)>,
 }
 
 impl FsIdsAs {
     pub fn sandbox_user(ids: IdRange) -> Self {
         if ids.is_identity() {
-            return Self { active: false };
+            return Self { previous: None };
         }
         // SAFETY: plain system calls on this thread's credentials. Group first: once the uid
-        // is not root's the thread may no longer change its group.
-        unsafe {
-            libc::setfsgid(ids.host_gid(SANDBOX_GID));
-            libc::setfsuid(ids.host_uid(SANDBOX_UID));
+        // is not root's the thread may no longer change its group. Each returns the id it
+        // replaces, so a nested use (an upload dropped inside a file operation) gives back
+        // what it found rather than root's.
+        let previous = unsafe {
+            let gid = libc::setfsgid(ids.host_gid(SANDBOX_GID)) as u32;
+            let uid = libc::setfsuid(ids.host_uid(SANDBOX_UID)) as u32;
+            (uid, gid)
+        };
+        Self {
+            previous: Some(previous),
         }
-        Self { active: true }
     }
 }
 
 impl Drop for FsIdsAs {
     fn drop(&mut self) {
-        if self.active {
-            // SAFETY: as above; back to root's ids (uid first, to regain the right to setfsgid).
+        if let Some((uid, gid)) = self.previous {
+            // SAFETY: as above; back to root's ids first (uid first, to regain the right to
+            // setfsgid), then to what the thread had.
             unsafe {
                 libc::setfsuid(0);
-                libc::setfsgid(0);
+                libc::setfsgid(gid);
+                libc::setfsuid(uid);
             }
         }
     }

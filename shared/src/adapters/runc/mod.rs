@@ -1125,9 +1125,12 @@ impl SandboxProvider for RuncProvider {
         let finished = tokio::task::spawn_blocking(move || upload.finish(complete))
             .await
             .map_err(|e| ProviderError::Internal(format!("finishing an upload panicked: {e}")))?;
-        let written = outcome?;
-        finished?;
-        Ok(written)
+        let result = outcome.and_then(|written| finished.map(|()| written));
+        // Killed meanwhile: whatever the upload met (a directory gone from under it) is that.
+        if result.is_err() {
+            self.existing_bundle(sandbox_id)?;
+        }
+        result
     }
 
     async fn write_file(

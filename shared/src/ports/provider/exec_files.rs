@@ -23,12 +23,16 @@ const FS_OUTPUT_CAP: usize = 8 * 1024 * 1024;
 const FS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Absolute (relative paths are from the user's home, the process's working directory), without
-/// trailing slashes, or exit 2 when it does not exist.
+/// trailing slashes, or exit [`NOT_FOUND_EXIT`] when it does not exist.
 const EXISTING_PATH: &str = r#"
 case $1 in /*) p=$1 ;; *) p=$PWD/$1 ;; esac
 while [ "$p" != / ] && [ "${p%/}" != "$p" ]; do p=${p%/}; done
-if [ ! -e "$p" ] && [ ! -L "$p" ]; then printf 'no such file or directory: %s\n' "$1" >&2; exit 2; fi
+if [ ! -e "$p" ] && [ ! -L "$p" ]; then printf 'no such file or directory: %s\n' "$1" >&2; exit 44; fi
 "#;
+
+/// The status a script ends with when the path it was given does not exist (`EXISTING_PATH`):
+/// one no tool the scripts run uses, so it means exactly that.
+const NOT_FOUND_EXIT: i32 = 44;
 
 /// One record per entry: kind, size, mtime, path, each ended by NUL.
 const ENTRY_FORMAT: &str = r"%y\0%s\0%T@\0%p\0";
@@ -169,6 +173,9 @@ async fn run<P: SandboxProvider + ?Sized>(
     }
     match result.exit_code {
         Some(0) => Ok(stdout),
+        Some(NOT_FOUND_EXIT) => Err(ProviderError::NotFound(
+            String::from_utf8_lossy(&stderr).trim().to_owned(),
+        )),
         code => {
             let message = String::from_utf8_lossy(&stderr).trim().to_owned();
             Err(ProviderError::InvalidRequest(if message.is_empty() {

@@ -713,6 +713,10 @@ async fn upload(
                 .unwrap_or_default();
             json_response(200, json!([{"path": shown, "name": name, "type": "file"}]))
         }
+        // envd answers a full disk with 507 (the contract, §3.4).
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            error(507, format!("not enough disk space available: {e}"))
+        }
         Err(e) => error(500, format!("error writing file: {e}")),
     }
 }
