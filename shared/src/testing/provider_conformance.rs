@@ -695,7 +695,8 @@ pub async fn process_output_is_a_bounded_ring_and_ptys_are_terminals(p: &dyn San
 
 /// What a sandbox writes into its own process records is hostile input: a FIFO planted as a
 /// record's `chunk`, a folder named so that a tab-separated listing would read it as a whole
-/// record, a record with a field threadbox never writes. Listing answers at once (well within
+/// record, a record with a field threadbox never writes. Listing (and a search naming the FIFO)
+/// answers at once (well within
 /// the scripts' 30 s timeout, which a blocking open would have run into) with the well-formed
 /// records only; reading the damaged one is a clear conflict; an offset past what the sandbox's
 /// arithmetic holds is a bad request, checked before anything runs.
@@ -735,6 +736,17 @@ pub async fn tampered_process_records_are_refused_not_trusted(p: &dyn SandboxPro
     assert!(
         matches!(&read, Err(ProviderError::Conflict(m)) if m.contains("damaged")),
         "{read:?}"
+    );
+    // A search that names the planted FIFO does not read it either: nothing found, or refused
+    // as no file to search.
+    let chunk = format!("/home/user/.threadbox/processes/{fifo_id}/chunk");
+    let found = tokio::time::timeout(Duration::from_secs(15), p.grep(&id, "x", &chunk))
+        .await
+        .expect("a search answers without waiting on the planted FIFO");
+    assert!(
+        matches!(&found, Ok(m) if m.is_empty())
+            || matches!(&found, Err(ProviderError::InvalidRequest(_))),
+        "{found:?}"
     );
     let read = p.read_process_output(&id, &good_id, 1 << 63, 10).await;
     assert!(
