@@ -301,3 +301,239 @@ async fn a_pty_session_runs_python_interactively_and_can_be_reattached() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Starting a process is using the thread, as a command is: it creates the sandbox of a thread
+/// that has none. Every other process route only looks, so an unknown thread is a 404 there and
+/// nothing is created (a mistyped id must not start a sandbox).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_starting_a_process_creates_a_sandbox() {
+    if !prerequisites_met("only_starting_a_process_creates_a_sandbox", &dev_missing()) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    for (method, path, body) in [
+        (reqwest::Method::GET, "/v1/threads/never-a/processes", None),
+        (
+            reqwest::Method::GET,
+            "/v1/threads/never-b/processes/abc123/output",
+            None,
+        ),
+        (
+            reqwest::Method::DELETE,
+            "/v1/threads/never-c/processes/abc123",
+            None,
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/threads/never-d/processes/abc123/input",
+            Some(json!({"text": "x"})),
+        ),
+    ] {
+        let (status, body) = send(&dev, method.clone(), path, body).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (404, Some("unknown_thread")),
+            "{method} {path}: {body}"
+        );
+    }
+    assert!(dev.containers().is_empty(), "{:?}", dev.containers());
+    let (status, started) = send(
+        &dev,
+        reqwest::Method::POST,
+        "/v1/threads/first-use/processes",
+        Some(json!({"cmd": "sleep 30"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{started}");
+    assert_eq!(status_of(&dev, "first-use").await, "active");
+    assert_eq!(dev.containers().len(), 1);
+}
+
+/// One sandbox's tampered records stall no other thread. Thread `a-fifo` plants a FIFO as its
+/// process record's `chunk` (which blocked every watcher pass for the list script's 30 s);
+/// thread `b-busy` runs a process that prints every 0.5 s with a 10 s idle limit, while the
+/// janitor pauses idle threads after 3 s. The busy thread stays active with its hold renewed,
+/// its process's end is recorded by the watcher (nobody else looks), and the FIFO thread's own
+/// listing answers at once, leaving out the damaged record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_fifo_stalls_no_other_threads_processes() {
+    if !prerequisites_met(
+        "a_planted_fifo_stalls_no_other_threads_processes",
+        &dev_missing(),
+    ) {
+        return;
+    }
+    let dev = DevServer::start(&["--idle-pause", "3s"]).await;
+    let fifo = dev
+        .post(
+            "/v1/threads/a-fifo/processes",
+            Some(json!({"cmd": "exec sleep 600", "idle_timeout_ms": 600_000})),
+        )
+        .await;
+    let fifo_id = fifo["id"].as_str().unwrap().to_owned();
+    let planted = dev
+        .post(
+            "/v1/threads/a-fifo/exec",
+            Some(json!({"cmd": format!(
+                "cd ~/.threadbox/processes/{fifo_id} && rm chunk && mkfifo chunk && echo planted"
+            )})),
+        )
+        .await;
+    assert_eq!(planted["stdout"], "planted\n", "{planted}");
+
+    let busy = dev
+        .post(
+            "/v1/threads/b-busy/processes",
+            Some(json!({
+                "cmd": "for i in $(seq 40); do echo $i; sleep 0.5; done",
+                "idle_timeout_ms": 10_000,
+            })),
+        )
+        .await;
+    let busy_id = busy["id"].as_str().unwrap().to_owned();
+    // For its 20 s, the busy thread is never paused: its hold is renewed as it prints.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(18) {
+        let thread = dev.get("/v1/threads/b-busy").await;
+        assert_eq!(
+            thread["session"]["status"], "active",
+            "the busy thread was paused while its process printed: {thread}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Its end is recorded by the watcher, within a bounded time.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = dev.get("/v1/threads/b-busy/events?after_seq=0").await;
+        let ended = events["events"].as_array().unwrap().iter().any(|e| {
+            e["cause"] == "process"
+                && e["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains(&format!("process {busy_id} exited with status 0")))
+        });
+        if ended {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the end was never recorded: {events}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The FIFO thread's own listing answers promptly, without the damaged record.
+    let listing = tokio::time::timeout(
+        Duration::from_secs(15),
+        send(
+            &dev,
+            reqwest::Method::GET,
+            "/v1/threads/a-fifo/processes",
+            None,
+        ),
+    )
+    .await
+    .expect("the listing answers without waiting on the FIFO");
+    assert_eq!(listing.0, 200, "{}", listing.1);
+    assert_eq!(listing.1["processes"], json!([]), "{}", listing.1);
+}
+
+/// A sandbox at its process limit stays under control through the API: its processes are
+/// listed, read and killed (nothing new has to start in it for that), and a command, which
+/// does need a new process, is refused as the thread's own limit (429, naming it), not 502.
+/// Offsets past what a signed 64-bit number holds are refused on the host (400).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_pid_limit_processes_are_still_listed_read_and_killed() {
+    if !prerequisites_met(
+        "at_the_pid_limit_processes_are_still_listed_read_and_killed",
+        &dev_missing(),
+    ) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    let thread = "full";
+    // It says so before it fills the table: the output ring forks its writer when the first
+    // output comes, and could not at the limit.
+    let filler = "import os, time\n\
+        print('filling', flush=True)\n\
+        time.sleep(1)\n\
+        n = 0\n\
+        while True:\n\
+        \x20   try:\n\
+        \x20       pid = os.fork()\n\
+        \x20   except OSError:\n\
+        \x20       break\n\
+        \x20   if pid == 0:\n\
+        \x20       time.sleep(600)\n\
+        \x20       os._exit(0)\n\
+        \x20   n += 1\n\
+        print('full after', n, flush=True)\n\
+        time.sleep(600)\n";
+    let started = dev
+        .post(
+            &format!("/v1/threads/{thread}/processes"),
+            Some(json!({"argv": ["python3", "-c", filler]})),
+        )
+        .await;
+    let id = started["id"].as_str().unwrap().to_owned();
+    let base = format!("/v1/threads/{thread}/processes/{id}");
+    output_until(&dev, &base, 0, "full after").await;
+
+    let (status, listed) = send(
+        &dev,
+        reqwest::Method::GET,
+        &format!("/v1/threads/{thread}/processes"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["processes"][0]["state"], "running", "{listed}");
+    let (status, body) = send(
+        &dev,
+        reqwest::Method::POST,
+        &format!("/v1/threads/{thread}/exec"),
+        Some(json!({"cmd": "true"})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (429, Some("too_many_processes_in_thread")),
+        "{body}"
+    );
+    for after in ["9223372036854775808", "18446744073709551615"] {
+        let (status, body) = send(
+            &dev,
+            reqwest::Method::GET,
+            &format!("{base}/output?after={after}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 400, "after={after}: {body}");
+    }
+    let (status, body) = send(
+        &dev,
+        reqwest::Method::DELETE,
+        &format!("{base}?signal=KILL"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = dev.get(&format!("/v1/threads/{thread}/processes")).await;
+        if listed["processes"][0]["state"] == "exited" {
+            assert_eq!(listed["processes"][0]["exit_code"], 137, "{listed}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after KILL: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let again = dev
+        .post(
+            &format!("/v1/threads/{thread}/exec"),
+            Some(json!({"cmd": "echo again"})),
+        )
+        .await;
+    assert_eq!(again["stdout"], "again\n", "{again}");
+}

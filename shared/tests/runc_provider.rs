@@ -1427,3 +1427,93 @@ async fn providers_on_one_host_share_one_id_table() {
     p2.kill(&b).await.unwrap();
     assert!(ranges_owned_by(&first).is_empty());
 }
+
+/// A sandbox whose process table is full (a background process forked until the pid limit
+/// refused it) is still under control through the process API: listing, reading and killing
+/// need no new process in the sandbox, and what does need one (a command) is refused as the
+/// thread's own limit, naming it, instead of failing as the provider's error.
+#[tokio::test]
+async fn at_its_pid_limit_a_sandbox_is_still_listed_read_and_killed() {
+    use threadbox_shared::ports::{
+        new_process_id, ProcessSignal, ProcessState, StartProcess, DEFAULT_OUTPUT_CHUNKS,
+    };
+    let fixture = fixture!(SandboxLimits {
+        pids: 64,
+        ..SandboxLimits::default()
+    });
+    let p = fixture.provider().await;
+    let id = new_sandbox(&p).await;
+    // It says so before it fills the table: the output ring forks its writer for the first
+    // chunk when the first output comes, and could not at the limit.
+    let filler = "import os, time\n\
+        print('filling', flush=True)\n\
+        time.sleep(1)\n\
+        n = 0\n\
+        while True:\n\
+        \x20   try:\n\
+        \x20       pid = os.fork()\n\
+        \x20   except OSError:\n\
+        \x20       break\n\
+        \x20   if pid == 0:\n\
+        \x20       time.sleep(600)\n\
+        \x20       os._exit(0)\n\
+        \x20   n += 1\n\
+        print('full after', n, flush=True)\n\
+        time.sleep(600)\n";
+    let process = new_process_id();
+    p.start_process(
+        &id,
+        StartProcess {
+            id: process.clone(),
+            command: ExecCommand::Argv(vec!["python3".into(), "-c".into(), filler.into()]),
+            cwd: None,
+            env: BTreeMap::new(),
+            pty: None,
+            output_chunks: DEFAULT_OUTPUT_CHUNKS,
+        },
+    )
+    .await
+    .expect("start_process");
+    // Its output, read from the host while the sandbox is full.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let read = p.read_process_output(&id, &process, 0, 1024).await;
+        match read {
+            Ok(out) if String::from_utf8_lossy(&out.data).contains("full after") => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "the sandbox never filled up: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let listed = p.list_processes(&id).await.expect("listed at the limit");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].state, ProcessState::Running);
+    match p.exec(&id, ExecRequest::shell("true")).await {
+        Err(ProviderError::LimitReached { limit, message, .. }) => {
+            assert_eq!(limit.code(), "too_many_processes_in_thread");
+            assert!(message.contains("64"), "names the limit: {message}");
+        }
+        other => panic!("a command at the pid limit: {other:?}"),
+    }
+    // KILL reaches the whole group; the record says how it ended; commands run again.
+    p.signal_process(&id, &process, ProcessSignal::Kill)
+        .await
+        .expect("killed at the limit");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let ended = loop {
+        let all = p.list_processes(&id).await.expect("list_processes");
+        if all[0].state != ProcessState::Running {
+            break all[0].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running: {all:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(ended.exit_code, Some(137), "{ended:?}");
+    assert_eq!(sh(&p, &id, "echo again").await.stdout, "again\n");
+    p.kill(&id).await.unwrap();
+}

@@ -582,6 +582,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let process_watcher = tokio::spawn(processes::run(
         tb.clone(),
         processes::WATCH_INTERVAL,
+        processes::LOOK_DEADLINE,
         shutdown.subscribe(),
     ));
     let targets: Vec<Arc<dyn FanoutTarget>> =

@@ -25,6 +25,9 @@ pub struct Hold {
 /// The id prefix of a background process's hold (`process-<id>`).
 pub const PROCESS_HOLD_PREFIX: &str = "process-";
 
+/// Expired process holds a record keeps, newest first (see [`Session::prune_holds`]).
+pub const MAX_EXPIRED_PROCESS_HOLDS: usize = 64;
+
 impl Hold {
     /// A background process's hold: it keeps the janitor from pausing the thread while the
     /// process works, but a pause asked for by a person goes ahead (the process is frozen with
@@ -296,9 +299,9 @@ impl Session {
 
     /// Add a hold (dropping expired ones on the way) and count it as activity.
     pub fn acquire_hold(&mut self, hold: Hold, now: Millis, timers: &Timers) {
-        self.holds
-            .retain(|h| h.expires_at > now && h.hold_id != hold.hold_id);
+        self.holds.retain(|h| h.hold_id != hold.hold_id);
         self.holds.push(hold);
+        self.prune_holds(now);
         self.touch(now, timers);
     }
 
@@ -306,10 +309,36 @@ impl Session {
     /// was busy until now.
     pub fn release_hold(&mut self, hold_id: &str, now: Millis, timers: &Timers) -> bool {
         let found = self.holds.iter().any(|h| h.hold_id == hold_id);
-        self.holds
-            .retain(|h| h.hold_id != hold_id && h.expires_at > now);
+        self.holds.retain(|h| h.hold_id != hold_id);
+        self.prune_holds(now);
         self.touch(now, timers);
         found
+    }
+
+    /// Drop expired holds, except a background process's: expired, it no longer keeps the
+    /// thread awake, but it still marks a process whose end is not recorded yet, so that
+    /// whoever sees the end records it (and a process that shows activity again gets its
+    /// hold back). At most [`MAX_EXPIRED_PROCESS_HOLDS`] of those are kept, the newest.
+    fn prune_holds(&mut self, now: Millis) {
+        let mut expired: Vec<Millis> = self
+            .holds
+            .iter()
+            .filter(|h| h.is_process() && h.expires_at <= now)
+            .map(|h| h.expires_at)
+            .collect();
+        expired.sort_unstable_by(|a, b| b.cmp(a));
+        let oldest_kept = expired.get(MAX_EXPIRED_PROCESS_HOLDS - 1).copied();
+        let mut kept = 0;
+        self.holds.retain(|h| {
+            if h.expires_at > now {
+                return true;
+            }
+            if !h.is_process() || oldest_kept.is_some_and(|oldest| h.expires_at < oldest) {
+                return false;
+            }
+            kept += 1;
+            kept <= MAX_EXPIRED_PROCESS_HOLDS
+        });
     }
 
     /// When the janitor should next look, from the state and the timers.
@@ -513,6 +542,37 @@ mod tests {
         );
         assert!(s.has_live_hold(Millis(4_999)));
         assert!(!s.has_live_hold(Millis(5_000)));
+    }
+
+    #[test]
+    fn expired_process_holds_are_kept_as_markers_up_to_a_bound() {
+        let (mut s, t) = new_session();
+        let hold = |id: String, at: i64| Hold {
+            hold_id: id,
+            owner: "x".into(),
+            expires_at: Millis(at),
+        };
+        s.acquire_hold(hold("exec".into(), 2_000), Millis(1_000), &t);
+        for i in 0..100 {
+            s.acquire_hold(
+                hold(format!("{PROCESS_HOLD_PREFIX}{i}"), 2_000 + i),
+                Millis(1_000),
+                &t,
+            );
+        }
+        // Later, another hold comes and goes: the expired command hold is dropped, the expired
+        // process holds stay (not live: they protect nothing), the newest 64 of them.
+        s.acquire_hold(hold("exec2".into(), 90_000), Millis(50_000), &t);
+        assert!(!s.holds.iter().any(|h| h.hold_id == "exec"));
+        let expired: Vec<&Hold> = s.holds.iter().filter(|h| h.is_process()).collect();
+        assert_eq!(expired.len(), MAX_EXPIRED_PROCESS_HOLDS);
+        assert!(
+            expired.iter().all(|h| h.expires_at.0 >= 2_036),
+            "the newest are kept"
+        );
+        assert_eq!(s.live_holds(Millis(50_000)).count(), 1);
+        assert!(s.release_hold(&format!("{PROCESS_HOLD_PREFIX}99"), Millis(50_001), &t));
+        assert_eq!(s.holds.iter().filter(|h| h.is_process()).count(), 63);
     }
 
     #[test]

@@ -19,9 +19,10 @@ pub(crate) mod processes;
 mod refusals;
 
 pub use processes::{
-    new_process_id, valid_process_id, ProcessChunk, ProcessInfo, ProcessOutput, ProcessSignal,
-    ProcessSink, ProcessState, PtySize, StartProcess, DEFAULT_OUTPUT_CHUNKS, MAX_INPUT_BYTES,
-    MAX_OUTPUT_CHUNKS, MAX_OUTPUT_READ, MAX_PROCESSES, OUTPUT_CHUNK_BYTES,
+    check_output_offset, new_process_id, valid_process_id, ProcessChunk, ProcessInfo,
+    ProcessOutput, ProcessSignal, ProcessSink, ProcessState, PtySize, StartProcess,
+    DEFAULT_OUTPUT_CHUNKS, MAX_INPUT_BYTES, MAX_LISTED_PROCESSES, MAX_OUTPUT_CHUNKS,
+    MAX_OUTPUT_OFFSET, MAX_OUTPUT_READ, MAX_PROCESSES, OUTPUT_CHUNK_BYTES,
 };
 pub use refusals::{
     clean_destination, NetworkRefusals, RefusalReason, RefusedBy, RefusedDestination,
@@ -82,6 +83,10 @@ pub enum Limit {
     Commands,
     /// Sandboxes alive (running or paused) on the host.
     Sandboxes,
+    /// Process ids in one sandbox: its pid limit is reached, so nothing new can start in it
+    /// (a command, or the small scripts some process operations run) until some of its
+    /// processes end.
+    ProcessesInSandbox,
 }
 
 impl Limit {
@@ -91,12 +96,38 @@ impl Limit {
             Limit::CommandsInSandbox => "too_many_commands_in_thread",
             Limit::Commands => "too_many_commands",
             Limit::Sandboxes => "too_many_sandboxes",
+            Limit::ProcessesInSandbox => "too_many_processes_in_thread",
         }
     }
 
     /// The caller's own share (its thread) rather than the whole host's.
     pub fn is_per_thread(self) -> bool {
-        matches!(self, Limit::CommandsInSandbox)
+        matches!(self, Limit::CommandsInSandbox | Limit::ProcessesInSandbox)
+    }
+}
+
+/// Whether text a shell or runtime printed says a fork failed for want of process ids: bash's
+/// `fork: retry: Resource temporarily unavailable`, dash's `Cannot fork`, runc's `resource
+/// temporarily unavailable` (EAGAIN from `clone` or the pids controller).
+pub fn is_fork_failure(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    text.contains("cannot fork")
+        || text.contains("fork: ")
+        || text.contains("resource temporarily unavailable")
+}
+
+/// The error of a sandbox at its process limit (`pids`, when the provider knows it): the
+/// caller's own thread is full, so 429, with what to do about it.
+pub fn process_limit_reached(pids: Option<u32>) -> ProviderError {
+    let limit = pids.map_or_else(|| "its limit".to_owned(), |n| format!("its limit of {n}"));
+    ProviderError::LimitReached {
+        limit: Limit::ProcessesInSandbox,
+        message: format!(
+            "the sandbox has no process ids left ({limit} is reached), so nothing new can start \
+             in it: stop some of its processes (a background process can be signalled) and try \
+             again"
+        ),
+        retry_after: Duration::from_secs(2),
     }
 }
 

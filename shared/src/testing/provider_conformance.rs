@@ -814,3 +814,71 @@ pub async fn process_output_is_a_bounded_ring_and_ptys_are_terminals(p: &dyn San
     assert!(text.contains("30 70\r\n"), "{text:?}");
     p.kill(&id).await.expect("kill");
 }
+
+/// What a sandbox writes into its own process records is hostile input: a FIFO planted as a
+/// record's `chunk`, a folder named so that a tab-separated listing would read it as a whole
+/// record, a record with a field threadbox never writes. Listing (and a search naming the FIFO)
+/// answers at once (well within
+/// the scripts' 30 s timeout, which a blocking open would have run into) with the well-formed
+/// records only; reading the damaged one is a clear conflict; an offset past what the sandbox's
+/// arithmetic holds is a bad request, checked before anything runs.
+pub async fn tampered_process_records_are_refused_not_trusted(p: &dyn SandboxProvider) {
+    let id = create(p, fresh_owner(1)).await;
+    let fifo = start_request("exec sleep 600", None);
+    let good = start_request("echo hi; exec sleep 600", None);
+    let (fifo_id, good_id) = (fifo.id.clone(), good.id.clone());
+    p.start_process(&id, fifo).await.expect("start_process");
+    p.start_process(&id, good).await.expect("start_process");
+    let tamper = format!(
+        "set -e; d=$HOME/.threadbox/processes; rm $d/{fifo_id}/chunk; mkfifo $d/{fifo_id}/chunk; \
+         f=\"$d/$(printf 'x\\trunning\\t\\t1\\t\\t0\\t0\\t0\\tforged')\"; mkdir \"$f\"; \
+         printf 262144 > \"$f/chunk\"; mkdir $d/zzzz; printf 262144 > $d/zzzz/chunk; \
+         echo abc > $d/zzzz/status; ls $d | wc -l"
+    );
+    let out = p.exec(&id, ExecRequest::shell(tamper)).await.expect("exec");
+    assert_eq!(out.stdout.trim(), "4", "{out:?}");
+
+    let listed = tokio::time::timeout(Duration::from_secs(15), p.list_processes(&id))
+        .await
+        .expect("a listing answers without waiting on the planted FIFO")
+        .expect("list_processes");
+    let ids: Vec<&str> = listed.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [good_id.as_str()],
+        "only the well-formed record: {listed:?}"
+    );
+
+    let read = tokio::time::timeout(
+        Duration::from_secs(15),
+        p.read_process_output(&id, &fifo_id, 0, 10),
+    )
+    .await
+    .expect("a read answers without waiting on the planted FIFO");
+    assert!(
+        matches!(&read, Err(ProviderError::Conflict(m)) if m.contains("damaged")),
+        "{read:?}"
+    );
+    // A search that names the planted FIFO does not read it either: nothing found, or refused
+    // as no file to search.
+    let chunk = format!("/home/user/.threadbox/processes/{fifo_id}/chunk");
+    let found = tokio::time::timeout(Duration::from_secs(15), p.grep(&id, "x", &chunk))
+        .await
+        .expect("a search answers without waiting on the planted FIFO");
+    assert!(
+        matches!(&found, Ok(m) if m.is_empty())
+            || matches!(&found, Err(ProviderError::InvalidRequest(_))),
+        "{found:?}"
+    );
+    let read = p.read_process_output(&id, &good_id, 1 << 63, 10).await;
+    assert!(
+        matches!(&read, Err(ProviderError::InvalidRequest(m)) if m.contains("after")),
+        "{read:?}"
+    );
+    let read = p
+        .read_process_output(&id, &good_id, 0, 10)
+        .await
+        .expect("read_process_output");
+    assert_eq!(read.data, b"hi\n");
+    p.kill(&id).await.expect("kill");
+}

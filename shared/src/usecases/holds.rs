@@ -58,9 +58,26 @@ impl Threadbox {
         hold_id: &str,
         ttl: Duration,
     ) -> Result<bool, UseCaseError> {
+        self.renew_hold(thread_id, hold_id, ttl, false).await
+    }
+
+    /// `keep_alive`; with `expired_too`, a hold still in the record but expired is renewed as
+    /// well (a background process's, seen active again: see `Session::prune_holds`).
+    pub(super) async fn renew_hold(
+        &self,
+        thread_id: &ThreadId,
+        hold_id: &str,
+        ttl: Duration,
+        expired_too: bool,
+    ) -> Result<bool, UseCaseError> {
         let renewed = self
             .update_holds(thread_id, |s, now, timers| {
-                let Some(hold) = s.live_holds(now).find(|h| h.hold_id == hold_id).cloned() else {
+                let Some(hold) = s
+                    .holds
+                    .iter()
+                    .find(|h| h.hold_id == hold_id && (expired_too || h.expires_at > now))
+                    .cloned()
+                else {
                     return false;
                 };
                 s.acquire_hold(

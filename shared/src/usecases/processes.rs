@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use crate::domain::{Cause, Session, Status, ThreadId, PROCESS_HOLD_PREFIX};
 use crate::ports::{
-    new_process_id, ExecCommand, ProcessInfo, ProcessOutput, ProcessSignal, ProcessSink,
-    ProcessState, ProviderError, PtySize, StartProcess,
+    check_output_offset, new_process_id, ExecCommand, ProcessInfo, ProcessOutput, ProcessSignal,
+    ProcessSink, ProcessState, ProviderError, PtySize, StartProcess,
 };
 
 use super::error::UseCaseError;
@@ -178,6 +178,8 @@ impl Threadbox {
         after: u64,
         max: u64,
     ) -> Result<ProcessOutput, UseCaseError> {
+        // Checked here, before the sandbox is brought up: a bad offset changes nothing.
+        check_output_offset(after)?;
         let output = self
             .with_process_hold(thread_id, |id| async move {
                 self.provider
@@ -200,6 +202,7 @@ impl Threadbox {
         timeout: Duration,
         output: ProcessSink,
     ) -> Result<(u64, Option<ProcessInfo>), UseCaseError> {
+        check_output_offset(after)?;
         let hold = HoldRequest::new("process-follow", timeout + OPERATION_HOLD);
         let handle = self.hold_existing(thread_id, hold).await?;
         // A reader that goes away ends the follow (dropping it stops the command that follows
@@ -309,15 +312,15 @@ impl Threadbox {
         Ok(running)
     }
 
-    /// Threads whose sessions hold a live process hold: what the watcher looks at.
+    /// Threads whose sessions hold a process hold, live or expired (a process whose end is
+    /// not recorded yet): what the watcher looks at.
     pub async fn threads_with_processes(&self) -> Result<Vec<ThreadId>, UseCaseError> {
-        let now = self.clock.now();
         let mut found = Vec::new();
         let mut after: Option<ThreadId> = None;
         loop {
             let page = self.store.list(200, after.as_ref()).await?;
             for session in &page.items {
-                if session.live_holds(now).any(|h| h.is_process()) {
+                if session.sandbox_id.is_some() && session.holds.iter().any(|h| h.is_process()) {
                     found.push(session.thread_id.clone());
                 }
             }
@@ -383,23 +386,25 @@ impl Threadbox {
         }
     }
 
-    /// Push a running process's hold out by its idle limit (a hold already gone stays gone:
-    /// the process went idle past its limit).
+    /// Push a running process's hold out by its idle limit: it was seen active just now. A
+    /// hold that expired meanwhile (its process idle past its limit, or the watcher late) is
+    /// renewed too while it is still in the record, since the activity proves the process
+    /// works; one whose end was recorded is gone and stays gone.
     async fn renew_process_hold(
         &self,
         thread_id: &ThreadId,
         process_id: &str,
     ) -> Result<(), UseCaseError> {
         let session = self.load(thread_id).await?;
-        let now = self.clock.now();
         let Some(hold) = session
-            .live_holds(now)
+            .holds
+            .iter()
             .find(|h| h.hold_id == hold_id(process_id))
         else {
             return Ok(());
         };
         let idle = idle_of(&hold.owner).unwrap_or(DEFAULT_PROCESS_IDLE);
-        self.keep_alive(thread_id, &hold.hold_id.clone(), idle)
+        self.renew_hold(thread_id, &hold.hold_id.clone(), idle, true)
             .await
             .map(drop)
     }

@@ -87,6 +87,23 @@ impl ContainerCgroup {
             .collect())
     }
 
+    /// Tasks (threads) alive in the container: what its pid limit counts.
+    pub fn tasks(&self) -> io::Result<usize> {
+        Ok(self
+            .procs()?
+            .into_iter()
+            .filter_map(|pid| {
+                let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))?
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+            })
+            .sum())
+    }
+
     /// The container's `/tmp`, reached through its init's root.
     pub fn tmp_dir(&self) -> PathBuf {
         PathBuf::from(format!("/proc/{}/root/tmp", self.init_pid))

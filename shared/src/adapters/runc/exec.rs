@@ -29,7 +29,8 @@ use super::idmap::IdRange;
 use super::process::{kill_tree, reap};
 use super::runtime::{error_message, Runc};
 use crate::ports::{
-    forward, ExecCommand, ExecRequest, ExecResult, OutputChunk, OutputSink, ProviderError,
+    forward, is_fork_failure, process_limit_reached, ExecCommand, ExecRequest, ExecResult,
+    OutputChunk, OutputSink, ProviderError,
 };
 
 /// Runs `"$@"` (the command) with fd 3 closed, then reports its status on fd 3.
@@ -38,6 +39,9 @@ const WRAPPER: &str = r#""$@" 3>&-; printf %d "$?" >&3"#;
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
 /// After a timeout kill, how long to wait for the dying tree to close its output.
 const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
+/// Bytes of a streamed command's output kept all the same, to tell why a wrapper that never
+/// reported a status ended (its shell's own words come first).
+const STREAMED_HEAD: usize = 256;
 
 /// Why an exec did not produce a result.
 #[derive(Debug)]
@@ -103,6 +107,8 @@ pub(crate) struct ExecTarget<'a> {
     pub cgroup: Option<Arc<ContainerCgroup>>,
     /// Where the sandbox's ids land on the host: the stdio pipes are chowned to its user.
     pub ids: IdRange,
+    /// The sandbox's pid limit, to name it when it stops a command from starting.
+    pub pids_limit: Option<u32>,
 }
 
 /// Run `request`; with `output`, its output goes there as it comes instead of into the result.
@@ -112,6 +118,7 @@ pub(crate) async fn run(
     output: Option<OutputSink>,
 ) -> Result<ExecResult, ExecError> {
     let started = Instant::now();
+    let streaming = output.is_some();
     let oom_before = target.cgroup.as_ref().and_then(|c| c.oom_kills());
     let pid_file = target
         .run_dir
@@ -294,6 +301,16 @@ pub(crate) async fn run(
     let oom_after = target.cgroup.as_ref().and_then(|c| c.oom_kills());
     let out_of_memory = matches!((oom_before, oom_after), (Some(b), Some(a)) if a > b);
     let reported: Option<i32> = status_text.trim().parse().ok();
+    // The wrapper ended without a status and said it could not fork: the sandbox's pid limit
+    // kept the command from starting at all. That is the thread's limit, not a result.
+    if reported.is_none() && !timed_out && is_fork_failure(&String::from_utf8_lossy(&stderr)) {
+        return Err(process_limit_reached(target.pids_limit).into());
+    }
+    let (stdout, stderr) = if streaming {
+        (Vec::new(), Vec::new())
+    } else {
+        (stdout, stderr)
+    };
     let exit_code = match reported {
         _ if timed_out => None,
         // 128 + SIGKILL: the shell saw the command die of the OOM killer's signal.
@@ -428,8 +445,8 @@ struct Forward {
 
 /// Read a stream to its end (or until told to stop), keeping the first `cap` bytes and
 /// discarding the rest, so a chatty command never blocks on a full pipe. With `forward`, the
-/// first `cap` bytes are sent on as they come instead of kept; a receiver that is gone or too
-/// slow (see `ports::forward`) is dropped and the rest discarded.
+/// first `cap` bytes are sent on as they come, and only the first [`STREAMED_HEAD`] kept; a
+/// receiver that is gone or too slow (see `ports::forward`) is dropped and the rest discarded.
 async fn read_capped<R: AsyncRead + Unpin>(
     mut reader: R,
     cap: usize,
@@ -454,7 +471,11 @@ async fn read_capped<R: AsyncRead + Unpin>(
         truncated |= n > room;
         if !streaming {
             kept.extend_from_slice(take);
-        } else if let Some(to) = forward_to.as_ref().filter(|_| !take.is_empty()) {
+        } else {
+            let room = STREAMED_HEAD.saturating_sub(kept.len());
+            kept.extend_from_slice(&take[..take.len().min(room)]);
+        }
+        if let Some(to) = forward_to.as_ref().filter(|_| !take.is_empty()) {
             if !forward(&to.sink, (to.wrap)(take.to_vec())).await {
                 forward_to = None;
             }

@@ -40,6 +40,7 @@ mod network;
 mod network_config;
 mod placement;
 mod process;
+mod process_records;
 mod refusals;
 mod remove;
 mod rootless;
@@ -62,12 +63,15 @@ use self::exec::{ExecError, ExecTarget};
 use self::files::SandboxFs;
 use self::idmap::{IdRange, IdRanges};
 use self::ids::{hostname_for, new_sandbox_id, validate_sandbox_id};
+use self::process_records::ContainerProcs;
 use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use self::volume::VolumePool;
 use crate::ports::{
-    too_large_upload, Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest, ExecResult,
-    FileChunks, FileEntry, GrepMatch, Limit, NetworkProfile, NetworkRefusals, OpenFile, OutputSink,
-    ProviderError, SandboxInfo, SandboxOwner, SandboxProvider, SandboxState, SystemClock,
+    is_fork_failure, process_limit_reached, processes, too_large_upload, Clock, Connected,
+    CreateSandbox, CreatedSandbox, ExecRequest, ExecResult, FileChunks, FileEntry, GrepMatch,
+    Limit, NetworkProfile, NetworkRefusals, OpenFile, OutputSink, ProcessInfo, ProcessOutput,
+    ProcessSignal, ProviderError, SandboxInfo, SandboxOwner, SandboxProvider, SandboxState,
+    SystemClock,
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits};
@@ -666,6 +670,50 @@ impl RuncProvider {
         result
     }
 
+    /// Whether the sandbox's tasks are at (or within a few of) its pid limit now.
+    async fn at_pid_limit(&self, id: &str) -> bool {
+        if self.is_rootless() {
+            return false;
+        }
+        let slot = self.slot(id);
+        let Ok(Some(cgroup)) = self.container_cgroup(id, &slot).await else {
+            return false;
+        };
+        let limit = self.config.limits.pids as usize;
+        tokio::task::spawn_blocking(move || cgroup.tasks())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .is_some_and(|tasks| tasks + 4 >= limit)
+    }
+
+    /// The container's processes as the host sees them, and its pid namespace, for looking at
+    /// and signalling background processes from the host (see `process_records`). `None` where
+    /// the container's cgroup cannot be found: then the port's scripts do it in the sandbox.
+    async fn container_procs(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ContainerProcs, String)>, ProviderError> {
+        self.existing_bundle(id)?;
+        let slot = self.slot(id);
+        let Some(cgroup) = self.container_cgroup(id, &slot).await? else {
+            return Ok(None);
+        };
+        let found = tokio::task::spawn_blocking(move || {
+            let Some(namespace) = process_records::namespace_of(cgroup.init_pid) else {
+                return Ok(None);
+            };
+            ContainerProcs::of(&cgroup, &namespace).map(|procs| Some((procs, namespace)))
+        })
+        .await
+        .map_err(|e| ProviderError::Internal(format!("listing processes panicked: {e}")))??;
+        match found {
+            Some(found) => Ok(Some(found)),
+            // Its init died under us: the sandbox is gone, or going.
+            None => Err(self.live_state(id).await.err().unwrap_or_else(|| gone(id))),
+        }
+    }
+
     /// A command in a sandbox, its output kept in the result or sent to `output` as it comes.
     #[tracing::instrument(skip(self, request, output))]
     async fn run_command(
@@ -703,6 +751,7 @@ impl RuncProvider {
             run_dir: bundle.run_dir(),
             cgroup,
             ids: sandbox_ids(&bundle),
+            pids_limit: (!self.is_rootless()).then_some(self.config.limits.pids),
         };
         match exec::run(target, request, output).await {
             Ok(_) if !bundle.exists() => Err(gone(sandbox_id)),
@@ -729,6 +778,11 @@ impl RuncProvider {
                             "working directory {} does not exist in the sandbox",
                             cwd.as_deref().unwrap_or(bundle::HOME)
                         )))
+                    } else if is_fork_failure(&message) || self.at_pid_limit(sandbox_id).await {
+                        // The sandbox's pid limit: runc could not start even the command (its
+                        // init could not fork into the container; runc then says only that
+                        // its pipe was reset).
+                        Err(process_limit_reached(Some(self.config.limits.pids)))
                     } else {
                         Err(ProviderError::Internal(format!(
                             "runc exec failed: {message}"
@@ -1197,6 +1251,61 @@ impl SandboxProvider for RuncProvider {
         let (pattern, path) = (pattern.to_owned(), path.to_owned());
         self.with_files(sandbox_id, move |fs| fs.grep(&pattern, &path))
             .await
+    }
+
+    // Background processes are looked at and signalled from the host (`process_records`):
+    // nothing is started in the sandbox, so they work at its pid limit, and what the sandbox
+    // wrote into their records is read with bounded, non-blocking opens.
+
+    async fn list_processes(&self, sandbox_id: &str) -> Result<Vec<ProcessInfo>, ProviderError> {
+        let Some((procs, _)) = self.container_procs(sandbox_id).await? else {
+            return processes::list(self, sandbox_id).await;
+        };
+        let records = self
+            .with_files(sandbox_id, move |fs| process_records::list(fs, &procs))
+            .await?;
+        Ok(processes::well_formed(sandbox_id, records))
+    }
+
+    async fn read_process_output(
+        &self,
+        sandbox_id: &str,
+        process_id: &str,
+        after: u64,
+        max: u64,
+    ) -> Result<ProcessOutput, ProviderError> {
+        let Some((procs, _)) = self.container_procs(sandbox_id).await? else {
+            return processes::read_output(self, sandbox_id, process_id, after, max).await;
+        };
+        let id = process_id.to_owned();
+        self.with_files(sandbox_id, move |fs| {
+            process_records::read_output(fs, &procs, &id, after, max)
+        })
+        .await
+    }
+
+    async fn signal_process(
+        &self,
+        sandbox_id: &str,
+        process_id: &str,
+        signal: ProcessSignal,
+    ) -> Result<(), ProviderError> {
+        let Some((procs, namespace)) = self.container_procs(sandbox_id).await? else {
+            return processes::signal(self, sandbox_id, process_id, signal).await;
+        };
+        let id = process_id.to_owned();
+        let target = self
+            .with_files(sandbox_id, move |fs| {
+                process_records::signal_target(fs, &id)
+            })
+            .await?;
+        if let Some(pgid) = target {
+            // As ourselves, not as the sandbox user the file reads take on.
+            tokio::task::spawn_blocking(move || procs.signal_group(pgid, signal, &namespace))
+                .await
+                .map_err(|e| ProviderError::Internal(format!("signalling panicked: {e}")))?;
+        }
+        Ok(())
     }
 }
 

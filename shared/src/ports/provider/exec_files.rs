@@ -105,13 +105,15 @@ done"#,
 }
 
 /// `grep -P` (Perl-style, the closest to the Rust `regex` syntax the runc provider uses) when
-/// the template's grep has it, else `-E`. Binary files are skipped; unreadable ones are ignored.
+/// the template's grep has it, else `-E`. Binary files are skipped; unreadable ones are ignored;
+/// FIFOs, sockets and devices are never read (`-D skip`: one planted as the path itself would
+/// otherwise block the search for its whole timeout).
 fn grep_script(pattern: &str, path: &str) -> ExecRequest {
     script(
         &format!(
             r#"{EXISTING_PATH}grep -qP '' /dev/null 2>/dev/null
 if [ $? -le 1 ]; then mode=-P; else mode=-E; fi
-grep -rnHIZs "$mode" -e "$2" -- "$p"
+grep -rnHIZs -D skip "$mode" -e "$2" -- "$p"
 s=$?
 if [ $s -le 1 ]; then exit 0; fi
 exit $s"#

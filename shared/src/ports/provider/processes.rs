@@ -53,6 +53,15 @@ pub const MAX_OUTPUT_READ: u64 = 1024 * 1024;
 pub const MAX_PROCESSES: usize = 32;
 /// The largest write to a process's input.
 pub const MAX_INPUT_BYTES: usize = 64 * 1024;
+/// The most records one listing returns. The sandbox writes the records and may make any
+/// number of folders that look like them; threadbox keeps [`MAX_PROCESSES`], so past this many
+/// the rest are not looked at.
+pub const MAX_LISTED_PROCESSES: usize = 256;
+/// The largest output offset a caller may name: offsets are signed 64-bit numbers in the
+/// sandbox's shell (and in every record), so a larger one is a bad request, never wrapped.
+pub const MAX_OUTPUT_OFFSET: u64 = i64::MAX as u64;
+/// The largest chunk size a record may claim (threadbox writes [`OUTPUT_CHUNK_BYTES`]).
+const MAX_RECORD_CHUNK: u64 = 64 * 1024 * 1024;
 
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a follower looks for new output inside the sandbox.
@@ -61,6 +70,123 @@ const FOLLOW_POLL: &str = "0.05";
 /// A process id: threadbox's name for it, safe as a path component.
 pub fn valid_process_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 32 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// An output offset from a caller, checked on the host before anything runs (see
+/// [`MAX_OUTPUT_OFFSET`]).
+pub fn check_output_offset(after: u64) -> Result<u64, ProviderError> {
+    if after > MAX_OUTPUT_OFFSET {
+        return Err(ProviderError::InvalidRequest(format!(
+            "`after` is a byte offset from 0 to {MAX_OUTPUT_OFFSET}; got {after}"
+        )));
+    }
+    Ok(after)
+}
+
+/// A process's record as the host read it from the sandbox: every field is what the sandbox's
+/// files said, so each is checked here, in one place, whoever read them (the scripts' line on
+/// E2B, the host's own reads on runc). `None` for a record that is not well formed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawRecord<'a> {
+    pub id: &'a str,
+    /// `running`, `exited` or `lost`.
+    pub state: &'a str,
+    pub code: &'a str,
+    pub started: &'a str,
+    pub ended: &'a str,
+    pub pty: bool,
+    pub output_bytes: &'a str,
+    pub output_start: &'a str,
+    pub command: &'a str,
+}
+
+impl RawRecord<'_> {
+    pub fn check(&self) -> Option<ProcessInfo> {
+        if !valid_process_id(self.id) {
+            return None;
+        }
+        let millis = |s: &str| -> Option<Option<Millis>> {
+            match s.trim() {
+                "" => Some(None),
+                s => s
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|m| *m >= 0)
+                    .map(|m| Some(Millis(m))),
+            }
+        };
+        let state = match self.state {
+            "running" => ProcessState::Running,
+            "exited" => ProcessState::Exited,
+            "lost" => ProcessState::Lost,
+            _ => return None,
+        };
+        // A shell's status is 0 to 255; an ended process may lack one (its status file
+        // unreadable), nothing else may have one.
+        let exit_code = match (state, self.code.trim()) {
+            (_, "") => None,
+            (ProcessState::Exited, code) => {
+                Some(code.parse::<i32>().ok().filter(|c| (0..=255).contains(c))?)
+            }
+            _ => return None,
+        };
+        let output_bytes: u64 = self.output_bytes.parse().ok()?;
+        let output_start: u64 = self.output_start.parse().ok()?;
+        if output_start > output_bytes || output_bytes > MAX_OUTPUT_OFFSET {
+            return None;
+        }
+        let command: String = self
+            .command
+            .chars()
+            .take(300)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        Some(ProcessInfo {
+            id: self.id.to_owned(),
+            command,
+            pty: self.pty,
+            state,
+            exit_code,
+            started_at: millis(self.started)?,
+            ended_at: millis(self.ended)?,
+            output_bytes,
+            output_start,
+        })
+    }
+}
+
+/// Where a process's output is, from what its record holds: the chunk size and the chunk files
+/// there are (their numbers, and the newest one's size). `None` when that does not add up.
+pub fn output_extent(chunk: u64, chunks: &[u64], last_size: u64) -> Option<(u64, u64)> {
+    if chunk == 0 || chunk > MAX_RECORD_CHUNK {
+        return None;
+    }
+    let (Some(first), Some(last)) = (chunks.iter().min(), chunks.iter().max()) else {
+        return Some((0, 0));
+    };
+    let bytes = last.checked_mul(chunk)?.checked_add(last_size)?;
+    let start = first.checked_mul(chunk)?;
+    (bytes <= MAX_OUTPUT_OFFSET).then_some((bytes, start))
+}
+
+/// A chunk file's number from its name (`out.` and nine digits).
+pub fn chunk_number(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("out.")?;
+    (digits.len() == 9 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// A chunk file's name from its number.
+pub fn chunk_name(n: u64) -> String {
+    format!("out.{n:09}")
+}
+
+/// The record of a process that is there but not well formed (the sandbox changed its files).
+pub fn damaged_record(id: &str, what: &str) -> ProviderError {
+    ProviderError::Conflict(format!(
+        "the record of process {id} in the sandbox is damaged ({what}); it cannot be read"
+    ))
 }
 
 /// A new process id: short, random, lower-case.
@@ -184,35 +310,55 @@ impl ProcessSignal {
 const PROCESS_DIR: &str = r#"
 base="${HOME:-/home/user}/.threadbox/processes"
 D="$base/$1"
-if [ ! -d "$D" ]; then printf 'no such process: %s\n' "$1" >&2; exit 3; fi
+if [ ! -d "$D" ] || [ -L "$D" ]; then printf 'no such process: %s\n' "$1" >&2; exit 3; fi
+"#;
+
+/// `val FILE VAR [N]`: the first line (or with N, the first N characters) of one of a record's
+/// files into VAR, empty when it cannot be read. The sandbox writes these files and may plant
+/// anything in their place, so only a regular file is read; it is opened read-write, which
+/// never blocks even on a FIFO swapped in after the check, and read with a timeout and a bound.
+/// All builtins: no process is forked.
+const VAL: &str = r#"
+val() {
+  local __v=
+  if [ -f "$1" ] && [ ! -L "$1" ]; then
+    if [ -n "$3" ]; then IFS= read -r -t 1 -N "$3" __v <> "$1"; else IFS= read -r -t 1 -n 64 __v <> "$1"; fi || :
+  fi 2>/dev/null
+  printf -v "$2" '%s' "$__v"
+}
+num() { case $1 in ''|*[!0-9]*) return 1;; esac; [ ${#1} -le 18 ]; }
 "#;
 
 /// One line describing the process in `$D` (its id is `${D##*/}`): tab-separated id, state,
 /// exit code, started, ended, pty, output bytes, output start, then the command (tabs and line
-/// breaks in it replaced by spaces).
+/// breaks in it replaced by spaces). Fails (status 1, nothing printed) for a record whose chunk
+/// size is not a number. Leaves the chunk size, output bytes and start in `R_C`, `R_BYTES` and
+/// `R_START`. The host checks every field again (`RawRecord::check`).
 const DESCRIBE: &str = r#"
 describe() {
-  local d=$1 id=${1##*/} state=running code= started= ended= last first size pty=0 cmd=
-  [ -e "$d/tty" ] || [ -e "$d/pty" ] && pty=1
-  read -r started < "$d/started_at" 2>/dev/null
-  if [ -e "$d/status" ]; then state=exited; read -r code < "$d/status"; read -r ended < "$d/ended_at" 2>/dev/null
+  local d=$1 id=${1##*/} state=running code= started= ended= last=-1 first=-1 size=0 pty=0 cmd= C= sup= f n bytes start
+  val "$d/chunk" C
+  num "$C" && [ ${#C} -le 9 ] && [ "$C" -gt 0 ] || return 1
+  { [ -e "$d/tty" ] || [ -e "$d/pty" ]; } && pty=1
+  val "$d/started_at" started
+  if [ -e "$d/status" ]; then state=exited; val "$d/status" code; val "$d/ended_at" ended
   else
-    read -r sup < "$d/supervisor" 2>/dev/null
-    if [ -z "$sup" ] || ! kill -0 "$sup" 2>/dev/null; then state=lost; fi
+    val "$d/supervisor" sup
+    if ! num "$sup" || ! kill -0 "$sup" 2>/dev/null; then state=lost; fi
   fi
-  last=-1; first=-1
-  for f in "$d"/out.*; do
-    [ -e "$f" ] || continue
+  for f in "$d"/out.[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]; do
+    [ -f "$f" ] && [ ! -L "$f" ] || continue
     n=${f##*.}; n=$((10#$n))
     [ $last -lt $n ] && last=$n
     { [ $first -lt 0 ] || [ $first -gt $n ]; } && first=$n
   done
-  read -r C < "$d/chunk"
   if [ $last -ge 0 ]; then
-    size=$(stat -c %s "$d/out.$(printf %09d $last)" 2>/dev/null || echo 0)
+    size=$(stat -c %s -- "$d/out.$(printf %09d $last)" 2>/dev/null); num "$size" || size=0
     bytes=$((last * C + size)); start=$((first * C))
   else bytes=0; start=0; fi
-  cmd=$(head -c 300 "$d/command" 2>/dev/null | tr '\t\n\r' '   ')
+  val "$d/command" cmd 300
+  cmd=${cmd//[$'\t\n\r']/ }
+  R_C=$C; R_BYTES=$bytes; R_START=$start
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$state" "$code" "$started" "$ended" "$pty" "$bytes" "$start" "$cmd"
 }
 "#;
@@ -256,12 +402,14 @@ running=0
 for d in "$base"/*/; do
   [ -d "$d" ] || continue
   [ -e "$d/status" ] && continue
-  read -r s < "$d/supervisor" 2>/dev/null && kill -0 "$s" 2>/dev/null && running=$((running + 1))
+  val "$d/supervisor" s
+  num "$s" && kill -0 "$s" 2>/dev/null && running=$((running + 1))
 done
 if [ "$running" -ge "$7" ]; then printf 'this sandbox already runs %s background processes; stop one first\n' "$running" >&2; exit 4; fi
 # Forget the oldest ended processes past the limit.
 ls -1tr "$base" | while read -r old; do
   [ "$(ls -1 "$base" | wc -l)" -ge "$7" ] || break
+  case $old in ''|*[!A-Za-z0-9]*) continue;; esac
   if [ -e "$base/$old/status" ]; then rm -rf -- "${base:?}/$old"; fi
 done || true
 if [ -e "$D" ]; then printf 'process %s exists already\n' "$1" >&2; exit 4; fi
@@ -287,80 +435,99 @@ for _ in $(seq 200); do if [ -e "$D/pgid" ] || [ -e "$D/status" ]; then break; f
 describe "$D"
 "#;
 
+/// `$1` the most records to describe. Only folders named like a process id are records: a
+/// name with a tab or a line break in it must not be able to forge one.
 const LIST: &str = r#"base="${HOME:-/home/user}/.threadbox/processes"
-[ -d "$base" ] || exit 0
-for d in "$base"/*; do [ -d "$d" ] && describe "$d"; done
+[ -d "$base" ] && [ ! -L "$base" ] || exit 0
+n=0
+for d in "$base"/*; do
+  id=${d##*/}
+  case $id in ''|*[!A-Za-z0-9]*) continue;; esac
+  [ ${#id} -le 32 ] && [ -d "$d" ] && [ ! -L "$d" ] || continue
+  n=$((n + 1)); [ $n -le "$1" ] || break
+  describe "$d"
+done
 exit 0
 "#;
 
 /// `$2` offset, `$3` most bytes: the description line, then the bytes from the offset (or from
 /// the ring's start when the offset has left it).
-const READ: &str = r#"read -r C < "$D/chunk"
-line=$(describe "$D")
-printf '%s\n' "$line"
-bytes=$(printf '%s' "$line" | cut -f7); start=$(printf '%s' "$line" | cut -f8)
+const READ: &str = r#"describe "$D" || { echo "the record of process $1 is damaged" >&2; exit 6; }
+C=$R_C; bytes=$R_BYTES; start=$R_START
 pos=$2; [ "$pos" -lt "$start" ] && pos=$start
 [ "$pos" -ge "$bytes" ] && exit 0
 want=$3; [ $((bytes - pos)) -lt "$want" ] && want=$((bytes - pos))
 printf '%s\n' "$pos"
 k=$((pos / C)); off=$((pos % C)); last=$(((bytes - 1) / C))
 {
-  tail -c +$((off + 1)) "$D/out.$(printf %09d $k)" 2>/dev/null
-  j=$((k + 1)); while [ $j -le $last ]; do cat "$D/out.$(printf %09d $j)" 2>/dev/null; j=$((j + 1)); done
+  dd if="$D/out.$(printf %09d $k)" iflag=nonblock,skip_bytes skip="$off" bs=65536 status=none 2>/dev/null
+  j=$((k + 1)); while [ $j -le $last ]; do dd if="$D/out.$(printf %09d $j)" iflag=nonblock bs=65536 status=none 2>/dev/null; j=$((j + 1)); done
 } | head -c "$want"
 "#;
 
 /// `$2` offset: output from there as it comes, until the process has ended and all of it is
 /// sent. A jump over output that left the ring is reported on stderr as `skip N`.
-const FOLLOW: &str = r#"read -r C < "$D/chunk"
+const FOLLOW: &str = r#"val "$D/chunk" C
+num "$C" && [ ${#C} -le 9 ] && [ "$C" -gt 0 ] || { echo "the record of process $1 is damaged" >&2; exit 6; }
 pos=$2
 while :; do
   k=$((pos / C)); off=$((pos % C)); f="$D/out.$(printf %09d $k)"
   ended=0; [ -e "$D/status" ] && ended=1
-  if [ -e "$f" ]; then
-    size=$(stat -c %s "$f")
+  if [ -f "$f" ] && [ ! -L "$f" ]; then
+    size=$(stat -c %s -- "$f"); num "$size" || size=0
     if [ "$size" -gt "$off" ]; then
-      tail -c +$((off + 1)) "$f" | head -c $((size - off))
+      dd if="$f" iflag=nonblock,skip_bytes skip="$off" bs=65536 status=none 2>/dev/null | head -c $((size - off))
       pos=$((pos + size - off)); continue
     fi
     if [ "$size" -ge "$C" ]; then pos=$(((k + 1) * C)); continue; fi
   else
     first=-1
-    for g in "$D"/out.*; do [ -e "$g" ] || continue; n=${g##*.}; n=$((10#$n)); { [ $first -lt 0 ] || [ $n -lt $first ]; } && first=$n; done
+    for g in "$D"/out.[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]; do [ -f "$g" ] || continue; n=${g##*.}; n=$((10#$n)); { [ $first -lt 0 ] || [ $n -lt $first ]; } && first=$n; done
     if [ $first -gt $k ]; then echo "skip $((first * C - pos))" >&2; pos=$((first * C)); continue; fi
   fi
   if [ $ended = 1 ]; then exit 0; fi
-  if [ ! -e "$D/status" ] && { read -r sup < "$D/supervisor"; ! kill -0 "$sup" 2>/dev/null; }; then exit 0; fi
+  if [ ! -e "$D/status" ] && { val "$D/supervisor" sup; ! num "$sup" || ! kill -0 "$sup" 2>/dev/null; }; then exit 0; fi
   sleep "$POLL"
 done
 "#;
 
 /// `$2` signal name: to the command's whole process group.
 const SIGNAL: &str = r#"if [ -e "$D/status" ]; then exit 0; fi
-read -r g < "$D/pgid" 2>/dev/null || { echo "the process has not started yet" >&2; exit 5; }
+val "$D/pgid" g
+num "$g" && [ "$g" -gt 1 ] || { echo "the process has not started yet" >&2; exit 5; }
 kill -s "$2" -- "-$g" 2>/dev/null || kill -s "$2" -- "$g" 2>/dev/null || true
 "#;
 
 /// Input on stdin goes to the process's input.
 const INPUT: &str = r#"if [ -e "$D/status" ]; then echo "the process has ended" >&2; exit 5; fi
+[ -p "$D/stdin" ] || { echo "the process takes no input" >&2; exit 5; }
 exec cat > "$D/stdin"
 "#;
 
 /// `$2` columns, `$3` rows.
 const RESIZE: &str = r#"if [ ! -e "$D/tty" ]; then echo "the process has no terminal" >&2; exit 5; fi
 [ -e "$D/status" ] && exit 0
-stty -F "$(cat "$D/tty")" cols "$2" rows "$3"
+val "$D/tty" t
+case $t in /dev/pts/[0-9]*) ;; *) echo "the process has no terminal" >&2; exit 5;; esac
+stty -F "$t" cols "$2" rows "$3"
 "#;
 
 fn script(body: &str, args: &[&str], env: &[(&str, &str)]) -> ExecRequest {
-    let mut argv = vec!["/bin/bash".to_owned(), "-c".to_owned(), body.to_owned()];
+    // Every script reads records with `val` and `num`.
+    let mut argv = vec![
+        "/bin/bash".to_owned(),
+        "-c".to_owned(),
+        format!("{VAL}{body}"),
+    ];
     argv.push("threadbox".to_owned());
     argv.extend(args.iter().map(|a| a.to_string()));
     ExecRequest {
         command: ExecCommand::Argv(argv),
         cwd: None,
+        // Byte-wise patterns and counts, whatever the sandbox's locale.
         env: env
             .iter()
+            .chain(&[("LC_ALL", "C")])
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         stdin: None,
@@ -409,18 +576,15 @@ async fn run<P: SandboxProvider + ?Sized>(
 
 fn script_error(code: Option<i32>, stderr: &[u8]) -> ProviderError {
     let message = String::from_utf8_lossy(stderr).trim().to_owned();
-    // bash's words when the sandbox's process limit stops it forking.
-    if message.contains("fork: ") || message.contains("Resource temporarily unavailable") {
-        return ProviderError::Conflict(
-            "the sandbox has no process ids left (its limit is reached): stop some of its \
-             processes and try again"
-                .into(),
-        );
+    // The shell's words when the sandbox's process limit stops it forking.
+    if super::is_fork_failure(&message) {
+        return super::process_limit_reached(None);
     }
     match code {
         Some(3) => ProviderError::InvalidRequest(message),
         Some(4) => ProviderError::Conflict(message),
         Some(5) => ProviderError::Conflict(message),
+        Some(6) => ProviderError::Conflict(message),
         _ => ProviderError::Internal(format!(
             "the process script failed ({}): {message}",
             code.map_or("killed".to_owned(), |c| format!("status {c}"))
@@ -428,29 +592,66 @@ fn script_error(code: Option<i32>, stderr: &[u8]) -> ProviderError {
     }
 }
 
-fn parse_info(line: &str) -> Result<ProcessInfo, ProviderError> {
-    let bad = || ProviderError::Internal(format!("unreadable process line {line:?}"));
-    let fields: Vec<&str> = line.splitn(9, '\t').collect();
+/// One description line, checked field by field (see [`RawRecord::check`]); `None` when it is
+/// not well formed. Exactly nine fields: the script turns tabs in the command into spaces, so
+/// a line with more is one a name or file in the sandbox forged.
+fn parse_line(line: &str) -> Option<ProcessInfo> {
+    let fields: Vec<&str> = line.split('\t').collect();
     let [id, state, code, started, ended, pty, bytes, start, command] = fields[..] else {
-        return Err(bad());
+        return None;
     };
-    let millis = |s: &str| s.trim().parse::<i64>().ok().map(Millis);
-    Ok(ProcessInfo {
-        id: id.to_owned(),
-        command: command.to_owned(),
-        pty: pty == "1",
-        state: match state {
-            "running" => ProcessState::Running,
-            "exited" => ProcessState::Exited,
-            "lost" => ProcessState::Lost,
-            _ => return Err(bad()),
+    RawRecord {
+        id,
+        state,
+        code,
+        started,
+        ended,
+        pty: match pty {
+            "0" => false,
+            "1" => true,
+            _ => return None,
         },
-        exit_code: code.trim().parse().ok(),
-        started_at: millis(started),
-        ended_at: millis(ended),
-        output_bytes: bytes.parse().map_err(|_| bad())?,
-        output_start: start.parse().map_err(|_| bad())?,
+        output_bytes: bytes,
+        output_start: start,
+        command,
+    }
+    .check()
+}
+
+fn parse_info(line: &str) -> Result<ProcessInfo, ProviderError> {
+    parse_line(line).ok_or_else(|| {
+        let shown: String = line.chars().take(200).collect();
+        ProviderError::Conflict(format!(
+            "a process record in the sandbox is damaged; it reads {shown:?}"
+        ))
     })
+}
+
+/// The well-formed records of a listing, one per id, at most [`MAX_LISTED_PROCESSES`], oldest
+/// first. What is not well formed is left out (and logged): one damaged record must not hide
+/// the others.
+pub(crate) fn well_formed(sandbox_id: &str, records: Vec<Option<ProcessInfo>>) -> Vec<ProcessInfo> {
+    let mut seen = std::collections::HashSet::new();
+    let mut all = Vec::new();
+    let mut damaged = 0usize;
+    for record in records {
+        match record {
+            Some(info) if seen.insert(info.id.clone()) => all.push(info),
+            _ => damaged += 1,
+        }
+        if all.len() == MAX_LISTED_PROCESSES {
+            break;
+        }
+    }
+    if damaged > 0 {
+        tracing::warn!(
+            sandbox_id,
+            damaged,
+            "left out process records that are not well formed"
+        );
+    }
+    all.sort_by_key(|p| (p.started_at, p.id.clone()));
+    all
 }
 
 fn command_text(command: &ExecCommand) -> String {
@@ -524,19 +725,17 @@ pub(crate) async fn list<P: SandboxProvider + ?Sized>(
     provider: &P,
     sandbox_id: &str,
 ) -> Result<Vec<ProcessInfo>, ProviderError> {
-    let out = run(
-        provider,
-        sandbox_id,
-        script(&format!("{DESCRIBE}{LIST}"), &[], &[]),
-    )
-    .await?;
-    let mut all: Vec<ProcessInfo> = String::from_utf8_lossy(&out)
+    let most = MAX_LISTED_PROCESSES.to_string();
+    let mut request = script(&format!("{DESCRIBE}{LIST}"), &[&most], &[]);
+    // A line is at most ~420 bytes; a listing past this is cut, its last line left out.
+    request.output_cap = MAX_LISTED_PROCESSES * 512;
+    let out = run(provider, sandbox_id, request).await?;
+    let records = String::from_utf8_lossy(&out)
         .lines()
         .filter(|l| !l.is_empty())
-        .map(parse_info)
-        .collect::<Result<_, _>>()?;
-    all.sort_by_key(|p| (p.started_at, p.id.clone()));
-    Ok(all)
+        .map(parse_line)
+        .collect();
+    Ok(well_formed(sandbox_id, records))
 }
 
 pub(crate) async fn read_output<P: SandboxProvider + ?Sized>(
@@ -546,6 +745,7 @@ pub(crate) async fn read_output<P: SandboxProvider + ?Sized>(
     after: u64,
     max: u64,
 ) -> Result<ProcessOutput, ProviderError> {
+    let after = check_output_offset(after)?;
     let max = max.clamp(1, MAX_OUTPUT_READ);
     let out = run(
         provider,
@@ -558,6 +758,9 @@ pub(crate) async fn read_output<P: SandboxProvider + ?Sized>(
         .position(|&b| b == b'\n')
         .ok_or_else(|| ProviderError::Internal("the process read said nothing".into()))?;
     let info = parse_info(&String::from_utf8_lossy(&out[..line_end]))?;
+    if info.id != id {
+        return Err(damaged_record(id, "it names another process"));
+    }
     let rest = &out[line_end + 1..];
     let Some(offset_end) = rest.iter().position(|&b| b == b'\n') else {
         // Nothing past `after` yet.
@@ -567,10 +770,12 @@ pub(crate) async fn read_output<P: SandboxProvider + ?Sized>(
             info,
         });
     };
-    let offset = String::from_utf8_lossy(&rest[..offset_end])
+    let offset: u64 = String::from_utf8_lossy(&rest[..offset_end])
         .trim()
         .parse()
-        .map_err(|_| ProviderError::Internal("the process read gave no offset".into()))?;
+        .ok()
+        .filter(|o| *o <= info.output_bytes)
+        .ok_or_else(|| damaged_record(id, "its output does not add up"))?;
     Ok(ProcessOutput {
         offset,
         data: rest[offset_end + 1..].to_vec(),
@@ -589,6 +794,7 @@ pub(crate) async fn follow_output<P: SandboxProvider + ?Sized>(
     timeout: Duration,
     output: ProcessSink,
 ) -> Result<u64, ProviderError> {
+    let after = check_output_offset(after)?;
     let mut request = process_script(FOLLOW, id, &[&after.to_string()])?;
     request.env.insert("POLL".into(), FOLLOW_POLL.into());
     request.timeout = timeout;
@@ -618,7 +824,7 @@ pub(crate) async fn follow_output<P: SandboxProvider + ?Sized>(
                         let line: Vec<u8> = stderr.drain(..=end).collect();
                         let line = String::from_utf8_lossy(&line);
                         if let Some(n) = line.trim().strip_prefix("skip ") {
-                            position += n.parse::<u64>().unwrap_or(0);
+                            position = position.saturating_add(n.parse::<u64>().unwrap_or(0));
                         }
                     }
                 }
@@ -710,6 +916,50 @@ mod tests {
         assert_eq!(running.exit_code, None);
         assert_eq!(running.ended_at, None);
         assert!(parse_info("garbage").is_err());
+    }
+
+    #[test]
+    fn description_lines_are_checked_field_by_field() {
+        let good = "abc\texited\t143\t1000\t2000\t0\t10\t0\tsleep 9";
+        assert!(parse_line(good).is_some());
+        for bad in [
+            // A folder named with tabs, its line forging a record of its own.
+            "x\trunning\t\t1\t\t0\t0\t0\tforged\texited\t0\t1\t2\t0\t0\t0\tcmd",
+            "a/b\texited\t0\t1000\t2000\t0\t10\t0\tcmd",
+            "abc\tdone\t0\t1000\t2000\t0\t10\t0\tcmd",
+            "abc\texited\t256\t1000\t2000\t0\t10\t0\tcmd",
+            "abc\texited\tabc\t1000\t2000\t0\t10\t0\tcmd",
+            "abc\trunning\t0\t1000\t\t0\t10\t0\tcmd",
+            "abc\texited\t0\t-5\t2000\t0\t10\t0\tcmd",
+            "abc\texited\t0\t1000\t2000\t2\t10\t0\tcmd",
+            "abc\texited\t0\t1000\t2000\t0\t10\t20\tcmd",
+            "abc\texited\t0\t1000\t2000\t0\t-1\t0\tcmd",
+            "abc\texited\t0\t1000\t2000\t0\t18446744073709551615\t0\tcmd",
+        ] {
+            assert!(parse_line(bad).is_none(), "{bad:?}");
+        }
+        // One record per id, the damaged left out.
+        let line = |id: &str| parse_line(&format!("{id}\texited\t0\t1\t2\t0\t0\t0\tc"));
+        let all = well_formed("sb", vec![line("a"), None, line("a"), line("b")]);
+        let ids: Vec<&str> = all.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+    }
+
+    #[test]
+    fn offsets_and_extents_stay_in_range() {
+        assert!(check_output_offset(MAX_OUTPUT_OFFSET).is_ok());
+        assert!(matches!(
+            check_output_offset(1 << 63),
+            Err(ProviderError::InvalidRequest(_))
+        ));
+        assert_eq!(output_extent(4, &[1, 2], 2), Some((10, 4)));
+        assert_eq!(output_extent(4, &[], 0), Some((0, 0)));
+        assert_eq!(output_extent(0, &[1], 0), None);
+        assert_eq!(output_extent(MAX_RECORD_CHUNK, &[u64::MAX / 2], 0), None);
+        assert_eq!(chunk_number("out.000000012"), Some(12));
+        for bad in ["out.12", "out.00000001x", "out.0000000001", "chunk"] {
+            assert_eq!(chunk_number(bad), None, "{bad}");
+        }
     }
 
     #[test]
