@@ -24,7 +24,7 @@ mod tests;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -229,7 +229,7 @@ pub fn routes(tb: Threadbox, auth: crate::http::ApiAuth) -> axum::Router {
 /// One MCP message (or batch) answered statelessly with the tools over the use cases. The auth
 /// layer has already checked the API key.
 async fn serve(
-    State(tb): State<Threadbox>,
+    crate::http::ForCaller(tb): crate::http::ForCaller,
     crate::http::Thread(thread_id): crate::http::Thread,
     limit: Option<axum::Extension<ExecLimit>>,
     mut request: Request,
