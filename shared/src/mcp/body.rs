@@ -1,0 +1,183 @@
+//! What the MCP endpoint takes as a request body, checked before the SDK parses it: one JSON-RPC
+//! message, at most [`MAX_JSON_BODY`] bytes (the limit of every other `/v1` JSON route), and
+//! anything else answered as JSON-RPC 2.0 says, in the MCP streamable HTTP transport's terms (an
+//! HTTP error status whose body is a JSON-RPC error response, without an id when there is none
+//! to name):
+//!
+//! | body | status | JSON-RPC error |
+//! |---|---|---|
+//! | over the limit (by `Content-Length`, or once read past it) | 413 | −32600 invalid request |
+//! | empty, not JSON, truncated | 400 | −32700 parse error |
+//! | a batch (an array: MCP 2025-06-18 removed batching) | 400 | −32600 |
+//! | JSON but not a message object, `jsonrpc` not `"2.0"` | 400 | −32600 (with its `id`) |
+//! | a message the SDK cannot read (bad `params`, nested past 128 levels) | 400 | −32600 (with its `id`) |
+//!
+//! The body is read in chunks and given up on as soon as it passes the limit, so a request holds
+//! at most the limit in memory before the SDK's own parse, which sees only bodies that fit.
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::http::MAX_JSON_BODY;
+
+/// JSON-RPC 2.0: "Invalid JSON was received by the server."
+pub const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC 2.0: "The JSON sent is not a valid Request object."
+pub const INVALID_REQUEST: i64 = -32600;
+
+/// A JSON-RPC error response, as the HTTP answer with `status`.
+pub(super) fn rpc_error(
+    status: StatusCode,
+    id: Value,
+    code: i64,
+    message: impl Into<String>,
+) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message.into()},
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn too_large() -> Response {
+    rpc_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Value::Null,
+        INVALID_REQUEST,
+        format!(
+            "the request body is over {MAX_JSON_BODY} bytes, the limit of the API's JSON bodies; \
+             send larger files with PUT /v1/threads/{{id}}/files/{{path}}"
+        ),
+    )
+}
+
+/// Whether the request says its body is JSON (the same test the SDK makes; a request that does
+/// not is left to the SDK, which answers 415 without reading the body).
+pub(super) fn says_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            let essence = value.split_once(';').map_or(value, |(essence, _)| essence);
+            essence.trim().eq_ignore_ascii_case("application/json")
+        })
+}
+
+/// The body, read up to [`MAX_JSON_BODY`] bytes; past it, or when it cannot be read, the answer.
+pub(super) async fn read(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > MAX_JSON_BODY as u64) {
+        return Err(too_large());
+    }
+    let mut collected = Vec::with_capacity(declared.map_or(0, |length| length as usize));
+    let mut chunks = body.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|error| {
+            rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                INVALID_REQUEST,
+                format!("the request body could not be read: {error}"),
+            )
+        })?;
+        if collected.len() + chunk.len() > MAX_JSON_BODY {
+            return Err(too_large());
+        }
+        collected.extend_from_slice(&chunk);
+    }
+    Ok(collected.into())
+}
+
+/// The members of a message this check reads; the rest is skipped unread (not kept).
+#[derive(Deserialize)]
+struct Envelope {
+    jsonrpc: Option<Value>,
+    id: Option<Value>,
+}
+
+/// Check that `body` is one JSON-RPC message; the id to answer it with (`null` when it has none
+/// a response may name), or the answer that refuses it.
+pub(super) fn check(body: &[u8]) -> Result<Value, Response> {
+    let parse_error = |why: String| {
+        Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            PARSE_ERROR,
+            why,
+        ))
+    };
+    let invalid =
+        |id: Value, why: &str| Err(rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, why));
+    let Some(&first) = body.iter().find(|b| !b.is_ascii_whitespace()) else {
+        return parse_error("the request body is empty; send one JSON-RPC message".into());
+    };
+    if first != b'{' {
+        // Syntax first: a broken array is a parse error, not a batch.
+        if let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            return parse_error(format!("the request body is not JSON: {error}"));
+        }
+        return invalid(
+            Value::Null,
+            if first == b'[' {
+                "a JSON-RPC batch; MCP takes one message per request (batching was removed in \
+                 2025-06-18)"
+            } else {
+                "the request body is not a JSON-RPC message object"
+            },
+        );
+    }
+    let envelope: Envelope = match serde_json::from_slice(body) {
+        Ok(envelope) => envelope,
+        Err(error) if error.is_data() => {
+            return invalid(
+                Value::Null,
+                "the request body is not a JSON-RPC message object",
+            )
+        }
+        Err(error) => return parse_error(format!("the request body is not JSON: {error}")),
+    };
+    // Only an id a response may carry is echoed back.
+    let id = envelope
+        .id
+        .filter(|id| id.is_string() || id.is_number())
+        .unwrap_or(Value::Null);
+    if envelope.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+        return invalid(id, "\"jsonrpc\" must be \"2.0\"");
+    }
+    Ok(id)
+}
+
+/// The SDK's answer to a body that passed [`check`]: as it is, unless it is the SDK's plain-text
+/// 415 for a message it could not read, which becomes a JSON-RPC invalid request naming `id`.
+pub(super) async fn answer(id: Value, response: Response) -> Response {
+    if response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return response;
+    }
+    // The SDK's text is one short line; read a bounded prefix of it for the message.
+    let text = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    let why = text
+        .strip_prefix("fail to deserialize request body ")
+        .unwrap_or(&text);
+    rpc_error(
+        StatusCode::BAD_REQUEST,
+        id,
+        INVALID_REQUEST,
+        format!("not an MCP message this server can read: {why}"),
+    )
+}
