@@ -9,16 +9,25 @@
 //! | over the limit (by `Content-Length`, or once read past it) | 413 | −32600 invalid request |
 //! | empty, not JSON, truncated | 400 | −32700 parse error |
 //! | a batch (an array: MCP 2025-06-18 removed batching) | 400 | −32600 |
+//! | more than [`MAX_MESSAGE_VALUES`] JSON values, or nested past [`MAX_MESSAGE_DEPTH`] | 400 | −32600 |
 //! | JSON but not a message object, `jsonrpc` not `"2.0"` | 400 | −32600 (with its `id`) |
-//! | a message the SDK cannot read (bad `params`, nested past 128 levels) | 400 | −32600 (with its `id`) |
+//! | a message the SDK cannot read (bad `params`) | 400 | −32600 (with its `id`) |
 //!
 //! The body is read in chunks and given up on as soon as it passes the limit, so a request holds
-//! at most the limit in memory before the SDK's own parse, which sees only bodies that fit.
+//! at most the limit in memory before the SDK's own parse. That parse builds a JSON value tree,
+//! about 32 bytes a value: a dense megabyte (`[0,0,0,…]`, half a million values) would cost it
+//! some 32 MiB. So the check walks the body first without keeping anything, and refuses a
+//! message of more than [`MAX_MESSAGE_VALUES`] values (a tool call has a few dozen; a file's
+//! content is one string however long), which bounds the tree to a few MiB.
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
+use std::cell::Cell;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -28,6 +37,11 @@ use crate::http::MAX_JSON_BODY;
 pub const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC 2.0: "The JSON sent is not a valid Request object."
 pub const INVALID_REQUEST: i64 = -32600;
+
+/// The most JSON values (each string, number, array, object…) one message may hold.
+pub const MAX_MESSAGE_VALUES: usize = 16 * 1024;
+/// The deepest one message may nest (below serde_json's own 128, so the refusal says why).
+pub const MAX_MESSAGE_DEPTH: usize = 64;
 
 /// A JSON-RPC error response, as the HTTP answer with `status`.
 pub(super) fn rpc_error(
@@ -139,6 +153,20 @@ pub(super) fn check(body: &[u8]) -> Result<Value, Response> {
             },
         );
     }
+    // The whole body, walked once and kept nowhere: its size in values and its depth.
+    let left = Cell::new(MAX_MESSAGE_VALUES);
+    let mut walk = serde_json::Deserializer::from_slice(body);
+    let walked = Walk {
+        left: &left,
+        depth: 0,
+    }
+    .deserialize(&mut walk)
+    .and_then(|()| walk.end());
+    match walked {
+        Ok(()) => {}
+        Err(error) if error.is_data() => return invalid(Value::Null, &error.to_string()),
+        Err(error) => return parse_error(format!("the request body is not JSON: {error}")),
+    }
     let envelope: Envelope = match serde_json::from_slice(body) {
         Ok(envelope) => envelope,
         Err(error) if error.is_data() => {
@@ -180,4 +208,101 @@ pub(super) async fn answer(id: Value, response: Response) -> Response {
         INVALID_REQUEST,
         format!("not an MCP message this server can read: {why}"),
     )
+}
+
+/// A walk over one JSON value that keeps nothing, counting values down from `left` and refusing
+/// past [`MAX_MESSAGE_DEPTH`].
+struct Walk<'a> {
+    left: &'a Cell<usize>,
+    depth: usize,
+}
+
+impl Walk<'_> {
+    fn take<E: de::Error>(&self) -> Result<(), E> {
+        match self.left.get() {
+            0 => Err(E::custom(format_args!(
+                "the message holds more than {MAX_MESSAGE_VALUES} JSON values"
+            ))),
+            n => {
+                self.left.set(n - 1);
+                Ok(())
+            }
+        }
+    }
+
+    fn inner<E: de::Error>(&self) -> Result<Self, E> {
+        self.take()?;
+        if self.depth >= MAX_MESSAGE_DEPTH {
+            return Err(E::custom(format_args!(
+                "the message nests deeper than {MAX_MESSAGE_DEPTH} levels"
+            )));
+        }
+        Ok(Walk {
+            left: self.left,
+            depth: self.depth + 1,
+        })
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.take()
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let inner = self.inner()?;
+        while seq
+            .next_element_seed(Walk {
+                left: inner.left,
+                depth: inner.depth,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let inner = self.inner()?;
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            map.next_value_seed(Walk {
+                left: inner.left,
+                depth: inner.depth,
+            })?;
+        }
+        Ok(())
+    }
 }

@@ -45,7 +45,7 @@ use crate::usecases::Threadbox;
 pub use backend::ThreadboxBackend;
 pub use tools::SandboxTools;
 
-pub use body::{INVALID_REQUEST, PARSE_ERROR};
+pub use body::{INVALID_REQUEST, MAX_MESSAGE_DEPTH, MAX_MESSAGE_VALUES, PARSE_ERROR};
 
 /// The longest a command may run through the MCP endpoint, for a proxy in front that cannot wait
 /// longer (API Gateway): put it in the requests' extensions (the `sandbox-api` function does).

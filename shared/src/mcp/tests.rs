@@ -442,6 +442,10 @@ async fn bodies_past_the_apis_limit_or_not_one_message_get_json_rpc_errors() {
         "[".repeat(100_000),
         "]".repeat(100_000)
     );
+    let dense = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"x":[{}0]}}}}"#,
+        "0,".repeat(super::MAX_MESSAGE_VALUES)
+    );
     for (what, body, code) in [
         (
             "malformed",
@@ -451,8 +455,9 @@ async fn bodies_past_the_apis_limit_or_not_one_message_get_json_rpc_errors() {
         ("not JSON", "hello".to_owned(), PARSE_ERROR),
         ("empty", String::new(), PARSE_ERROR),
         ("blank", " \n ".to_owned(), PARSE_ERROR),
-        // Valid JSON, but deeper than any message (and serde_json's 128 levels) goes.
+        // Valid JSON, but deeper than any message goes, or denser.
         ("deeply nested", deep, INVALID_REQUEST),
+        ("dense", dense, INVALID_REQUEST),
         (
             "a batch",
             json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]).to_string(),
