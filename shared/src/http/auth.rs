@@ -214,7 +214,7 @@ pub(crate) async fn require(
 
 #[cfg(test)]
 mod tests {
-    use axum::http::{HeaderValue, StatusCode};
+    use axum::http::{HeaderValue, Request};
 
     use super::*;
 
@@ -315,6 +315,21 @@ mod tests {
             "{shown}"
         );
         assert!(ApiAuth::parse(&"c".repeat(31)).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_route_outside_the_key_check_has_no_caller_and_is_refused() {
+        let (mut parts, ()) = Request::new(()).into_parts();
+        let refused = Caller::from_request_parts(&mut parts, &())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let caller = Caller(Some(key_scope("k1")));
+        parts.extensions.insert(caller.clone());
+        assert_eq!(
+            Caller::from_request_parts(&mut parts, &()).await.unwrap(),
+            caller
+        );
     }
 
     #[test]

@@ -43,36 +43,52 @@ pub const MAX_MESSAGE_VALUES: usize = 16 * 1024;
 /// The deepest one message may nest (below serde_json's own 128, so the refusal says why).
 pub const MAX_MESSAGE_DEPTH: usize = 64;
 
-/// A JSON-RPC error response, as the HTTP answer with `status`.
-pub(super) fn rpc_error(
+/// A body refused: the JSON-RPC error response to answer it with, and its HTTP status.
+#[derive(Debug)]
+pub(super) struct Refusal {
     status: StatusCode,
     id: Value,
     code: i64,
-    message: impl Into<String>,
-) -> Response {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": code, "message": message.into()},
-    });
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    message: String,
 }
 
-fn too_large() -> Response {
-    rpc_error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        Value::Null,
-        INVALID_REQUEST,
-        format!(
-            "the request body is over {MAX_JSON_BODY} bytes, the limit of the API's JSON bodies; \
-             send larger files with PUT /v1/threads/{{id}}/files/{{path}}"
-        ),
-    )
+impl Refusal {
+    fn bad(id: Value, code: i64, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            id,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn too_large() -> Self {
+        Self {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            id: Value::Null,
+            code: INVALID_REQUEST,
+            message: format!(
+                "the request body is over {MAX_JSON_BODY} bytes, the limit of the API's JSON \
+                 bodies; send larger files with PUT /v1/threads/{{id}}/files/{{path}}"
+            ),
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": self.id,
+            "error": {"code": self.code, "message": self.message},
+        });
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response()
+    }
 }
 
 /// Whether the request says its body is JSON (the same test the SDK makes; a request that does
@@ -88,27 +104,26 @@ pub(super) fn says_json(headers: &HeaderMap) -> bool {
 }
 
 /// The body, read up to [`MAX_JSON_BODY`] bytes; past it, or when it cannot be read, the answer.
-pub(super) async fn read(headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+pub(super) async fn read(headers: &HeaderMap, body: Body) -> Result<Bytes, Refusal> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if declared.is_some_and(|length| length > MAX_JSON_BODY as u64) {
-        return Err(too_large());
+        return Err(Refusal::too_large());
     }
     let mut collected = Vec::with_capacity(declared.map_or(0, |length| length as usize));
     let mut chunks = body.into_data_stream();
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|error| {
-            rpc_error(
-                StatusCode::BAD_REQUEST,
+            Refusal::bad(
                 Value::Null,
                 INVALID_REQUEST,
                 format!("the request body could not be read: {error}"),
             )
         })?;
         if collected.len() + chunk.len() > MAX_JSON_BODY {
-            return Err(too_large());
+            return Err(Refusal::too_large());
         }
         collected.extend_from_slice(&chunk);
     }
@@ -124,17 +139,9 @@ struct Envelope {
 
 /// Check that `body` is one JSON-RPC message; the id to answer it with (`null` when it has none
 /// a response may name), or the answer that refuses it.
-pub(super) fn check(body: &[u8]) -> Result<Value, Response> {
-    let parse_error = |why: String| {
-        Err(rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            PARSE_ERROR,
-            why,
-        ))
-    };
-    let invalid =
-        |id: Value, why: &str| Err(rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, why));
+pub(super) fn check(body: &[u8]) -> Result<Value, Refusal> {
+    let parse_error = |why: String| Err(Refusal::bad(Value::Null, PARSE_ERROR, why));
+    let invalid = |id: Value, why: &str| Err(Refusal::bad(id, INVALID_REQUEST, why));
     let Some(&first) = body.iter().find(|b| !b.is_ascii_whitespace()) else {
         return parse_error("the request body is empty; send one JSON-RPC message".into());
     };
@@ -202,12 +209,12 @@ pub(super) async fn answer(id: Value, response: Response) -> Response {
     let why = text
         .strip_prefix("fail to deserialize request body ")
         .unwrap_or(&text);
-    rpc_error(
-        StatusCode::BAD_REQUEST,
+    Refusal::bad(
         id,
         INVALID_REQUEST,
         format!("not an MCP message this server can read: {why}"),
     )
+    .into_response()
 }
 
 /// A walk over one JSON value that keeps nothing, counting values down from `left` and refusing

@@ -276,11 +276,11 @@ async fn serve(
     }
     let bytes = match body::read(&parts.headers, body).await {
         Ok(bytes) => bytes,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let id = match body::check(&bytes) {
         Ok(id) => id,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let request = Request::from_parts(parts, axum::body::Body::from(bytes));
     let response = service
