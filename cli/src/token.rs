@@ -64,8 +64,14 @@ pub fn run(args: TokenArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating the data directory {}", args.data_dir.display()))?;
     let (secret, source) = token_secret::load(&args.data_dir)?;
-    let minted =
-        TokenKey::new(secret).mint_with_exec(scope, args.ttl, SystemClock.now(), args.exec)?;
+    let minted = TokenKey::new(secret).mint_with_exec(
+        scope,
+        args.ttl,
+        SystemClock.now(),
+        args.exec,
+        // Minted from the secret itself, by its holder (the operator): no API key to charge.
+        None,
+    )?;
     tracing::debug!(%source, expires_at = minted.expires_at.0, exec = minted.exec, "minted a live-events token");
     if args.json {
         println!("{}", serde_json::to_string(&minted)?);

@@ -190,3 +190,116 @@ fn check_processes(seen: &Value) {
     assert_eq!(unknown["result"]["error"]["code"], "unknown_process");
     assert_eq!(unknown["result"]["error"]["status"], 404);
 }
+
+/// POST `body` to the MCP endpoint with `Transfer-Encoding: chunked` (so the server cannot know
+/// its size up front) over a plain socket, in 256 KiB chunks; the answer's status and body.
+/// Sending stops early if the server answers and closes first.
+async fn post_mcp_chunked(dev: &DevServer, thread: &str, body: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = dev.url.trim_start_matches("http://");
+    let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "POST /v1/threads/{thread}/mcp HTTP/1.1\r\nHost: {address}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    for chunk in body.chunks(256 * 1024) {
+        let frame = [format!("{:x}\r\n", chunk.len()).as_bytes(), chunk, b"\r\n"].concat();
+        if socket.write_all(&frame).await.is_err() {
+            break;
+        }
+    }
+    let _ = socket.write_all(b"0\r\n\r\n").await;
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {answer:?}"));
+    (status, answer)
+}
+
+/// Eight 6 MiB MCP requests at once, their size not declared: each is refused with a JSON-RPC
+/// error as soon as it passes the API's 1 MiB limit, and the server's memory stays near where it
+/// was (it used to read and parse every one whole: about 410 MiB for one, 780–900 MiB for
+/// eight). Then eight dense bodies under the limit (an array of half a million numbers, which
+/// the SDK's parse would have made some 32 MiB of values each): refused by the check that walks
+/// a body without keeping it, and the memory stays bounded again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_mcp_bodies_are_refused_without_the_server_holding_them() {
+    if !prerequisites_met(
+        "oversized_mcp_bodies_are_refused_without_the_server_holding_them",
+        &dev_missing(),
+    ) {
+        return;
+    }
+    use support::transfer;
+
+    let dev = DevServer::start(&[]).await;
+    let pid = dev.pid();
+    // The route is warm and the allocator has its arenas before the baseline is read.
+    let (status, _) =
+        post_mcp_chunked(&dev, "mem", br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+    assert_eq!(status, 200);
+    let baseline = transfer::rss(pid);
+
+    let content = "a".repeat(6 * 1024 * 1024);
+    let oversized = serde_json::json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "write_file",
+                   "arguments": {"path": "/home/user/big.txt", "content": content}},
+    })
+    .to_string();
+    let threads: Vec<String> = (0..8).map(|i| format!("mem-{i}")).collect();
+    let peak = transfer::PeakRss::start(pid);
+    let answers = futures::future::join_all(
+        threads
+            .iter()
+            .map(|thread| post_mcp_chunked(&dev, thread, oversized.as_bytes())),
+    )
+    .await;
+    let oversized_peak = peak.stop();
+    for (status, answer) in &answers {
+        assert_eq!(*status, 413, "{answer}");
+        assert!(answer.contains("\"code\":-32600"), "{answer}");
+        assert!(answer.contains("1048576"), "{answer}");
+    }
+    let grew = oversized_peak.saturating_sub(baseline);
+    println!(
+        "eight 6 MiB MCP bodies at once: server RSS {} MiB → peak {} MiB (+{} MiB)",
+        baseline >> 20,
+        oversized_peak >> 20,
+        grew >> 20
+    );
+    // Eight requests may each hold up to 1 MiB while they are read; 64 MiB is far above that
+    // and far below the hundreds of MiB a whole read and parse took.
+    assert!(grew < 64 << 20, "the server grew by {} MiB", grew >> 20);
+
+    let dense = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"stat","arguments":{{"path":"/home/user","x":[{}0]}}}}}}"#,
+        "0,".repeat(520_000)
+    );
+    assert!(dense.len() < 1024 * 1024);
+    let peak = transfer::PeakRss::start(pid);
+    let answers = futures::future::join_all(
+        threads
+            .iter()
+            .map(|thread| post_mcp_chunked(&dev, thread, dense.as_bytes())),
+    )
+    .await;
+    let dense_peak = peak.stop();
+    for (status, answer) in &answers {
+        assert_eq!(*status, 400, "{answer}");
+        assert!(answer.contains("\"code\":-32600"), "{answer}");
+    }
+    let grew = dense_peak.saturating_sub(baseline);
+    println!(
+        "eight dense 1 MiB MCP bodies at once: peak {} MiB (+{} MiB)",
+        dense_peak >> 20,
+        grew >> 20
+    );
+    assert!(grew < 64 << 20, "the server grew by {} MiB", grew >> 20);
+}

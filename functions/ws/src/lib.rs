@@ -347,6 +347,7 @@ mod tests {
                 Duration::from_secs(600),
                 l.local.clock.now(),
                 true,
+                None,
             )
             .unwrap()
             .token;

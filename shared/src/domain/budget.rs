@@ -112,6 +112,18 @@ impl BudgetScope {
         }
     }
 
+    /// The scope [`BudgetScope::key`] names; `None` for anything else.
+    pub fn from_key(key: &str) -> Option<BudgetScope> {
+        let valid = |id: &str| {
+            (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
+        };
+        match key.split_once(':')? {
+            ("team", team) if valid(team) => Some(BudgetScope::SlackTeam(team.to_owned())),
+            ("key", id) if valid(id) => Some(BudgetScope::ApiKey(id.to_owned())),
+            _ => None,
+        }
+    }
+
     /// The scope of a thread as far as its id says: a Slack thread's workspace.
     pub fn of_thread(thread_id: &ThreadId) -> Option<BudgetScope> {
         thread_id

@@ -8,8 +8,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
@@ -18,7 +19,7 @@ use subtle::ConstantTimeEq;
 use super::error::ApiError;
 use super::local_only::LocalOnly;
 use crate::domain::BudgetScope;
-use crate::usecases::with_caller_scope;
+use crate::usecases::Threadbox;
 
 /// The shortest API key accepted from configuration. Keys are bearer secrets sent on every
 /// request; 32 characters of `openssl rand -hex 32` (which gives 64) is far past guessing.
@@ -152,19 +153,68 @@ pub fn key_scope(key: &str) -> BudgetScope {
     BudgetScope::ApiKey(hex)
 }
 
-/// Middleware: reject the request unless its credentials pass; run it on behalf of the key's
-/// budget scope when they do.
-pub(crate) async fn require(State(auth): State<ApiAuth>, request: Request, next: Next) -> Response {
+/// Who a request comes from, as [`require`] found it: the budget scope of the key it presented
+/// (`None` with authentication off). `require` is the only place that decides it, and puts it
+/// in the request's extensions; routes take it from there ([`Caller`] or [`ForCaller`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller(pub Option<BudgetScope>);
+
+fn caller_of(parts: &Parts) -> Result<Caller, ApiError> {
+    // A route outside `require` has no caller: refused loudly, never run on nobody's budget.
+    parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+        tracing::error!(path = %parts.uri.path(), "a route that acts for a caller is not behind the API key check");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "this route is not behind the API key check",
+        )
+    })
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        caller_of(parts)
+    }
+}
+
+/// The use cases acting for the request's [`Caller`] (`Threadbox::for_caller`): how every route
+/// reaches them, so whatever a route does, or hands to a task or a service of its own (an SSE
+/// stream, the MCP service), is charged to the key that asked.
+pub(crate) struct ForCaller(pub Threadbox);
+
+impl FromRequestParts<Threadbox> for ForCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        tb: &Threadbox,
+    ) -> Result<Self, Self::Rejection> {
+        let Caller(scope) = caller_of(parts)?;
+        Ok(ForCaller(tb.for_caller(scope)))
+    }
+}
+
+/// Middleware: reject the request unless its credentials pass; when they do, record who the
+/// caller is ([`Caller`]) for the route to act for.
+pub(crate) async fn require(
+    State(auth): State<ApiAuth>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     match auth.check(request.headers()) {
-        Ok(Some(scope)) => with_caller_scope(scope, next.run(request)).await,
-        Ok(None) => next.run(request).await,
+        Ok(scope) => {
+            request.extensions_mut().insert(Caller(scope));
+            next.run(request).await
+        }
         Err(error) => error.into_response(),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use axum::http::{HeaderValue, StatusCode};
+    use axum::http::{HeaderValue, Request};
 
     use super::*;
 
@@ -265,6 +315,21 @@ mod tests {
             "{shown}"
         );
         assert!(ApiAuth::parse(&"c".repeat(31)).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_route_outside_the_key_check_has_no_caller_and_is_refused() {
+        let (mut parts, ()) = Request::new(()).into_parts();
+        let refused = Caller::from_request_parts(&mut parts, &())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let caller = Caller(Some(key_scope("k1")));
+        parts.extensions.insert(caller.clone());
+        assert_eq!(
+            Caller::from_request_parts(&mut parts, &()).await.unwrap(),
+            caller
+        );
     }
 
     #[test]

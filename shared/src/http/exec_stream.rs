@@ -43,10 +43,8 @@ pub(crate) fn exec_events(
     kill_on_disconnect: bool,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let (sink, output) = mpsc::channel(CHANNEL_CHUNKS);
-    // The command's own task, still on behalf of the caller's key (its budgets).
-    let command = tokio::spawn(crate::usecases::in_caller_scope(async move {
-        tb.exec_streaming(&thread_id, request, sink).await
-    }));
+    // The command's own task; `tb` acts for the caller, so its budgets go along.
+    let command = tokio::spawn(async move { tb.exec_streaming(&thread_id, request, sink).await });
     let state = State {
         output: Some(output),
         command: Some(CommandTask {

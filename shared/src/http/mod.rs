@@ -34,7 +34,8 @@ use axum::routing::get;
 use axum::{middleware, Json, Router};
 use serde_json::{json, Value};
 
-pub use auth::{key_scope, ApiAuth, ApiKeysError, MIN_API_KEY_LEN};
+pub(crate) use auth::ForCaller;
+pub use auth::{key_scope, ApiAuth, ApiKeysError, Caller, MIN_API_KEY_LEN};
 // For the routes that live with their own layer: the Slack sink's, the live-events token's, MCP's.
 pub(crate) use auth::require as require_api_key;
 pub use error::ApiError;

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{FromRequestParts, RawPathParams, State};
+use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -30,6 +30,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use super::auth::ForCaller;
 use super::error::ApiError;
 use super::exec_stream::{error_event, json_event, Utf8Events};
 use super::extract::{sandbox_path, ApiQuery, JsonBody, Thread};
@@ -153,7 +154,7 @@ impl StartBody {
 }
 
 async fn start(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     JsonBody(body): JsonBody<StartBody>,
 ) -> Result<Response, ApiError> {
@@ -163,7 +164,7 @@ async fn start(
 }
 
 async fn list(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let processes = tb.list_processes(&thread_id).await?;
@@ -190,7 +191,7 @@ fn bytes_field(bytes: &[u8]) -> (&'static str, String) {
 }
 
 async fn output(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     Process(process_id): Process,
     headers: axum::http::HeaderMap,
@@ -313,7 +314,7 @@ struct InputBody {
 }
 
 async fn input(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     Process(process_id): Process,
     JsonBody(body): JsonBody<InputBody>,
@@ -338,7 +339,7 @@ async fn input(
 }
 
 async fn resize(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     Process(process_id): Process,
     JsonBody(size): JsonBody<PtySize>,
@@ -357,7 +358,7 @@ struct SignalQuery {
 }
 
 async fn signal(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     Process(process_id): Process,
     ApiQuery(query): ApiQuery<SignalQuery>,

@@ -9,13 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::DefaultBodyLimit;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+use super::auth::ForCaller;
 use super::error::ApiError;
 use super::extract::{sandbox_path, ApiQuery, JsonBody, SandboxPath, Thread};
 use crate::ports::{
@@ -147,7 +148,7 @@ pub(super) fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> 
 /// Run a command: the result as JSON when it ends, or with `Accept: text/event-stream` its
 /// output as it happens (see `exec_stream`).
 async fn exec(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody<ExecBody>,
@@ -237,7 +238,7 @@ struct Listing {
 /// GET: the file's bytes, or a listing (`?list=true`), its metadata (`?stat=true`), the paths
 /// under it matching a glob (`?glob=`), or the lines under it matching a regex (`?grep=`).
 async fn read(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     SandboxPath(path): SandboxPath,
     ApiQuery(query): ApiQuery<FileQuery>,
@@ -334,7 +335,7 @@ struct Written {
 /// is streamed into the sandbox as it arrives (bounded memory); past the provider's upload limit
 /// it is 413 and the file is left as it was.
 async fn write(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     SandboxPath(path): SandboxPath,
     ApiQuery(query): ApiQuery<FileQuery>,
@@ -408,7 +409,7 @@ fn upload_chunks(
 
 /// DELETE: remove a file, or a directory with `?recursive=true`.
 async fn remove(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     SandboxPath(path): SandboxPath,
     ApiQuery(query): ApiQuery<FileQuery>,

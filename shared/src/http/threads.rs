@@ -1,13 +1,13 @@
 //! Session routes: resolve, pause, resume, reset, and reading sessions and their events.
 
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+use super::auth::ForCaller;
 use super::error::ApiError;
 use super::extract::{ApiQuery, Thread};
 use crate::domain::{LifecycleEvent, Millis, NetworkProfile, Session, ThreadId, Usage, MAX_SEQ};
@@ -117,7 +117,7 @@ pub(super) fn network_body(
 /// optional body `{"network": ...}` chooses the profile of a thread this call creates; a
 /// thread that exists with another profile is a 409 (`PUT .../network` changes it).
 async fn resolve(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     headers: HeaderMap,
     body: Bytes,
@@ -153,7 +153,7 @@ struct NetworkView {
 /// Change the thread's network profile: recorded with a `user` event, applied to the sandbox
 /// where the provider can do that live, otherwise to the thread's next sandbox.
 async fn set_network(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     headers: HeaderMap,
     body: Bytes,
@@ -185,7 +185,7 @@ async fn set_network(
 }
 
 async fn pause(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
 ) -> Result<Json<SessionView>, ApiError> {
     let session = tb.pause(&thread_id).await?;
@@ -194,7 +194,7 @@ async fn pause(
 
 /// Resume a paused sandbox; never creates one (404 for a thread without a session).
 async fn resume(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
 ) -> Result<Json<SandboxHandle>, ApiError> {
     Ok(Json(tb.resume(&thread_id).await?))
@@ -210,7 +210,7 @@ struct ResetView {
 }
 
 async fn reset(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
 ) -> Result<Json<ResetView>, ApiError> {
     let handle = tb.reset(&thread_id).await?;
@@ -235,7 +235,7 @@ struct ShowView {
 }
 
 async fn show(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
 ) -> Result<Json<ShowView>, ApiError> {
     let (session, events) = tb
@@ -279,7 +279,7 @@ struct ListView {
 }
 
 async fn list(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<ListView>, ApiError> {
     let limit = page_size("limit", query.limit, DEFAULT_PAGE, MAX_PAGE)?;
@@ -344,7 +344,7 @@ struct EventsView {
 }
 
 async fn events(
-    State(tb): State<Threadbox>,
+    ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<Json<EventsView>, ApiError> {

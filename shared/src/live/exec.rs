@@ -74,7 +74,8 @@ pub(super) struct Command {
 impl ConnectionExec {
     /// The commands of connection `connection_id`, opened with `grant`. The receiver is its exec
     /// lane: the socket's writer sends what it yields, beside the connection's other frames.
-    /// `sender` is used only to close a connection that stopped reading.
+    /// `sender` is used only to close a connection that stopped reading. What it runs acts for
+    /// `grant`'s caller (the key that minted the token), whatever `tb` acted for.
     /// `limiter` is the gateway's ([`LiveGateway::frame_limiter`](super::LiveGateway)): the
     /// frames of every connection count in one place.
     pub fn new(
@@ -86,7 +87,8 @@ impl ConnectionExec {
     ) -> (Self, mpsc::Receiver<Frame>) {
         let (lane, frames) = mpsc::channel(EXEC_LANE_FRAMES);
         let inner = Inner {
-            tb,
+            // Everything the connection runs is charged to the key that minted its token.
+            tb: tb.for_caller(grant.caller.clone()),
             sender,
             connection_id: connection_id.to_owned(),
             grant,

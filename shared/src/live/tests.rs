@@ -570,7 +570,13 @@ mod exec {
         ) -> (ConnectionExec, Receiver<Frame>) {
             let token = self
                 .key
-                .mint_with_exec(scope, Duration::from_secs(3600), self.clock.now(), exec)
+                .mint_with_exec(
+                    scope,
+                    Duration::from_secs(3600),
+                    self.clock.now(),
+                    exec,
+                    None,
+                )
                 .unwrap()
                 .token;
             let (_, grant) = self

@@ -5,6 +5,13 @@
 //! `"exec":true` when the token may also run commands in its threads' sandboxes over the socket (an
 //! `exec` frame). That capability is off unless asked for when minting; a token without the claim
 //! (every token minted before it existed) never runs anything, and is byte for byte what it was.
+//!
+//! A token with `exec` also names who minted it, `"by":"key:<id>"` (the budget scope of the API
+//! key that asked, `http::key_scope`) or `"by":"none"` (no key: authentication off, or minted
+//! offline from the secret by `threadbox token`), and what it runs is charged to that scope's
+//! budgets, as the key's own HTTP calls are. An `exec` token without `by` (minted before the
+//! claim existed, so at most [`MAX_TOKEN_TTL`] before this version) can only watch: its key is
+//! not known, and running its commands on no scope would step around that key's caps.
 //! The MAC covers a fixed prefix so a tag made with the same secret for any other purpose can never
 //! pass as a subscription token. Verification checks the MAC (in constant time) before it parses
 //! anything the client sent, then the expiry.
@@ -17,7 +24,7 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::domain::{Millis, ThreadId, ThreadScope};
+use crate::domain::{BudgetScope, Millis, ThreadId, ThreadScope};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -82,6 +89,9 @@ pub struct SubscriptionToken {
     pub expires_at: Millis,
     /// Whether the holder may run commands in its threads' sandboxes (`exec` frames).
     pub exec: bool,
+    /// Whose budgets those commands are charged to: the scope of the API key that minted the
+    /// token (`None`: minted without a key).
+    pub caller: Option<BudgetScope>,
 }
 
 impl SubscriptionToken {
@@ -148,7 +158,13 @@ struct Claims {
     /// only watch are exactly what they were before the claim existed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     exec: bool,
+    /// With `exec`: the budget scope that minted it (`BudgetScope::key`), or [`NO_CALLER`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    by: Option<String>,
 }
+
+/// `by` of a token minted without an API key.
+const NO_CALLER: &str = "none";
 
 /// Mints and verifies subscription tokens with one secret.
 #[derive(Clone, Debug)]
@@ -178,17 +194,19 @@ impl TokenKey {
         ttl: Duration,
         now: Millis,
     ) -> Result<MintedToken, InvalidTtl> {
-        self.mint_with_exec(scope, ttl, now, false)
+        self.mint_with_exec(scope, ttl, now, false, None)
     }
 
     /// [`TokenKey::mint`], and with `exec` the token may also run commands in its threads'
-    /// sandboxes over the socket. Only for callers that could run them anyway (an API key).
+    /// sandboxes over the socket, charged to `caller`'s budgets. Only for callers that could run
+    /// them anyway (an API key, whose scope `caller` is).
     pub fn mint_with_exec(
         &self,
         scope: ThreadScope,
         ttl: Duration,
         now: Millis,
         exec: bool,
+        caller: Option<BudgetScope>,
     ) -> Result<MintedToken, InvalidTtl> {
         if ttl.as_secs() == 0 || ttl > MAX_TOKEN_TTL {
             return Err(InvalidTtl(ttl));
@@ -199,6 +217,7 @@ impl TokenKey {
             threads: scope,
             exp,
             exec,
+            by: exec.then(|| caller.map_or_else(|| NO_CALLER.to_owned(), |c| c.key())),
         };
         let json = serde_json::to_vec(&claims).expect("claims always serialize");
         let encoded = URL_SAFE_NO_PAD.encode(json);
@@ -247,10 +266,22 @@ impl TokenKey {
         if expires_at <= now {
             return Err(TokenError::Expired(expires_at));
         }
+        // Who the commands are charged to. An `exec` token that does not say was minted before
+        // tokens said: it may only watch (see the module's docs).
+        let caller = match claims.by.as_deref() {
+            None => None,
+            Some(NO_CALLER) => Some(None),
+            Some(by) => {
+                Some(Some(BudgetScope::from_key(by).ok_or_else(|| {
+                    malformed(&format!("unknown minter {by:?}"))
+                })?))
+            }
+        };
         Ok(SubscriptionToken {
             scope: claims.threads,
             expires_at,
-            exec: claims.exec,
+            exec: claims.exec && caller.is_some(),
+            caller: caller.flatten(),
         })
     }
 }
@@ -319,11 +350,12 @@ mod tests {
         assert!(!json.contains("exec"), "{json}");
 
         let running = k
-            .mint_with_exec(scope(&["a"]), Duration::from_secs(60), NOW, true)
+            .mint_with_exec(scope(&["a"]), Duration::from_secs(60), NOW, true, None)
             .unwrap();
         assert!(running.exec);
         let granted = k.verify(&running.token, NOW).unwrap();
         assert!(granted.exec);
+        assert_eq!(granted.caller, None);
         granted.check_thread(&t("a")).unwrap();
 
         // A token made the old way (no claim) verifies, without exec.
@@ -340,6 +372,46 @@ mod tests {
             k.verify(&format!("{widened}.{tag}"), NOW).unwrap_err(),
             TokenError::BadSignature
         );
+    }
+
+    #[test]
+    fn an_exec_token_carries_the_key_that_minted_it_and_an_older_one_only_watches() {
+        let k = key(SECRET);
+        let by_key = BudgetScope::ApiKey("ab12cd34ef56".into());
+        let minted = k
+            .mint_with_exec(
+                ThreadScope::Any,
+                Duration::from_secs(60),
+                NOW,
+                true,
+                Some(by_key.clone()),
+            )
+            .unwrap();
+        let granted = k.verify(&minted.token, NOW).unwrap();
+        assert!(granted.exec);
+        assert_eq!(granted.caller, Some(by_key));
+
+        let signed = |claims: &str| {
+            let encoded = URL_SAFE_NO_PAD.encode(claims);
+            let tag = URL_SAFE_NO_PAD.encode(k.mac(&encoded).finalize().into_bytes());
+            format!("{encoded}.{tag}")
+        };
+        // Minted with `exec` before tokens named their minter: its key is unknown, so running
+        // on no scope could step around that key's caps. It still watches.
+        let old = k
+            .verify(
+                &signed(r#"{"v":1,"threads":"*","exp":4000000000,"exec":true}"#),
+                NOW,
+            )
+            .unwrap();
+        assert!(!old.exec, "{old:?}");
+        assert_eq!(old.scope, ThreadScope::Any);
+        // A minter we do not know is not read as "none".
+        let odd = k.verify(
+            &signed(r#"{"v":1,"threads":"*","exp":4000000000,"exec":true,"by":"key:"}"#),
+            NOW,
+        );
+        assert_eq!(odd.unwrap_err().code(), "token_malformed");
     }
 
     #[test]

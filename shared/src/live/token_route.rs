@@ -5,7 +5,8 @@
 //! holds an API key may watch any thread anyway (it can read every thread's events), so the key
 //! may mint any scope. `"exec": true` lets the token also run commands in those threads'
 //! sandboxes over the socket (`exec` frames); the key can run them over HTTP anyway, and a token
-//! only gets the capability when asked for.
+//! only gets the capability when asked for, and names the key that minted it, whose budgets its
+//! commands are charged to.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use serde::Deserialize;
 
 use super::{MintedToken, TokenKey};
 use crate::domain::ThreadScope;
-use crate::http::{require_api_key, ApiAuth, ApiError, JsonBody, MAX_JSON_BODY};
+use crate::http::{require_api_key, ApiAuth, ApiError, Caller, JsonBody, MAX_JSON_BODY};
 use crate::ports::Clock;
 
 /// How long a token lives when the request does not say.
@@ -51,6 +52,7 @@ pub fn token_routes(key: TokenKey, clock: Arc<dyn Clock>, auth: ApiAuth) -> Rout
 
 async fn mint(
     State(minter): State<Minter>,
+    Caller(caller): Caller,
     JsonBody(request): JsonBody<TokenRequest>,
 ) -> Result<(StatusCode, Json<MintedToken>), ApiError> {
     let ttl = request
@@ -58,7 +60,13 @@ async fn mint(
         .map_or(DEFAULT_TOKEN_TTL, Duration::from_secs);
     let minted = minter
         .key
-        .mint_with_exec(request.threads, ttl, minter.clock.now(), request.exec)
+        .mint_with_exec(
+            request.threads,
+            ttl,
+            minter.clock.now(),
+            request.exec,
+            caller,
+        )
         .map_err(|e| ApiError::bad_request("invalid_ttl", e.to_string()))?;
     Ok((StatusCode::CREATED, Json(minted)))
 }
@@ -127,11 +135,12 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         assert_eq!(body["exec"], true);
-        assert!(
-            key()
-                .verify(body["token"].as_str().unwrap(), now)
-                .unwrap()
-                .exec
+        let granted = key().verify(body["token"].as_str().unwrap(), now).unwrap();
+        assert!(granted.exec);
+        assert_eq!(
+            granted.caller,
+            Some(crate::http::key_scope("k1")),
+            "its commands are charged to the key that minted it"
         );
 
         let (status, body) = post(ApiAuth::disabled(), None, json!({"threads": "*"})).await;

@@ -10,12 +10,15 @@
 //! text is the API's error shape, `{"error": {"code", "message", ...}}`, so a model can read the
 //! code and adapt, whichever way it came.
 //!
-//! The HTTP endpoint keeps nothing between requests (no MCP session; each POST is answered on its
+//! The HTTP endpoint takes bodies up to the API's JSON limit (`http::MAX_JSON_BODY`, 1 MiB) and
+//! answers one that is too large, malformed, empty or a batch with a JSON-RPC error (`body`).
+//! It keeps nothing between requests (no MCP session; each POST is answered on its
 //! own, as JSON rather than an event stream), so it runs behind API Gateway and Lambda, which
 //! buffer responses. That is also why `run_command` sends no progress notifications there: the
 //! output comes with the result.
 
 mod backend;
+mod body;
 pub mod tools;
 
 #[cfg(all(test, feature = "sqlite"))]
@@ -24,7 +27,7 @@ mod tests;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -42,8 +45,7 @@ use crate::usecases::Threadbox;
 pub use backend::ThreadboxBackend;
 pub use tools::SandboxTools;
 
-/// The largest MCP request body the HTTP endpoint reads (a `write_file` carries the file in it).
-pub const MAX_MCP_BODY: usize = 6 * 1024 * 1024;
+pub use body::{INVALID_REQUEST, MAX_MESSAGE_DEPTH, MAX_MESSAGE_VALUES, PARSE_ERROR};
 
 /// The longest a command may run through the MCP endpoint, for a proxy in front that cannot wait
 /// longer (API Gateway): put it in the requests' extensions (the `sandbox-api` function does).
@@ -226,10 +228,10 @@ pub fn routes(tb: Threadbox, auth: crate::http::ApiAuth) -> axum::Router {
         .with_state(tb)
 }
 
-/// One MCP message (or batch) answered statelessly with the tools over the use cases. The auth
+/// One MCP message answered statelessly with the tools over the use cases. The auth
 /// layer has already checked the API key.
 async fn serve(
-    State(tb): State<Threadbox>,
+    crate::http::ForCaller(tb): crate::http::ForCaller,
     crate::http::Thread(thread_id): crate::http::Thread,
     limit: Option<axum::Extension<ExecLimit>>,
     mut request: Request,
@@ -254,15 +256,37 @@ async fn serve(
         // The router decides who may call (API keys; loopback only without keys), and a deployed
         // API's host name is not known here.
         .disable_allowed_hosts()
-        .with_max_request_body_bytes(MAX_MCP_BODY);
+        // The SDK sees only bodies that passed `body::read`; the same limit, should it read one.
+        .with_max_request_body_bytes(crate::http::MAX_JSON_BODY);
     let service = StreamableHttpService::new(
         move || Ok(SandboxTools::new(backend.clone(), thread.clone(), false)),
         Arc::new(NeverSessionManager::default()),
         config,
     );
-    service
+    // A body that says it is JSON is read (bounded) and checked here; one that does not is the
+    // SDK's to refuse (415), unread.
+    let (parts, body) = request.into_parts();
+    if !body::says_json(&parts.headers) {
+        let request = Request::from_parts(parts, axum::body::Body::empty());
+        return service
+            .handle(request)
+            .await
+            .map(axum::body::Body::new)
+            .into_response();
+    }
+    let bytes = match body::read(&parts.headers, body).await {
+        Ok(bytes) => bytes,
+        Err(refused) => return refused.into_response(),
+    };
+    let id = match body::check(&bytes) {
+        Ok(id) => id,
+        Err(refused) => return refused.into_response(),
+    };
+    let request = Request::from_parts(parts, axum::body::Body::from(bytes));
+    let response = service
         .handle(request)
         .await
         .map(axum::body::Body::new)
-        .into_response()
+        .into_response();
+    body::answer(id, response).await
 }

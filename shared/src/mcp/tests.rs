@@ -364,3 +364,144 @@ async fn the_endpoint_lists_the_process_tools_and_answers_bad_calls_as_tool_erro
         assert_eq!(error["code"], code, "{shown}: {error}");
     }
 }
+
+/// A raw body to the endpoint: status, content type and the JSON answer (`Null` if not JSON).
+async fn post_raw(router: &Router, body: impl Into<Body>) -> (StatusCode, String, Value) {
+    let request = Request::post("/v1/threads/t3/mcp")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header(header::AUTHORIZATION, format!("Bearer {KEY}"))
+        .body(body.into())
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let kind = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        kind,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// The JSON-RPC error an answer carries: its code, and the id it names.
+fn rpc_error_of(status: StatusCode, kind: &str, answer: &Value) -> (i64, Value) {
+    assert!(kind.starts_with("application/json"), "{status} {kind}");
+    assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+    assert!(answer["error"]["message"].is_string(), "{answer}");
+    (
+        answer["error"]["code"].as_i64().unwrap(),
+        answer["id"].clone(),
+    )
+}
+
+fn write_file_call(content: &str) -> String {
+    json!({
+        "jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "write_file",
+                   "arguments": {"path": "/home/user/big.txt", "content": content}},
+    })
+    .to_string()
+}
+
+/// The endpoint takes the API's JSON limit, and answers what is not one JSON-RPC message with a
+/// JSON-RPC error (−32700 parse error, −32600 invalid request), never the SDK's plain text.
+#[tokio::test]
+async fn bodies_past_the_apis_limit_or_not_one_message_get_json_rpc_errors() {
+    use super::{INVALID_REQUEST, PARSE_ERROR};
+    use crate::http::MAX_JSON_BODY;
+
+    let dir = tempfile::tempdir().unwrap();
+    let tb = threadbox(&dir);
+    let auth = ApiAuth::new([KEY]);
+    let router = router(tb.clone(), auth.clone()).merge(super::routes(tb, auth));
+
+    // Just under the limit: the file is written.
+    let fits = write_file_call(&"a".repeat(MAX_JSON_BODY - 200));
+    assert!(fits.len() <= MAX_JSON_BODY);
+    let (status, _, answer) = post_raw(&router, fits).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+
+    // Past it: 413, whether the length is declared or the body just keeps coming.
+    let over = write_file_call(&"a".repeat(MAX_JSON_BODY));
+    let (status, kind, answer) = post_raw(&router, over.clone()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    assert_eq!(
+        rpc_error_of(status, &kind, &answer),
+        (INVALID_REQUEST, Value::Null)
+    );
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&MAX_JSON_BODY.to_string()), "{message}");
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = over
+        .into_bytes()
+        .chunks(64 * 1024)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    let streamed = Body::from_stream(futures::stream::iter(chunks));
+    let (status, kind, answer) = post_raw(&router, streamed).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    assert_eq!(rpc_error_of(status, &kind, &answer).0, INVALID_REQUEST);
+
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let dense = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"x":[{}0]}}}}"#,
+        "0,".repeat(super::MAX_MESSAGE_VALUES)
+    );
+    for (what, body, code) in [
+        (
+            "malformed",
+            r#"{"jsonrpc": "2.0", "id": 1,"#.to_owned(),
+            PARSE_ERROR,
+        ),
+        ("not JSON", "hello".to_owned(), PARSE_ERROR),
+        ("empty", String::new(), PARSE_ERROR),
+        ("blank", " \n ".to_owned(), PARSE_ERROR),
+        // Valid JSON, but deeper than any message goes, or denser.
+        ("deeply nested", deep, INVALID_REQUEST),
+        ("dense", dense, INVALID_REQUEST),
+        (
+            "a batch",
+            json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]).to_string(),
+            INVALID_REQUEST,
+        ),
+        ("a number", "42".to_owned(), INVALID_REQUEST),
+        (
+            "no jsonrpc",
+            json!({"id": 1, "method": "ping"}).to_string(),
+            INVALID_REQUEST,
+        ),
+    ] {
+        let (status, kind, answer) = post_raw(&router, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {answer}");
+        let (got, id) = rpc_error_of(status, &kind, &answer);
+        assert_eq!(got, code, "{what}: {answer}");
+        assert!(id.is_null() || id == 1, "{what}: {answer}");
+    }
+
+    // A message the SDK cannot read is an invalid request naming its id.
+    let bad_params = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": "nope"});
+    let (status, kind, answer) = post_raw(&router, bad_params.to_string()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(
+        rpc_error_of(status, &kind, &answer),
+        (INVALID_REQUEST, json!(7))
+    );
+
+    // And the endpoint still answers a good call after all that.
+    let ping = json!({"jsonrpc": "2.0", "id": 8, "method": "ping"});
+    let (status, _, answer) = post_raw(&router, ping.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["id"], 8, "{answer}");
+}

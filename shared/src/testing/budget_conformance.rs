@@ -11,7 +11,7 @@ use crate::domain::{
     ThreadId,
 };
 use crate::ports::{Clock, DurableQueue, SessionStore, WindowCounter};
-use crate::usecases::{with_caller_scope, Config, HoldRequest, Threadbox, UseCaseError};
+use crate::usecases::{Config, HoldRequest, Threadbox, UseCaseError};
 
 use super::{InMemoryProvider, ManualClock};
 
@@ -371,8 +371,9 @@ pub async fn a_scope_over_its_compute_budget_pauses_its_threads(
     assert_eq!(s.provider.kills(), 0);
 }
 
-/// An API key is a scope of its own: its cap counts the threads it creates, another key's are
-/// apart, and a call without a key (authentication off) has no scope cap.
+/// An API key is a scope of its own: its cap counts the threads it creates (whatever their ids
+/// name), another key's are apart, and a call without a key (authentication off) has no scope
+/// cap.
 pub async fn an_api_key_is_a_scope_of_its_own(
     store: Arc<dyn SessionStore>,
     events: Arc<dyn DurableQueue>,
@@ -390,18 +391,23 @@ pub async fn an_api_key_is_a_scope_of_its_own(
     );
     let key_a = BudgetScope::ApiKey("aaaaaaaaaaaa".into());
     let key_b = BudgetScope::ApiKey("bbbbbbbbbbbb".into());
-    with_caller_scope(key_a.clone(), s.tb.resolve(&tid("api-1")))
-        .await
-        .unwrap();
-    match refusal(with_caller_scope(key_a.clone(), s.tb.resolve(&tid("api-2"))).await) {
+    let (for_a, for_b) = (
+        s.tb.for_caller(Some(key_a.clone())),
+        s.tb.for_caller(Some(key_b)),
+    );
+    for_a.resolve(&tid("api-1")).await.unwrap();
+    match refusal(for_a.resolve(&tid("api-2")).await) {
         BudgetExceeded::Creates { scope, limit, .. } => {
-            assert_eq!((scope, limit), (key_a, 1));
+            assert_eq!((scope, limit), (key_a.clone(), 1));
         }
         other => panic!("{other:?}"),
     }
-    with_caller_scope(key_b, s.tb.resolve(&tid("api-2")))
-        .await
-        .unwrap();
+    for_b.resolve(&tid("api-2")).await.unwrap();
+    // A key naming a Slack thread is still the key: its cap, not the workspace's.
+    match refusal(for_a.resolve(&tid("slack:TANY:C1:1.0")).await) {
+        BudgetExceeded::Creates { scope, .. } => assert_eq!(scope, key_a),
+        other => panic!("{other:?}"),
+    }
     s.tb.resolve(&tid("api-3")).await.unwrap();
     assert_eq!(s.provider.creates(), 3);
 }

@@ -30,12 +30,20 @@
 //! it freezes background processes, but it never interrupts a running command: a thread with a
 //! live command hold is paused by the first check after the command ends.
 //!
-//! The scope of a Slack thread is its workspace (from its id). Any other thread is charged to
-//! the API key of the call that finds it (the HTTP layer runs each request inside
-//! [`with_caller_scope`]); the janitor knows no caller, so it checks those threads against the
-//! thread budget only, and their running time is charged to the key at its next call.
+//! **Whose budget.** Work done for a caller is charged to the caller: the API key a request,
+//! an MCP call or a WebSocket frame came with (whatever thread id it names, a `slack:` one
+//! included, so a key cannot step around its own cap by naming threads of a workspace). Work
+//! with no caller (Slack's events and the worker, the janitor, a server without API keys) is
+//! charged to the scope the thread's id names, its Slack workspace, or to none. The janitor
+//! knows no caller, so it checks API threads against the thread budget only, and their running
+//! time is charged to the key at its next call.
+//!
+//! The caller is part of the [`Threadbox`] value itself ([`Threadbox::for_caller`]), not of
+//! the task running it: each way in binds it once where it authenticates (the HTTP API's key
+//! check, a WebSocket connection's token) and every use case, and every task or service that
+//! work is handed to, carries it along with the handle it was given. Nothing can drop it by
+//! spawning.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use crate::domain::{
@@ -50,28 +58,6 @@ use super::threadbox::{Step, Threadbox};
 /// Counts outlive their window by this much, so a count read at the window's edge is still there.
 const COUNT_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
 
-tokio::task_local! {
-    static CALLER_SCOPE: BudgetScope;
-}
-
-/// Run `work` on behalf of `scope` (the API key a request came with): the threads it creates and
-/// runs are counted against that scope's budgets, unless a thread's own id names its scope.
-pub async fn with_caller_scope<F: Future>(scope: BudgetScope, work: F) -> F::Output {
-    CALLER_SCOPE.scope(scope, work).await
-}
-
-/// `work`, to run on behalf of the current caller's scope wherever it is polled: for work a
-/// request hands to a task of its own (`tokio::spawn` does not carry the scope along).
-pub fn in_caller_scope<F: Future>(work: F) -> impl Future<Output = F::Output> {
-    let scope = CALLER_SCOPE.try_with(Clone::clone).ok();
-    async move {
-        match scope {
-            Some(scope) => CALLER_SCOPE.scope(scope, work).await,
-            None => work.await,
-        }
-    }
-}
-
 /// A create slot taken for this hour: give it back if no sandbox is created with it.
 #[derive(Debug)]
 pub(crate) struct CreateSlot {
@@ -80,16 +66,32 @@ pub(crate) struct CreateSlot {
 }
 
 impl Threadbox {
+    /// The same threadbox acting for `caller` (the budget scope of the API key that asked; `None`
+    /// with authentication off): everything done through it is charged to that scope.
+    pub fn for_caller(&self, caller: Option<BudgetScope>) -> Self {
+        Self {
+            caller,
+            ..self.clone()
+        }
+    }
+
+    /// Who this threadbox acts for (`for_caller`); `None` for the process's own work.
+    pub fn caller(&self) -> Option<&BudgetScope> {
+        self.caller.as_ref()
+    }
+
     /// The budgets' counter, when the process has one.
     pub fn with_budget_counter(mut self, counter: Arc<dyn WindowCounter>) -> Self {
         self.budget_counter = Some(counter);
         self
     }
 
-    /// The scope whose budgets `thread_id`'s work counts against: its Slack workspace, else the
-    /// caller's API key, else none.
+    /// The scope whose budgets `thread_id`'s work counts against: the caller's, else the Slack
+    /// workspace its id names, else none.
     fn budget_scope(&self, thread_id: &ThreadId) -> Option<BudgetScope> {
-        BudgetScope::of_thread(thread_id).or_else(|| CALLER_SCOPE.try_with(Clone::clone).ok())
+        self.caller
+            .clone()
+            .or_else(|| BudgetScope::of_thread(thread_id))
     }
 
     /// The counter for scope limits; `None` when no scope limit is set, or (refused at start-up

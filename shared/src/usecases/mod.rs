@@ -38,7 +38,6 @@ mod threadbox;
 mod usage;
 mod warm_pool;
 
-pub use budget::{in_caller_scope, with_caller_scope};
 pub use error::UseCaseError;
 pub use hold_request::HoldRequest;
 pub use inspect::{SandboxRefusals, SandboxStatus};

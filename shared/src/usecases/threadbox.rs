@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{
-    Budgets, Cause, Change, Command, GonePolicy, LifecycleEvent, NetworkDefaults, Pricing, Session,
-    ThreadId, Timers,
+    BudgetScope, Budgets, Cause, Change, Command, GonePolicy, LifecycleEvent, NetworkDefaults,
+    Pricing, Session, ThreadId, Timers,
 };
 use crate::ports::{
     Clock, DurableQueue, SandboxProvider, SessionStore, WarmPoolStore, WindowCounter,
@@ -99,6 +99,9 @@ pub struct Threadbox {
     pub budget_counter: Option<Arc<dyn WindowCounter>>,
     /// Sandboxes made ahead for new threads (`with_warm_pool`); `None`: every create waits.
     pub warm_pool: Option<WarmPool>,
+    /// Whose budgets this handle's work is charged to (`for_caller`, `usecases::budget`).
+    /// Private, so only `for_caller` sets it; a clone carries it into any task it is moved to.
+    pub(crate) caller: Option<BudgetScope>,
 }
 
 /// The result of one conditional write.
@@ -129,6 +132,7 @@ impl Threadbox {
             transitions: None,
             budget_counter: None,
             warm_pool: None,
+            caller: None,
         }
     }
 
