@@ -34,6 +34,8 @@ use axum::routing::get;
 use axum::{middleware, Json, Router};
 use serde_json::{json, Value};
 
+// The MCP endpoint takes its use cases for the request's caller as every route does.
+#[cfg(feature = "mcp")]
 pub(crate) use auth::ForCaller;
 pub use auth::{key_scope, ApiAuth, ApiKeysError, Caller, MIN_API_KEY_LEN};
 // For the routes that live with their own layer: the Slack sink's, the live-events token's, MCP's.
