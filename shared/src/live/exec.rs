@@ -28,7 +28,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use super::limits::{FrameLimiter, Refusal};
 use super::protocol::{ExecFrame, ProtocolError, ServerFrame, MAX_EXEC_FRAME};
-use super::pty::TerminalQueue;
+use super::terminal_queue::TerminalQueue;
 use super::token::SubscriptionToken;
 use crate::domain::ThreadId;
 use crate::http::ApiError;

@@ -28,6 +28,8 @@ mod protocol;
 #[cfg(feature = "http")]
 mod pty;
 mod subscribers;
+#[cfg(feature = "http")]
+mod terminal_queue;
 mod token;
 // The token route is an HTTP route: it comes with the API (feature `http`).
 #[cfg(feature = "http")]
