@@ -718,7 +718,16 @@ pub(crate) async fn start<P: SandboxProvider + ?Sized>(
     exec.check_sizes().map_err(ProviderError::InvalidRequest)?;
     let out = run(provider, sandbox_id, exec).await?;
     let text = String::from_utf8_lossy(&out);
-    parse_info(text.lines().last().unwrap_or_default())
+    let line = text.lines().last().unwrap_or_default();
+    // A start whose own description does not read failed: it is not a conflict to try again
+    // (the caller retries a conflict, and the id is taken either way, so a retry could only
+    // fail or, on a provider that does not keep records, run the command twice).
+    parse_line(line).ok_or_else(|| {
+        let shown: String = line.chars().take(200).collect();
+        ProviderError::Internal(format!(
+            "the process start said nothing readable: {shown:?}"
+        ))
+    })
 }
 
 pub(crate) async fn list<P: SandboxProvider + ?Sized>(
