@@ -54,7 +54,9 @@ pub fn threads_table(threads: &[ThreadView], color: bool) -> String {
             Cell::from(idle(thread.idle_seconds)),
             Cell::from(s.generation.to_string()),
             Cell::from(s.sandbox_id.as_deref().unwrap_or("-")),
-            Cell::from(s.holds.len().to_string()),
+            // Live holds only: one that ran out keeps nothing awake (a background process's
+            // stays in the record until its end is recorded).
+            Cell::from(s.live_holds(now()).count().to_string()),
         ];
         if with_usage {
             let usage = thread.usage.as_ref();
@@ -87,12 +89,23 @@ pub fn threads_table(threads: &[ThreadView], color: bool) -> String {
 pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
     let s = &detail.session.session;
     let when = |t: Option<Millis>| t.map_or_else(|| "-".to_owned(), utc);
+    let now = now();
     let holds = if s.holds.is_empty() {
         "none".to_owned()
     } else {
         s.holds
             .iter()
-            .map(|h| format!("{} until {}", h.owner, utc(h.expires_at)))
+            .map(|h| {
+                if h.expires_at > now {
+                    format!("{} until {}", h.owner, utc(h.expires_at))
+                } else {
+                    format!(
+                        "{} (ran out at {}: keeps nothing awake)",
+                        h.owner,
+                        utc(h.expires_at)
+                    )
+                }
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -407,6 +420,14 @@ pub fn idle(secs: u64) -> String {
 /// Epoch milliseconds as RFC 3339 UTC to the second ("2024-03-01T12:00:05Z"): sortable, and
 /// the same whatever the operator's time zone. Written out rather than pulling in a date crate
 /// for one format (civil-from-days, after Howard Hinnant's date algorithms).
+/// This machine's time, to tell live holds from ones that ran out.
+fn now() -> Millis {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    Millis(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
 pub fn utc(at: Millis) -> String {
     let secs = at.0.div_euclid(1000);
     let days = secs.div_euclid(86_400);
@@ -509,11 +530,19 @@ mod tests {
             },
             ThreadView {
                 session: Session {
-                    holds: vec![Hold {
-                        hold_id: "h".into(),
-                        owner: "agent".into(),
-                        expires_at: Millis(0),
-                    }],
+                    holds: vec![
+                        Hold {
+                            hold_id: "h".into(),
+                            owner: "agent".into(),
+                            expires_at: Millis(i64::MAX),
+                        },
+                        // Ran out: counted no more.
+                        Hold {
+                            hold_id: "process-1".into(),
+                            owner: "process".into(),
+                            expires_at: Millis(0),
+                        },
+                    ],
                     ..session("slack:T1:C2:1700.5", Status::Paused)
                 },
                 idle_seconds: 725,
