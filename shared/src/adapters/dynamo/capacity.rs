@@ -15,6 +15,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::items::{encode, SessionItem};
+use super::lost_answers::stamped;
 use crate::domain::Session;
 
 /// The size of one read unit's block.
@@ -29,12 +30,14 @@ pub enum Consistency {
     Eventual,
 }
 
-/// The size DynamoDB counts for a session as this store writes it (index attributes included).
+/// The size DynamoDB counts for a session as this store writes it (index attributes and the
+/// write id included).
 pub fn session_item_bytes(session: &Session, shards: u32) -> usize {
     let item = encode(
         "session",
         &SessionItem::from_session(session, shards.max(1), None),
     )
+    .map(stamped)
     .expect("a session always encodes");
     item.iter()
         .map(|(name, value)| name.len() + value_bytes(value))

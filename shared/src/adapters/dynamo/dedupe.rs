@@ -13,16 +13,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
-use super::errors::{condition_held, unavailable};
+use super::errors::unavailable;
+use super::lost_answers::{put_landed, stamped};
 use super::schema::{attr, DEDUPE_KEY};
 use super::ttl::{expiry_in, now_secs};
 use crate::ports::{DedupeStore, StoreError};
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 
 /// One row: a key and when it stops counting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,22 +76,22 @@ impl DedupeStore for DynamoDedupe {
             expires_at: expiry_in(ttl),
         })
         .map_err(|e| StoreError::Unavailable(format!("encoding dedupe key {key:?}: {e}")))?;
+        // Stamped, so a resend that finds the claim knows whether it is its own: two claims of
+        // one key in the same second would otherwise be the same item.
+        let item = stamped(item);
         let result = self
             .client
             .put_item()
             .table_name(self.table.as_ref())
-            .set_item(Some(item))
+            .set_item(Some(item.clone()))
             .condition_expression("attribute_not_exists(#key) OR #expires <= :now")
             .expression_attribute_names("#key", DEDUPE_KEY)
             .expression_attribute_names("#expires", attr::EXPIRES_AT)
             .expression_attribute_values(":now", AttributeValue::N(now_secs().to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        condition_held(
-            &format!("PutItem {}", self.table),
-            result,
-            PutItemError::is_conditional_check_failed_exception,
-        )
+        put_landed(&format!("PutItem {}", self.table), &item, result)
     }
 
     async fn contains(&self, key: &str) -> Result<bool, StoreError> {

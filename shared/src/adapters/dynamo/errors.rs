@@ -1,7 +1,7 @@
 //! Mapping SDK errors to `StoreError`. Conflicts are recognised by the SDK's typed exceptions and
 //! the structured cancellation reason codes of a transaction, never by message text.
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::CancellationReason;
 
@@ -21,22 +21,35 @@ where
 }
 
 /// A single conditional write's outcome: `Ok(true)` written, `Ok(false)` when its condition
-/// failed (someone else wrote first), `Err` for every other failure. `failed` is the operation
-/// error's own `is_conditional_check_failed_exception`.
+/// failed (someone else wrote first) or a transaction was writing the same item at that moment
+/// (`TransactionConflictException`: the same answer, re-read and decide again, never a 503),
+/// `Err` for every other failure. `failed` is the operation error's own
+/// `is_conditional_check_failed_exception`.
 pub(super) fn condition_held<T, E, R>(
     operation: &str,
     result: Result<T, SdkError<E, R>>,
     failed: impl Fn(&E) -> bool,
 ) -> Result<bool, StoreError>
 where
-    E: std::error::Error + 'static,
+    E: std::error::Error + ProvideErrorMetadata + 'static,
     R: std::fmt::Debug,
 {
     match result {
         Ok(_) => Ok(true),
-        Err(e) if e.as_service_error().is_some_and(&failed) => Ok(false),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|se| failed(se) || is_transaction_conflict(se)) =>
+        {
+            Ok(false)
+        }
         Err(e) => Err(unavailable(operation, e)),
     }
+}
+
+/// DynamoDB refused a single write because a transaction holds the item: by its error code,
+/// which every write operation's error shares.
+fn is_transaction_conflict(error: &impl ProvideErrorMetadata) -> bool {
+    error.code() == Some("TransactionConflictException")
 }
 
 /// What a cancelled transaction means for the caller.
@@ -93,7 +106,8 @@ pub(super) fn reason_codes(reasons: &[CancellationReason]) -> String {
         .join(", ")
 }
 
-fn classify(reasons: &[CancellationReason]) -> Cancelled {
+/// What the reasons of a cancelled transaction mean for the caller.
+pub(super) fn classify(reasons: &[CancellationReason]) -> Cancelled {
     let codes: Vec<&str> = reasons.iter().filter_map(|r| r.code()).collect();
     if codes
         .iter()

@@ -125,6 +125,7 @@ mod config;
 mod dedupe;
 mod errors;
 mod items;
+mod lost_answers;
 mod schema;
 mod session_store;
 #[cfg(feature = "slack")]

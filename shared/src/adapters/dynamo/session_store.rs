@@ -13,17 +13,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
 use aws_sdk_dynamodb::Client;
 use futures::StreamExt;
 
 use super::config::DynamoConfig;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 
-use super::errors::{cancelled, condition_held, unavailable, Cancelled};
+use super::errors::{cancellation_reasons, classify, unavailable, Cancelled};
 use super::items::{
     decode_event, decode_session, encode, EventIdGuard, EventItem, Item, SessionItem,
 };
+use super::lost_answers::{put_landed, request_token, stamped, transaction_landed};
 use super::schema::{attr, DUE_INDEX, LIST_INDEX, SESSION_KIND, UNSENT_INDEX};
 use super::ttl::{expiry_in, now_secs};
 use crate::domain::{LifecycleEvent, Millis, Session, ThreadId};
@@ -96,12 +98,15 @@ impl DynamoSessionStore {
     /// at seq 1 while leftover expired events, which TTL may take days to delete, are treated
     /// as absent (see `event_puts` and `events_after`). A retired record brought back to life
     /// is written again without one.
+    /// The item is stamped with a write id of its own, so a resend that finds it knows it is
+    /// its own (`lost_answers`).
     fn session_item(&self, session: &Session) -> Result<Item, StoreError> {
         let expires_at = session.status.is_retired().then(|| self.expiry()).flatten();
         encode(
             "session",
             &SessionItem::from_session(session, self.config.shards, expires_at),
         )
+        .map(stamped)
     }
 
     /// The puts for `events` and their id guards, each only if its key is free.
@@ -140,6 +145,7 @@ impl DynamoSessionStore {
             .table_name(table)
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(#t) OR #e < :now")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .expression_attribute_names("#t", attr::THREAD_ID)
             .expression_attribute_names("#e", attr::EXPIRES_AT)
             .expression_attribute_values(":now", number(now_secs()))
@@ -149,7 +155,8 @@ impl DynamoSessionStore {
     }
 
     /// Write `session` under `condition`, alone or with its events in one transaction. `Ok(false)`
-    /// when the condition (or an event's) failed: someone else wrote first.
+    /// when the condition (or an event's) failed: someone else wrote first. A write of ours that
+    /// landed but whose answer was lost reads as written (`lost_answers`).
     async fn conditional_write(
         &self,
         session: &Session,
@@ -164,17 +171,16 @@ impl DynamoSessionStore {
                 .client
                 .put_item()
                 .table_name(&self.config.sessions_table)
-                .set_item(Some(item))
+                .set_item(Some(item.clone()))
                 .condition_expression(expression)
                 .set_expression_attribute_names(Some(names))
                 .set_expression_attribute_values(values)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
                 .send()
                 .await;
-            return condition_held(
-                "PutItem",
-                result,
-                PutItemError::is_conditional_check_failed_exception,
-            );
+            return put_landed("PutItem", &item, result);
         }
         let mut items = vec![conditional_put(
             &self.config.sessions_table,
@@ -182,21 +188,29 @@ impl DynamoSessionStore {
             (expression, names, values),
         )?];
         items.extend(self.event_puts(events)?);
+        let sent = sent_items(&items);
         match self
             .client
             .transact_write_items()
             .set_transact_items(Some(items))
+            .client_request_token(request_token())
             .send()
             .await
         {
             Ok(_) => Ok(true),
-            Err(e) => match cancelled(e)? {
-                Cancelled::Conflict => Ok(false),
-                Cancelled::Other(codes) => Err(StoreError::Unavailable(format!(
-                    "DynamoDB cancelled the write of thread {} ({codes})",
-                    session.thread_id
-                ))),
-            },
+            Err(e) => {
+                let reasons = cancellation_reasons(e)?;
+                if transaction_landed(&reasons, &sent_refs(&sent)) {
+                    return Ok(true);
+                }
+                match classify(&reasons) {
+                    Cancelled::Conflict => Ok(false),
+                    Cancelled::Other(codes) => Err(StoreError::Unavailable(format!(
+                        "DynamoDB cancelled the write of thread {} ({codes})",
+                        session.thread_id
+                    ))),
+                }
+            }
         }
     }
 
@@ -381,9 +395,24 @@ pub(super) fn conditional_put(
         .condition_expression(expression)
         .set_expression_attribute_names(Some(names))
         .set_expression_attribute_values(values)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
         .build()
         .map_err(|e| StoreError::Unavailable(format!("cannot build a put: {e}")))?;
     Ok(TransactWriteItem::builder().put(put).build())
+}
+
+/// The item each write of a transaction puts, in order (`None` for writes that put nothing),
+/// to recognise them in a resend's cancellation reasons.
+pub(super) fn sent_items(items: &[TransactWriteItem]) -> Vec<Option<Item>> {
+    items
+        .iter()
+        .map(|write| write.put().map(|put| put.item().clone()))
+        .collect()
+}
+
+/// `sent_items` as the references `transaction_landed` takes.
+pub(super) fn sent_refs(sent: &[Option<Item>]) -> Vec<Option<&Item>> {
+    sent.iter().map(Option::as_ref).collect()
 }
 
 /// Whether `item`'s TTL has passed: DynamoDB deletes such items when it gets to them (within

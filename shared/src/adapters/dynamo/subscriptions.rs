@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
 use super::errors::{cancelled, condition_held, unavailable, Cancelled};
+use super::lost_answers::request_token;
 use crate::domain::{Millis, ThreadId, ThreadScope};
 use crate::ports::{Connection, StoreError, Subscription, SubscriptionStore};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -362,6 +363,9 @@ impl SubscriptionStore for DynamoSubscriptionStore {
                 .transact_write_items()
                 .transact_items(TransactWriteItem::builder().condition_check(check).build())
                 .transact_items(TransactWriteItem::builder().put(put).build())
+                // A resend of this transaction (the SDK's, after a lost answer) is answered
+                // as the first was; the put is idempotent besides.
+                .client_request_token(request_token())
                 .send()
                 .await;
             match result {

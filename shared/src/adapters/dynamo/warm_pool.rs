@@ -15,20 +15,23 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure,
+};
 use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::from_item;
 
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 
 use super::errors::{
     cancellation_reasons, condition_held, first_failure, reason_codes, unavailable,
 };
 use super::items::{encode, Item};
+use super::lost_answers::{put_landed, request_token, stamped, transaction_landed};
 use super::schema::{attr, LIST_INDEX};
 use super::session_store::{
-    conditional_put, names, string, Condition, DynamoSessionStore, Names, QueryPage,
+    conditional_put, names, sent_items, sent_refs, string, Condition, DynamoSessionStore, Names,
+    QueryPage,
 };
 use crate::domain::{
     LifecycleEvent, MemberClaim, MemberState, Millis, NetworkProfile, PoolMember, Session, ThreadId,
@@ -119,8 +122,10 @@ impl PoolMemberItem {
     }
 }
 
+/// A member's item, stamped with a write id of its own so a resend that finds it knows it is
+/// its own (`lost_answers`).
 fn encode_member(member: &PoolMember) -> Result<Item, StoreError> {
-    encode("pool member", &PoolMemberItem::from_member(member))
+    encode("pool member", &PoolMemberItem::from_member(member)).map(stamped)
 }
 
 fn decode_member(item: Item) -> Result<PoolMember, StoreError> {
@@ -164,7 +169,8 @@ fn claim_outcome(reasons: &[CancellationReason]) -> Result<PoolClaim, StoreError
 }
 
 impl DynamoSessionStore {
-    /// Put `member`'s item, only if `condition` holds; `Ok(false)` when it did not.
+    /// Put `member`'s item, only if `condition` holds; `Ok(false)` when it did not (a write of
+    /// ours whose answer was lost counts as written).
     async fn put_member(
         &self,
         member: &PoolMember,
@@ -176,17 +182,14 @@ impl DynamoSessionStore {
             .client()
             .put_item()
             .table_name(&self.config().sessions_table)
-            .set_item(Some(item))
+            .set_item(Some(item.clone()))
             .condition_expression(expression)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values((!values.is_empty()).then_some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        condition_held(
-            "PutItem",
-            result,
-            PutItemError::is_conditional_check_failed_exception,
-        )
+        put_landed("PutItem", &item, result)
     }
 
     /// Every key in the partition of the listing index of `pool`'s members in `state`, in
@@ -349,16 +352,25 @@ impl WarmPoolStore for DynamoSessionStore {
             self.session_put(session, Condition::Version(expected_version))?,
         ];
         items.extend(self.event_puts(events)?);
+        let sent = sent_items(&items);
         self.count_write();
         match self
             .client()
             .transact_write_items()
             .set_transact_items(Some(items))
+            .client_request_token(request_token())
             .send()
             .await
         {
             Ok(_) => Ok(PoolClaim::Bound),
-            Err(e) => claim_outcome(&cancellation_reasons(e)?),
+            Err(e) => {
+                let reasons = cancellation_reasons(e)?;
+                // An earlier attempt of this very claim landed and its answer was lost.
+                if transaction_landed(&reasons, &sent_refs(&sent)) {
+                    return Ok(PoolClaim::Bound);
+                }
+                claim_outcome(&reasons)
+            }
         }
     }
 }
