@@ -47,6 +47,8 @@ pub fn of_error(error: &anyhow::Error) -> Exit {
 /// What a failed API call tells the caller to do.
 pub fn of_client_error(error: &ClientError) -> Exit {
     match error {
+        // A thread still in another worker's transition: 409, but try again, as with 503.
+        ClientError::Api { code, .. } if code == "busy" => Exit::Unavailable,
         ClientError::Api { status, .. } => for_status(*status),
         ClientError::Unreachable { .. } => Exit::Unavailable,
         ClientError::Protocol { .. } => Exit::Failure,

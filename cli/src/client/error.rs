@@ -35,7 +35,7 @@ impl ClientError {
     pub fn is_transient(&self) -> bool {
         match self {
             ClientError::Unreachable { .. } => true,
-            ClientError::Api { status, .. } => is_busy(*status),
+            ClientError::Api { status, code, .. } => is_busy(*status) || code == "busy",
             ClientError::Protocol { .. } | ClientError::Config(_) => false,
         }
     }
@@ -126,7 +126,7 @@ mod tests {
         assert!(!error.is_transient());
 
         let busy = br#"{"error":{"code":"busy","message":"retry shortly"}}"#;
-        let error = ClientError::from_response(503, Some(2), busy);
+        let error = ClientError::from_response(409, Some(2), busy);
         assert!(error.is_transient());
         assert!(matches!(
             error,

@@ -111,7 +111,7 @@ mod tests {
     #[test]
     fn retries_wait_as_the_api_asks_within_a_bound() {
         let busy =
-            ClientError::from_response(503, Some(3), br#"{"error":{"code":"busy","message":"m"}}"#);
+            ClientError::from_response(409, Some(3), br#"{"error":{"code":"busy","message":"m"}}"#);
         assert_eq!(
             retry_delay(&busy, Duration::from_secs(1)),
             Duration::from_secs(3)

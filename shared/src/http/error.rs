@@ -6,14 +6,17 @@
 //! - 401: no or wrong API key (with `WWW-Authenticate: Bearer`).
 //! - 404: no such thread, process or file (or route).
 //! - 409: the thread's state forbids this now: an illegal transition, a live hold, or an expired
-//!   thread (`thread_expired`). Expired is 409 rather than 410 because it is not permanent:
+//!   thread (`thread_expired`). Also `busy` with `Retry-After`: another worker's transition of
+//!   the thread did not settle within the wait (`usecases::settle`); the same call will succeed
+//!   once it has. 409 rather than 503: nothing is down, and a gateway's own 503 must not be
+//!   mistaken for it. Expired is 409 rather than 410 because it is not permanent:
 //!   resetting the thread brings it back, and 410 tells caches and clients "gone for good".
 //!   Also a call that lost a race with a pause, reset or destroy of its thread (`interrupted`).
 //! - 413: the body is over the route's limit.
 //! - 429 with `Retry-After`: a budget refused (`create_budget_exceeded`: the scope's new
 //!   sandboxes for this hour; `compute_budget_exceeded`: the day's compute, the thread paused);
 //!   `Retry-After` is when the window resets. Also a thread's own command limits.
-//! - 503 with `Retry-After`: busy or a backend is unavailable; the same call may succeed later.
+//! - 503 with `Retry-After`: a backend is unavailable; the same call may succeed later.
 //! - 507: the sandbox's disk (its home's quota, or its `/tmp`) is full (`no_space`).
 
 use axum::extract::rejection::{
@@ -74,7 +77,15 @@ impl From<UseCaseError> for ApiError {
         let message = error.public_message();
         let status = status_of(&error);
         let mut api = ApiError::new(status, code, message);
-        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
+        if error.is_busy() {
+            let secs = match &error {
+                UseCaseError::Busy { retry_after, .. } => retry_after.as_secs_f64().ceil() as u64,
+                _ => DEFAULT_RETRY_AFTER_SECS,
+            };
+            api = api.with_retry_after(secs);
+        } else if status == StatusCode::SERVICE_UNAVAILABLE
+            || status == StatusCode::TOO_MANY_REQUESTS
+        {
             let secs = match &error {
                 UseCaseError::Provider(
                     ProviderError::RateLimited {
@@ -98,10 +109,9 @@ fn status_of(error: &UseCaseError) -> StatusCode {
             StatusCode::NOT_FOUND
         }
         UseCaseError::Rejected(r) => match r.kind {
-            RejectKind::Busy => StatusCode::SERVICE_UNAVAILABLE,
-            RejectKind::Illegal | RejectKind::Expired => StatusCode::CONFLICT,
+            RejectKind::Busy | RejectKind::Illegal | RejectKind::Expired => StatusCode::CONFLICT,
         },
-        UseCaseError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        UseCaseError::Busy { .. } => StatusCode::CONFLICT,
         UseCaseError::Budget(_) => StatusCode::TOO_MANY_REQUESTS,
         UseCaseError::Held(_)
         | UseCaseError::NoSandbox { .. }
@@ -145,7 +155,11 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::warn!(code = self.code, message = %self.message, "request failed");
         }
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let mut body = json!({ "error": { "code": self.code, "message": self.message } });
+        // In the body too, for clients behind proxies that drop the header.
+        if let Some(secs) = self.retry_after {
+            body["error"]["retry_after"] = json!(secs);
+        }
         let mut response = (self.status, Json(body)).into_response();
         let headers = response.headers_mut();
         if let Some(secs) = self.retry_after {
@@ -249,14 +263,23 @@ mod tests {
             ),
             (
                 rejected(RejectKind::Busy),
-                (StatusCode::SERVICE_UNAVAILABLE, "busy", Some(1)),
+                (StatusCode::CONFLICT, "busy", Some(1)),
             ),
             (
                 UseCaseError::Busy {
                     thread_id: t.clone(),
                     status: Status::Creating,
+                    retry_after: Duration::from_millis(500),
                 },
-                (StatusCode::SERVICE_UNAVAILABLE, "busy", Some(1)),
+                (StatusCode::CONFLICT, "busy", Some(1)),
+            ),
+            (
+                UseCaseError::Busy {
+                    thread_id: t.clone(),
+                    status: Status::Creating,
+                    retry_after: Duration::from_millis(2100),
+                },
+                (StatusCode::CONFLICT, "busy", Some(3)),
             ),
             (
                 UseCaseError::Held(t.clone()),
@@ -321,9 +344,10 @@ mod tests {
         let response = ApiError::from(UseCaseError::Busy {
             thread_id: ThreadId::parse("t1").unwrap(),
             status: Status::Pausing,
+            retry_after: Duration::from_millis(500),
         })
         .into_response();
-        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.status(), StatusCode::CONFLICT);
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
         let body = axum::body::to_bytes(response.into_body(), 1 << 16)
             .await
@@ -334,6 +358,7 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("retry shortly"));
+        assert_eq!(body["error"]["retry_after"], 1);
 
         let response = ApiError::unauthorized("no key").into_response();
         assert_eq!(

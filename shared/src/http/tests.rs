@@ -839,7 +839,7 @@ async fn an_expired_thread_is_409_until_reset() {
 }
 
 #[tokio::test]
-async fn busy_and_unavailable_are_503_with_retry_after() {
+async fn busy_is_409_and_unavailable_503_both_with_retry_after() {
     let api = Api::with(
         ApiAuth::disabled(),
         Config {
@@ -863,8 +863,9 @@ async fn busy_and_unavailable_are_503_with_retry_after() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let reply = api.call(Method::POST, "/v1/threads/t1/resolve").await;
-    reply.expect_error(StatusCode::SERVICE_UNAVAILABLE, "busy");
+    reply.expect_error(StatusCode::CONFLICT, "busy");
     assert_eq!(reply.headers[header::RETRY_AFTER], "1");
+    assert_eq!(reply.json()["error"]["retry_after"], 1);
     stuck.abort();
 
     api.provider.hang_after_create(false);

@@ -14,6 +14,11 @@ use crate::domain::{
 use crate::providers::ProviderConfig;
 use crate::usecases::{Config, DEFAULT_POOL_MAX_AGE, MAX_POOL_SIZE};
 
+/// How long a caller waits for another worker's transition of its thread on Lambda before
+/// answering 409 `busy` (`usecases::settle`): well inside API Gateway's 30 s, so the client gets
+/// threadbox's answer with its `Retry-After`, never the gateway's bare 503.
+pub const LAMBDA_SETTLE_WAIT: Duration = Duration::from_secs(10);
+
 pub const LIFECYCLE_QUEUE_URL_VAR: &str = "THREADBOX_LIFECYCLE_QUEUE_URL";
 pub const LIFECYCLE_DLQ_URL_VAR: &str = "THREADBOX_LIFECYCLE_DLQ_URL";
 pub const IDLE_PAUSE_VAR: &str = "THREADBOX_IDLE_PAUSE_SECS";
@@ -99,6 +104,7 @@ impl Settings {
             pricing: pricing_from_env(env, &provider)?,
             network: network_from_env(env)?,
             budgets: Budgets::read(|name, default, range| env.whole_number(name, default, range))?,
+            settle_wait: LAMBDA_SETTLE_WAIT,
             ..Config::default()
         };
         let warm_pool = env.whole_number(WARM_POOL_VAR, 0, 0..=MAX_POOL_SIZE as u64)? as usize;
@@ -193,6 +199,12 @@ mod tests {
         assert_eq!(settings.lifecycle_queue.queue_url, "https://sqs/q.fifo");
         assert_eq!(settings.provider.name(), "runc");
         assert_eq!(settings.use_cases.timers, Timers::default());
+        // A busy thread's wait ends well before API Gateway's 30 s (the function's timeout too).
+        assert_eq!(settings.use_cases.settle_wait, Duration::from_secs(10));
+        assert_eq!(
+            settings.use_cases.settle_poll_max,
+            Duration::from_millis(500)
+        );
         assert_eq!(
             settings.runc_state_dir,
             PathBuf::from(DEFAULT_RUNC_STATE_DIR)

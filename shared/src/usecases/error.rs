@@ -10,7 +10,12 @@ pub enum UseCaseError {
     #[error(transparent)]
     Rejected(#[from] Rejected),
     #[error("thread {thread_id} is {status} and did not settle in time; retry shortly")]
-    Busy { thread_id: ThreadId, status: Status },
+    Busy {
+        thread_id: ThreadId,
+        status: Status,
+        /// When another look is worth it.
+        retry_after: std::time::Duration,
+    },
     #[error("thread {0} is running a command or has a live hold, so it cannot be paused now")]
     Held(ThreadId),
     /// A read that must not change anything found no sandbox it could use as things are.
@@ -99,6 +104,16 @@ impl UseCaseError {
                 "the sandbox provider failed; the server log has the details".to_owned()
             }
             other => other.to_string(),
+        }
+    }
+
+    /// Another worker's transition of the thread has not settled: the same call will succeed
+    /// once it has.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            UseCaseError::Busy { .. } => true,
+            UseCaseError::Rejected(r) => r.kind == RejectKind::Busy,
+            _ => false,
         }
     }
 

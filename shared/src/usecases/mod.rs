@@ -15,6 +15,7 @@
 //! - `janitor`: the scheduled sweep;
 //! - `network`: changing a thread's network profile (recorded with a `user` event, applied live
 //!   where the provider can, otherwise to the thread's next sandbox);
+//! - `settle`: waiting, with backoff and an end, for another worker's transition of a thread;
 //! - `race`: what a call that lost a race with a pause, reset or destroy of its thread answers;
 //! - `outbox`: handing written events to the lifecycle queue, and re-driving the ones that were not;
 //! - `usage`: what threads' sandboxes used and cost, from their events (one thread, or a page);
@@ -34,6 +35,7 @@ mod pause;
 mod processes;
 mod race;
 mod resolve;
+mod settle;
 mod threadbox;
 mod usage;
 mod warm_pool;

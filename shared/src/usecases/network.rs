@@ -8,6 +8,7 @@ use crate::domain::{NetworkProfile, Session, Status, ThreadId};
 use crate::ports::ProviderError;
 
 use super::error::UseCaseError;
+use super::settle::Settling;
 use super::threadbox::{Step, Threadbox};
 
 /// Where a changed profile took effect.
@@ -40,19 +41,13 @@ impl Threadbox {
         thread_id: &ThreadId,
         network: NetworkProfile,
     ) -> Result<NetworkChange, UseCaseError> {
-        let waiting_since = tokio::time::Instant::now();
+        let mut settling = Settling::start(&self.config);
         let session = loop {
             let current = self.load(thread_id).await?;
             if current.status.is_transitional() {
                 // A worker holds a lease and will write the record conditionally on the version
                 // it read: a change now would fence it out. Wait for it, as resolve does.
-                if waiting_since.elapsed() >= self.config.settle_wait {
-                    return Err(UseCaseError::Busy {
-                        thread_id: thread_id.clone(),
-                        status: current.status,
-                    });
-                }
-                tokio::time::sleep(self.config.settle_poll).await;
+                settling.wait(&self.config, &current).await?;
                 continue;
             }
             let mut next = current.clone();

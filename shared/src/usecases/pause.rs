@@ -6,6 +6,7 @@ use crate::ports::{OutgoingMessage, ProviderError};
 
 use super::error::UseCaseError;
 use super::resolve::SandboxHandle;
+use super::settle::Settling;
 use super::threadbox::{Step, Threadbox};
 
 /// What a pause attempt ended in, for callers that must not wait (the janitor).
@@ -86,7 +87,7 @@ impl Threadbox {
         F: Fn(Session) -> Fut,
         Fut: std::future::Future<Output = Result<Option<Session>, UseCaseError>>,
     {
-        let waiting_since = tokio::time::Instant::now();
+        let mut settling = Settling::start(&self.config);
         loop {
             let current = self.load(thread_id).await?;
             check(&current, self.clock.now())?;
@@ -103,7 +104,7 @@ impl Threadbox {
                     kind: RejectKind::Busy,
                     ..
                 })) => {
-                    self.wait_or_recover(&current, waiting_since).await?;
+                    self.wait_or_recover(&current, &mut settling).await?;
                 }
                 Err(e) => return Err(e),
             }
@@ -126,17 +127,12 @@ impl Threadbox {
     async fn wait_or_recover(
         &self,
         current: &Session,
-        since: tokio::time::Instant,
+        settling: &mut Settling,
     ) -> Result<(), UseCaseError> {
         if current.lease_expired(self.clock.now()) {
             self.recover_stuck(current).await?;
-        } else if since.elapsed() >= self.config.settle_wait {
-            return Err(UseCaseError::Busy {
-                thread_id: current.thread_id.clone(),
-                status: current.status,
-            });
         } else {
-            tokio::time::sleep(self.config.settle_poll).await;
+            settling.wait(&self.config, current).await?;
         }
         Ok(())
     }

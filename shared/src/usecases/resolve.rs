@@ -14,6 +14,7 @@ use crate::ports::{CreateSandbox, ProviderError, SandboxOwner, SandboxState};
 
 use super::error::UseCaseError;
 use super::hold_request::{HoldRequest, PendingHold};
+use super::settle::Settling;
 use super::threadbox::{Step, Threadbox};
 use super::warm_pool::PoolTake;
 
@@ -96,7 +97,7 @@ impl Threadbox {
         thread_id: &ThreadId,
         options: ResolveOptions,
     ) -> Result<SandboxHandle, UseCaseError> {
-        let waiting_since = tokio::time::Instant::now();
+        let mut settling = Settling::start(&self.config);
         let mut trail = Trail::default();
         let hold = options.hold.as_ref().map(HoldRequest::pending);
         let command = if options.create {
@@ -196,13 +197,8 @@ impl Threadbox {
                 Status::Creating | Status::Pausing | Status::Resuming | Status::Deleting => {
                     if current.lease_expired(now) {
                         self.recover_stuck(&current).await?;
-                    } else if waiting_since.elapsed() >= self.config.settle_wait {
-                        return Err(UseCaseError::Busy {
-                            thread_id: thread_id.clone(),
-                            status: current.status,
-                        });
                     } else {
-                        tokio::time::sleep(self.config.settle_poll).await;
+                        settling.wait(&self.config, &current).await?;
                     }
                 }
                 Status::Error if current.sandbox_id.is_some() => {

@@ -25,10 +25,13 @@ pub struct Config {
     /// The network profile a new thread gets when its creator names none (per Slack workspace
     /// and channel, else the default).
     pub network: NetworkDefaults,
-    /// How long a caller waits for another worker's transition before getting `Busy`.
+    /// How long a caller waits for another worker's transition before getting `Busy`
+    /// (`usecases::settle`). Behind API Gateway it must end well before the gateway's 30 s.
     pub settle_wait: Duration,
-    /// How often a waiting caller re-reads the record.
+    /// A waiting caller's first re-read of the record; each later wait is twice the last...
     pub settle_poll: Duration,
+    /// ...up to this, which is also the `retry_after` a `Busy` answer gives.
+    pub settle_poll_max: Duration,
     /// Events not marked sent this long after being written are re-driven by the janitor.
     pub redrive_after: Duration,
     /// How long a destroyed or expired thread's record and events are kept (for the dashboard,
@@ -57,6 +60,7 @@ impl Default for Config {
             network: NetworkDefaults::default(),
             settle_wait: Duration::from_secs(30),
             settle_poll: Duration::from_millis(20),
+            settle_poll_max: Duration::from_millis(500),
             redrive_after: Duration::from_secs(10),
             record_retention: DEFAULT_RECORD_RETENTION,
             purge_batch: 200,
