@@ -1,0 +1,647 @@
+//! IAM checked: every function's paths run through the real wiring (`threadbox_shared::lambda`
+//! and each function's handler, as its `main` builds them) against moto, with the environment
+//! `infra/template.yaml` gives the function, and every AWS call they make is evaluated against
+//! the policy the template gives that function's role (see `threadbox_tests::iam`). Sandboxes are
+//! E2B's contract fake, Slack is Slack's fake: no AWS call goes to either.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_runtime::LambdaEvent;
+use serde_json::{json, Value};
+use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
+use threadbox_shared::lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
+use threadbox_shared::lambda;
+use threadbox_shared::ports::SystemClock;
+use threadbox_shared::slack::{
+    MessageRates, SigningSecret, SlackIngress, SlackWorker, SlackWorkerConfig,
+};
+use threadbox_shared::testing::e2b_fake::E2bFake;
+use threadbox_shared::testing::slack_fake::SlackFake;
+use threadbox_tests::iam::{
+    checker_pythons, denied_calls, repo, resolve_template, Call, IamStack, StackSecrets, ACCOUNT,
+    REGION,
+};
+use threadbox_tests::lambda::{context_with_deadline, fixture_json, invoke_http, ApiAnswer};
+
+const BOT_TOKEN: &str = "xoxb-iam-check-token";
+const SIGNING_SECRET: &str = "iam-check-signing-secret-not-a-real-one";
+
+/// The template's conditions that change a role: the warm pool, every budget, and the egress
+/// credentials secret all on; the idle pause and retention short enough for one sweep to pause
+/// and destroy; every janitor run reconciles.
+const PARAMETERS: &[(&str, &str)] = &[
+    ("WarmPoolSize", "2"),
+    ("IdlePauseSeconds", "1"),
+    ("RetentionSeconds", "3"),
+    ("ReconcileEveryMinutes", "1"),
+    ("ThreadComputeBudget", "100000"),
+    ("ScopeComputeBudget", "100000"),
+    ("ScopeCreatesPerHour", "1000"),
+];
+
+/// An API Gateway HTTP API event for `method path` with a JSON `body`, from the exec fixture.
+fn http_event(method: &str, path: &str, query: &str, body: Option<Value>) -> Value {
+    let mut event = fixture_json("apigw-http-exec.json");
+    event["rawPath"] = json!(path);
+    event["rawQueryString"] = json!(query);
+    event["routeKey"] = json!("$default");
+    event["requestContext"]["routeKey"] = json!("$default");
+    event["requestContext"]["http"]["method"] = json!(method);
+    event["requestContext"]["http"]["path"] = json!(path);
+    let headers = event["headers"].as_object_mut().unwrap();
+    headers.remove("content-length");
+    match body {
+        Some(body) => event["body"] = json!(body.to_string()),
+        None => {
+            headers.remove("content-type");
+            event["body"] = Value::Null;
+        }
+    }
+    event
+}
+
+fn ok(answer: &ApiAnswer, what: &str) {
+    assert!(
+        (200..300).contains(&answer.status),
+        "{what}: {} {}",
+        answer.status,
+        String::from_utf8_lossy(&answer.body)
+    );
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// A scheduled janitor event at this minute (every minute reconciles here).
+fn scheduled_now() -> LambdaEvent<EventBridgeEvent> {
+    let mut json = fixture_json("eventbridge-scheduled.json");
+    let minute = now_secs() / 60 * 60;
+    let time = chrono_like(minute);
+    json["time"] = json!(time);
+    let payload: EventBridgeEvent = serde_json::from_value(json).unwrap();
+    LambdaEvent::new(payload, context_with_deadline(Duration::from_secs(60)))
+}
+
+/// RFC 3339 of epoch seconds, without a date crate: days from the civil calendar.
+fn chrono_like(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// What the queue holds now, as the SQS event Lambda's poller would hand the consumer.
+async fn drain(stack: &IamStack, queue_url: &str) -> Option<LambdaEvent<SqsEvent>> {
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let name = queue_url.rsplit('/').next().unwrap();
+    let mut records = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap();
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            break;
+        }
+        for m in messages {
+            let attributes: serde_json::Map<String, Value> = m
+                .attributes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k.as_str().to_owned(), json!(v)))
+                .collect();
+            records.push(json!({
+                "messageId": m.message_id,
+                "receiptHandle": m.receipt_handle,
+                "body": m.body,
+                "attributes": attributes,
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": format!("arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"),
+                "awsRegion": REGION,
+            }));
+        }
+    }
+    if records.is_empty() {
+        return None;
+    }
+    let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
+    Some(LambdaEvent::new(
+        event,
+        context_with_deadline(Duration::from_secs(120)),
+    ))
+}
+
+fn ws_event(fixture: &str, edit: impl FnOnce(&mut Value)) -> LambdaEvent<ApiGatewayWebsocketProxyRequest> {
+    let mut json = fixture_json(fixture);
+    edit(&mut json);
+    LambdaEvent::new(
+        serde_json::from_value(json).unwrap(),
+        context_with_deadline(Duration::from_secs(20)),
+    )
+}
+
+/// A stand-in for API Gateway's `@connections` API that accepts every post: the base URL
+/// `THREADBOX_WS_CALLBACK_URL` names.
+async fn connections_api() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().fallback(|| async { axum::http::StatusCode::OK });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://127.0.0.1:{port}/live")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_functions_calls_are_allowed_by_its_role() {
+    let test = "every_functions_calls_are_allowed_by_its_role";
+    let e2b = E2bFake::start().await;
+    let slack = SlackFake::start(BOT_TOKEN).await;
+    let secrets = StackSecrets {
+        e2b_api_key: e2b.api_key(),
+        slack_bot_token: BOT_TOKEN.to_owned(),
+        slack_signing_secret: SIGNING_SECRET.to_owned(),
+    };
+    let Some(stack) = IamStack::new(test, PARAMETERS, &secrets).await else {
+        return;
+    };
+    // Production leaves these at E2B's and Slack's real URLs, and the live callback at the
+    // WebSocket API's.
+    let mut overrides: Vec<(&str, String)> = e2b
+        .env_vars()
+        .into_iter()
+        .filter(|(k, _)| k != "E2B_API_KEY")
+        .map(|(k, v)| {
+            let k: &'static str = Box::leak(k.into_boxed_str());
+            (k, v)
+        })
+        .collect();
+    overrides.push(("SLACK_API_URL", slack.api_url()));
+    overrides.push(("THREADBOX_WS_CALLBACK_URL", connections_api().await));
+
+    // ---- janitor: tends the warm pool (makes its members), reconciles.
+    let janitor = {
+        let (sdk, env, secrets) = stack.start("JanitorFunction", &overrides).await;
+        let mut tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+        if let Some(queue) = lambda::transition_queue(&sdk, &env).unwrap() {
+            tb = tb.with_transition_queue(Arc::new(queue));
+        }
+        janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap())
+    };
+    let report = janitor.handle(scheduled_now()).await;
+    assert!(report.is_ok(), "first sweep: {report:?}");
+
+    // ---- resolve-session: resolve (a new thread takes a pool member), network, list, show,
+    // events, reset.
+    {
+        let (sdk, env, secrets) = stack.start("ResolveSessionFunction", &overrides).await;
+        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+        let router = resolve_session::app(tb, lambda::api_auth(&env).unwrap());
+        let t = "/v1/threads/iam-resolve";
+        for (method, path, query, body) in [
+            ("POST", format!("{t}/resolve"), "", Some(json!({}))),
+            (
+                "PUT",
+                format!("{t}/network"),
+                "",
+                Some(json!({"network": "networked"})),
+            ),
+            ("GET", "/v1/threads".to_owned(), "", None),
+            ("GET", t.to_owned(), "", None),
+            ("GET", format!("{t}/events"), "after_seq=0", None),
+            ("POST", format!("{t}/reset"), "", Some(json!({}))),
+        ] {
+            let answer = invoke_http(router.clone(), &http_event(method, &path, query, body)).await;
+            ok(&answer, &format!("resolve-session {method} {path}"));
+        }
+    }
+
+    // ---- sandbox-api: exec (a new thread takes a pool member), files, processes, MCP, tokens.
+    let token;
+    {
+        let (sdk, env, secrets) = stack.start("SandboxApiFunction", &overrides).await;
+        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+        let router = sandbox_api::app(
+            tb,
+            lambda::api_auth(&env).unwrap(),
+            lambda::token_key(&env).unwrap(),
+        );
+        let t = "/v1/threads/iam-api";
+        let answer = invoke_http(
+            router.clone(),
+            &http_event("POST", &format!("{t}/exec"), "", Some(json!({"cmd": "echo hi"}))),
+        )
+        .await;
+        ok(&answer, "exec");
+        let mut put = http_event("PUT", &format!("{t}/files/tmp/notes.txt"), "", None);
+        put["body"] = json!("some text");
+        put["headers"]["content-type"] = json!("application/octet-stream");
+        ok(&invoke_http(router.clone(), &put).await, "file put");
+        for (method, path, query) in [
+            ("GET", format!("{t}/files/tmp/notes.txt"), ""),
+            ("DELETE", format!("{t}/files/tmp/notes.txt"), ""),
+        ] {
+            let answer = invoke_http(router.clone(), &http_event(method, &path, query, None)).await;
+            ok(&answer, &format!("{method} {path}"));
+        }
+        let answer = invoke_http(
+            router.clone(),
+            &http_event(
+                "POST",
+                &format!("{t}/processes"),
+                "",
+                Some(json!({"cmd": "sleep 30"})),
+            ),
+        )
+        .await;
+        ok(&answer, "process start");
+        let started = answer.json();
+        let pid = ["id", "process_id", "pid"]
+            .iter()
+            .find_map(|k| started[*k].as_str().map(str::to_owned))
+            .unwrap_or_else(|| panic!("no process id in {started}"));
+        for (method, path, query) in [
+            ("GET", format!("{t}/processes"), ""),
+            ("GET", format!("{t}/processes/{pid}/output"), "after=0"),
+            ("DELETE", format!("{t}/processes/{pid}"), ""),
+        ] {
+            let answer = invoke_http(router.clone(), &http_event(method, &path, query, None)).await;
+            ok(&answer, &format!("{method} {path}"));
+        }
+        let mut mcp = http_event(
+            "POST",
+            "/v1/threads/iam-mcp/mcp",
+            "",
+            Some(json!({
+                "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "run_command", "arguments": {"command": "echo from mcp"}},
+            })),
+        );
+        mcp["headers"]["accept"] = json!("application/json, text/event-stream");
+        mcp["headers"]["mcp-protocol-version"] = json!("2025-06-18");
+        ok(&invoke_http(router.clone(), &mcp).await, "mcp tool call");
+        let answer = invoke_http(
+            router,
+            &http_event(
+                "POST",
+                "/v1/tokens",
+                "",
+                Some(json!({"threads": ["iam-api"], "ttl_seconds": 600})),
+            ),
+        )
+        .await;
+        ok(&answer, "token");
+        token = answer.json()["token"].as_str().unwrap().to_owned();
+    }
+    assert!(
+        stack.made("SandboxApiFunction", "dynamodb:Query", "/index/by_thread"),
+        "sandbox-api never looked for a warm pool member: {:#?}",
+        stack.calls()
+    );
+
+    // ---- pause and resume, on request.
+    {
+        let (sdk, env, secrets) = stack.start("PauseFunction", &overrides).await;
+        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+        let router = pause::app(tb, lambda::api_auth(&env).unwrap());
+        let answer = invoke_http(
+            router,
+            &http_event("POST", "/v1/threads/iam-api/pause", "", Some(json!({}))),
+        )
+        .await;
+        ok(&answer, "pause");
+    }
+    {
+        let (sdk, env, secrets) = stack.start("ResumeFunction", &overrides).await;
+        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+        let router = resume::app(tb, lambda::api_auth(&env).unwrap());
+        let answer = invoke_http(
+            router,
+            &http_event("POST", "/v1/threads/iam-api/resume", "", Some(json!({}))),
+        )
+        .await;
+        ok(&answer, "resume");
+    }
+
+    // ---- ws: connect with the token, subscribe (replay), ping.
+    {
+        let (sdk, env, _secrets) = stack.start("WsFunction", &overrides).await;
+        let handler = ws::WsHandler::new(lambda::live_gateway(&sdk, &env).unwrap());
+        let connect = ws_event("apigw-ws-connect.json", |e| {
+            e["queryStringParameters"]["token"] = json!(token);
+            e["multiValueQueryStringParameters"]["token"] = json!([token]);
+        });
+        let answer = handler.handle(connect).await.unwrap();
+        assert_eq!(answer.status_code, 200, "{:?}", answer.body);
+        let subscribe = ws_event("apigw-ws-message.json", |e| {
+            e["body"] = json!(r#"{"action":"subscribe","thread_id":"iam-api","after_seq":0}"#);
+        });
+        let answer = handler.handle(subscribe).await.unwrap();
+        assert_eq!(answer.status_code, 200, "{:?}", answer.body);
+    }
+
+    // ---- slack-events: a signed mention is deduped and queued on the work queue.
+    {
+        let (sdk, env, secrets) = stack.start("SlackEventsFunction", &overrides).await;
+        let mut ingress = SlackIngress::new(
+            Some(lambda::signing_secret(&env).unwrap()),
+            Arc::new(lambda::dedupe(&sdk, &env).unwrap()),
+            Arc::new(lambda::work_queue(&sdk, &env).unwrap()),
+            Arc::new(SystemClock),
+        );
+        let api = lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env).unwrap()), secrets);
+        ingress = ingress.with_api(api);
+        let router = slack_events::app(ingress);
+        let mut event = fixture_json("apigw-http-slack-app-mention.json");
+        let body = event["body"].as_str().unwrap().to_owned();
+        let now = now_secs();
+        let signature = SigningSecret::new(SIGNING_SECRET)
+            .unwrap()
+            .sign(now, body.as_bytes());
+        event["headers"]["x-slack-request-timestamp"] = json!(now.to_string());
+        event["headers"]["x-slack-signature"] = json!(signature);
+        let answer = invoke_http(router, &event).await;
+        ok(&answer, "slack event");
+        assert_eq!(answer.json()["outcome"], "accepted", "{:?}", answer.json());
+    }
+
+    // ---- worker: runs the queued message in its thread (a new thread: a pool member).
+    {
+        let (sdk, env, secrets) = stack.start("WorkerFunction", &overrides).await;
+        let work_queue = Arc::new(lambda::work_queue(&sdk, &env).unwrap());
+        let dedupe = Arc::new(lambda::dedupe(&sdk, &env).unwrap());
+        let worker = SlackWorker::new(
+            lambda::threadbox(&sdk, &env, &secrets).await.unwrap(),
+            lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env).unwrap()), secrets),
+            dedupe.clone(),
+            work_queue.clone(),
+            SlackWorkerConfig::default(),
+        )
+        .with_rates(MessageRates::new(
+            Arc::new(lambda::window_counter(&sdk, &env).unwrap()),
+            lambda::slack_rates(&env).unwrap(),
+            Arc::new(SystemClock),
+        ))
+        .with_user_threads(Arc::new(lambda::slack_user_threads(&sdk, &env).unwrap()));
+        let settler =
+            BatchSettler::new(work_queue).with_attempt_limit(dedupe, "work", DEFAULT_MAX_ATTEMPTS);
+        let handler = worker::WorkHandler::new(worker).with_settler(settler);
+        let event = drain(&stack, &stack.work.queue_url)
+            .await
+            .expect("slack-events queued the mention");
+        let response = handler.handle(event).await.unwrap();
+        assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    }
+    assert!(
+        stack.made("WorkerFunction", "dynamodb:Query", "/index/by_thread"),
+        "the worker never looked for a warm pool member"
+    );
+
+    // ---- fanout: every lifecycle event so far, to the log, Slack and live targets.
+    {
+        let (sdk, env, secrets) = stack.start("FanoutFunction", &overrides).await;
+        let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
+        if let Some(slack) = lambda::slack_status_target_watched(&sdk, &env, Some(&secrets)).unwrap()
+        {
+            targets.push(Arc::new(slack));
+        }
+        if let Some(live) = lambda::live_target(&sdk, &env).unwrap() {
+            targets.push(Arc::new(live));
+        }
+        let dedupe = Arc::new(lambda::dedupe(&sdk, &env).unwrap());
+        let queue = Arc::new(lambda::lifecycle_queue(&sdk, &env).unwrap());
+        let settler = BatchSettler::new(queue).with_attempt_limit(
+            dedupe.clone(),
+            "lifecycle",
+            DEFAULT_MAX_ATTEMPTS,
+        );
+        let handler = fanout::FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(settler);
+        let event = drain(&stack, &stack.lifecycle.queue_url)
+            .await
+            .expect("the functions published lifecycle events");
+        let _ = handler.handle(event).await.unwrap();
+    }
+
+    // ---- ws: disconnect.
+    {
+        let (sdk, env, _secrets) = stack.start("WsFunction", &overrides).await;
+        let handler = ws::WsHandler::new(lambda::live_gateway(&sdk, &env).unwrap());
+        let answer = handler
+            .handle(ws_event("apigw-ws-disconnect.json", |_| {}))
+            .await
+            .unwrap();
+        assert_eq!(answer.status_code, 200, "{:?}", answer.body);
+    }
+
+    // ---- janitor again, past the idle pause and retention: the sweep claims pauses and
+    // destroys for the transition queue, tends the pool; pause-queue carries them out.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let report = janitor.handle(scheduled_now()).await;
+    assert!(report.is_ok(), "second sweep: {report:?}");
+    {
+        let (sdk, env, secrets) = stack.start("PauseQueueFunction", &overrides).await;
+        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+        let queue = lambda::transition_queue(&sdk, &env).unwrap().unwrap();
+        let handler =
+            pause::TransitionHandler::new(tb).with_settler(BatchSettler::new(Arc::new(queue)));
+        let event = drain(&stack, &stack.transitions.queue_url)
+            .await
+            .expect("the sweep handed transitions to the queue");
+        let response = handler.handle(event).await.unwrap();
+        assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    }
+    let report = janitor.handle(scheduled_now()).await;
+    assert!(report.is_ok(), "third sweep: {report:?}");
+
+    for (function, action) in [
+        ("JanitorFunction", "dynamodb:Query"),
+        ("PauseQueueFunction", "dynamodb:PutItem"),
+        ("FanoutFunction", "dynamodb:PutItem"),
+        ("SlackEventsFunction", "sqs:SendMessage"),
+        ("WsFunction", "dynamodb:PutItem"),
+    ] {
+        assert!(
+            stack.calls().iter().any(|c| c.function == function && c.action == action),
+            "{function} never made {action}"
+        );
+    }
+    eprintln!("{} distinct calls recorded", stack.calls().len());
+    stack.assert_allowed();
+}
+
+/// The settings the checker's own tests resolve the template with (no AWS endpoint needed).
+fn static_settings() -> Value {
+    let table = |name: &str| {
+        json!({"Ref": name, "Arn": format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}")})
+    };
+    json!({
+        "account": ACCOUNT,
+        "region": REGION,
+        "parameters": {
+            "E2bApiKeySecret": "tb/e2b", "ApiKeysSecret": "tb/api", "SlackSigningSecret": "tb/ss",
+            "SlackBotTokenSecret": "tb/bot", "TokenSecret": "tb/token", "WarmPoolSize": "2",
+        },
+        "resources": {
+            "SessionsTable": table("sessions"),
+            "EventsTable": table("events"),
+            "DedupeTable": table("dedupe"),
+        },
+    })
+}
+
+/// A role missing a grant fails the check by name: the janitor's template with `DeleteItem`
+/// on the sessions table taken out denies the warm pool's drain of a member.
+#[test]
+fn a_removed_grant_fails_naming_the_function_action_and_resource() {
+    let test = "a_removed_grant_fails_naming_the_function_action_and_resource";
+    let Some((sam, moto)) = checker_pythons(test) else {
+        return;
+    };
+    let sessions = format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/sessions");
+    let calls = vec![
+        Call {
+            function: "JanitorFunction".into(),
+            action: "dynamodb:DeleteItem".into(),
+            resource: sessions.clone(),
+        },
+        Call {
+            function: "SandboxApiFunction".into(),
+            action: "dynamodb:Query".into(),
+            resource: format!("{sessions}/index/by_thread"),
+        },
+        Call {
+            function: "SandboxApiFunction".into(),
+            action: "secretsmanager:GetSecretValue".into(),
+            resource: format!("arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:tb/e2b-AbCdEf"),
+        },
+    ];
+    let template = repo().join("infra/template.yaml");
+    let policies = resolve_template(&sam, &template, &static_settings());
+    assert_eq!(
+        denied_calls(&moto, &policies, &calls),
+        Vec::<String>::new(),
+        "the template allows these"
+    );
+
+    // The same template with the janitor's DeleteItem grant removed.
+    let text = std::fs::read_to_string(&template).unwrap();
+    let janitor_at = text.find("\n  JanitorFunction:").unwrap();
+    let grant_at = janitor_at + text[janitor_at..].find("dynamodb:DeleteItem").unwrap();
+    let (before, after) = text.split_at(grant_at);
+    let without = format!("{before}dynamodb:DescribeTable{}", &after["dynamodb:DeleteItem".len()..]);
+    let dir = tempfile::tempdir().unwrap();
+    let changed = dir.path().join("template.yaml");
+    std::fs::write(&changed, without).unwrap();
+    let policies = resolve_template(&sam, &changed, &static_settings());
+    assert_eq!(
+        denied_calls(&moto, &policies, &calls),
+        vec![format!("DENIED JanitorFunction dynamodb:DeleteItem {sessions}")]
+    );
+
+    // A secret by another name that merely starts like the function's own is not its own.
+    let other = Call {
+        function: "SandboxApiFunction".into(),
+        action: "secretsmanager:GetSecretValue".into(),
+        resource: format!("arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:tb/e2b-other-AbCdEf"),
+    };
+    assert_eq!(
+        denied_calls(&moto, &policies, &[other.clone()]),
+        vec![format!("DENIED SandboxApiFunction {} {}", other.action, other.resource)]
+    );
+}
+
+/// The recorder's reading of each request: transactions item by item, batches table by table,
+/// an index by its own ARN, SQS batches as their single forms, secrets by ARN.
+#[test]
+fn requests_are_read_as_iam_authorizes_them() {
+    use threadbox_tests::iam::authorizations;
+    let t = |name: &str| format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}");
+    let body = json!({"TransactItems": [
+        {"Put": {"TableName": "s"}}, {"Update": {"TableName": "e"}},
+        {"ConditionCheck": {"TableName": "s"}}, {"Delete": {"TableName": "s"}},
+    ]});
+    assert_eq!(
+        authorizations(
+            Some("DynamoDB_20120810.TransactWriteItems"),
+            "POST",
+            "/",
+            body.to_string().as_bytes()
+        ),
+        vec![
+            ("dynamodb:PutItem".to_owned(), t("s")),
+            ("dynamodb:UpdateItem".to_owned(), t("e")),
+            ("dynamodb:ConditionCheckItem".to_owned(), t("s")),
+            ("dynamodb:DeleteItem".to_owned(), t("s")),
+        ]
+    );
+    let body = json!({"RequestItems": {"a": {}, "b": {}}});
+    assert_eq!(
+        authorizations(
+            Some("DynamoDB_20120810.BatchGetItem"),
+            "POST",
+            "/",
+            body.to_string().as_bytes()
+        ),
+        vec![
+            ("dynamodb:BatchGetItem".to_owned(), t("a")),
+            ("dynamodb:BatchGetItem".to_owned(), t("b")),
+        ]
+    );
+    let body = json!({"TableName": "s", "IndexName": "by_thread"});
+    assert_eq!(
+        authorizations(
+            Some("DynamoDB_20120810.Query"),
+            "POST",
+            "/",
+            body.to_string().as_bytes()
+        ),
+        vec![("dynamodb:Query".to_owned(), format!("{}/index/by_thread", t("s")))]
+    );
+    let body = json!({"QueueUrl": "http://127.0.0.1:5000/123456789012/q.fifo"});
+    assert_eq!(
+        authorizations(
+            Some("AmazonSQS.DeleteMessageBatch"),
+            "POST",
+            "/",
+            body.to_string().as_bytes()
+        ),
+        vec![(
+            "sqs:DeleteMessage".to_owned(),
+            format!("arn:aws:sqs:{REGION}:{ACCOUNT}:q.fifo")
+        )]
+    );
+    assert_eq!(
+        authorizations(None, "POST", "http://127.0.0.1:1/live/@connections/abc%3D", b""),
+        vec![(
+            "execute-api:ManageConnections".to_owned(),
+            format!("arn:aws:execute-api:{REGION}:{ACCOUNT}:wsapi0test/live/POST/@connections/abc%3D")
+        )]
+    );
+}
