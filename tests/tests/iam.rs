@@ -12,6 +12,7 @@ use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
+use threadbox_shared::domain::ThreadId;
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_shared::lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
 use threadbox_shared::lambda;
@@ -244,12 +245,15 @@ async fn every_functions_calls_are_allowed_by_its_role() {
     }
 
     // ---- sandbox-api: exec (a new thread takes a pool member), files, processes, MCP, tokens.
+    let sessions = format!("table/{}", stack.sessions_table);
+    let report = janitor.handle(scheduled_now()).await;
+    assert!(report.is_ok(), "refill: {report:?}");
     let token;
     {
         let (sdk, env, secrets) = stack.start("SandboxApiFunction", &overrides).await;
         let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
         let router = sandbox_api::app(
-            tb,
+            tb.clone(),
             lambda::api_auth(&env).unwrap(),
             lambda::token_key(&env).unwrap(),
         );
@@ -295,6 +299,21 @@ async fn every_functions_calls_are_allowed_by_its_role() {
             let answer = invoke_http(router.clone(), &http_event(method, &path, query, None)).await;
             ok(&answer, &format!("{method} {path}"));
         }
+        // The thread's sandbox (a pool member's) is lost: the next exec replaces it and drops
+        // the member's record.
+        let thread = ThreadId::parse("iam-api").unwrap();
+        let session = tb.store.load(&thread).await.unwrap().unwrap();
+        assert!(session.pool_member.is_some(), "exec took a pool member");
+        tb.provider
+            .kill(session.sandbox_id.as_deref().unwrap())
+            .await
+            .unwrap();
+        let answer = invoke_http(
+            router.clone(),
+            &http_event("POST", &format!("{t}/exec"), "", Some(json!({"cmd": "echo again"}))),
+        )
+        .await;
+        ok(&answer, "exec after the sandbox was lost");
         let mut mcp = http_event(
             "POST",
             "/v1/threads/iam-mcp/mcp",
@@ -322,8 +341,11 @@ async fn every_functions_calls_are_allowed_by_its_role() {
     }
     assert!(
         stack.made("SandboxApiFunction", "dynamodb:Query", "/index/by_thread"),
-        "sandbox-api never looked for a warm pool member: {:#?}",
-        stack.calls()
+        "sandbox-api never looked for a warm pool member"
+    );
+    assert!(
+        stack.made("SandboxApiFunction", "dynamodb:DeleteItem", &sessions),
+        "sandbox-api never dropped the lost sandbox's member"
     );
 
     // ---- pause and resume, on request.
@@ -367,61 +389,91 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         assert_eq!(answer.status_code, 200, "{:?}", answer.body);
     }
 
-    // ---- slack-events: a signed mention is deduped and queued on the work queue.
-    {
-        let (sdk, env, secrets) = stack.start("SlackEventsFunction", &overrides).await;
-        let mut ingress = SlackIngress::new(
-            Some(lambda::signing_secret(&env).unwrap()),
-            Arc::new(lambda::dedupe(&sdk, &env).unwrap()),
-            Arc::new(lambda::work_queue(&sdk, &env).unwrap()),
-            Arc::new(SystemClock),
-        );
-        let api = lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env).unwrap()), secrets);
-        ingress = ingress.with_api(api);
-        let router = slack_events::app(ingress);
+    // ---- slack-events and worker, twice in one Slack thread: a signed mention is deduped and
+    // queued on the work queue, then the worker runs it (a new thread: a pool member); the
+    // second time the thread's sandbox was lost, so the worker replaces it.
+    let (sdk, env, secrets) = stack.start("SlackEventsFunction", &overrides).await;
+    let mut ingress = SlackIngress::new(
+        Some(lambda::signing_secret(&env).unwrap()),
+        Arc::new(lambda::dedupe(&sdk, &env).unwrap()),
+        Arc::new(lambda::work_queue(&sdk, &env).unwrap()),
+        Arc::new(SystemClock),
+    );
+    let api = lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env).unwrap()), secrets);
+    ingress = ingress.with_api(api);
+    let slack_events = slack_events::app(ingress);
+
+    let (sdk, env, secrets) = stack.start("WorkerFunction", &overrides).await;
+    let work_queue = Arc::new(lambda::work_queue(&sdk, &env).unwrap());
+    let dedupe = Arc::new(lambda::dedupe(&sdk, &env).unwrap());
+    let worker_tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+    let slack_worker = SlackWorker::new(
+        worker_tb.clone(),
+        lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env).unwrap()), secrets),
+        dedupe.clone(),
+        work_queue.clone(),
+        SlackWorkerConfig::default(),
+    )
+    .with_rates(MessageRates::new(
+        Arc::new(lambda::window_counter(&sdk, &env).unwrap()),
+        lambda::slack_rates(&env).unwrap(),
+        Arc::new(SystemClock),
+    ))
+    .with_user_threads(Arc::new(lambda::slack_user_threads(&sdk, &env).unwrap()));
+    let settler =
+        BatchSettler::new(work_queue).with_attempt_limit(dedupe, "work", DEFAULT_MAX_ATTEMPTS);
+    let worker = worker::WorkHandler::new(slack_worker).with_settler(settler);
+    let slack_thread = ThreadId::parse("slack:T0001:C0001:1767225590.000100").unwrap();
+
+    for round in 1..=2 {
+        if round == 2 {
+            let session = worker_tb.store.load(&slack_thread).await.unwrap().unwrap();
+            assert!(session.pool_member.is_some(), "the worker took a pool member");
+            worker_tb
+                .provider
+                .kill(session.sandbox_id.as_deref().unwrap())
+                .await
+                .unwrap();
+        } else {
+            let report = janitor.handle(scheduled_now()).await;
+            assert!(report.is_ok(), "refill: {report:?}");
+        }
         let mut event = fixture_json("apigw-http-slack-app-mention.json");
-        let body = event["body"].as_str().unwrap().to_owned();
+        let mut body: Value = serde_json::from_str(event["body"].as_str().unwrap()).unwrap();
+        if round == 2 {
+            body["event_id"] = json!("Ev0SLACK0002");
+            body["event"]["thread_ts"] = body["event"]["ts"].clone();
+            body["event"]["ts"] = json!("1767225591.000200");
+        }
+        let body = body.to_string();
         let now = now_secs();
         let signature = SigningSecret::new(SIGNING_SECRET)
             .unwrap()
             .sign(now, body.as_bytes());
+        event["body"] = json!(body);
         event["headers"]["x-slack-request-timestamp"] = json!(now.to_string());
         event["headers"]["x-slack-signature"] = json!(signature);
-        let answer = invoke_http(router, &event).await;
+        event["headers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("content-length");
+        let answer = invoke_http(slack_events.clone(), &event).await;
         ok(&answer, "slack event");
         assert_eq!(answer.json()["outcome"], "accepted", "{:?}", answer.json());
-    }
 
-    // ---- worker: runs the queued message in its thread (a new thread: a pool member).
-    {
-        let (sdk, env, secrets) = stack.start("WorkerFunction", &overrides).await;
-        let work_queue = Arc::new(lambda::work_queue(&sdk, &env).unwrap());
-        let dedupe = Arc::new(lambda::dedupe(&sdk, &env).unwrap());
-        let worker = SlackWorker::new(
-            lambda::threadbox(&sdk, &env, &secrets).await.unwrap(),
-            lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env).unwrap()), secrets),
-            dedupe.clone(),
-            work_queue.clone(),
-            SlackWorkerConfig::default(),
-        )
-        .with_rates(MessageRates::new(
-            Arc::new(lambda::window_counter(&sdk, &env).unwrap()),
-            lambda::slack_rates(&env).unwrap(),
-            Arc::new(SystemClock),
-        ))
-        .with_user_threads(Arc::new(lambda::slack_user_threads(&sdk, &env).unwrap()));
-        let settler =
-            BatchSettler::new(work_queue).with_attempt_limit(dedupe, "work", DEFAULT_MAX_ATTEMPTS);
-        let handler = worker::WorkHandler::new(worker).with_settler(settler);
         let event = drain(&stack, &stack.work.queue_url)
             .await
             .expect("slack-events queued the mention");
-        let response = handler.handle(event).await.unwrap();
+        let response = worker.handle(event).await.unwrap();
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
     assert!(
         stack.made("WorkerFunction", "dynamodb:Query", "/index/by_thread"),
         "the worker never looked for a warm pool member"
+    );
+    assert!(
+        stack.made("WorkerFunction", "dynamodb:DeleteItem", &sessions),
+        "the worker never dropped the lost sandbox's member"
     );
 
     // ---- fanout: every lifecycle event so far, to the log, Slack and live targets.
@@ -480,6 +532,21 @@ async fn every_functions_calls_are_allowed_by_its_role() {
     let report = janitor.handle(scheduled_now()).await;
     assert!(report.is_ok(), "third sweep: {report:?}");
 
+    // ---- the janitor at pool size 0 drains the members a larger size made.
+    {
+        let mut drained = overrides.clone();
+        drained.push(("THREADBOX_WARM_POOL", "0".to_owned()));
+        let (sdk, env, secrets) = stack.start("JanitorFunction", &drained).await;
+        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+        let janitor = janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap());
+        let report = janitor.handle(scheduled_now()).await;
+        assert!(report.is_ok(), "drain: {report:?}");
+    }
+    assert!(
+        stack.made("JanitorFunction", "dynamodb:DeleteItem", &sessions),
+        "the janitor never dropped a pool member"
+    );
+
     for (function, action) in [
         ("JanitorFunction", "dynamodb:Query"),
         ("PauseQueueFunction", "dynamodb:PutItem"),
@@ -492,7 +559,10 @@ async fn every_functions_calls_are_allowed_by_its_role() {
             "{function} never made {action}"
         );
     }
-    eprintln!("{} distinct calls recorded", stack.calls().len());
+    // The calls, one line each (shown with --nocapture, or when the check fails).
+    for c in stack.calls() {
+        println!("{} {} {}", c.function, c.action, c.resource);
+    }
     stack.assert_allowed();
 }
 
