@@ -379,17 +379,17 @@ impl IamStack {
             let (sqs, name) = (sqs.clone(), format!("{prefix}-{kind}"));
             async move { create_fifo_queue(&sqs, &name, 50).await.unwrap() }
         };
-        let (lifecycle, work, transitions) =
-            (queue("lifecycle").await, queue("work").await, queue("transition").await);
+        let (lifecycle, work, transitions) = (
+            queue("lifecycle").await,
+            queue("work").await,
+            queue("transition").await,
+        );
 
         let sm = aws_sdk_secretsmanager::Client::new(&sdk);
         let mut secret_names = BTreeMap::new();
         for (parameter, value) in [
             ("E2bApiKeySecret", secrets.e2b_api_key.clone()),
-            (
-                "ApiKeysSecret",
-                crate::lambda::FIXTURE_API_KEY.to_owned(),
-            ),
+            ("ApiKeysSecret", crate::lambda::FIXTURE_API_KEY.to_owned()),
             ("SlackSigningSecret", secrets.slack_signing_secret.clone()),
             ("SlackBotTokenSecret", secrets.slack_bot_token.clone()),
             (
@@ -415,9 +415,7 @@ impl IamStack {
             all_parameters.insert((*k).to_owned(), Value::from(*v));
         }
 
-        let table = |name: &str| {
-            json!({"Ref": name, "Arn": format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}")})
-        };
+        let table = |name: &str| json!({"Ref": name, "Arn": format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}")});
         let queue_json = |url: &str| {
             let name = url.rsplit('/').next().unwrap();
             json!({"Ref": url, "Arn": format!("arn:aws:sqs:{REGION}:{ACCOUNT}:{name}")})
@@ -441,11 +439,8 @@ impl IamStack {
                 "WebSocketApi": {"Ref": WS_API_ID},
             },
         });
-        let functions = resolve_template(
-            &sam_python,
-            &repo().join("infra/template.yaml"),
-            &settings,
-        );
+        let functions =
+            resolve_template(&sam_python, &repo().join("infra/template.yaml"), &settings);
         Some(Self {
             sdk,
             prefix,
@@ -472,11 +467,17 @@ impl IamStack {
             self.functions["functions"].get(function).is_some(),
             "no function {function} in the template"
         );
+        self.sdk_recording(function)
+    }
+
+    /// An SDK config whose calls are recorded under `label`, which need not be a function of
+    /// the template (the operator CLI runs under the operator's own credentials).
+    pub fn sdk_recording(&self, label: &str) -> SdkConfig {
         let inner = self.sdk.http_client().expect("the SDK config has a client");
         self.sdk
             .to_builder()
             .http_client(Recorder {
-                function: function.to_owned(),
+                function: label.to_owned(),
                 calls: self.calls.clone(),
                 inner,
             })

@@ -12,11 +12,12 @@ use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
+use threadbox_shared::adapters::sqs::{SqsQueue, SqsQueueUrls};
 use threadbox_shared::domain::ThreadId;
 use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_shared::lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
 use threadbox_shared::lambda;
-use threadbox_shared::ports::SystemClock;
+use threadbox_shared::lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
+use threadbox_shared::ports::{DurableQueue, SystemClock};
 use threadbox_shared::slack::{
     MessageRates, SigningSecret, SlackIngress, SlackWorker, SlackWorkerConfig,
 };
@@ -161,7 +162,23 @@ async fn drain(stack: &IamStack, queue_url: &str) -> Option<LambdaEvent<SqsEvent
     ))
 }
 
-fn ws_event(fixture: &str, edit: impl FnOnce(&mut Value)) -> LambdaEvent<ApiGatewayWebsocketProxyRequest> {
+/// A record no consumer can read, which it dead-letters at once (`lambda::batch`).
+async fn send_poison(stack: &IamStack, queue_url: &str) {
+    aws_sdk_sqs::Client::new(&stack.sdk)
+        .send_message()
+        .queue_url(queue_url)
+        .message_body("{\"not\": \"a record\"")
+        .message_group_id("poison")
+        .message_deduplication_id(format!("poison-{}", now_secs()))
+        .send()
+        .await
+        .unwrap();
+}
+
+fn ws_event(
+    fixture: &str,
+    edit: impl FnOnce(&mut Value),
+) -> LambdaEvent<ApiGatewayWebsocketProxyRequest> {
     let mut json = fixture_json(fixture);
     edit(&mut json);
     LambdaEvent::new(
@@ -260,7 +277,12 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         let t = "/v1/threads/iam-api";
         let answer = invoke_http(
             router.clone(),
-            &http_event("POST", &format!("{t}/exec"), "", Some(json!({"cmd": "echo hi"}))),
+            &http_event(
+                "POST",
+                &format!("{t}/exec"),
+                "",
+                Some(json!({"cmd": "echo hi"})),
+            ),
         )
         .await;
         ok(&answer, "exec");
@@ -310,7 +332,12 @@ async fn every_functions_calls_are_allowed_by_its_role() {
             .unwrap();
         let answer = invoke_http(
             router.clone(),
-            &http_event("POST", &format!("{t}/exec"), "", Some(json!({"cmd": "echo again"}))),
+            &http_event(
+                "POST",
+                &format!("{t}/exec"),
+                "",
+                Some(json!({"cmd": "echo again"})),
+            ),
         )
         .await;
         ok(&answer, "exec after the sandbox was lost");
@@ -348,6 +375,24 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         "sandbox-api never dropped the lost sandbox's member"
     );
 
+    // ---- ws: connect with the token, subscribe (replay); the fan-out posts the pause and
+    // resume below to this connection.
+    {
+        let (sdk, env, _secrets) = stack.start("WsFunction", &overrides).await;
+        let handler = ws::WsHandler::new(lambda::live_gateway(&sdk, &env).unwrap());
+        let connect = ws_event("apigw-ws-connect.json", |e| {
+            e["queryStringParameters"]["token"] = json!(token);
+            e["multiValueQueryStringParameters"]["token"] = json!([token]);
+        });
+        let answer = handler.handle(connect).await.unwrap();
+        assert_eq!(answer.status_code, 200, "{:?}", answer.body);
+        let subscribe = ws_event("apigw-ws-message.json", |e| {
+            e["body"] = json!(r#"{"action":"subscribe","thread_id":"iam-api","after_seq":0}"#);
+        });
+        let answer = handler.handle(subscribe).await.unwrap();
+        assert_eq!(answer.status_code, 200, "{:?}", answer.body);
+    }
+
     // ---- pause and resume, on request.
     {
         let (sdk, env, secrets) = stack.start("PauseFunction", &overrides).await;
@@ -370,23 +415,6 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         )
         .await;
         ok(&answer, "resume");
-    }
-
-    // ---- ws: connect with the token, subscribe (replay), ping.
-    {
-        let (sdk, env, _secrets) = stack.start("WsFunction", &overrides).await;
-        let handler = ws::WsHandler::new(lambda::live_gateway(&sdk, &env).unwrap());
-        let connect = ws_event("apigw-ws-connect.json", |e| {
-            e["queryStringParameters"]["token"] = json!(token);
-            e["multiValueQueryStringParameters"]["token"] = json!([token]);
-        });
-        let answer = handler.handle(connect).await.unwrap();
-        assert_eq!(answer.status_code, 200, "{:?}", answer.body);
-        let subscribe = ws_event("apigw-ws-message.json", |e| {
-            e["body"] = json!(r#"{"action":"subscribe","thread_id":"iam-api","after_seq":0}"#);
-        });
-        let answer = handler.handle(subscribe).await.unwrap();
-        assert_eq!(answer.status_code, 200, "{:?}", answer.body);
     }
 
     // ---- slack-events and worker, twice in one Slack thread: a signed mention is deduped and
@@ -428,7 +456,10 @@ async fn every_functions_calls_are_allowed_by_its_role() {
     for round in 1..=2 {
         if round == 2 {
             let session = worker_tb.store.load(&slack_thread).await.unwrap().unwrap();
-            assert!(session.pool_member.is_some(), "the worker took a pool member");
+            assert!(
+                session.pool_member.is_some(),
+                "the worker took a pool member"
+            );
             worker_tb
                 .provider
                 .kill(session.sandbox_id.as_deref().unwrap())
@@ -461,6 +492,9 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         ok(&answer, "slack event");
         assert_eq!(answer.json()["outcome"], "accepted", "{:?}", answer.json());
 
+        if round == 2 {
+            send_poison(&stack, &stack.work.queue_url).await;
+        }
         let event = drain(&stack, &stack.work.queue_url)
             .await
             .expect("slack-events queued the mention");
@@ -480,7 +514,8 @@ async fn every_functions_calls_are_allowed_by_its_role() {
     {
         let (sdk, env, secrets) = stack.start("FanoutFunction", &overrides).await;
         let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
-        if let Some(slack) = lambda::slack_status_target_watched(&sdk, &env, Some(&secrets)).unwrap()
+        if let Some(slack) =
+            lambda::slack_status_target_watched(&sdk, &env, Some(&secrets)).unwrap()
         {
             targets.push(Arc::new(slack));
         }
@@ -494,11 +529,18 @@ async fn every_functions_calls_are_allowed_by_its_role() {
             "lifecycle",
             DEFAULT_MAX_ATTEMPTS,
         );
-        let handler = fanout::FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(settler);
-        let event = drain(&stack, &stack.lifecycle.queue_url)
-            .await
-            .expect("the functions published lifecycle events");
-        let _ = handler.handle(event).await.unwrap();
+        let handler =
+            fanout::FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(settler);
+        send_poison(&stack, &stack.lifecycle.queue_url).await;
+        // A FIFO queue hands out a group's next records only once the earlier ones are
+        // settled: batches until the queue is empty.
+        let mut batches = 0;
+        while let Some(event) = drain(&stack, &stack.lifecycle.queue_url).await {
+            let response = handler.handle(event).await.unwrap();
+            assert!(response.batch_item_failures.is_empty(), "{response:?}");
+            batches += 1;
+            assert!(batches < 50, "the lifecycle queue never emptied");
+        }
     }
 
     // ---- ws: disconnect.
@@ -523,6 +565,7 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         let queue = lambda::transition_queue(&sdk, &env).unwrap().unwrap();
         let handler =
             pause::TransitionHandler::new(tb).with_settler(BatchSettler::new(Arc::new(queue)));
+        send_poison(&stack, &stack.transitions.queue_url).await;
         let event = drain(&stack, &stack.transitions.queue_url)
             .await
             .expect("the sweep handed transitions to the queue");
@@ -547,16 +590,58 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         "the janitor never dropped a pool member"
     );
 
-    for (function, action) in [
-        ("JanitorFunction", "dynamodb:Query"),
-        ("PauseQueueFunction", "dynamodb:PutItem"),
-        ("FanoutFunction", "dynamodb:PutItem"),
-        ("SlackEventsFunction", "sqs:SendMessage"),
-        ("WsFunction", "dynamodb:PutItem"),
+    // Each path the test means to cover ran: the calls only it makes.
+    let dead_letters =
+        |queue: &SqsQueueUrls| queue.dead_letter_url.rsplit('/').next().unwrap().to_owned();
+    for (function, action, resource) in [
+        ("JanitorFunction", "dynamodb:Query", "/index/due".to_owned()),
+        (
+            "JanitorFunction",
+            "sqs:SendMessage",
+            stack
+                .transitions
+                .queue_url
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_owned(),
+        ),
+        (
+            "PauseQueueFunction",
+            "dynamodb:DeleteItem",
+            sessions.clone(),
+        ),
+        (
+            "PauseQueueFunction",
+            "sqs:SendMessage",
+            dead_letters(&stack.transitions),
+        ),
+        (
+            "FanoutFunction",
+            "execute-api:ManageConnections",
+            "".to_owned(),
+        ),
+        (
+            "FanoutFunction",
+            "sqs:SendMessage",
+            dead_letters(&stack.lifecycle),
+        ),
+        (
+            "WorkerFunction",
+            "sqs:SendMessage",
+            dead_letters(&stack.work),
+        ),
+        (
+            "SlackEventsFunction",
+            "sqs:SendMessage",
+            stack.work.queue_url.rsplit('/').next().unwrap().to_owned(),
+        ),
+        ("WsFunction", "dynamodb:ConditionCheckItem", "".to_owned()),
+        ("WsFunction", "execute-api:ManageConnections", "".to_owned()),
     ] {
         assert!(
-            stack.calls().iter().any(|c| c.function == function && c.action == action),
-            "{function} never made {action}"
+            stack.made(function, action, &resource),
+            "{function} never made {action} on {resource}"
         );
     }
     // The calls, one line each (shown with --nocapture, or when the check fails).
@@ -566,11 +651,79 @@ async fn every_functions_calls_are_allowed_by_its_role() {
     stack.assert_allowed();
 }
 
+/// `threadbox dlq` has no role: it runs under the operator's credentials. What it needs is
+/// recorded here, through the same adapter calls the command makes, and must be what the
+/// README's dead-letter runbook tells the operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threadbox_dlq_needs_what_the_runbook_says() {
+    let test = "threadbox_dlq_needs_what_the_runbook_says";
+    let secrets = StackSecrets {
+        e2b_api_key: "e2b_unused".into(),
+        slack_bot_token: BOT_TOKEN.into(),
+        slack_signing_secret: SIGNING_SECRET.into(),
+    };
+    let Some(stack) = IamStack::new(test, &[], &secrets).await else {
+        return;
+    };
+    send_poison(&stack, &stack.work.dead_letter_url).await;
+    let sdk = stack.sdk_recording("threadbox dlq");
+    let queue = SqsQueue::from_sdk_config(
+        &sdk,
+        SqsQueueUrls {
+            queue_url: String::new(),
+            dead_letter_url: stack.work.dead_letter_url.clone(),
+        },
+    );
+    assert_eq!(queue.dead_letters(10).await.unwrap().len(), 1);
+    let queue = SqsQueue::from_sdk_config(&sdk, stack.work.clone());
+    assert_eq!(queue.redrive_dead_letters(10).await.unwrap(), 1);
+
+    let name = |url: &str| url.rsplit('/').next().unwrap().to_owned();
+    let (queue_name, dlq_name) = (
+        name(&stack.work.queue_url),
+        name(&stack.work.dead_letter_url),
+    );
+    let mut made: Vec<(String, String)> = stack
+        .calls()
+        .into_iter()
+        .filter(|c| c.function == "threadbox dlq")
+        .map(|c| {
+            let which = if c.resource.ends_with(&format!(":{dlq_name}")) {
+                "dead-letter queue"
+            } else if c.resource.ends_with(&format!(":{queue_name}")) {
+                "queue"
+            } else {
+                panic!("threadbox dlq touched {}", c.resource)
+            };
+            (c.action, which.to_owned())
+        })
+        .collect();
+    made.sort();
+    made.dedup();
+    let expected = [
+        ("sqs:ChangeMessageVisibility", "dead-letter queue"),
+        ("sqs:DeleteMessage", "dead-letter queue"),
+        ("sqs:ReceiveMessage", "dead-letter queue"),
+        ("sqs:SendMessage", "queue"),
+    ];
+    assert_eq!(
+        made,
+        expected.map(|(a, w)| (a.to_owned(), w.to_owned())).to_vec()
+    );
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let runbook = &readme[readme.find("**Dead-letter runbook.**").unwrap()..];
+    let runbook = &runbook[..runbook.find("\n\n**").unwrap_or(runbook.len())];
+    for (action, _) in expected {
+        assert!(
+            runbook.contains(&format!("`{action}`")),
+            "the runbook does not name {action}"
+        );
+    }
+}
+
 /// The settings the checker's own tests resolve the template with (no AWS endpoint needed).
 fn static_settings() -> Value {
-    let table = |name: &str| {
-        json!({"Ref": name, "Arn": format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}")})
-    };
+    let table = |name: &str| json!({"Ref": name, "Arn": format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}")});
     json!({
         "account": ACCOUNT,
         "region": REGION,
@@ -625,14 +778,19 @@ fn a_removed_grant_fails_naming_the_function_action_and_resource() {
     let janitor_at = text.find("\n  JanitorFunction:").unwrap();
     let grant_at = janitor_at + text[janitor_at..].find("dynamodb:DeleteItem").unwrap();
     let (before, after) = text.split_at(grant_at);
-    let without = format!("{before}dynamodb:DescribeTable{}", &after["dynamodb:DeleteItem".len()..]);
+    let without = format!(
+        "{before}dynamodb:DescribeTable{}",
+        &after["dynamodb:DeleteItem".len()..]
+    );
     let dir = tempfile::tempdir().unwrap();
     let changed = dir.path().join("template.yaml");
     std::fs::write(&changed, without).unwrap();
     let policies = resolve_template(&sam, &changed, &static_settings());
     assert_eq!(
         denied_calls(&moto, &policies, &calls),
-        vec![format!("DENIED JanitorFunction dynamodb:DeleteItem {sessions}")]
+        vec![format!(
+            "DENIED JanitorFunction dynamodb:DeleteItem {sessions}"
+        )]
     );
 
     // A secret by another name that merely starts like the function's own is not its own.
@@ -642,8 +800,11 @@ fn a_removed_grant_fails_naming_the_function_action_and_resource() {
         resource: format!("arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:tb/e2b-other-AbCdEf"),
     };
     assert_eq!(
-        denied_calls(&moto, &policies, &[other.clone()]),
-        vec![format!("DENIED SandboxApiFunction {} {}", other.action, other.resource)]
+        denied_calls(&moto, &policies, std::slice::from_ref(&other)),
+        vec![format!(
+            "DENIED SandboxApiFunction {} {}",
+            other.action, other.resource
+        )]
     );
 }
 
@@ -692,7 +853,10 @@ fn requests_are_read_as_iam_authorizes_them() {
             "/",
             body.to_string().as_bytes()
         ),
-        vec![("dynamodb:Query".to_owned(), format!("{}/index/by_thread", t("s")))]
+        vec![(
+            "dynamodb:Query".to_owned(),
+            format!("{}/index/by_thread", t("s"))
+        )]
     );
     let body = json!({"QueueUrl": "http://127.0.0.1:5000/123456789012/q.fifo"});
     assert_eq!(
@@ -708,10 +872,17 @@ fn requests_are_read_as_iam_authorizes_them() {
         )]
     );
     assert_eq!(
-        authorizations(None, "POST", "http://127.0.0.1:1/live/@connections/abc%3D", b""),
+        authorizations(
+            None,
+            "POST",
+            "http://127.0.0.1:1/live/@connections/abc%3D",
+            b""
+        ),
         vec![(
             "execute-api:ManageConnections".to_owned(),
-            format!("arn:aws:execute-api:{REGION}:{ACCOUNT}:wsapi0test/live/POST/@connections/abc%3D")
+            format!(
+                "arn:aws:execute-api:{REGION}:{ACCOUNT}:wsapi0test/live/POST/@connections/abc%3D"
+            )
         )]
     );
 }
