@@ -16,7 +16,9 @@ Two steps, because the SAM translator and moto live in different virtualenvs
       (moto's venv python) Evaluate each recorded call, {"function", "action", "resource"},
       against that function's policies with moto's IAM policy evaluation
       (moto.iam.access_control.IAMPolicy.is_action_permitted). Prints one line per denied call,
-      `DENIED <function> <action> <resource>`, and exits 1 when there is any.
+      `DENIED <function> <action> <resource>`, and exits 1 when there is any. What Lambda's
+      poller does with the role of a function an SQS queue triggers (receive, delete, read
+      the queue's attributes) is checked too, for each event source mapping.
 
 settings.json: {"account": "123456789012", "region": "us-east-1",
                 "parameters": {"WarmPoolSize": "2", ...},
@@ -206,7 +208,21 @@ def policies(args):
         functions[logical_id] = {
             "policies": documents,
             "environment": {k: str(v) for k, v in variables.items()},
+            "pollers": [],
         }
+    # Lambda's poller reads an SQS event source with the function's role, not the code.
+    for resource in resources.values():
+        if resource.get("Type") != "AWS::Lambda::EventSourceMapping":
+            continue
+        properties = resource["Properties"]
+        target = properties.get("FunctionName")
+        if isinstance(target, dict) and "Ref" in target:
+            target = target["Ref"]
+        elif isinstance(target, dict) and "Fn::GetAtt" in target:
+            target = target["Fn::GetAtt"][0]
+        source = resolver.resolve(properties.get("EventSourceArn"))
+        if target in functions and str(source).startswith("arn:aws:sqs:"):
+            functions[target]["pollers"].append(source)
     json.dump({"functions": functions}, sys.stdout, indent=1, sort_keys=True)
     print()
 
@@ -228,6 +244,12 @@ def check(args):
     with open(args.policies, encoding="utf-8") as f:
         functions = json.load(f)["functions"]
     calls = json.load(sys.stdin)
+    # What Lambda's poller does with the role of a function an SQS queue triggers
+    # (the actions of AWSLambdaSQSQueueExecutionRole).
+    for function, spec in sorted(functions.items()):
+        for queue in spec.get("pollers", []):
+            for action in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"):
+                calls.append({"function": function, "action": action, "resource": queue})
     denied = 0
     seen = set()
     for call in calls:

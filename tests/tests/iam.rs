@@ -735,6 +735,10 @@ fn static_settings() -> Value {
             "SessionsTable": table("sessions"),
             "EventsTable": table("events"),
             "DedupeTable": table("dedupe"),
+            "WorkQueue": {
+                "Ref": "https://sqs.us-east-1.amazonaws.com/123456789012/work.fifo",
+                "Arn": format!("arn:aws:sqs:{REGION}:{ACCOUNT}:work.fifo"),
+            },
         },
     })
 }
@@ -772,24 +776,40 @@ fn a_removed_grant_fails_naming_the_function_action_and_resource() {
         Vec::<String>::new(),
         "the template allows these"
     );
-
-    // The same template with the janitor's DeleteItem grant removed.
-    let text = std::fs::read_to_string(&template).unwrap();
-    let janitor_at = text.find("\n  JanitorFunction:").unwrap();
-    let grant_at = janitor_at + text[janitor_at..].find("dynamodb:DeleteItem").unwrap();
-    let (before, after) = text.split_at(grant_at);
-    let without = format!(
-        "{before}dynamodb:DescribeTable{}",
-        &after["dynamodb:DeleteItem".len()..]
+    assert_eq!(
+        policies["functions"]["WorkerFunction"]["pollers"],
+        json!([format!("arn:aws:sqs:{REGION}:{ACCOUNT}:work.fifo")]),
+        "the worker's event source mapping is found"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let changed = dir.path().join("template.yaml");
-    std::fs::write(&changed, without).unwrap();
-    let policies = resolve_template(&sam, &changed, &static_settings());
+
+    // The same template with one grant of a function's `Policies:` replaced by another action.
+    let text = std::fs::read_to_string(&template).unwrap();
+    let without = |function: &str, action: &str| {
+        let function_at = text.find(&format!("\n  {function}:")).unwrap();
+        let grant_at = function_at + text[function_at..].find(action).unwrap();
+        let (before, after) = text.split_at(grant_at);
+        let changed = format!("{before}dynamodb:DescribeTable{}", &after[action.len()..]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("template.yaml");
+        std::fs::write(&path, changed).unwrap();
+        resolve_template(&sam, &path, &static_settings())
+    };
+    let policies = without("JanitorFunction", "dynamodb:DeleteItem");
     assert_eq!(
         denied_calls(&moto, &policies, &calls),
         vec![format!(
             "DENIED JanitorFunction dynamodb:DeleteItem {sessions}"
+        )]
+    );
+    // Lambda's poller needs the worker's role to receive from the work queue.
+    assert_eq!(
+        denied_calls(
+            &moto,
+            &without("WorkerFunction", "sqs:ReceiveMessage"),
+            &calls
+        ),
+        vec![format!(
+            "DENIED WorkerFunction sqs:ReceiveMessage arn:aws:sqs:{REGION}:{ACCOUNT}:work.fifo"
         )]
     );
 
