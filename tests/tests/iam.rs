@@ -162,6 +162,26 @@ async fn drain(stack: &IamStack, queue_url: &str) -> Option<LambdaEvent<SqsEvent
     ))
 }
 
+/// A Slack request fixture signed now with the stack's signing secret (over the body as Slack
+/// sent it: API Gateway may have base64-encoded it).
+fn signed(mut event: Value) -> Value {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let text = event["body"].as_str().unwrap().to_owned();
+    let body = if event["isBase64Encoded"].as_bool() == Some(true) {
+        engine.decode(&text).unwrap()
+    } else {
+        text.into_bytes()
+    };
+    let now = now_secs();
+    let signature = SigningSecret::new(SIGNING_SECRET).unwrap().sign(now, &body);
+    let headers = event["headers"].as_object_mut().unwrap();
+    headers.insert("x-slack-request-timestamp".into(), json!(now.to_string()));
+    headers.insert("x-slack-signature".into(), json!(signature));
+    headers.remove("content-length");
+    event
+}
+
 /// A record no consumer can read, which it dead-letters at once (`lambda::batch`).
 async fn send_poison(stack: &IamStack, queue_url: &str) {
     aws_sdk_sqs::Client::new(&stack.sdk)
@@ -476,21 +496,21 @@ async fn every_functions_calls_are_allowed_by_its_role() {
             body["event"]["thread_ts"] = body["event"]["ts"].clone();
             body["event"]["ts"] = json!("1767225591.000200");
         }
-        let body = body.to_string();
-        let now = now_secs();
-        let signature = SigningSecret::new(SIGNING_SECRET)
-            .unwrap()
-            .sign(now, body.as_bytes());
-        event["body"] = json!(body);
-        event["headers"]["x-slack-request-timestamp"] = json!(now.to_string());
-        event["headers"]["x-slack-signature"] = json!(signature);
-        event["headers"]
-            .as_object_mut()
-            .unwrap()
-            .remove("content-length");
-        let answer = invoke_http(slack_events.clone(), &event).await;
+        event["body"] = json!(body.to_string());
+        let answer = invoke_http(slack_events.clone(), &signed(event)).await;
         ok(&answer, "slack event");
         assert_eq!(answer.json()["outcome"], "accepted", "{:?}", answer.json());
+        if round == 1 {
+            // `/sandbox` and a button click, queued for the worker beside the mention.
+            for fixture in [
+                "apigw-http-slack-command.json",
+                "apigw-http-slack-interaction.json",
+            ] {
+                let answer =
+                    invoke_http(slack_events.clone(), &signed(fixture_json(fixture))).await;
+                ok(&answer, fixture);
+            }
+        }
 
         if round == 2 {
             send_poison(&stack, &stack.work.queue_url).await;
