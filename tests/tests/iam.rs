@@ -32,10 +32,11 @@ use threadbox_tests::lambda::{context_with_deadline, fixture_json, invoke_http, 
 const BOT_TOKEN: &str = "xoxb-iam-check-token";
 const SIGNING_SECRET: &str = "iam-check-signing-secret-not-a-real-one";
 
-/// The template's conditions that change a role: the warm pool, every budget, and the egress
-/// credentials secret all on; the idle pause and retention short enough for one sweep to pause
-/// and destroy; every janitor run reconciles.
-const PARAMETERS: &[(&str, &str)] = &[
+/// The template's conditions that change a role, all on: the warm pool, every budget (and the
+/// egress credentials secret, which the stack always names unless told otherwise); the idle
+/// pause and retention short enough for one sweep to pause and destroy; every janitor run
+/// reconciles.
+const EVERYTHING_ON: &[(&str, &str)] = &[
     ("WarmPoolSize", "2"),
     ("IdlePauseSeconds", "1"),
     ("RetentionSeconds", "3"),
@@ -43,6 +44,16 @@ const PARAMETERS: &[(&str, &str)] = &[
     ("ThreadComputeBudget", "100000"),
     ("ScopeComputeBudget", "100000"),
     ("ScopeCreatesPerHour", "1000"),
+];
+
+/// The same conditions off (the template's defaults): a grant only a condition gives must not
+/// be needed without it.
+const EVERYTHING_OFF: &[(&str, &str)] = &[
+    ("WarmPoolSize", "0"),
+    ("IdlePauseSeconds", "1"),
+    ("RetentionSeconds", "3"),
+    ("ReconcileEveryMinutes", "1"),
+    ("EgressCredentialsSecret", ""),
 ];
 
 /// An API Gateway HTTP API event for `method path` with a JSON `body`, from the exec fixture.
@@ -218,8 +229,28 @@ async fn connections_api() -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_functions_calls_are_allowed_by_its_role() {
-    let test = "every_functions_calls_are_allowed_by_its_role";
+async fn every_functions_calls_are_allowed_by_its_role_with_pool_budgets_and_egress_on() {
+    every_path(
+        "every_functions_calls_are_allowed_by_its_role_with_pool_budgets_and_egress_on",
+        EVERYTHING_ON,
+        true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_functions_calls_are_allowed_by_its_role_with_them_off() {
+    every_path(
+        "every_functions_calls_are_allowed_by_its_role_with_them_off",
+        EVERYTHING_OFF,
+        false,
+    )
+    .await;
+}
+
+/// Every function's paths under `parameters`, then the check. `pool`: whether the warm pool
+/// is on, so its own paths must have run.
+async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     let e2b = E2bFake::start().await;
     let slack = SlackFake::start(BOT_TOKEN).await;
     let secrets = StackSecrets {
@@ -227,7 +258,7 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         slack_bot_token: BOT_TOKEN.to_owned(),
         slack_signing_secret: SIGNING_SECRET.to_owned(),
     };
-    let Some(stack) = IamStack::new(test, PARAMETERS, &secrets).await else {
+    let Some(stack) = IamStack::new(test, parameters, &secrets).await else {
         return;
     };
     // Production leaves these at E2B's and Slack's real URLs, and the live callback at the
@@ -345,7 +376,11 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         // the member's record.
         let thread = ThreadId::parse("iam-api").unwrap();
         let session = tb.store.load(&thread).await.unwrap().unwrap();
-        assert!(session.pool_member.is_some(), "exec took a pool member");
+        assert_eq!(
+            session.pool_member.is_some(),
+            pool,
+            "exec took a pool member"
+        );
         tb.provider
             .kill(session.sandbox_id.as_deref().unwrap())
             .await
@@ -386,14 +421,16 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         ok(&answer, "token");
         token = answer.json()["token"].as_str().unwrap().to_owned();
     }
-    assert!(
-        stack.made("SandboxApiFunction", "dynamodb:Query", "/index/by_thread"),
-        "sandbox-api never looked for a warm pool member"
-    );
-    assert!(
-        stack.made("SandboxApiFunction", "dynamodb:DeleteItem", &sessions),
-        "sandbox-api never dropped the lost sandbox's member"
-    );
+    if pool {
+        assert!(
+            stack.made("SandboxApiFunction", "dynamodb:Query", "/index/by_thread"),
+            "sandbox-api never looked for a warm pool member"
+        );
+        assert!(
+            stack.made("SandboxApiFunction", "dynamodb:DeleteItem", &sessions),
+            "sandbox-api never dropped the lost sandbox's member"
+        );
+    }
 
     // ---- ws: connect with the token, subscribe (replay); the fan-out posts the pause and
     // resume below to this connection.
@@ -476,8 +513,9 @@ async fn every_functions_calls_are_allowed_by_its_role() {
     for round in 1..=2 {
         if round == 2 {
             let session = worker_tb.store.load(&slack_thread).await.unwrap().unwrap();
-            assert!(
+            assert_eq!(
                 session.pool_member.is_some(),
+                pool,
                 "the worker took a pool member"
             );
             worker_tb
@@ -521,14 +559,16 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         let response = worker.handle(event).await.unwrap();
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
-    assert!(
-        stack.made("WorkerFunction", "dynamodb:Query", "/index/by_thread"),
-        "the worker never looked for a warm pool member"
-    );
-    assert!(
-        stack.made("WorkerFunction", "dynamodb:DeleteItem", &sessions),
-        "the worker never dropped the lost sandbox's member"
-    );
+    if pool {
+        assert!(
+            stack.made("WorkerFunction", "dynamodb:Query", "/index/by_thread"),
+            "the worker never looked for a warm pool member"
+        );
+        assert!(
+            stack.made("WorkerFunction", "dynamodb:DeleteItem", &sessions),
+            "the worker never dropped the lost sandbox's member"
+        );
+    }
 
     // ---- fanout: every lifecycle event so far, to the log, Slack and live targets.
     {
@@ -596,7 +636,7 @@ async fn every_functions_calls_are_allowed_by_its_role() {
     assert!(report.is_ok(), "third sweep: {report:?}");
 
     // ---- the janitor at pool size 0 drains the members a larger size made.
-    {
+    if pool {
         let mut drained = overrides.clone();
         drained.push(("THREADBOX_WARM_POOL", "0".to_owned()));
         let (sdk, env, secrets) = stack.start("JanitorFunction", &drained).await;
@@ -605,10 +645,16 @@ async fn every_functions_calls_are_allowed_by_its_role() {
         let report = janitor.handle(scheduled_now()).await;
         assert!(report.is_ok(), "drain: {report:?}");
     }
-    assert!(
-        stack.made("JanitorFunction", "dynamodb:DeleteItem", &sessions),
-        "the janitor never dropped a pool member"
-    );
+    if pool {
+        assert!(
+            stack.made("JanitorFunction", "dynamodb:DeleteItem", &sessions),
+            "the janitor never dropped a pool member"
+        );
+        assert!(
+            stack.made("PauseQueueFunction", "dynamodb:DeleteItem", &sessions),
+            "pause-queue never destroyed a thread whose sandbox came from the pool"
+        );
+    }
 
     // Each path the test means to cover ran: the calls only it makes.
     let dead_letters =
@@ -626,11 +672,7 @@ async fn every_functions_calls_are_allowed_by_its_role() {
                 .unwrap()
                 .to_owned(),
         ),
-        (
-            "PauseQueueFunction",
-            "dynamodb:DeleteItem",
-            sessions.clone(),
-        ),
+        ("PauseQueueFunction", "dynamodb:PutItem", sessions.clone()),
         (
             "PauseQueueFunction",
             "sqs:SendMessage",
