@@ -4,6 +4,7 @@
 //! the policy the template gives that function's role (see `threadbox_tests::iam`). Sandboxes are
 //! E2B's contract fake, Slack is Slack's fake: no AWS call goes to either.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -218,14 +219,28 @@ fn ws_event(
     )
 }
 
-/// A stand-in for API Gateway's `@connections` API that accepts every post: the base URL
-/// `THREADBOX_WS_CALLBACK_URL` names.
-async fn connections_api() -> String {
+/// A stand-in for API Gateway's `@connections` API: the base URL `THREADBOX_WS_CALLBACK_URL`
+/// names, and a switch that makes every connection gone (410), as when a client went away.
+async fn connections_api() -> (String, Arc<AtomicBool>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let app = axum::Router::new().fallback(|| async { axum::http::StatusCode::OK });
+    let gone = Arc::new(AtomicBool::new(false));
+    let switch = gone.clone();
+    let app = axum::Router::new().fallback(move || {
+        let gone = switch.load(Ordering::SeqCst);
+        async move {
+            use axum::http::StatusCode;
+            if gone {
+                // As API Gateway answers: the SDK reads the error type from the header.
+                let headers = [("x-amzn-errortype", "GoneException")];
+                (StatusCode::GONE, headers, r#"{"message":"gone"}"#)
+            } else {
+                (StatusCode::OK, [("x-amzn-errortype", "")], "")
+            }
+        }
+    });
     tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://127.0.0.1:{port}/live")
+    (format!("http://127.0.0.1:{port}/live"), gone)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,7 +288,8 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         })
         .collect();
     overrides.push(("SLACK_API_URL", slack.api_url()));
-    overrides.push(("THREADBOX_WS_CALLBACK_URL", connections_api().await));
+    let (callback_url, connections_gone) = connections_api().await;
+    overrides.push(("THREADBOX_WS_CALLBACK_URL", callback_url));
 
     // ---- janitor: tends the warm pool (makes its members), reconciles.
     let janitor = {
@@ -448,6 +464,11 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         });
         let answer = handler.handle(subscribe).await.unwrap();
         assert_eq!(answer.status_code, 200, "{:?}", answer.body);
+        let unsubscribe = ws_event("apigw-ws-message.json", |e| {
+            e["body"] = json!(r#"{"action":"unsubscribe","thread_id":"iam-other"}"#);
+        });
+        let answer = handler.handle(unsubscribe).await.unwrap();
+        assert_eq!(answer.status_code, 200, "{:?}", answer.body);
     }
 
     // ---- pause and resume, on request.
@@ -592,6 +613,9 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         let handler =
             fanout::FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(settler);
         send_poison(&stack, &stack.lifecycle.queue_url).await;
+        // The client went away: the fan-out's post is answered 410 and it forgets the
+        // connection.
+        connections_gone.store(true, Ordering::SeqCst);
         // A FIFO queue hands out a group's next records only once the earlier ones are
         // settled: batches until the queue is empty.
         let mut batches = 0;
@@ -699,6 +723,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
             stack.work.queue_url.rsplit('/').next().unwrap().to_owned(),
         ),
         ("WsFunction", "dynamodb:ConditionCheckItem", "".to_owned()),
+        ("FanoutFunction", "dynamodb:BatchWriteItem", "".to_owned()),
         ("WsFunction", "execute-api:ManageConnections", "".to_owned()),
     ] {
         assert!(
