@@ -486,7 +486,7 @@ impl IamStack {
 
     /// The environment the template gives `function`, with `overrides` on top (the fakes'
     /// URLs, which production leaves at their defaults).
-    pub fn env_for(&self, function: &str, overrides: &[(&str, String)]) -> Env {
+    pub fn env_for(&self, function: &str, overrides: &[(String, String)]) -> Env {
         let variables = self.functions["functions"][function]["environment"]
             .as_object()
             .unwrap_or_else(|| panic!("no function {function} in the template"));
@@ -495,7 +495,7 @@ impl IamStack {
             .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
             .collect();
         for (k, v) in overrides {
-            pairs.insert((*k).to_owned(), v.clone());
+            pairs.insert(k.clone(), v.clone());
         }
         let borrowed: Vec<(&str, &str)> = pairs
             .iter()
@@ -509,7 +509,7 @@ impl IamStack {
     pub async fn start(
         &self,
         function: &str,
-        overrides: &[(&str, String)],
+        overrides: &[(String, String)],
     ) -> (SdkConfig, Env, Arc<SecretSet>) {
         let sdk = self.sdk_for(function);
         let base = self.env_for(function, overrides);

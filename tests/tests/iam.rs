@@ -94,37 +94,14 @@ fn now_secs() -> i64 {
         .as_secs() as i64
 }
 
-/// A scheduled janitor event at this minute (every minute reconciles here).
+/// A scheduled janitor event without a time, so the janitor takes the clock's (every minute
+/// reconciles here, `ReconcileEveryMinutes` being 1).
 fn scheduled_now() -> LambdaEvent<EventBridgeEvent> {
     let mut json = fixture_json("eventbridge-scheduled.json");
-    let minute = now_secs() / 60 * 60;
-    let time = chrono_like(minute);
-    json["time"] = json!(time);
+    json.as_object_mut().unwrap().remove("time");
     let payload: EventBridgeEvent = serde_json::from_value(json).unwrap();
+    assert!(payload.time.is_none());
     LambdaEvent::new(payload, context_with_deadline(Duration::from_secs(60)))
-}
-
-/// RFC 3339 of epoch seconds, without a date crate: days from the civil calendar.
-fn chrono_like(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// What the queue holds now, as the SQS event Lambda's poller would hand the consumer.
@@ -278,18 +255,14 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     };
     // Production leaves these at E2B's and Slack's real URLs, and the live callback at the
     // WebSocket API's.
-    let mut overrides: Vec<(&str, String)> = e2b
+    let mut overrides: Vec<(String, String)> = e2b
         .env_vars()
         .into_iter()
         .filter(|(k, _)| k != "E2B_API_KEY")
-        .map(|(k, v)| {
-            let k: &'static str = Box::leak(k.into_boxed_str());
-            (k, v)
-        })
         .collect();
-    overrides.push(("SLACK_API_URL", slack.api_url()));
+    overrides.push(("SLACK_API_URL".into(), slack.api_url()));
     let (callback_url, connections_gone) = connections_api().await;
-    overrides.push(("THREADBOX_WS_CALLBACK_URL", callback_url));
+    overrides.push(("THREADBOX_WS_CALLBACK_URL".into(), callback_url));
 
     // ---- janitor: tends the warm pool (makes its members), reconciles.
     let janitor = {
@@ -319,6 +292,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
                 Some(json!({"network": "networked"})),
             ),
             ("GET", "/v1/threads".to_owned(), "", None),
+            ("GET", "/v1/threads".to_owned(), "usage=true", None),
             ("GET", t.to_owned(), "", None),
             ("GET", format!("{t}/events"), "after_seq=0", None),
             ("POST", format!("{t}/reset"), "", Some(json!({}))),
@@ -376,10 +350,10 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         .await;
         ok(&answer, "process start");
         let started = answer.json();
-        let pid = ["id", "process_id", "pid"]
-            .iter()
-            .find_map(|k| started[*k].as_str().map(str::to_owned))
-            .unwrap_or_else(|| panic!("no process id in {started}"));
+        let pid = started["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no process id in {started}"))
+            .to_owned();
         for (method, path, query) in [
             ("GET", format!("{t}/processes"), ""),
             ("GET", format!("{t}/processes/{pid}/output"), "after=0"),
@@ -423,7 +397,10 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         );
         mcp["headers"]["accept"] = json!("application/json, text/event-stream");
         mcp["headers"]["mcp-protocol-version"] = json!("2025-06-18");
-        ok(&invoke_http(router.clone(), &mcp).await, "mcp tool call");
+        let answer = invoke_http(router.clone(), &mcp).await;
+        ok(&answer, "mcp tool call");
+        let called = answer.json();
+        assert_eq!(called["result"]["isError"], json!(false), "{called}");
         let answer = invoke_http(
             router,
             &http_event(
@@ -662,7 +639,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // ---- the janitor at pool size 0 drains the members a larger size made.
     if pool {
         let mut drained = overrides.clone();
-        drained.push(("THREADBOX_WARM_POOL", "0".to_owned()));
+        drained.push(("THREADBOX_WARM_POOL".into(), "0".into()));
         let (sdk, env, secrets) = stack.start("JanitorFunction", &drained).await;
         let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
         let janitor = janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap());
