@@ -49,6 +49,12 @@ export THREADBOX_REQUIRE_LAMBDA=1
 # The `threadbox mcp` test's client, the MCP Python SDK (installed above).
 THREADBOX_MCP_PYTHON="$(pwd)/$MCP_VENV/bin/python"
 export THREADBOX_MCP_PYTHON
+# The IAM check (tests/tests/iam.rs): the SAM translator expands the template, moto's policy
+# evaluation judges each recorded call. THREADBOX_REQUIRE_AWS (set by start_moto) makes a
+# missing venv a failure.
+THREADBOX_SAM_PYTHON="$(pwd)/$LAMBDA_VENV/bin/python"
+THREADBOX_MOTO_PYTHON="$(pwd)/$MOTO_VENV/bin/python"
+export THREADBOX_SAM_PYTHON THREADBOX_MOTO_PYTHON
 # First under cargo test, a Rust developer's first command: the tests must not depend on
 # nextest's process per test. Then under nextest, whose summary closes the run.
 cargo test --workspace --all-features --no-fail-fast --quiet

@@ -4,6 +4,8 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(all(feature = "aws", feature = "lambda"))]
+pub mod iam;
 #[cfg(feature = "lambda")]
 pub mod lambda;
 
