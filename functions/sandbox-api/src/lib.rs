@@ -10,6 +10,12 @@
 //! than the router's own: a request or response of at most 6 MB (Lambda's synchronous payload
 //! limit) and an answer within 30 s (the HTTP API's integration timeout), so long commands and
 //! big files belong to the worker and to direct provider access, not this route.
+//!
+//! The same binary also runs behind a function URL with `InvokeMode: RESPONSE_STREAM`
+//! (`THREADBOX_INVOKE_MODE=RESPONSE_STREAM`, the template's `SandboxStreamFunction`): there the
+//! answers stream, so server-sent events (exec, a process's output followed) reach the client as
+//! they happen; behind API Gateway such a request is refused at once with 406
+//! `stream_elsewhere`, naming that URL (`THREADBOX_STREAM_URL`). See `lambda::HttpMode`.
 
 use axum::{Extension, Router};
 use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
