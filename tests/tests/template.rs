@@ -348,6 +348,7 @@ fn the_functions_that_must_always_run_have_reserved_concurrency_within_an_accoun
         ("WsFunction", "WsConcurrency"),
         ("JanitorFunction", "JanitorConcurrency"),
         ("SandboxApiFunction", "SandboxApiConcurrency"),
+        ("SandboxStreamFunction", "SandboxStreamConcurrency"),
     ] {
         let (_, block) = resources.iter().find(|(n, _)| n == function).unwrap();
         let reserves = block.lines().map(str::trim).any(|l| {
@@ -365,5 +366,131 @@ fn the_functions_that_must_always_run_have_reserved_concurrency_within_an_accoun
     assert!(
         reserved <= 500,
         "the defaults reserve {reserved} of an account's default 1,000"
+    );
+}
+
+/// The seconds of `pub const {name}: Duration = Duration::from_secs(a * b ...);` in `source`.
+fn duration_const_secs(source: &str, name: &str) -> u64 {
+    let declared = format!("pub const {name}: Duration = Duration::from_secs(");
+    let rest = source
+        .split_once(&declared)
+        .unwrap_or_else(|| panic!("no {name} declared as this test reads it"))
+        .1;
+    let expression = rest.split_once(");").unwrap().0;
+    expression
+        .split('*')
+        .map(|factor| factor.trim().replace('_', "").parse::<u64>().unwrap())
+        .product()
+}
+
+/// The indented block under `key:` in a resource's block (the key's line excluded).
+fn property<'a>(block: &'a str, key: &str) -> &'a str {
+    let line = block
+        .lines()
+        .find(|l| l.trim() == format!("{key}:"))
+        .unwrap_or_else(|| panic!("no {key}: in\n{block}"));
+    let indent = line.len() - line.trim_start().len();
+    let start = block.find(line).unwrap() + line.len() + 1;
+    let rest = &block[start..];
+    let end = rest
+        .lines()
+        .scan(0, |at, l| {
+            let here = *at;
+            *at += l.len() + 1;
+            Some((here, l))
+        })
+        .find(|(_, l)| !l.trim().is_empty() && l.len() - l.trim_start().len() <= indent)
+        .map_or(rest.len(), |(at, _)| at);
+    rest[..end].trim_end()
+}
+
+/// Live output reaches clients of the deployed stack: API Gateway's HTTP API buffers answers, so
+/// the streaming routes go through SandboxStreamFunction's function URL, in the streaming invoke
+/// mode on both sides (the URL's and the binary's), authenticated by the app's own API keys,
+/// with the sandbox-api build and role, a cap of its own and a timeout past the longest stream.
+#[test]
+fn the_stream_function_serves_sandbox_api_through_a_streaming_url_with_its_keys_and_role() {
+    let template = read("infra/template.yaml");
+    let resources = resources(&template);
+    let block = |name: &str| {
+        resources
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no resource {name}"))
+            .1
+            .clone()
+    };
+    let stream = block("SandboxStreamFunction");
+    let api = block("SandboxApiFunction");
+
+    let url = property(&stream, "FunctionUrlConfig");
+    let settings: BTreeSet<&str> = url.lines().map(str::trim).collect();
+    assert_eq!(
+        settings,
+        BTreeSet::from(["AuthType: NONE", "InvokeMode: RESPONSE_STREAM"]),
+        "a streaming URL whose callers the app authenticates (no CORS: API clients, not pages)"
+    );
+    let variables = property(&stream, "Variables");
+    assert!(
+        variables.contains("THREADBOX_INVOKE_MODE: RESPONSE_STREAM"),
+        "the binary streams too: {variables}"
+    );
+    // AuthType NONE is safe only because every request meets the API's own keys.
+    for line in [
+        "THREADBOX_API_KEYS_SECRET_ID: !Ref ApiKeysSecret",
+        "THREADBOX_TOKEN_SECRET_SECRET_ID: !Ref TokenSecret",
+        "E2B_API_KEY_SECRET_ID: !Ref E2bApiKeySecret",
+    ] {
+        assert!(variables.contains(line), "{line} missing: {variables}");
+        assert!(api.contains(line), "sandbox-api has no {line}");
+    }
+
+    // The same build (SAM builds a CodeUri and Metadata once) and the same role.
+    for key in ["Metadata", "Policies"] {
+        assert_eq!(
+            property(&stream, key),
+            property(&api, key),
+            "SandboxStreamFunction's {key} differ from SandboxApiFunction's"
+        );
+    }
+    let code = |b: &str| {
+        b.lines()
+            .find(|l| l.trim().starts_with("CodeUri:"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(code(&stream), code(&api));
+
+    // Long enough for the router's longest exec and follow (10 minutes) and a resume.
+    let timeout: u64 = stream
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Timeout: "))
+        .expect("a timeout of its own, not the API functions' 30 s")
+        .parse()
+        .unwrap();
+    let longest = [
+        ("shared/src/http/sandbox.rs", "MAX_EXEC_TIMEOUT"),
+        ("shared/src/http/processes.rs", "MAX_FOLLOW"),
+    ]
+    .iter()
+    .map(|(file, name)| duration_const_secs(&read(file), name))
+    .max()
+    .unwrap();
+    assert!(
+        timeout >= longest + 60 && timeout <= 900,
+        "timeout {timeout} s: the longest stream is {longest} s, Lambda's limit 900 s"
+    );
+
+    // The buffered function names the URL in its 406, and the stack's outputs give it.
+    assert!(
+        api.contains("THREADBOX_STREAM_URL: !GetAtt SandboxStreamFunctionUrl.FunctionUrl\n"),
+        "sandbox-api does not know where to send streaming requests"
+    );
+    let outputs = template.split("\nOutputs:\n").nth(1).unwrap();
+    assert!(
+        outputs.contains("  SandboxStreamUrl:\n    Description: >-\n")
+            && outputs.contains("    Value: !GetAtt SandboxStreamFunctionUrl.FunctionUrl\n"),
+        "no SandboxStreamUrl output"
     );
 }

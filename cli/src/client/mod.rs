@@ -37,6 +37,20 @@ pub enum UsageQuery {
     Since(Option<Millis>),
 }
 
+/// The stream URL a 406 `stream_elsewhere` answer names, when the API key may go there: over
+/// https, or to the host that answered.
+fn stream_elsewhere(body: &[u8], from: &Url) -> Option<Url> {
+    let answer: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let error = answer.get("error")?;
+    if error.get("code")?.as_str()? != "stream_elsewhere" {
+        return None;
+    }
+    let url = Url::parse(error.get("stream_url")?.as_str()?).ok()?;
+    let same_host = url.host_str() == from.host_str()
+        && url.port_or_known_default() == from.port_or_known_default();
+    (url.scheme() == "https" || (url.scheme() == "http" && same_host)).then_some(url)
+}
+
 /// Where `threadbox dev` listens by default.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8787";
 /// Limit for one call; exec adds its command's own timeout to this.
@@ -118,6 +132,56 @@ impl Client {
         match &self.auth {
             Some(auth) => request.header(AUTHORIZATION, auth.clone()),
             None => request,
+        }
+    }
+
+    /// Open an answer of server-sent events: a request to `url` with `Accept: text/event-stream`,
+    /// finished by `finish` (its body, its timeout). A deployed stack's HTTP API cannot stream:
+    /// it answers 406 `stream_elsewhere` naming the same request at the stack's stream URL,
+    /// where it goes once more, with the API key, so only to an https URL or to the same host.
+    /// Returns the answer and the URL that gave it (for messages).
+    async fn open_stream(
+        &self,
+        method: Method,
+        url: Url,
+        finish: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<(reqwest::Response, String), ClientError> {
+        let mut url = url;
+        let mut moved = false;
+        loop {
+            let shown = url.to_string();
+            let request = self
+                .request(method.clone(), url.clone())
+                .header(reqwest::header::ACCEPT, "text/event-stream");
+            let response = finish(request)
+                .send()
+                .await
+                .map_err(|e| ClientError::unreachable(&shown, &e))?;
+            let status = response.status();
+            if status.is_success() {
+                return Ok((response, shown));
+            }
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse().ok());
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| ClientError::unreachable(&shown, &e))?;
+            if status == reqwest::StatusCode::NOT_ACCEPTABLE && !moved {
+                if let Some(elsewhere) = stream_elsewhere(&body, &url) {
+                    url = elsewhere;
+                    moved = true;
+                    continue;
+                }
+            }
+            return Err(ClientError::from_response(
+                status.as_u16(),
+                retry_after,
+                &body,
+            ));
         }
     }
 

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use base64::Engine as _;
-use reqwest::header::{ACCEPT, RETRY_AFTER};
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -212,31 +211,11 @@ impl Client {
         let mut url = self.process_url(thread_id, Some(process_id), Some("output"));
         url.query_pairs_mut()
             .append_pair("after", &after.to_string());
-        let shown = url.to_string();
-        let response = self
-            .request(Method::GET, url)
-            .header(ACCEPT, "text/event-stream")
-            .timeout(threadbox_shared::http::MAX_FOLLOW + REQUEST_TIMEOUT)
-            .send()
-            .await
-            .map_err(|e| ClientError::unreachable(&shown, &e))?;
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse().ok());
-            let body = response
-                .bytes()
-                .await
-                .map_err(|e| ClientError::unreachable(&shown, &e))?;
-            return Err(ClientError::from_response(
-                status.as_u16(),
-                retry_after,
-                &body,
-            ));
-        }
+        let (response, shown) = self
+            .open_stream(Method::GET, url, |request| {
+                request.timeout(threadbox_shared::http::MAX_FOLLOW + REQUEST_TIMEOUT)
+            })
+            .await?;
         Ok(ProcessFollow {
             response,
             url: shown,

@@ -10,6 +10,12 @@
 //! than the router's own: a request or response of at most 6 MB (Lambda's synchronous payload
 //! limit) and an answer within 30 s (the HTTP API's integration timeout), so long commands and
 //! big files belong to the worker and to direct provider access, not this route.
+//!
+//! The same binary also runs behind a function URL with `InvokeMode: RESPONSE_STREAM`
+//! (`THREADBOX_INVOKE_MODE=RESPONSE_STREAM`, the template's `SandboxStreamFunction`): there the
+//! answers stream, so server-sent events (exec, a process's output followed) reach the client as
+//! they happen; behind API Gateway such a request is refused at once with 406
+//! `stream_elsewhere`, naming that URL (`THREADBOX_STREAM_URL`). See `lambda::HttpMode`.
 
 use axum::{Extension, Router};
 use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
@@ -257,6 +263,94 @@ mod tests {
         // The local router keeps its own limits.
         let answer = invoke_http(router, &long).await;
         assert_eq!(answer.status, 200, "{:?}", answer.json());
+    }
+
+    /// Behind API Gateway (which holds a function's answer until it ends, and answers 503
+    /// after 30 s), a request that asks to stream is refused at once with 406, naming the same
+    /// request at the stack's stream URL; nothing runs. Without one, the 406 says how to read
+    /// without streaming. JSON execs and the MCP endpoint (whose clients accept event streams
+    /// but are answered JSON) go on as before.
+    #[tokio::test]
+    async fn a_streaming_request_through_api_gateway_is_a_prompt_406_naming_the_stream_url() {
+        use threadbox_shared::lambda::for_api_gateway_streaming_at;
+
+        let (local, router) = local();
+        let base = "https://abc123.lambda-url.us-east-1.on.aws";
+        let gateway = for_api_gateway_streaming_at(router.clone(), Some(base.into()));
+
+        let streaming_exec = fixture_json("apigw-http-exec-stream.json");
+        let answer = invoke_http(gateway.clone(), &streaming_exec).await;
+        assert_eq!(answer.status, 406, "{:?}", answer.json());
+        assert_eq!(answer.error_code(), "stream_elsewhere");
+        let url = format!("{base}/v1/threads/agent-stream/exec");
+        assert_eq!(answer.json()["error"]["stream_url"], url.as_str());
+        let message = answer.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(message.contains(&url), "{message}");
+
+        // Following a process's output: the query goes along.
+        let mut follow = fixture_json("apigw-http-exec-stream.json");
+        follow["requestContext"]["http"]["method"] = Value::from("GET");
+        follow["rawPath"] = Value::from("/v1/threads/agent-stream/processes/p1/output");
+        follow["rawQueryString"] = Value::from("after=42");
+        follow["body"] = Value::Null;
+        let headers = follow["headers"].as_object_mut().unwrap();
+        headers.remove("content-length");
+        headers.remove("content-type");
+        headers.insert(
+            "accept".into(),
+            Value::from("application/json;q=0.5, Text/Event-Stream"),
+        );
+        let answer = invoke_http(gateway.clone(), &follow).await;
+        assert_eq!(answer.status, 406, "{:?}", answer.json());
+        assert_eq!(
+            answer.json()["error"]["stream_url"],
+            format!("{base}/v1/threads/agent-stream/processes/p1/output?after=42").as_str()
+        );
+
+        // A stack without a stream URL still answers at once, saying how to read instead.
+        let answer = invoke_http(
+            for_api_gateway_streaming_at(router.clone(), None),
+            &streaming_exec,
+        )
+        .await;
+        assert_eq!(answer.status, 406);
+        assert_eq!(answer.error_code(), "streaming_unavailable");
+        assert!(answer.json()["error"].get("stream_url").is_none());
+        assert_eq!(local.provider.creates(), 0, "nothing ran");
+
+        // The same exec asking for JSON runs here.
+        let mut json_exec = fixture_json("apigw-http-exec.json");
+        json_exec["body"] = Value::from(r#"{"cmd": "echo buffered"}"#);
+        json_exec["headers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("content-length");
+        let answer = invoke_http(gateway.clone(), &json_exec).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.json());
+        assert_eq!(answer.json()["stdout"], "echo buffered");
+
+        // MCP clients send `Accept: application/json, text/event-stream`; it answers JSON here.
+        let mut mcp = json_exec.clone();
+        mcp["rawPath"] = Value::from("/v1/threads/agent-42/mcp");
+        let headers = mcp["headers"].as_object_mut().unwrap();
+        headers.insert(
+            "accept".into(),
+            Value::from("application/json, text/event-stream"),
+        );
+        headers.insert("mcp-protocol-version".into(), Value::from("2025-06-18"));
+        mcp["body"] = Value::from(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string(),
+        );
+        let answer = invoke_http(gateway, &mcp).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
     }
 
     /// A file read whose answer Lambda could not return (over 6 MB once base64-encoded) is

@@ -1,11 +1,13 @@
 //! Wiring only: clients from the environment (secrets fetched from Secrets Manager when given
-//! by reference), then the router through `lambda_http`, rebuilt when a secret changes.
+//! by reference), then the router through `lambda_http`, rebuilt when a secret changes; buffered
+//! behind API Gateway, or streamed behind a function URL (`THREADBOX_INVOKE_MODE`).
 
-use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
+use threadbox_shared::lambda::{self, Env, HttpMode, Rebuilt, SecretSet};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda::Error> {
     lambda::init_tracing();
+    let mode = HttpMode::from_env(&Env::process())?;
     let sdk = lambda::aws_config().await;
     let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
     let watched = secrets.clone();
@@ -19,5 +21,5 @@ async fn main() -> Result<(), lambda::Error> {
         }
     })
     .await?;
-    lambda::run_http_rebuilt(router).await
+    lambda::run_http_rebuilt_as(router, mode).await
 }

@@ -14,7 +14,8 @@
 //!   the protocol and are answered as a message that is not JSON.
 //! - `exec` frames are answered with the error frame `exec_not_supported_here` (with the
 //!   frame's `request_id`), naming `POST /v1/threads/{id}/exec` with `Accept: text/event-stream`
-//!   instead, and `pty` frames with `pty_not_supported_here`, naming the HTTP process routes;
+//!   at the stack's `SandboxStreamUrl` (sandbox-api streaming behind a function URL) instead,
+//!   and `pty` frames with `pty_not_supported_here`, naming the HTTP process routes;
 //!   nothing runs. Commands over the socket are `threadbox dev`'s: here `$disconnect`
 //!   reaches another invocation (perhaps another instance) than the one running the command, so
 //!   `kill_on_disconnect` and the per-connection command cap would need shared state, and this

@@ -51,6 +51,9 @@ pub(crate) use extract::JsonBody;
 pub(crate) use extract::{sandbox_path, Thread};
 // The live-events WebSocket's `exec` frame takes the exec body's fields.
 pub(crate) use sandbox::ExecBody;
+// Behind API Gateway, the requests that would stream are told where to (`lambda::http`).
+#[cfg(feature = "lambda")]
+pub(crate) use sandbox::wants_event_stream;
 // And its `pty` frame the process body's.
 pub(crate) use processes::StartBody;
 pub use processes::MAX_FOLLOW;

@@ -166,7 +166,7 @@ async fn exec(
 }
 
 /// Whether the client asked for server-sent events (`Accept: text/event-stream`).
-pub(super) fn wants_event_stream(headers: &axum::http::HeaderMap) -> bool {
+pub(crate) fn wants_event_stream(headers: &axum::http::HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()

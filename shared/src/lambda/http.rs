@@ -5,6 +5,17 @@
 //! `isBase64Encoded`) and the router's response back into the event's answer (binary bodies
 //! base64-encoded). Routing is the router's own: API Gateway's path parameters are not needed,
 //! because the router reads the same values from the path.
+//!
+//! A function answers in one of two ways, [`HttpMode`], chosen by `THREADBOX_INVOKE_MODE`:
+//!
+//! - `BUFFERED` (the default), behind API Gateway's HTTP API, which holds a function's whole
+//!   answer until it ends and gives up after 30 s: held to the gateway's limits
+//!   ([`for_api_gateway`]), and a request that asks to stream (`Accept: text/event-stream` on
+//!   exec or on a process's output) is refused at once with 406 `stream_elsewhere`, naming the
+//!   same request at `THREADBOX_STREAM_URL`, instead of a 503 from the gateway after 30 s;
+//! - `RESPONSE_STREAM`, behind a function URL of that invoke mode: the answer goes out as the
+//!   router writes it (`lambda_http::run_with_streaming_response`), so server-sent events reach
+//!   the client as they happen, for as long as the function's timeout allows.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,10 +27,61 @@ use axum::Router;
 use lambda_http::tower::ServiceExt;
 use tracing::Instrument;
 
+use super::env::{Env, SetupError};
 use super::refresh::Rebuilt;
 
+use crate::config::ConfigError;
 use crate::domain::ThreadId;
-use crate::http::ApiError;
+use crate::http::{wants_event_stream, ApiError};
+
+/// How the function answers: `BUFFERED` (the default) or `RESPONSE_STREAM`, the names of a
+/// function URL's `InvokeMode`.
+pub const INVOKE_MODE_VAR: &str = "THREADBOX_INVOKE_MODE";
+/// Where a buffered function sends requests that ask to stream: the streaming function's URL.
+pub const STREAM_URL_VAR: &str = "THREADBOX_STREAM_URL";
+
+/// How a function serving the router answers (see the module's docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HttpMode {
+    /// Behind API Gateway: whole answers within its limits; streaming requests are refused,
+    /// naming `stream_url` (no trailing `/`) when the stack has one.
+    Buffered { stream_url: Option<String> },
+    /// Behind a function URL with `InvokeMode: RESPONSE_STREAM`.
+    ResponseStream,
+}
+
+impl HttpMode {
+    /// The mode `THREADBOX_INVOKE_MODE` and `THREADBOX_STREAM_URL` give.
+    pub fn from_env(env: &Env) -> Result<Self, SetupError> {
+        let invalid = |variable, reason: String| ConfigError::Invalid { variable, reason };
+        match env.get(INVOKE_MODE_VAR).as_deref() {
+            None | Some("BUFFERED") => {
+                let stream_url = match env.get(STREAM_URL_VAR) {
+                    None => None,
+                    Some(url) => {
+                        let valid = (url.starts_with("https://") || url.starts_with("http://"))
+                            && !url.contains(|c: char| c.is_whitespace() || c == '?' || c == '#');
+                        if !valid {
+                            return Err(invalid(
+                                STREAM_URL_VAR,
+                                "not an http(s) URL without query or fragment".into(),
+                            )
+                            .into());
+                        }
+                        Some(url.trim_end_matches('/').to_owned())
+                    }
+                };
+                Ok(HttpMode::Buffered { stream_url })
+            }
+            Some("RESPONSE_STREAM") => Ok(HttpMode::ResponseStream),
+            Some(other) => Err(invalid(
+                INVOKE_MODE_VAR,
+                format!("{other:?} is neither BUFFERED nor RESPONSE_STREAM"),
+            )
+            .into()),
+        }
+    }
+}
 
 /// Run `router` as this function's handler until the Lambda runtime stops the process.
 pub async fn run_http(router: Router) -> Result<(), lambda_http::Error> {
@@ -45,10 +107,39 @@ pub const GATEWAY_BINARY_RESPONSE_LIMIT: usize = GATEWAY_TEXT_RESPONSE_LIMIT / 4
 ///   becomes 413 `payload_too_large` naming the limit. Requests over it never reach the
 ///   function: API Gateway refuses them itself.
 pub fn for_api_gateway(router: Router) -> Router {
-    traced(router).layer(middleware::from_fn(gateway_limits))
+    for_api_gateway_streaming_at(router, None)
 }
 
-async fn gateway_limits(request: Request, next: Next) -> Response {
+/// [`for_api_gateway`], with a request that asks to stream (server-sent events from exec or
+/// from a process's output) refused with 406 `stream_elsewhere`, naming the same request at
+/// `stream_url`; without one, 406 `streaming_unavailable` says how to read without streaming.
+/// Either way the answer is immediate and nothing runs: API Gateway's HTTP API would hold the
+/// events until the stream ended, and answer 503 after 30 s without any of them.
+pub fn for_api_gateway_streaming_at(router: Router, stream_url: Option<String>) -> Router {
+    let stream_url: Arc<Option<String>> = Arc::new(stream_url);
+    traced(router).layer(middleware::from_fn_with_state(stream_url, gateway_limits))
+}
+
+/// The router as it serves in `mode` (see [`HttpMode`]).
+pub fn serving(router: Router, mode: &HttpMode) -> Router {
+    match mode {
+        HttpMode::Buffered { stream_url } => {
+            for_api_gateway_streaming_at(router, stream_url.clone())
+        }
+        // No answer to hold, so no gateway limits: the router's own (exec and following up to
+        // 10 minutes) apply, within the function's timeout, which the template sets above them.
+        HttpMode::ResponseStream => traced(router),
+    }
+}
+
+async fn gateway_limits(
+    axum::extract::State(stream_url): axum::extract::State<Arc<Option<String>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if asks_to_stream(&request) {
+        return stream_elsewhere(&request, stream_url.as_deref());
+    }
     let request = if is_exec(&request) {
         match limit_exec_timeout(request).await {
             Ok(request) => request,
@@ -65,6 +156,59 @@ fn is_exec(request: &Request) -> bool {
     request.method() == axum::http::Method::POST
         && request.uri().path().starts_with("/v1/threads/")
         && request.uri().path().ends_with("/exec")
+}
+
+/// `GET /v1/threads/{id}/processes/{pid}/output`.
+fn is_process_output(request: &Request) -> bool {
+    let Some(rest) = request.uri().path().strip_prefix("/v1/threads/") else {
+        return false;
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    request.method() == axum::http::Method::GET
+        && matches!(segments[..], [_, "processes", _, "output"])
+}
+
+/// A request the router would answer with server-sent events (the same test the routes make).
+/// The MCP endpoint's clients accept `text/event-stream` too, but it always answers JSON.
+fn asks_to_stream(request: &Request) -> bool {
+    (is_exec(request) || is_process_output(request)) && wants_event_stream(request.headers())
+}
+
+/// The 406 a buffered function answers a request that asks to stream.
+fn stream_elsewhere(request: &Request, stream_url: Option<&str>) -> Response {
+    let route = request.uri().path_and_query().map_or_else(
+        || request.uri().path().to_owned(),
+        |p| p.as_str().to_owned(),
+    );
+    let cannot = "API Gateway's HTTP API cannot stream: it holds a function's answer until the \
+                  end and gives up after 30 s";
+    let error = match stream_url {
+        Some(base) => {
+            let url = format!("{base}{route}");
+            serde_json::json!({
+                "code": "stream_elsewhere",
+                "message": format!(
+                    "{cannot}. Send this request to {url} (the stack's stream URL, output \
+                     SandboxStreamUrl: the same routes and API key, answers streamed as they \
+                     happen); or leave out Accept: text/event-stream for a JSON answer here."
+                ),
+                "stream_url": url,
+            })
+        }
+        None => serde_json::json!({
+            "code": "streaming_unavailable",
+            "message": format!(
+                "{cannot}, and this deployment names no stream URL ({STREAM_URL_VAR}). Leave out \
+                 Accept: text/event-stream: exec answers JSON when the command ends, and a \
+                 process's output reads in parts with GET .../output?after=N."
+            ),
+        }),
+    };
+    (
+        axum::http::StatusCode::NOT_ACCEPTABLE,
+        axum::Json(serde_json::json!({ "error": error })),
+    )
+        .into_response()
 }
 
 /// Refuse an exec timeout the gateway cannot wait for; give one that has none the gateway's.
@@ -150,23 +294,37 @@ async fn limit_response_size(response: Response) -> Response {
 /// `refresh`). A 401 answer marks the secrets stale: the caller may hold a key rotated in since
 /// the last fetch (at most one fetch a minute follows from that, whoever asks).
 pub async fn run_http_rebuilt(router: Arc<Rebuilt<Router>>) -> Result<(), lambda_http::Error> {
-    lambda_http::run(lambda_http::service_fn(
-        move |request: lambda_http::Request| {
-            let router = router.clone();
-            async move {
-                let current = for_api_gateway((*router.current().await).clone());
-                let response = current
-                    .oneshot(request)
-                    .await
-                    .unwrap_or_else(|never| match never {});
-                if response.status() == axum::http::StatusCode::UNAUTHORIZED {
-                    router.secrets().mark_stale();
-                }
-                Ok::<_, std::convert::Infallible>(response)
+    run_http_rebuilt_as(router, HttpMode::Buffered { stream_url: None }).await
+}
+
+/// [`run_http_rebuilt`] in `mode`: a streaming function sends its answer through the runtime's
+/// streaming response (status and headers first, then the body as the router writes it).
+pub async fn run_http_rebuilt_as(
+    router: Arc<Rebuilt<Router>>,
+    mode: HttpMode,
+) -> Result<(), lambda_http::Error> {
+    let streams = mode == HttpMode::ResponseStream;
+    let mode = Arc::new(mode);
+    let handler = lambda_http::service_fn(move |request: lambda_http::Request| {
+        let router = router.clone();
+        let mode = mode.clone();
+        async move {
+            let current = serving((*router.current().await).clone(), &mode);
+            let response = current
+                .oneshot(request)
+                .await
+                .unwrap_or_else(|never| match never {});
+            if response.status() == axum::http::StatusCode::UNAUTHORIZED {
+                router.secrets().mark_stale();
             }
-        },
-    ))
-    .await
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    if streams {
+        lambda_http::run_with_streaming_response(handler).await
+    } else {
+        lambda_http::run(handler).await
+    }
 }
 
 /// Wrap every request in a span naming the thread it is about, and log its outcome once.
@@ -205,6 +363,33 @@ pub fn thread_id_in_path(path: &str) -> Option<ThreadId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_invoke_mode_and_stream_url_are_read_from_the_environment() {
+        let mode = |pairs: &[(&str, &str)]| HttpMode::from_env(&Env::from_pairs(pairs));
+        assert_eq!(mode(&[]).unwrap(), HttpMode::Buffered { stream_url: None });
+        assert_eq!(
+            mode(&[
+                (INVOKE_MODE_VAR, "BUFFERED"),
+                (STREAM_URL_VAR, "https://abc.lambda-url.eu-west-1.on.aws/"),
+            ])
+            .unwrap(),
+            HttpMode::Buffered {
+                stream_url: Some("https://abc.lambda-url.eu-west-1.on.aws".into())
+            },
+            "the trailing slash goes: the request's path is appended"
+        );
+        assert_eq!(
+            mode(&[(INVOKE_MODE_VAR, "RESPONSE_STREAM")]).unwrap(),
+            HttpMode::ResponseStream
+        );
+        let wrong = mode(&[(INVOKE_MODE_VAR, "streaming")]).unwrap_err();
+        assert!(wrong.to_string().contains(INVOKE_MODE_VAR), "{wrong}");
+        for url in ["abc.lambda-url.on.aws", "https://x/?a=1", "ftp://x"] {
+            let wrong = mode(&[(STREAM_URL_VAR, url)]).unwrap_err();
+            assert!(wrong.to_string().contains(STREAM_URL_VAR), "{url}: {wrong}");
+        }
+    }
 
     #[test]
     fn the_thread_is_read_from_the_path_when_valid() {

@@ -8,7 +8,8 @@
 //!   [`dedupe`] and [`api_auth`];
 //! - `logging`: [`init_tracing`], JSON logs whose lines carry their spans' fields (`thread_id`,
 //!   `sandbox_id`, the invocation's `requestId`);
-//! - `http`: [`run_http`], the shared axum router served through `lambda_http`;
+//! - `http`: [`run_http`], the shared axum router served through `lambda_http`, buffered behind
+//!   API Gateway or streamed behind a function URL ([`HttpMode`]);
 //! - `slack`: the Slack app's work queue, signing secret, Web API client and status target;
 //! - `live`: the WebSocket gateway (`ws`) and the subscribers target (`fanout`);
 //! - `batch`: settling an SQS batch (visibility per record, poison to the dead-letter queue,
@@ -26,6 +27,8 @@
 //! | `THREADBOX_PROVIDER` (+ `E2B_*`) | `runc` | `e2b` in production (see `adapters::e2b`) |
 //! | `THREADBOX_RUNC_STATE_DIR` | `/tmp/threadbox-runc` | runc only (the local loop) |
 //! | `THREADBOX_API_KEYS` | required | HTTP functions: bearer keys, comma-separated |
+//! | `THREADBOX_INVOKE_MODE` | `BUFFERED` | sandbox-api: `RESPONSE_STREAM` behind a streaming function URL (see `http`) |
+//! | `THREADBOX_STREAM_URL` | none | sandbox-api, buffered: the stream URL a streaming request is sent to |
 //! | `THREADBOX_DEDUPE_TABLE` | required | fanout, slack-events, worker |
 //! | `THREADBOX_WORK_QUEUE_URL`, `THREADBOX_WORK_DLQ_URL` | required | slack-events, worker |
 //! | `SLACK_SIGNING_SECRET` | required | slack-events |
@@ -58,7 +61,9 @@ pub use lambda_http::Error;
 
 pub use env::{Env, SetupError};
 pub use http::{
-    for_api_gateway, run_http, run_http_rebuilt, thread_id_in_path, traced, GATEWAY_EXEC_LIMIT,
+    for_api_gateway, for_api_gateway_streaming_at, run_http, run_http_rebuilt, run_http_rebuilt_as,
+    serving, thread_id_in_path, traced, HttpMode, GATEWAY_EXEC_LIMIT, INVOKE_MODE_VAR,
+    STREAM_URL_VAR,
 };
 pub use live::{live_gateway, live_target, subscribers, token_key, TOKEN_SECRET_VAR};
 pub use logging::init_tracing;

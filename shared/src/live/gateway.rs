@@ -185,7 +185,8 @@ impl LiveGateway {
                 _ => ProtocolError::new(
                     "exec_not_supported_here",
                     "this server does not run commands over the WebSocket; stream a command's \
-                     output with POST /v1/threads/{id}/exec and Accept: text/event-stream",
+                     output with POST /v1/threads/{id}/exec and Accept: text/event-stream (on \
+                     AWS, at the stack's SandboxStreamUrl)",
                 )
                 .for_request(&frame.request_id)
                 .about(frame.thread_id.as_str())
@@ -201,7 +202,7 @@ impl LiveGateway {
                     "pty_not_supported_here",
                     "this server does not attach terminals over the WebSocket; use the HTTP \
                      process routes (POST /v1/threads/{id}/processes with a pty, its output \
-                     with Accept: text/event-stream)",
+                     with Accept: text/event-stream; on AWS, at the stack's SandboxStreamUrl)",
                 )
                 .for_request(&frame.request_id)
                 .about(frame.thread_id.as_str())
