@@ -54,6 +54,10 @@ pub const REGION: &str = "us-east-1";
 pub const WS_API_ID: &str = "wsapi0test";
 pub const WS_STAGE: &str = "live";
 
+/// The function behind API Gateway, and the streaming function URL's, which runs its code.
+const SANDBOX_API: &str = "SandboxApiFunction";
+const SANDBOX_STREAM: &str = "SandboxStreamFunction";
+
 /// One authorization AWS would make: the function whose role is asked, the action, the ARN.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Call {
@@ -539,8 +543,21 @@ impl IamStack {
     /// Fail, naming each function, action and resource, when the template does not allow a
     /// recorded call.
     pub fn assert_allowed(&self) {
-        let calls = self.calls();
+        let mut calls = self.calls();
         assert!(!calls.is_empty(), "no AWS call was recorded");
+        // The streaming function is the same binary and router as sandbox-api in another
+        // invoke mode (`THREADBOX_INVOKE_MODE`): every call sandbox-api made, its role must
+        // allow too.
+        let streamed: Vec<Call> = calls
+            .iter()
+            .filter(|c| c.function == SANDBOX_API)
+            .map(|c| Call {
+                function: SANDBOX_STREAM.into(),
+                ..c.clone()
+            })
+            .collect();
+        assert!(!streamed.is_empty(), "sandbox-api made no AWS call");
+        calls.extend(streamed);
         let denied = denied_calls(&self.moto_python, &self.functions, &calls);
         assert!(
             denied.is_empty(),
