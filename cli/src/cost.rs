@@ -89,21 +89,22 @@ impl ControlPlane {
         serde_json::from_str(CONTROL_PLANE_JSON).expect("cost_model.json is the model's summary")
     }
 
-    /// The lines `threadbox cost` prints, each under `label`'s column.
+    /// The lines `threadbox cost` prints, in the column of its other figures.
     fn render(&self) -> String {
         let below = match self.one_percent_threads {
             Some(n) => format!("; over 1% below {n} threads"),
-            None => String::new(),
+            None => "; over 1% at any number of threads".to_owned(),
         };
         format!(
-            "{:<10} {} a thread-month on AWS at {} threads ({} each + ${:.2} a month fixed), \
-             {:.2}% of its E2B compute ({}){below}\n{:<10} modelled, not counted: \
-             scripts/cost-model.py's default profile, prices of {} (docs/cost.md)\n",
+            "{:<10} {} a thread-month on AWS at {} threads: {} each + ${:.2} a month fixed\n\
+             {:<10} ({:.2}% of a thread-month's E2B compute, {}{below})\n\
+             {:<10} modelled, not counted: scripts/cost-model.py, prices of {} (docs/cost.md)\n",
             "control",
             usd(self.thread_month_usd),
             self.threads,
             usd(self.per_thread_usd),
             self.fixed_usd_per_month,
+            "",
             100.0 * self.ratio,
             usd(self.compute_usd),
             "",
@@ -524,7 +525,7 @@ mod tests {
             );
             assert!(text.contains(&line), "{text}");
             let below = format!(
-                "over 1% below {} threads\n",
+                "over 1% below {} threads)\n",
                 model.one_percent_threads.unwrap()
             );
             assert!(text.contains(&below), "{text}");
