@@ -453,17 +453,23 @@ fn every_function_is_built_by_the_one_makefile_build() {
     let calls = dir.path().join("calls");
     let target = dir.path().join("target");
     let stub = dir.path().join("cargo");
-    let release = target.join("aarch64-unknown-linux-gnu/release");
+    // As cargo lambda does: each binary moved to target/lambda/<binary>/bootstrap.
+    let lambda = target.join("lambda");
     let writes: String = binaries
         .iter()
-        .map(|b| format!("echo {b} > \"{}/{b}\"\n", release.display()))
+        .map(|b| {
+            let dir = lambda.join(b);
+            format!(
+                "mkdir -p \"{0}\"\necho {b} > \"{0}/bootstrap\"\n",
+                dir.display()
+            )
+        })
         .collect();
     std::fs::write(
         &stub,
         format!(
-            "#!/bin/sh\necho \"$PWD $*\" >> \"{}\"\nmkdir -p \"{}\"\n{writes}",
-            calls.display(),
-            release.display()
+            "#!/bin/sh\necho \"$PWD $*\" >> \"{}\"\n{writes}",
+            calls.display()
         ),
     )
     .unwrap();
