@@ -135,9 +135,10 @@ stop_moto() {
 }
 
 # The Lambda tools, pinned, from PyPI into one virtualenv under target/: cargo-lambda (the local
-# loop's `cargo lambda watch` and `invoke`; `sam build` runs its `build`, with the zig it brings)
-# and aws-sam-cli (`sam validate --lint`, `sam build`, `sam deploy`). Only the two commands go on
-# PATH, through target/lambda-tools/bin, so the virtualenv's python does not shadow the system's.
+# loop's `cargo lambda watch` and `invoke`; `sam build` runs its `build` through infra/Makefile,
+# with the zig it brings) and aws-sam-cli (`sam validate --lint`, `sam build`, `sam deploy`). Only
+# those commands (and zig) go on PATH, through target/lambda-tools/bin, so the virtualenv's python
+# does not shadow the system's.
 CARGO_LAMBDA_VERSION="1.9.2"
 SAM_CLI_VERSION="1.170.0"
 LAMBDA_VENV="target/lambda-venv"
@@ -163,6 +164,10 @@ sys.exit(m.version('cargo-lambda') != '$CARGO_LAMBDA_VERSION' or m.version('aws-
   mkdir -p "$LAMBDA_TOOLS_BIN"
   ln -sf "$PWD/$LAMBDA_VENV/bin/cargo-lambda" "$LAMBDA_TOOLS_BIN/cargo-lambda"
   ln -sf "$PWD/$LAMBDA_VENV/bin/sam" "$LAMBDA_TOOLS_BIN/sam"
+  # cargo-lambda cross-compiles (`sam build`: arm64) with zig, which the ziglang package brings
+  # but puts nowhere cargo-lambda looks: link it beside the two.
+  ln -sf "$("$LAMBDA_VENV/bin/python" -c 'import os, ziglang; print(os.path.abspath(os.path.join(os.path.dirname(ziglang.__file__), "zig")))')" \
+    "$LAMBDA_TOOLS_BIN/zig"
   export PATH="$PWD/$LAMBDA_TOOLS_BIN:$PATH"
   # SAM CLI would otherwise ask about telemetry and phone home on every command.
   export SAM_CLI_TELEMETRY=0

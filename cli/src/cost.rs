@@ -4,11 +4,16 @@
 //! the same against `threadbox dev` and a deployed stack: it pages through the listing with each
 //! thread's usage (`GET /v1/threads?usage=true`), priced by the server's settings (E2B's list
 //! prices by default there; runc shows vCPU-hours and GiB-hours unless prices are set).
+//!
+//! Beside what the threads used, it prints what the control plane costs on AWS per thread-month:
+//! not counted but modelled (`scripts/cost-model.py`, docs/cost.md), from the model's own summary
+//! (`cost_model.json`, the one copy of the figure: docs/cost.md, the README and BENCHMARKS.md
+//! give the same, and tests/tests/cost_model.rs checks all of them against the model).
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use threadbox_shared::domain::{Millis, StateTimes, Status, Usage};
 
 use crate::client::{ApiArgs, ThreadView, UsageQuery};
@@ -54,6 +59,60 @@ pub async fn run(args: CostArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `python3 scripts/cost-model.py --summary`: the control plane's thread-month on AWS for the
+/// model's default profile.
+const CONTROL_PLANE_JSON: &str = include_str!("cost_model.json");
+
+/// The model's summary: what each thread adds, what the deployment pays whoever uses it, and the
+/// thread-month at the profile's number of threads, beside the E2B compute of that month.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct ControlPlane {
+    pub prices_date: String,
+    /// The threads the profile shares the fixed costs among.
+    pub threads: u64,
+    /// `per_thread_usd + fixed_usd_per_month / threads`.
+    pub thread_month_usd: f64,
+    pub per_thread_usd: f64,
+    /// Alarms, secrets, pollers, the janitor's schedule: paid at 0 threads too.
+    pub fixed_usd_per_month: f64,
+    /// The profile's thread-month of E2B compute, and the control plane's share of it.
+    pub compute_usd: f64,
+    pub ratio: f64,
+    /// Below this many threads the control plane costs more than 1% of their compute.
+    pub one_percent_threads: Option<u64>,
+    /// What each warm pool member adds (E2B, running around the clock).
+    pub warm_pool_usd_per_member_month: f64,
+}
+
+impl ControlPlane {
+    pub fn model() -> ControlPlane {
+        serde_json::from_str(CONTROL_PLANE_JSON).expect("cost_model.json is the model's summary")
+    }
+
+    /// The lines `threadbox cost` prints, in the column of its other figures.
+    fn render(&self) -> String {
+        let below = match self.one_percent_threads {
+            Some(n) => format!("; over 1% below {n} threads"),
+            None => "; over 1% at any number of threads".to_owned(),
+        };
+        format!(
+            "{:<10} {} a thread-month on AWS at {} threads: {} each + ${:.2} a month fixed\n\
+             {:<10} ({:.2}% of a thread-month's E2B compute, {}{below})\n\
+             {:<10} modelled, not counted: scripts/cost-model.py, prices of {} (docs/cost.md)\n",
+            "control",
+            usd(self.thread_month_usd),
+            self.threads,
+            usd(self.per_thread_usd),
+            self.fixed_usd_per_month,
+            "",
+            100.0 * self.ratio,
+            usd(self.compute_usd),
+            "",
+            self.prices_date,
+        )
+    }
+}
+
 /// Every thread's usage summed, and each thread's own.
 #[derive(Debug, Serialize)]
 struct Report {
@@ -82,6 +141,8 @@ struct Report {
     idle_saved_usd: Option<f64>,
     /// Threads whose history was longer than the server reads: their figures start later.
     incomplete: usize,
+    /// The control plane's modelled thread-month on AWS (the same at every deployment).
+    control_plane: ControlPlane,
     /// Most running time first.
     rows: Vec<Row>,
 }
@@ -150,6 +211,7 @@ impl Report {
             saved_usd: cost(|u| u.cost.and_then(|c| c.saved_usd)),
             idle_saved_usd: cost(|u| u.cost.and_then(|c| c.idle_saved_usd)),
             incomplete: usages().filter(|u| !u.complete).count(),
+            control_plane: ControlPlane::model(),
             rows,
         }
     }
@@ -247,6 +309,7 @@ fn render(report: &Report, top: usize, color: bool) -> String {
             )),
         }
     }
+    out.push_str(&report.control_plane.render());
     if report.incomplete > 0 {
         out.push_str(&format!(
             "note: {} thread(s) have more events than the server reads for usage; their \
@@ -433,6 +496,45 @@ mod tests {
         );
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["rows"][1]["usage"]["paused_ms"], 23 * HOUR);
+    }
+
+    /// The control plane's figure is the model's summary, in the text and in the JSON, priced or
+    /// not (tests/tests/cost_model.rs checks the summary against the model and the documents).
+    #[test]
+    fn the_control_plane_line_is_the_models_thread_month() {
+        let model = ControlPlane::model();
+        assert!(model.thread_month_usd > 0.0 && model.ratio > 0.0 && model.ratio < 0.01);
+        let expected = model.per_thread_usd + model.fixed_usd_per_month / model.threads as f64;
+        assert!(
+            (model.thread_month_usd - expected).abs() < 1e-5,
+            "{model:?}"
+        );
+        for pricing in [
+            Pricing::E2B_DEFAULT,
+            Pricing::unpriced(threadbox_shared::domain::SandboxSize {
+                vcpus: 1.0,
+                memory_gib: 0.5,
+            }),
+        ] {
+            let report = Report::of(&threads(&pricing), None);
+            let text = render(&report, 20, false);
+            let line = format!(
+                "control    {} a thread-month on AWS at {} threads",
+                usd(model.thread_month_usd),
+                model.threads
+            );
+            assert!(text.contains(&line), "{text}");
+            let below = format!(
+                "over 1% below {} threads)\n",
+                model.one_percent_threads.unwrap()
+            );
+            assert!(text.contains(&below), "{text}");
+            let json = serde_json::to_value(&report).unwrap();
+            assert_eq!(
+                json["control_plane"]["thread_month_usd"].as_f64(),
+                Some(model.thread_month_usd)
+            );
+        }
     }
 
     #[test]

@@ -494,3 +494,157 @@ fn the_stream_function_serves_sandbox_api_through_a_streaming_url_with_its_keys_
         "no SandboxStreamUrl output"
     );
 }
+
+/// `(logical id, binary)` of every `BIN_<LogicalId> := <binary>` line in infra/Makefile.
+fn makefile_binaries(makefile: &str) -> BTreeSet<(String, String)> {
+    makefile
+        .lines()
+        .filter_map(|line| {
+            let (name, binary) = line.strip_prefix("BIN_")?.split_once(":=")?;
+            Some((name.trim().to_owned(), binary.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// The binaries of the function packages (`functions/<name>`): each package's own name, or its
+/// `[[bin]]` names when it lists them; and the packages.
+fn function_binaries() -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut binaries = BTreeSet::new();
+    let mut packages = BTreeSet::new();
+    for entry in std::fs::read_dir(repo().join("functions")).unwrap() {
+        let dir = entry.unwrap().path();
+        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        let package = dir.file_name().unwrap().to_str().unwrap().to_owned();
+        assert!(
+            manifest.contains(&format!("name = \"{package}\"")),
+            "functions/{package} is the package {package} (infra/Makefile builds it by that name)"
+        );
+        let mut named = false;
+        let mut in_bin = false;
+        for line in manifest.lines() {
+            if line.starts_with('[') {
+                in_bin = line.trim() == "[[bin]]";
+            } else if let Some(name) = line.strip_prefix("name = ").filter(|_| in_bin) {
+                binaries.insert(name.trim_matches('"').to_owned());
+                named = true;
+            }
+        }
+        if !named {
+            binaries.insert(package.clone());
+        }
+        packages.insert(package);
+    }
+    (binaries, packages)
+}
+
+/// Item 7 of issue 29: `sam build` compiles the workspace once. Every function is built by
+/// infra/Makefile, whose every target asks for the same one `cargo lambda build` of all the
+/// function packages (so the first compiles and the rest find it fresh) and copies out the
+/// function's own binary. Run here through make with a stand-in cargo that records its calls.
+#[test]
+fn every_function_is_built_by_the_one_makefile_build() {
+    let template = read("infra/template.yaml");
+    let resources = resources(&template);
+    let functions = of_type(&resources, "AWS::Serverless::Function");
+    assert!(functions.len() >= 10, "{functions:?}");
+    let makefile = read("infra/Makefile");
+    let wanted = makefile_binaries(&makefile);
+    let (binaries, packages) = function_binaries();
+    let mut expected = Vec::new();
+    for (function, block) in &functions {
+        assert!(
+            block.contains("    Metadata:\n      BuildMethod: makefile\n      ContextPath: .\n"),
+            "{function} is not built by infra/Makefile (Metadata: BuildMethod: makefile, \
+             ContextPath: .); a build method of its own compiles the workspace again"
+        );
+        let binary = wanted
+            .iter()
+            .find(|(name, _)| name == function)
+            .map(|(_, binary)| binary.clone())
+            .unwrap_or_else(|| panic!("infra/Makefile has no `BIN_{function} := <binary>` line"));
+        assert!(
+            binaries.contains(&binary),
+            "{function}'s binary {binary} is none of the function packages' ({binaries:?})"
+        );
+        expected.push((function.clone(), binary));
+    }
+
+    let which_make = std::process::Command::new("make").arg("--version").output();
+    if which_make.is_err() {
+        eprintln!("skipped running infra/Makefile: make is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls");
+    let target = dir.path().join("target");
+    let stub = dir.path().join("cargo");
+    // As cargo lambda does: each binary moved to target/lambda/<binary>/bootstrap.
+    let lambda = target.join("lambda");
+    let writes: String = binaries
+        .iter()
+        .map(|b| {
+            let dir = lambda.join(b);
+            format!(
+                "mkdir -p \"{0}\"\necho {b} > \"{0}/bootstrap\"\n",
+                dir.display()
+            )
+        })
+        .collect();
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/sh\necho \"$PWD $*\" >> \"{}\"\n{writes}",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (function, binary) in &expected {
+        let artifacts = dir.path().join("build").join(function);
+        let output = std::process::Command::new("make")
+            .arg("--makefile")
+            .arg(repo().join("infra/Makefile"))
+            .arg(format!("build-{function}"))
+            // SAM runs make in the function's CodeUri; any directory will do.
+            .current_dir(dir.path())
+            .env("ARTIFACTS_DIR", &artifacts)
+            .env("CARGO", &stub)
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "make build-{function}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let bootstrap = std::fs::read_to_string(artifacts.join("bootstrap")).unwrap();
+        assert_eq!(bootstrap.trim(), binary, "{function}'s package");
+    }
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    let distinct: BTreeSet<&str> = calls.lines().collect();
+    assert_eq!(
+        distinct.len(),
+        1,
+        "every function asks for the same one build: {calls}"
+    );
+    let call = distinct.into_iter().next().unwrap();
+    let workspace = repo().canonicalize().unwrap();
+    assert!(
+        call.starts_with(&format!(
+            "{} lambda build --release --arm64 ",
+            workspace.display()
+        )),
+        "{call}"
+    );
+    let built: BTreeSet<&str> = call
+        .split(" --package ")
+        .skip(1)
+        .map(|p| p.split_whitespace().next().unwrap())
+        .collect();
+    let packages: BTreeSet<&str> = packages.iter().map(String::as_str).collect();
+    assert_eq!(built, packages, "one build of every function package");
+}
