@@ -295,34 +295,43 @@ async fn six_hundred_long_commands_leave_the_api_answering() {
         .build()
         .unwrap();
     let started = std::time::Instant::now();
-    let requests: Vec<_> = (0..600)
-        .map(|i| {
-            // Thirty in a row per thread: the first threads fill their own cap (4) before the
-            // host's (40) is reached, so both refusals are seen whatever the arrival order
-            // within a thread's burst.
-            let url = format!("{}/v1/threads/{}/exec", dev.url, threads[i / 30]);
-            let client = client.clone();
-            tokio::spawn(async move {
-                let response = client
-                    .post(url)
-                    // Longer than the flood takes to send even on a loaded machine: a command
-                    // that ended early would free its slot for a later one, and more than the
-                    // cap would run in all (though never at once).
-                    .json(&json!({"cmd": "sleep 15"}))
-                    .send()
-                    .await
-                    .unwrap();
-                let status = response.status().as_u16();
-                let retry = response.headers().contains_key("retry-after");
-                let body: Value = response.json().await.unwrap_or(Value::Null);
-                (
-                    status,
-                    retry,
-                    body["error"]["code"].as_str().map(str::to_owned),
-                )
-            })
+    let send = |i: usize| {
+        let url = format!("{}/v1/threads/{}/exec", dev.url, threads[i / 30]);
+        let client = client.clone();
+        tokio::spawn(async move {
+            let response = client
+                .post(url)
+                // Longer than the flood takes to send even on a loaded machine: a command
+                // that ended early would free its slot for a later one, and more than the
+                // cap would run in all (though never at once).
+                .json(&json!({"cmd": "sleep 15"}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let retry = response.headers().contains_key("retry-after");
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            (
+                status,
+                retry,
+                body["error"]["code"].as_str().map(str::to_owned),
+            )
         })
-        .collect();
+    };
+    // Thirty per thread. The first thread's thirty go first, and the rest only once its
+    // cap (4) has refused the other 26: so its own refusals are seen whatever order the
+    // runtime sends the flood in (all at once, the host's cap of 40 could fill with two or
+    // three per thread before any thread reached four).
+    let mut requests: Vec<_> = (0..30).map(send).collect();
+    let first_thread_refused = std::time::Instant::now();
+    while requests.iter().filter(|r| r.is_finished()).count() < 26 {
+        assert!(
+            first_thread_refused.elapsed() < Duration::from_secs(60),
+            "the first thread's cap did not refuse its extra commands"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    requests.extend((30..600).map(send));
     // While they run, the API answers.
     let mut slowest = Duration::ZERO;
     for _ in 0..5 {

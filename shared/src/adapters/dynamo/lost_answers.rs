@@ -26,8 +26,11 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason};
 
 use super::errors::unavailable;
-use super::items::Item;
 use crate::ports::StoreError;
+
+/// An item as the SDK holds it (`items::Item`; named here so this module imports nothing but
+/// the errors it maps).
+type Item = std::collections::HashMap<String, AttributeValue>;
 
 /// The attribute holding the id of the write that put the item. Readers ignore it.
 pub(super) const WRITE_ID: &str = "write_id";
@@ -69,28 +72,28 @@ pub(super) fn put_landed<T, R: std::fmt::Debug>(
 }
 
 /// Whether a cancelled transaction was ours all along: an earlier attempt landed and this
-/// resend found its own items. `sent[i]` is the item the `i`th write put, where that write asked
-/// for `ALL_OLD` and its item is unique to this transaction (stamped, or an event with its id);
-/// `None` for writes that cannot tell. True when at least one write failed, every failure is a
-/// failed condition, and each failed write found exactly what it sent.
+/// resend found its own items. `sent[i]` is the item the `i`th write put with `ALL_OLD`; `None`
+/// for writes that cannot tell. True when every failure is a failed condition, each failed write
+/// found exactly what it sent, and at least one of them is stamped ([`stamped`]): only a write
+/// id proves the write was this one. Other items can be equal across writes (an event id's
+/// guard is the same item whoever puts it), so a match on those alone proves nothing: a second
+/// event under a taken id must still fail.
 pub(super) fn transaction_landed(reasons: &[CancellationReason], sent: &[Option<&Item>]) -> bool {
-    let mut failed = 0;
+    let mut proven = false;
     for (i, reason) in reasons.iter().enumerate() {
         match reason.code() {
             None | Some("None") => continue,
             Some("ConditionalCheckFailed") => {}
             Some(_) => return false,
         }
-        failed += 1;
-        let ours = match (sent.get(i).copied().flatten(), reason.item()) {
-            (Some(sent), Some(found)) => sent == found,
-            _ => false,
-        };
-        if !ours {
-            return false;
+        match (sent.get(i).copied().flatten(), reason.item()) {
+            (Some(sent), Some(found)) if sent == found => {
+                proven |= sent.contains_key(WRITE_ID);
+            }
+            _ => return false,
         }
     }
-    failed > 0
+    proven
 }
 
 #[cfg(test)]
@@ -140,6 +143,14 @@ mod tests {
             failed_on(Some(event.clone())),
         ];
         assert!(!transaction_landed(&other, &sent));
+
+        // Items equal whoever writes them (an event id's guard) prove nothing on their own: a
+        // second event under a taken id is a conflict, not ours.
+        let guard = item("guard");
+        assert!(!transaction_landed(
+            &[passed(), failed_on(Some(guard.clone()))],
+            &[Some(&session), Some(&guard)]
+        ));
 
         // A failure without the item, or on a write that cannot tell, decides nothing.
         assert!(!transaction_landed(&[failed_on(None), passed()], &sent));
