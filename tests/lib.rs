@@ -1,6 +1,6 @@
 //! Shared set-up for the integration tests in `tests/`: fresh backends on temporary files,
 //! (feature `aws`) on fresh DynamoDB tables and SQS queues, and (feature `lambda`) the Lambda
-//! functions' event fixtures and harness.
+//! functions' event fixtures and harness; the warm pool's writes as the use case builds them.
 
 #[cfg(feature = "aws")]
 pub mod aws;
@@ -8,6 +8,8 @@ pub mod aws;
 pub mod iam;
 #[cfg(feature = "lambda")]
 pub mod lambda;
+#[cfg(feature = "aws")]
+pub mod warm_pool;
 
 use std::sync::Arc;
 

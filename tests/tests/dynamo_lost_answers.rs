@@ -27,11 +27,12 @@ use threadbox_shared::adapters::dynamo::{
     create_dedupe_table, DynamoConfig, DynamoDedupe, DynamoSessionStore,
 };
 use threadbox_shared::domain::{
-    Cause, Change, Command, LifecycleEvent, MemberClaim, MemberState, Millis, NetworkProfile,
-    PoolMember, Session, Status, ThreadId, Timers,
+    LifecycleEvent, MemberState, Millis, NetworkProfile, PoolMember, Session, Status, ThreadId,
+    Timers,
 };
 use threadbox_shared::ports::{DedupeStore, PoolClaim, SessionStore, StoreError, WarmPoolStore};
 use threadbox_tests::aws::{self, aws_configured, sdk_config, unique_name};
+use threadbox_tests::warm_pool::{change, claim_of};
 
 /// What the interceptor does to the next answer to a request for one operation.
 #[derive(Clone, Copy, Debug)]
@@ -148,14 +149,6 @@ async fn faulty_store(test: &str) -> Option<(DynamoSessionStore, FaultIntercepto
     Some((DynamoSessionStore::new(client, config), faults))
 }
 
-fn change(now: i64) -> Change {
-    Change {
-        event_id: uuid::Uuid::new_v4().to_string(),
-        now: Millis(now),
-        detail: None,
-    }
-}
-
 fn new_thread(id: &str) -> (Session, LifecycleEvent) {
     Session::new_creating(
         ThreadId::parse(id).unwrap(),
@@ -245,29 +238,10 @@ async fn a_warm_pool_claim_whose_answer_was_lost_is_bound_not_taken() {
         "the member's update landed; its lost answer must not read as a member moved on"
     );
 
-    let mut bound = session.clone();
-    bound.bind_sandbox(member.sandbox_id.clone().unwrap(), None);
-    bound.pool_member = Some(member.member_id.clone());
-    let bound_event = bound
-        .apply(
-            Command::CreateSucceeded,
-            Cause::User,
-            change(2_000),
-            &Timers::default(),
-        )
-        .unwrap()
-        .unwrap();
-    bound.version = session.version + 1;
-    let mut taken = member.clone();
-    taken.state = MemberState::Claimed;
-    taken.claimed = Some(MemberClaim {
-        thread_id: session.thread_id.clone(),
-        generation: session.generation,
-        at: Millis(2_000),
-    });
+    let (taken, bound, bound_events) = claim_of(&member, &session);
     faults.arm("TransactWriteItems", Fault::LoseAnswer);
     let claim = store
-        .claim_member(&taken, &bound, session.version, &[bound_event])
+        .claim_member(&taken, &bound, session.version, &bound_events)
         .await
         .unwrap();
     assert_eq!(claim, PoolClaim::Bound);

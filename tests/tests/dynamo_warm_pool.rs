@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use threadbox_shared::adapters::dynamo::DynamoSessionStore;
 use threadbox_shared::domain::{
-    Cause, Change, Command, LifecycleEvent, MemberClaim, MemberState, Millis, NetworkProfile,
-    PoolMember, Session, Status, ThreadId, Timers,
+    MemberState, Millis, NetworkProfile, PoolMember, Session, Status, ThreadId, Timers,
 };
 use threadbox_shared::ports::{PoolClaim, SessionStore, WarmPoolStore};
 use threadbox_tests::aws::{self, aws_configured, sdk_config};
+use threadbox_tests::warm_pool::{change, claim_of};
 
 /// A store on two fresh tables, or `None` (the test returns) when no endpoint is configured.
 async fn fresh_store(test: &str) -> Option<DynamoSessionStore> {
@@ -23,14 +23,6 @@ async fn fresh_store(test: &str) -> Option<DynamoSessionStore> {
         return None;
     }
     Some(aws::fresh_store(&sdk_config().await).await)
-}
-
-fn change(now: i64) -> Change {
-    Change {
-        event_id: uuid::Uuid::new_v4().to_string(),
-        now: Millis(now),
-        detail: None,
-    }
 }
 
 /// A new thread holding its creation lease, stored as `insert_new` leaves it.
@@ -56,32 +48,6 @@ async fn ready_member(store: &DynamoSessionStore, created_at: i64) -> PoolMember
         .await
         .unwrap());
     member
-}
-
-/// What a thread taking `member` writes, as the use case builds it: the member claimed by the
-/// thread, and the session bound to its sandbox (active, one version on) with the event.
-fn claim_of(member: &PoolMember, current: &Session) -> (PoolMember, Session, Vec<LifecycleEvent>) {
-    let mut next = current.clone();
-    next.bind_sandbox(member.sandbox_id.clone().unwrap(), None);
-    next.pool_member = Some(member.member_id.clone());
-    let event = next
-        .apply(
-            Command::CreateSucceeded,
-            Cause::User,
-            change(2_000),
-            &Timers::default(),
-        )
-        .unwrap()
-        .unwrap();
-    next.version = current.version + 1;
-    let mut taken = member.clone();
-    taken.state = MemberState::Claimed;
-    taken.claimed = Some(MemberClaim {
-        thread_id: current.thread_id.clone(),
-        generation: current.generation,
-        at: Millis(2_000),
-    });
-    (taken, next, vec![event])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
