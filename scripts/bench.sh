@@ -21,11 +21,7 @@ mkdir -p target
 
 # Every feature the benchmarks need, and not the test-only fault points (`fault-injection`), so
 # the binaries measured are the ones people run.
-features=(
-  threadbox-shared/testing threadbox-shared/sqlite threadbox-shared/runc threadbox-shared/dynamo
-  threadbox-shared/sqs threadbox-shared/live threadbox-shared/slack-client
-  threadbox-tests/aws
-)
+features=(threadbox-aws/dynamo threadbox-aws/sqs threadbox-tests/aws)
 # The Lambda functions' cold-start benchmark (tests/benches/lambda_cold_start.rs) measures their
 # release binaries: build them first, in one invocation.
 functions=()

@@ -180,7 +180,7 @@ def read_template(path=TEMPLATE):
 #                                             + 2 on `due`, + 1 on `unsent` (the new event)
 #   marking the event sent (UpdateItem)       1 WRU, + 1 on `unsent` (the entry leaves it)
 # Counts marked "measured" are BENCHMARKS.md's (store round trips counted by the stores); the rest
-# are read off the use cases (shared/src/usecases/*.rs) and adapters.
+# are read off the use cases (crates/core/src/usecases/*.rs) and adapters.
 OPERATIONS = {
     # POST /v1/threads/{id}/resolve on an active thread: one read, one conditional write
     # (measured: 1.00 read + 1.00 write per call on SQLite and on DynamoDB via moto).

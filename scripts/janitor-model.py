@@ -7,7 +7,7 @@ limits AWS publishes. Standard library only.
     python3 scripts/janitor-model.py --inputs run.json    # a new run's `model inputs:` line
     python3 scripts/janitor-model.py --threads 1e6 1e7 --due-per-minute 0.01 --memory-gib 2
 
-The path it models (shared/src/usecases/janitor.rs, pause.rs): every minute one janitor Lambda
+The path it models (crates/core/src/usecases/janitor.rs, pause.rs): every minute one janitor Lambda
 queries the `due` GSI's shards concurrently and claims each due thread with one conditional
 write (a transaction: the session and its event), marks the event sent, and hands the claim to
 the FIFO transition queue (SendMessageBatch, 10 a call). The pause-queue Lambda takes batches of
@@ -17,7 +17,7 @@ sent to the lifecycle queue (one SendMessage per state change).
 
 Inputs, and where each comes from:
 
-  measured here (shared/benches/janitor_sweep.rs, 1,000,000 sessions / 10,000 due on SQLite;
+  measured here (crates/aws/benches/janitor_sweep.rs, 1,000,000 sessions / 10,000 due on SQLite;
   the figures are in BENCHMARKS.md, and the bench's last line is the JSON --inputs reads):
     rows_read_per_due        index rows read per due thread (1.0: the index, never a scan)
     sweep_writes_per_claim   store writes per claim (the claim transaction, the event marked sent)
@@ -53,7 +53,7 @@ import argparse
 import json
 import math
 
-# Measured by shared/benches/janitor_sweep.rs; see BENCHMARKS.md ("Janitor at scale").
+# Measured by crates/aws/benches/janitor_sweep.rs; see BENCHMARKS.md ("Janitor at scale").
 RECORDED = {
     "sessions": 1_000_000,
     "due": 10_000,

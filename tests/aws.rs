@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use threadbox_shared::adapters::aws::{load_config, ClientSettings, SdkConfig};
-use threadbox_shared::adapters::dynamo::{create_tables, DynamoConfig, DynamoSessionStore};
-use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueue, SqsQueueUrls};
+use threadbox_aws::dynamo::{create_tables, DynamoConfig, DynamoSessionStore};
+use threadbox_aws::sdk::{load_config, ClientSettings, SdkConfig};
+use threadbox_aws::sqs::{create_fifo_queue, SqsQueue, SqsQueueUrls};
 
 /// Whether the AWS tests can run here. Panics with a clear message when CI requires them but no
 /// endpoint is configured; prints why a test is skipped otherwise.

@@ -6,7 +6,7 @@
 //!   client wrapped: every request is read (DynamoDB, SQS and Secrets Manager all speak JSON
 //!   protocols, so `X-Amz-Target` names the operation and the body names the table, index,
 //!   queue or secret), turned into the IAM actions and ARNs AWS authorizes it as, and passed on
-//!   to moto unchanged. The production wiring (`threadbox_shared::lambda::*`) builds its clients
+//!   to moto unchanged. The production wiring (`threadbox_lambda::*`) builds its clients
 //!   from that config as it does from `aws_config()`, so nothing in production code knows.
 //! - **The policy.** `scripts/iam-check.py policies` (in the Lambda tools' venv, which has the SAM
 //!   translator) expands the template as `sam deploy` does and resolves its intrinsic functions
@@ -36,13 +36,13 @@ use aws_smithy_runtime_api::client::http::{
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use serde_json::{json, Value};
-use threadbox_shared::adapters::aws::SdkConfig;
-use threadbox_shared::adapters::dynamo::{
+use threadbox_aws::dynamo::{
     create_dedupe_table, create_slack_status_table, create_subscriptions_table, create_tables,
     DynamoConfig, DynamoSessionStore,
 };
-use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueueUrls};
-use threadbox_shared::lambda::{Env, SecretSet};
+use threadbox_aws::sdk::SdkConfig;
+use threadbox_aws::sqs::{create_fifo_queue, SqsQueueUrls};
+use threadbox_lambda::{Env, SecretSet};
 
 use crate::aws::{aws_configured, sdk_config, unique_name};
 

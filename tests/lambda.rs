@@ -12,9 +12,9 @@ use lambda_http::request::LambdaRequest;
 use lambda_http::tower::ServiceExt;
 use lambda_http::{Adapter, Context, LambdaEvent};
 use serde_json::Value;
-use threadbox_shared::http::ApiAuth;
-use threadbox_shared::testing::{InMemoryProvider, ManualClock};
-use threadbox_shared::usecases::{Config, Threadbox};
+use threadbox_api::http::ApiAuth;
+use threadbox_core::usecases::{Config, Threadbox};
+use threadbox_testing::{InMemoryProvider, ManualClock};
 
 use crate::SqliteBackend;
 
@@ -167,12 +167,12 @@ impl Default for LocalThreadbox {
 /// `lambda_local_resources` example the README's local loop runs.
 #[cfg(feature = "aws")]
 pub mod local {
-    use threadbox_shared::adapters::aws::SdkConfig;
-    use threadbox_shared::adapters::dynamo::{
+    use threadbox_aws::dynamo::{
         create_dedupe_table, create_slack_status_table, create_tables, DynamoConfig,
         DynamoSessionStore,
     };
-    use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueueUrls};
+    use threadbox_aws::sdk::SdkConfig;
+    use threadbox_aws::sqs::{create_fifo_queue, SqsQueueUrls};
 
     /// Receives before the queue itself dead-letters a record, as in the template: only the
     /// backstop, since the consumers dead-letter a record after its own failed attempts.

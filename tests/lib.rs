@@ -13,8 +13,8 @@ pub mod warm_pool;
 
 use std::sync::Arc;
 
-use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-use threadbox_shared::ports::{DurableQueue, SessionStore, WarmPoolStore};
+use threadbox_core::ports::{DurableQueue, SessionStore, WarmPoolStore};
+use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
 
 /// A fresh SQLite store and lifecycle queue in one temporary database file.
 pub struct SqliteBackend {

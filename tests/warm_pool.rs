@@ -1,6 +1,6 @@
 //! The warm pool's writes as the use case builds them, for the stores' tests.
 
-use threadbox_shared::domain::{
+use threadbox_core::domain::{
     Cause, Change, Command, LifecycleEvent, MemberClaim, MemberState, Millis, PoolMember, Session,
     Timers,
 };

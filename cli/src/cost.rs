@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use threadbox_shared::domain::{Millis, StateTimes, Status, Usage};
+use threadbox_core::domain::{Millis, StateTimes, Status, Usage};
 
 use crate::client::{ApiArgs, ThreadView, UsageQuery};
 use crate::duration;
@@ -356,7 +356,7 @@ fn render(report: &Report, top: usize, color: bool) -> String {
 
 #[cfg(test)]
 mod tests {
-    use threadbox_shared::domain::{Cause, LifecycleEvent, Pricing, Session, ThreadId, Window};
+    use threadbox_core::domain::{Cause, LifecycleEvent, Pricing, Session, ThreadId, Window};
 
     use super::*;
 
@@ -511,7 +511,7 @@ mod tests {
         );
         for pricing in [
             Pricing::E2B_DEFAULT,
-            Pricing::unpriced(threadbox_shared::domain::SandboxSize {
+            Pricing::unpriced(threadbox_core::domain::SandboxSize {
                 vcpus: 1.0,
                 memory_gib: 0.5,
             }),
@@ -539,7 +539,7 @@ mod tests {
 
     #[test]
     fn without_prices_it_shows_resource_time() {
-        let pricing = Pricing::unpriced(threadbox_shared::domain::SandboxSize {
+        let pricing = Pricing::unpriced(threadbox_core::domain::SandboxSize {
             vcpus: 1.0,
             memory_gib: 0.5,
         });

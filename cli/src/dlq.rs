@@ -9,9 +9,9 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use threadbox_shared::adapters::aws::{load_config, ClientSettings};
-use threadbox_shared::adapters::sqs::{SqsQueue, SqsQueueUrls};
-use threadbox_shared::ports::DurableQueue;
+use threadbox_aws::sdk::{load_config, ClientSettings};
+use threadbox_aws::sqs::{SqsQueue, SqsQueueUrls};
+use threadbox_core::ports::DurableQueue;
 
 #[derive(clap::Args, Debug)]
 pub struct DlqArgs {

@@ -3,7 +3,7 @@
 //! (`rmcp`); every tool is a call to threadbox's HTTP API (`--url`, `--api-key`, as for
 //! `threads`), so it works the same against `threadbox dev` and a deployed stack.
 //!
-//! The tools themselves are the shared crate's (`threadbox_shared::mcp`), the same the API serves
+//! The tools themselves are the shared crate's (`threadbox_mcp`), the same the API serves
 //! at `POST /v1/threads/{id}/mcp`; here they run over the CLI's HTTP client ([`ClientBackend`]).
 //! Tools: `run_command` (its output as progress notifications while it runs, when the host asks
 //! for progress), `read_file`, `write_file`, `list_dir`, `stat`, `make_dir`, `glob`, `grep`,
@@ -18,12 +18,12 @@ use anyhow::Context;
 use async_trait::async_trait;
 use rmcp::ServiceExt;
 use serde_json::Value;
-use threadbox_shared::domain::ThreadId;
-use threadbox_shared::mcp::{
-    ExecInput, OutputSink, ProcessInput, SandboxBackend, SandboxTools, ToolFailure,
-};
-use threadbox_shared::ports::{
+use threadbox_core::domain::ThreadId;
+use threadbox_core::ports::{
     ExecResult, FileEntry, GrepMatch, OutputChunk, ProcessInfo, ProcessOutput, ProcessSignal,
+};
+use threadbox_mcp::{
+    ExecInput, OutputSink, ProcessInput, SandboxBackend, SandboxTools, ToolFailure,
 };
 
 use crate::client::{ApiArgs, Client, ClientError, ExecSpec, ExecUpdate, ProcessSpec};

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde_json::json;
-use threadbox_shared::domain::ThreadId;
-use threadbox_shared::ports::{ProcessInfo, ProcessSignal, ProcessState, PtySize};
+use threadbox_core::domain::ThreadId;
+use threadbox_core::ports::{ProcessInfo, ProcessSignal, ProcessState, PtySize};
 
 use crate::client::{signal_name, ApiArgs, Client, FollowUpdate, ProcessSpec};
 use crate::duration;
@@ -434,7 +434,7 @@ fn processes_table(processes: &[ProcessInfo], color: bool) -> String {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
-    use threadbox_shared::domain::Millis;
+    use threadbox_core::domain::Millis;
 
     use super::*;
 

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use threadbox_shared::domain::{ThreadId, ThreadScope};
-use threadbox_shared::live::TokenKey;
-use threadbox_shared::ports::{Clock, SystemClock};
+use threadbox_api::live::TokenKey;
+use threadbox_core::domain::{ThreadId, ThreadScope};
+use threadbox_core::ports::{Clock, SystemClock};
 
 use crate::{duration, token_secret};
 

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use anyhow::Context;
-use threadbox_shared::live::TokenSecret;
+use threadbox_api::live::TokenSecret;
 
 use crate::secret_file;
 pub use crate::secret_file::SecretSource;

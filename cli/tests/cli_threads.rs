@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-use threadbox_shared::domain::ThreadId;
-use threadbox_shared::http::{router, ApiAuth};
-use threadbox_shared::ports::{ProviderError, SystemClock};
-use threadbox_shared::testing::{InMemoryProvider, Op};
-use threadbox_shared::usecases::{Config, HoldRequest, Threadbox};
+use threadbox_api::http::{router, ApiAuth};
+use threadbox_core::domain::ThreadId;
+use threadbox_core::ports::{ProviderError, SystemClock};
+use threadbox_core::usecases::{Config, HoldRequest, Threadbox};
+use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use threadbox_testing::{InMemoryProvider, Op};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
 
@@ -337,7 +337,7 @@ async fn each_kind_of_failure_has_its_exit_status() {
     api.run(&["resolve", "gone"]).await.ok();
     api.run(&["pause", "gone"]).await.ok();
     api.tb
-        .destroy(&tid("gone"), threadbox_shared::domain::Cause::User)
+        .destroy(&tid("gone"), threadbox_core::domain::Cause::User)
         .await
         .unwrap();
     api.run(&["resume", "gone"])

@@ -1,6 +1,6 @@
 //! The dashboard in a real browser with `threadbox dev` on E2B: headless Chromium, driven over
 //! WebDriver by `chromedriver`, against the real `threadbox dev` whose sandboxes are on the E2B
-//! contract fake (`threadbox_shared::testing::e2b_fake`) on 127.0.0.1.
+//! contract fake (`threadbox_testing::e2b_fake`) on 127.0.0.1.
 //! - A thread made through the API shows up in the list, green and active, its timeline naming
 //!   its E2B sandbox. Pause, clicked in the page, turns the badge pulsing yellow while E2B takes
 //!   its time pausing (the fake delays the pause), then grey once E2B holds the sandbox paused;
@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::json;
 use support::webdriver::{Browser, Chromedriver};
 use support::{find_program, prerequisites_met, target_dir, DevServer};
-use threadbox_shared::testing::e2b_fake::{E2bFake, FakeState};
+use threadbox_testing::e2b_fake::{E2bFake, FakeState};
 
 const WAIT: Duration = Duration::from_secs(30);
 /// How long the fake takes over a pause: long enough for the page to show the pausing badge.

@@ -1,5 +1,5 @@
 //! `threadbox dev` on E2B: the whole local system (API, janitor, events, the CLI) with its
-//! sandboxes on E2B, here the E2B contract fake on 127.0.0.1 (`threadbox_shared::testing::
+//! sandboxes on E2B, here the E2B contract fake on 127.0.0.1 (`threadbox_testing::
 //! e2b_fake`, which runs commands for real in a user namespace of their own). The same tour as
 //! `cli_dev_e2e.rs` on runc: exec through the CLI, the janitor's idle pause, resume, and a
 //! sandbox E2B paused on its own timeout woken by the next command.
@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use support::{find_program, follow_until_paused, prerequisites_met, threads, DevServer};
-use threadbox_shared::testing::e2b_fake::{E2bFake, FakeState};
+use threadbox_testing::e2b_fake::{E2bFake, FakeState};
 
 fn text(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).unwrap()

@@ -46,7 +46,7 @@ async fn an_ordinary_user_runs_threadbox_dev_with_rootless_sandboxes() {
     if !rustix::process::geteuid().is_root() {
         return skip("this test needs root to become an ordinary user");
     }
-    if let Err(why) = threadbox_shared::testing::accounts::ensure_system_account(USER) {
+    if let Err(why) = threadbox_testing::accounts::ensure_system_account(USER) {
         return skip(&why);
     }
     let cleanup = Cleanup {

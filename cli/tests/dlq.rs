@@ -3,8 +3,8 @@
 
 use std::process::{Command, Output};
 
-use threadbox_shared::adapters::sqs::SqsQueue;
-use threadbox_shared::ports::{DurableQueue, OutgoingMessage};
+use threadbox_aws::sqs::SqsQueue;
+use threadbox_core::ports::{DurableQueue, OutgoingMessage};
 use threadbox_tests::aws::{aws_configured, fresh_queue, sdk_config};
 
 fn threadbox(args: &[&str]) -> Output {

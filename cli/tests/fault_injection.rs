@@ -1,5 +1,5 @@
 //! Crash tests: the real `threadbox dev` (runc sandboxes, SQLite) is SIGKILLed at its worst
-//! moments through the fault points of `threadbox_shared::fault` (feature `fault-injection`):
+//! moments through the fault points of `threadbox_core::fault` (feature `fault-injection`):
 //! mid-create, mid-pause and mid-fan-out (to the log and to Slack). A new process then starts on
 //! what the dead one left, with a short lease, and its janitor and consumer repair it. After that:
 //!

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use support::{dev_missing, prerequisites_met, DevServer};
-use threadbox_shared::slack::SigningSecret;
+use threadbox_slack::SigningSecret;
 
 const SECRET: &str = "e2e-signing-secret";
 const API_KEY: &str = "e2e-api-key-0123456789abcdef0123456789";

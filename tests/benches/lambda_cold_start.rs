@@ -26,8 +26,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use threadbox_shared::slack::SigningSecret;
-use threadbox_shared::testing::slack_fake::SlackFake;
+use threadbox_slack::SigningSecret;
+use threadbox_testing::slack_fake::SlackFake;
 use threadbox_tests::aws::{sdk_config, unique_name};
 use threadbox_tests::lambda::fixture_json;
 use threadbox_tests::lambda::local::LocalResources;

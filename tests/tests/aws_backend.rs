@@ -10,16 +10,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use threadbox_shared::adapters::aws::{load_config, ClientSettings};
-use threadbox_shared::adapters::dynamo::{create_tables, DynamoSessionStore};
-use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueue};
-use threadbox_shared::domain::ThreadId;
-use threadbox_shared::ports::{
-    DurableQueue, OutgoingMessage, QueueError, SessionStore, StoreError,
-};
-use threadbox_shared::testing::lifecycle_conformance::Harness;
-use threadbox_shared::testing::queue_conformance as queue;
-use threadbox_shared::testing::store_conformance as store;
+use threadbox_aws::dynamo::{create_tables, DynamoSessionStore};
+use threadbox_aws::sdk::{load_config, ClientSettings};
+use threadbox_aws::sqs::{create_fifo_queue, SqsQueue};
+use threadbox_core::domain::ThreadId;
+use threadbox_core::ports::{DurableQueue, OutgoingMessage, QueueError, SessionStore, StoreError};
+use threadbox_testing::lifecycle_conformance::Harness;
+use threadbox_testing::queue_conformance as queue;
+use threadbox_testing::store_conformance as store;
 use threadbox_tests::aws::{
     aws_configured, fresh_queue, fresh_queue_urls, fresh_store, sdk_config, unique_name, AwsBackend,
 };
@@ -39,12 +37,12 @@ async fn queue_for(test: &str, max_receives: u32) -> Option<SqsQueue> {
 
 mod store_conformance {
     use super::AwsBackend;
-    threadbox_shared::store_conformance_tests!(AwsBackend::new);
+    threadbox_testing::store_conformance_tests!(AwsBackend::new);
 }
 
 mod lifecycle_conformance {
     use super::AwsBackend;
-    threadbox_shared::lifecycle_conformance_tests!(AwsBackend::new);
+    threadbox_testing::lifecycle_conformance_tests!(AwsBackend::new);
 }
 
 mod queue_conformance {
@@ -342,8 +340,8 @@ async fn resolving_an_active_thread_costs_at_most_two_requests() {
 mod dedupe_conformance {
     use std::sync::Arc;
 
-    use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoDedupe};
-    use threadbox_shared::testing::dedupe_conformance as dedupe;
+    use threadbox_aws::dynamo::{create_dedupe_table, DynamoDedupe};
+    use threadbox_testing::dedupe_conformance as dedupe;
     use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
 
     macro_rules! dedupe_suite {
@@ -374,8 +372,8 @@ mod dedupe_conformance {
 mod window_counter_conformance {
     use std::sync::Arc;
 
-    use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoWindowCounter};
-    use threadbox_shared::ports::WindowCounter;
+    use threadbox_aws::dynamo::{create_dedupe_table, DynamoWindowCounter};
+    use threadbox_core::ports::WindowCounter;
     use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
 
     async fn counter(test: &str) -> Option<(Arc<dyn WindowCounter>, ())> {
@@ -393,14 +391,14 @@ mod window_counter_conformance {
         ))
     }
 
-    threadbox_shared::window_counter_conformance_tests!(counter);
+    threadbox_testing::window_counter_conformance_tests!(counter);
 }
 
 /// The warm pool suite against DynamoDB and SQS: members in the sessions table.
 mod warm_pool_conformance {
     use std::sync::Arc;
 
-    use threadbox_shared::ports::{DurableQueue, SessionStore, WarmPoolStore};
+    use threadbox_core::ports::{DurableQueue, SessionStore, WarmPoolStore};
     use threadbox_tests::aws::AwsBackend;
 
     #[allow(clippy::type_complexity)]
@@ -421,15 +419,15 @@ mod warm_pool_conformance {
         ))
     }
 
-    threadbox_shared::warm_pool_conformance_tests!(backend);
+    threadbox_testing::warm_pool_conformance_tests!(backend);
 }
 
 /// The budget suite against DynamoDB and SQS, the counters on a dedupe table of their own.
 mod budget_conformance {
     use std::sync::Arc;
 
-    use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoWindowCounter};
-    use threadbox_shared::ports::{DurableQueue, SessionStore, WindowCounter};
+    use threadbox_aws::dynamo::{create_dedupe_table, DynamoWindowCounter};
+    use threadbox_core::ports::{DurableQueue, SessionStore, WindowCounter};
     use threadbox_tests::aws::{unique_name, AwsBackend};
 
     #[allow(clippy::type_complexity)]
@@ -450,7 +448,7 @@ mod budget_conformance {
         Some((backend.store.clone(), backend.events.clone(), counter, ()))
     }
 
-    threadbox_shared::budget_conformance_tests!(backend);
+    threadbox_testing::budget_conformance_tests!(backend);
 }
 
 /// The Slack status store suite against `DynamoSlackStatusStore`, each test on its own table.
@@ -458,8 +456,8 @@ mod budget_conformance {
 mod slack_status_conformance {
     use std::sync::Arc;
 
-    use threadbox_shared::adapters::dynamo::{create_slack_status_table, DynamoSlackStatusStore};
-    use threadbox_shared::testing::slack_status_conformance as suite;
+    use threadbox_aws::dynamo::{create_slack_status_table, DynamoSlackStatusStore};
+    use threadbox_testing::slack_status_conformance as suite;
     use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
 
     macro_rules! slack_status_suite {
@@ -489,8 +487,8 @@ mod slack_status_conformance {
 mod subscription_conformance {
     use std::sync::Arc;
 
-    use threadbox_shared::adapters::dynamo::{create_subscriptions_table, DynamoSubscriptionStore};
-    use threadbox_shared::testing::subscription_conformance as suite;
+    use threadbox_aws::dynamo::{create_subscriptions_table, DynamoSubscriptionStore};
+    use threadbox_testing::subscription_conformance as suite;
     use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
 
     macro_rules! subscription_suite {
@@ -524,8 +522,8 @@ mod subscription_conformance {
 /// `ApiGatewaySender` against moto's Management API: a post and a close reach it (moto answers
 /// every connection id; the 410 mapping is unit-tested in the adapter).
 mod apigw_sender {
-    use threadbox_shared::adapters::apigw::ApiGatewaySender;
-    use threadbox_shared::ports::{ConnectionSender, Frame};
+    use threadbox_aws::apigw::ApiGatewaySender;
+    use threadbox_core::ports::{ConnectionSender, Frame};
     use threadbox_tests::aws::{aws_configured, sdk_config};
 
     #[tokio::test]
@@ -547,7 +545,7 @@ mod apigw_sender {
 /// while (it deletes within days, not at the second) must never be read or block a new life.
 mod retention {
     use super::*;
-    use threadbox_shared::domain::{Cause, Status};
+    use threadbox_core::domain::{Cause, Status};
 
     /// Epoch seconds now.
     fn now_secs() -> i64 {
@@ -667,7 +665,7 @@ mod retention {
             "expired history is not read"
         );
         assert!(store
-            .unsent_events(threadbox_shared::domain::Millis(i64::MAX), 100)
+            .unsent_events(threadbox_core::domain::Millis(i64::MAX), 100)
             .await
             .unwrap()
             .iter()
@@ -693,10 +691,8 @@ mod retention {
     #[cfg(feature = "slack")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn an_expired_slack_status_row_is_absent() {
-        use threadbox_shared::adapters::dynamo::{
-            create_slack_status_table, DynamoSlackStatusStore,
-        };
-        use threadbox_shared::slack::{SlackStatusStore, StatusMessage};
+        use threadbox_aws::dynamo::{create_slack_status_table, DynamoSlackStatusStore};
+        use threadbox_slack::{SlackStatusStore, StatusMessage};
 
         if !aws_configured("an_expired_slack_status_row_is_absent") {
             return;

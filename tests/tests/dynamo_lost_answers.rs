@@ -23,14 +23,12 @@ use aws_sdk_dynamodb::config::interceptors::{
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
-use threadbox_shared::adapters::dynamo::{
-    create_dedupe_table, DynamoConfig, DynamoDedupe, DynamoSessionStore,
-};
-use threadbox_shared::domain::{
+use threadbox_aws::dynamo::{create_dedupe_table, DynamoConfig, DynamoDedupe, DynamoSessionStore};
+use threadbox_core::domain::{
     LifecycleEvent, MemberState, Millis, NetworkProfile, PoolMember, Session, Status, ThreadId,
     Timers,
 };
-use threadbox_shared::ports::{DedupeStore, PoolClaim, SessionStore, StoreError, WarmPoolStore};
+use threadbox_core::ports::{DedupeStore, PoolClaim, SessionStore, StoreError, WarmPoolStore};
 use threadbox_tests::aws::{self, aws_configured, sdk_config, unique_name};
 use threadbox_tests::warm_pool::{change, claim_of};
 

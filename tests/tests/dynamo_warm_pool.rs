@@ -9,11 +9,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use threadbox_shared::adapters::dynamo::DynamoSessionStore;
-use threadbox_shared::domain::{
+use threadbox_aws::dynamo::DynamoSessionStore;
+use threadbox_core::domain::{
     MemberState, Millis, NetworkProfile, PoolMember, Session, Status, ThreadId, Timers,
 };
-use threadbox_shared::ports::{PoolClaim, SessionStore, WarmPoolStore};
+use threadbox_core::ports::{PoolClaim, SessionStore, WarmPoolStore};
 use threadbox_tests::aws::{self, aws_configured, sdk_config};
 use threadbox_tests::warm_pool::{change, claim_of};
 

@@ -1,4 +1,4 @@
-//! IAM checked: every function's paths run through the real wiring (`threadbox_shared::lambda`
+//! IAM checked: every function's paths run through the real wiring (`threadbox_lambda`
 //! and each function's handler, as its `main` builds them) against moto, with the environment
 //! `infra/template.yaml` gives the function, and every AWS call they make is evaluated against
 //! the policy the template gives that function's role (see `threadbox_tests::iam`). Sandboxes are
@@ -13,17 +13,14 @@ use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
-use threadbox_shared::adapters::sqs::{SqsQueue, SqsQueueUrls};
-use threadbox_shared::domain::ThreadId;
-use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_shared::lambda;
-use threadbox_shared::lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
-use threadbox_shared::ports::{DurableQueue, SystemClock};
-use threadbox_shared::slack::{
-    MessageRates, SigningSecret, SlackIngress, SlackWorker, SlackWorkerConfig,
-};
-use threadbox_shared::testing::e2b_fake::E2bFake;
-use threadbox_shared::testing::slack_fake::SlackFake;
+use threadbox_aws::sqs::{SqsQueue, SqsQueueUrls};
+use threadbox_core::domain::ThreadId;
+use threadbox_core::fanout::{Fanout, FanoutTarget, LogTarget};
+use threadbox_core::ports::{DurableQueue, SystemClock};
+use threadbox_lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
+use threadbox_slack::{MessageRates, SigningSecret, SlackIngress, SlackWorker, SlackWorkerConfig};
+use threadbox_testing::e2b_fake::E2bFake;
+use threadbox_testing::slack_fake::SlackFake;
 use threadbox_tests::iam::{
     checker_pythons, denied_calls, repo, resolve_template, Call, IamStack, StackSecrets, ACCOUNT,
     REGION,
@@ -171,7 +168,7 @@ fn signed(mut event: Value) -> Value {
     event
 }
 
-/// A record no consumer can read, which it dead-letters at once (`lambda::batch`).
+/// A record no consumer can read, which it dead-letters at once (`threadbox_lambda::batch`).
 async fn send_poison(stack: &IamStack, queue_url: &str) {
     aws_sdk_sqs::Client::new(&stack.sdk)
         .send_message()
@@ -267,8 +264,10 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // ---- janitor: tends the warm pool (makes its members), reconciles.
     let janitor = {
         let (sdk, env, secrets) = stack.start("JanitorFunction", &overrides).await;
-        let mut tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
-        if let Some(queue) = lambda::transition_queue(&sdk, &env).unwrap() {
+        let mut tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+            .await
+            .unwrap();
+        if let Some(queue) = threadbox_lambda::transition_queue(&sdk, &env).unwrap() {
             tb = tb.with_transition_queue(Arc::new(queue));
         }
         janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap())
@@ -280,8 +279,10 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // events, reset.
     {
         let (sdk, env, secrets) = stack.start("ResolveSessionFunction", &overrides).await;
-        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
-        let router = resolve_session::app(tb, lambda::api_auth(&env).unwrap());
+        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+            .await
+            .unwrap();
+        let router = resolve_session::app(tb, threadbox_lambda::api_auth(&env).unwrap());
         let t = "/v1/threads/iam-resolve";
         for (method, path, query, body) in [
             ("POST", format!("{t}/resolve"), "", Some(json!({}))),
@@ -309,11 +310,13 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     let token;
     {
         let (sdk, env, secrets) = stack.start("SandboxApiFunction", &overrides).await;
-        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+            .await
+            .unwrap();
         let router = sandbox_api::app(
             tb.clone(),
-            lambda::api_auth(&env).unwrap(),
-            lambda::token_key(&env).unwrap(),
+            threadbox_lambda::api_auth(&env).unwrap(),
+            threadbox_lambda::token_key(&env).unwrap(),
         );
         let t = "/v1/threads/iam-api";
         let answer = invoke_http(
@@ -429,7 +432,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // resume below to this connection.
     {
         let (sdk, env, _secrets) = stack.start("WsFunction", &overrides).await;
-        let handler = ws::WsHandler::new(lambda::live_gateway(&sdk, &env).unwrap());
+        let handler = ws::WsHandler::new(threadbox_lambda::live_gateway(&sdk, &env).unwrap());
         let connect = ws_event("apigw-ws-connect.json", |e| {
             e["queryStringParameters"]["token"] = json!(token);
             e["multiValueQueryStringParameters"]["token"] = json!([token]);
@@ -451,8 +454,10 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // ---- pause and resume, on request.
     {
         let (sdk, env, secrets) = stack.start("PauseFunction", &overrides).await;
-        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
-        let router = pause::app(tb, lambda::api_auth(&env).unwrap());
+        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+            .await
+            .unwrap();
+        let router = pause::app(tb, threadbox_lambda::api_auth(&env).unwrap());
         let answer = invoke_http(
             router,
             &http_event("POST", "/v1/threads/iam-api/pause", "", Some(json!({}))),
@@ -462,8 +467,10 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     }
     {
         let (sdk, env, secrets) = stack.start("ResumeFunction", &overrides).await;
-        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
-        let router = resume::app(tb, lambda::api_auth(&env).unwrap());
+        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+            .await
+            .unwrap();
+        let router = resume::app(tb, threadbox_lambda::api_auth(&env).unwrap());
         let answer = invoke_http(
             router,
             &http_event("POST", "/v1/threads/iam-api/resume", "", Some(json!({}))),
@@ -477,32 +484,42 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // second time the thread's sandbox was lost, so the worker replaces it.
     let (sdk, env, secrets) = stack.start("SlackEventsFunction", &overrides).await;
     let mut ingress = SlackIngress::new(
-        Some(lambda::signing_secret(&env).unwrap()),
-        Arc::new(lambda::dedupe(&sdk, &env).unwrap()),
-        Arc::new(lambda::work_queue(&sdk, &env).unwrap()),
+        Some(threadbox_lambda::signing_secret(&env).unwrap()),
+        Arc::new(threadbox_lambda::dedupe(&sdk, &env).unwrap()),
+        Arc::new(threadbox_lambda::work_queue(&sdk, &env).unwrap()),
         Arc::new(SystemClock),
     );
-    let api = lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env).unwrap()), secrets);
+    let api = threadbox_lambda::watch_slack_auth(
+        Arc::new(threadbox_lambda::slack_api(&env).unwrap()),
+        secrets,
+    );
     ingress = ingress.with_api(api);
     let slack_events = slack_events::app(ingress);
 
     let (sdk, env, secrets) = stack.start("WorkerFunction", &overrides).await;
-    let work_queue = Arc::new(lambda::work_queue(&sdk, &env).unwrap());
-    let dedupe = Arc::new(lambda::dedupe(&sdk, &env).unwrap());
-    let worker_tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+    let work_queue = Arc::new(threadbox_lambda::work_queue(&sdk, &env).unwrap());
+    let dedupe = Arc::new(threadbox_lambda::dedupe(&sdk, &env).unwrap());
+    let worker_tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+        .await
+        .unwrap();
     let slack_worker = SlackWorker::new(
         worker_tb.clone(),
-        lambda::watch_slack_auth(Arc::new(lambda::slack_api(&env).unwrap()), secrets),
+        threadbox_lambda::watch_slack_auth(
+            Arc::new(threadbox_lambda::slack_api(&env).unwrap()),
+            secrets,
+        ),
         dedupe.clone(),
         work_queue.clone(),
         SlackWorkerConfig::default(),
     )
     .with_rates(MessageRates::new(
-        Arc::new(lambda::window_counter(&sdk, &env).unwrap()),
-        lambda::slack_rates(&env).unwrap(),
+        Arc::new(threadbox_lambda::window_counter(&sdk, &env).unwrap()),
+        threadbox_lambda::slack_rates(&env).unwrap(),
         Arc::new(SystemClock),
     ))
-    .with_user_threads(Arc::new(lambda::slack_user_threads(&sdk, &env).unwrap()));
+    .with_user_threads(Arc::new(
+        threadbox_lambda::slack_user_threads(&sdk, &env).unwrap(),
+    ));
     let settler =
         BatchSettler::new(work_queue).with_attempt_limit(dedupe, "work", DEFAULT_MAX_ATTEMPTS);
     let worker = worker::WorkHandler::new(slack_worker).with_settler(settler);
@@ -573,15 +590,15 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         let (sdk, env, secrets) = stack.start("FanoutFunction", &overrides).await;
         let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
         if let Some(slack) =
-            lambda::slack_status_target_watched(&sdk, &env, Some(&secrets)).unwrap()
+            threadbox_lambda::slack_status_target_watched(&sdk, &env, Some(&secrets)).unwrap()
         {
             targets.push(Arc::new(slack));
         }
-        if let Some(live) = lambda::live_target(&sdk, &env).unwrap() {
+        if let Some(live) = threadbox_lambda::live_target(&sdk, &env).unwrap() {
             targets.push(Arc::new(live));
         }
-        let dedupe = Arc::new(lambda::dedupe(&sdk, &env).unwrap());
-        let queue = Arc::new(lambda::lifecycle_queue(&sdk, &env).unwrap());
+        let dedupe = Arc::new(threadbox_lambda::dedupe(&sdk, &env).unwrap());
+        let queue = Arc::new(threadbox_lambda::lifecycle_queue(&sdk, &env).unwrap());
         let settler = BatchSettler::new(queue).with_attempt_limit(
             dedupe.clone(),
             "lifecycle",
@@ -607,7 +624,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // ---- ws: disconnect.
     {
         let (sdk, env, _secrets) = stack.start("WsFunction", &overrides).await;
-        let handler = ws::WsHandler::new(lambda::live_gateway(&sdk, &env).unwrap());
+        let handler = ws::WsHandler::new(threadbox_lambda::live_gateway(&sdk, &env).unwrap());
         let answer = handler
             .handle(ws_event("apigw-ws-disconnect.json", |_| {}))
             .await
@@ -622,8 +639,12 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     assert!(report.is_ok(), "second sweep: {report:?}");
     {
         let (sdk, env, secrets) = stack.start("PauseQueueFunction", &overrides).await;
-        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
-        let queue = lambda::transition_queue(&sdk, &env).unwrap().unwrap();
+        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+            .await
+            .unwrap();
+        let queue = threadbox_lambda::transition_queue(&sdk, &env)
+            .unwrap()
+            .unwrap();
         let handler =
             pause::TransitionHandler::new(tb).with_settler(BatchSettler::new(Arc::new(queue)));
         send_poison(&stack, &stack.transitions.queue_url).await;
@@ -641,7 +662,9 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         let mut drained = overrides.clone();
         drained.push(("THREADBOX_WARM_POOL".into(), "0".into()));
         let (sdk, env, secrets) = stack.start("JanitorFunction", &drained).await;
-        let tb = lambda::threadbox(&sdk, &env, &secrets).await.unwrap();
+        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+            .await
+            .unwrap();
         let janitor = janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap());
         let report = janitor.handle(scheduled_now()).await;
         assert!(report.is_ok(), "drain: {report:?}");

@@ -41,7 +41,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use threadbox_shared::adapters::runc::{find_runc, host_can_run_sandboxes};
+use threadbox_runc::{find_runc, host_can_run_sandboxes};
 use threadbox_tests::aws::{aws_configured, sdk_config};
 use threadbox_tests::lambda::fixtures_dir;
 use threadbox_tests::lambda::local::LocalResources;

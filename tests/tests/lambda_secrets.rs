@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use threadbox_shared::lambda::secrets::REFRESH_VAR;
-use threadbox_shared::lambda::{Env, Rebuilt, SecretSet};
+use threadbox_lambda::secrets::REFRESH_VAR;
+use threadbox_lambda::{Env, Rebuilt, SecretSet};
 use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,8 +83,8 @@ async fn a_missing_secret_stops_start_up_naming_the_variable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_e2b_key_sends_the_function_for_the_rotated_one() {
     use std::collections::BTreeMap;
-    use threadbox_shared::ports::ProviderError;
-    use threadbox_shared::testing::e2b_fake::E2bFake;
+    use threadbox_core::ports::ProviderError;
+    use threadbox_testing::e2b_fake::E2bFake;
 
     if !aws_configured("a_refused_e2b_key_sends_the_function_for_the_rotated_one") {
         return;
@@ -131,7 +131,7 @@ async fn a_refused_e2b_key_sends_the_function_for_the_rotated_one() {
     let watched = secrets.clone();
     let built = Rebuilt::with_base(secrets.clone(), base, move |env: Env| {
         let (sdk, secrets) = (sdk.clone(), watched.clone());
-        async move { threadbox_shared::lambda::threadbox(&sdk, &env, &secrets).await }
+        async move { threadbox_lambda::threadbox(&sdk, &env, &secrets).await }
     })
     .await
     .unwrap();

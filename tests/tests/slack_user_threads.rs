@@ -12,8 +12,8 @@
 mod suite {
     use std::sync::Arc;
 
-    use threadbox_shared::domain::{Millis, ThreadId};
-    use threadbox_shared::ports::{SlackUserThreads, UserThread, MAX_USER_THREADS};
+    use threadbox_core::domain::{Millis, ThreadId};
+    use threadbox_core::ports::{SlackUserThreads, UserThread, MAX_USER_THREADS};
 
     fn thread(raw: &str) -> ThreadId {
         ThreadId::parse(raw).unwrap()
@@ -269,8 +269,8 @@ macro_rules! for_each_suite_test {
 mod sqlite {
     use std::sync::Arc;
 
-    use threadbox_shared::adapters::sqlite::{Database, SqliteSlackUserThreads};
-    use threadbox_shared::ports::MAX_USER_THREADS;
+    use threadbox_core::ports::MAX_USER_THREADS;
+    use threadbox_sqlite::{Database, SqliteSlackUserThreads};
 
     use super::suite;
 
@@ -315,11 +315,11 @@ mod dynamo {
     use std::time::Duration;
 
     use aws_sdk_dynamodb::types::AttributeValue;
-    use threadbox_shared::adapters::dynamo::{
+    use threadbox_aws::dynamo::{
         create_slack_status_table, DynamoSlackStatusStore, DynamoSlackUserThreads,
     };
-    use threadbox_shared::domain::{Millis, ThreadId};
-    use threadbox_shared::ports::{
+    use threadbox_core::domain::{Millis, ThreadId};
+    use threadbox_core::ports::{
         SlackStatusStore, SlackUserThreads, StatusMessage, MAX_USER_THREADS,
     };
     use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};

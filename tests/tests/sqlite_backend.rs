@@ -1,6 +1,6 @@
 //! The session store and lifecycle conformance suites against the embedded SQLite backend.
 
-use threadbox_shared::testing::lifecycle_conformance as lifecycle;
+use threadbox_testing::lifecycle_conformance as lifecycle;
 use threadbox_tests::SqliteBackend;
 
 /// A fresh SQLite backend; never skipped.
@@ -10,27 +10,27 @@ async fn sqlite(_test: &str) -> Option<SqliteBackend> {
 
 mod store_conformance {
     use super::sqlite;
-    threadbox_shared::store_conformance_tests!(sqlite);
+    threadbox_testing::store_conformance_tests!(sqlite);
 }
 
 mod store_purge {
     use super::sqlite;
-    threadbox_shared::store_purge_tests!(sqlite);
+    threadbox_testing::store_purge_tests!(sqlite);
 }
 
 mod lifecycle_conformance {
     use super::sqlite;
-    threadbox_shared::lifecycle_conformance_tests!(sqlite);
+    threadbox_testing::lifecycle_conformance_tests!(sqlite);
 }
 
 /// Two store handles on one file behave like two processes sharing it: still one sandbox.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_handles_on_one_file_still_create_one_sandbox() {
     use std::sync::Arc;
-    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-    use threadbox_shared::domain::ThreadId;
-    use threadbox_shared::testing::{InMemoryProvider, ManualClock};
-    use threadbox_shared::usecases::Threadbox;
+    use threadbox_core::domain::ThreadId;
+    use threadbox_core::usecases::Threadbox;
+    use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+    use threadbox_testing::{InMemoryProvider, ManualClock};
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.db");
@@ -67,8 +67,8 @@ async fn two_handles_on_one_file_still_create_one_sandbox() {
 /// A file that is not a SQLite database is refused with an error naming it, never a panic.
 #[test]
 fn a_corrupt_database_file_is_named_in_the_error() {
-    use threadbox_shared::adapters::sqlite::SqliteSessionStore;
-    use threadbox_shared::ports::StoreError;
+    use threadbox_core::ports::StoreError;
+    use threadbox_sqlite::SqliteSessionStore;
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("not-a-database.db");
@@ -94,8 +94,8 @@ fn a_corrupt_database_file_is_named_in_the_error() {
 
 mod window_counter_conformance {
     use std::sync::Arc;
-    use threadbox_shared::adapters::sqlite::{Database, SqliteWindowCounter};
-    use threadbox_shared::ports::WindowCounter;
+    use threadbox_core::ports::WindowCounter;
+    use threadbox_sqlite::{Database, SqliteWindowCounter};
 
     /// Counters on a fresh database file, and its directory for the test to keep.
     async fn counter(_test: &str) -> Option<(Arc<dyn WindowCounter>, tempfile::TempDir)> {
@@ -104,13 +104,13 @@ mod window_counter_conformance {
         Some((Arc::new(SqliteWindowCounter::new(db).await.unwrap()), dir))
     }
 
-    threadbox_shared::window_counter_conformance_tests!(counter);
+    threadbox_testing::window_counter_conformance_tests!(counter);
 }
 
 mod budget_conformance {
     use std::sync::Arc;
-    use threadbox_shared::adapters::sqlite::{Database, SqliteWindowCounter};
-    use threadbox_shared::ports::{DurableQueue, SessionStore, WindowCounter};
+    use threadbox_core::ports::{DurableQueue, SessionStore, WindowCounter};
+    use threadbox_sqlite::{Database, SqliteWindowCounter};
     use threadbox_tests::SqliteBackend;
 
     /// A fresh backend and counters on a database file of their own, kept for the test.
@@ -135,12 +135,12 @@ mod budget_conformance {
         ))
     }
 
-    threadbox_shared::budget_conformance_tests!(backend);
+    threadbox_testing::budget_conformance_tests!(backend);
 }
 
 mod warm_pool_conformance {
     use std::sync::Arc;
-    use threadbox_shared::ports::{DurableQueue, SessionStore, WarmPoolStore};
+    use threadbox_core::ports::{DurableQueue, SessionStore, WarmPoolStore};
     use threadbox_tests::SqliteBackend;
 
     #[allow(clippy::type_complexity)]
@@ -161,13 +161,13 @@ mod warm_pool_conformance {
         ))
     }
 
-    threadbox_shared::warm_pool_conformance_tests!(backend);
+    threadbox_testing::warm_pool_conformance_tests!(backend);
 }
 
 mod dedupe_conformance {
     use std::sync::Arc;
-    use threadbox_shared::adapters::sqlite::SqliteDedupe;
-    use threadbox_shared::testing::dedupe_conformance as dedupe;
+    use threadbox_sqlite::SqliteDedupe;
+    use threadbox_testing::dedupe_conformance as dedupe;
 
     macro_rules! dedupe_suite {
         ($($name:ident),* $(,)?) => {$(
@@ -190,8 +190,8 @@ mod dedupe_conformance {
 #[cfg(feature = "slack")]
 mod slack_status_conformance {
     use std::sync::Arc;
-    use threadbox_shared::adapters::sqlite::SqliteSlackStatusStore;
-    use threadbox_shared::testing::slack_status_conformance as suite;
+    use threadbox_sqlite::SqliteSlackStatusStore;
+    use threadbox_testing::slack_status_conformance as suite;
 
     macro_rules! slack_status_suite {
         ($($name:ident),* $(,)?) => {$(

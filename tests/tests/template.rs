@@ -106,7 +106,7 @@ fn router_routes(source: &str, consts: &[(&str, &str)]) -> BTreeSet<(String, Str
 fn every_route_of_the_router_is_in_the_template_and_nothing_else_is() {
     let template = template_routes(&read("infra/template.yaml"));
     let mut router = BTreeSet::new();
-    let http = repo().join("shared/src/http");
+    let http = repo().join("crates/api/src/http");
     let mut sources: Vec<PathBuf> = std::fs::read_dir(&http)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -114,9 +114,9 @@ fn every_route_of_the_router_is_in_the_template_and_nothing_else_is() {
         .collect();
     // Routes that come with their own layer (see `http`'s module docs).
     for routed in [
-        "shared/src/slack/ingress.rs",
-        "shared/src/live/token_route.rs",
-        "shared/src/mcp/mod.rs",
+        "crates/slack/src/ingress.rs",
+        "crates/api/src/live/token_route.rs",
+        "crates/mcp/src/lib.rs",
     ] {
         sources.push(repo().join(routed));
     }
@@ -470,8 +470,8 @@ fn the_stream_function_serves_sandbox_api_through_a_streaming_url_with_its_keys_
         .parse()
         .unwrap();
     let longest = [
-        ("shared/src/http/sandbox.rs", "MAX_EXEC_TIMEOUT"),
-        ("shared/src/http/processes.rs", "MAX_FOLLOW"),
+        ("crates/api/src/http/sandbox.rs", "MAX_EXEC_TIMEOUT"),
+        ("crates/api/src/http/processes.rs", "MAX_FOLLOW"),
     ]
     .iter()
     .map(|(file, name)| duration_const_secs(&read(file), name))

@@ -1,5 +1,5 @@
 //! `POST /v1/threads/{id}/exec` with `Accept: text/event-stream`: the command's output as it
-//! happens (the server's side is `shared/src/http/exec_stream.rs`). A small reader of
+//! happens (the server's side is `crates/api/src/http/exec_stream.rs`). A small reader of
 //! server-sent events over the response's chunks: `event:` and `data:` lines, a blank line ends
 //! an event, `:` lines are keep-alives.
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use reqwest::Method;
 use serde::Deserialize;
-use threadbox_shared::ports::{ExecResult, OutputChunk};
+use threadbox_core::ports::{ExecResult, OutputChunk};
 
 use super::{Client, ClientError, ExecSpec, REQUEST_TIMEOUT};
 
@@ -38,7 +38,7 @@ impl Client {
     ) -> Result<ExecStream, ClientError> {
         let url = self.url(Some(thread_id), Some("exec"));
         let command = spec.timeout_ms.map_or(
-            threadbox_shared::ports::DEFAULT_EXEC_TIMEOUT,
+            threadbox_core::ports::DEFAULT_EXEC_TIMEOUT,
             Duration::from_millis,
         );
         let (response, shown) = self

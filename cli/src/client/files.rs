@@ -2,7 +2,7 @@
 
 use reqwest::Method;
 use serde::Deserialize;
-use threadbox_shared::ports::{FileEntry, GrepMatch};
+use threadbox_core::ports::{FileEntry, GrepMatch};
 
 use super::{Client, ClientError};
 

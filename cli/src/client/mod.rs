@@ -18,9 +18,9 @@ use std::time::Duration;
 use reqwest::header::{HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
-use threadbox_shared::domain::{Millis, NetworkProfile};
-use threadbox_shared::ports::ExecResult;
-use threadbox_shared::usecases::SandboxHandle;
+use threadbox_core::domain::{Millis, NetworkProfile};
+use threadbox_core::ports::ExecResult;
+use threadbox_core::usecases::SandboxHandle;
 
 pub use error::{is_busy, ClientError};
 pub use exec_stream::ExecUpdate;
@@ -386,7 +386,7 @@ impl Client {
     /// default when the spec has none), plus time to create or resume the sandbox first.
     pub async fn exec(&self, thread_id: &str, spec: &ExecSpec) -> Result<ExecResult, ClientError> {
         let command = spec.timeout_ms.map_or(
-            threadbox_shared::ports::DEFAULT_EXEC_TIMEOUT,
+            threadbox_core::ports::DEFAULT_EXEC_TIMEOUT,
             Duration::from_millis,
         );
         self.call(

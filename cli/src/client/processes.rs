@@ -1,6 +1,6 @@
 //! The background process routes, `/v1/threads/{id}/processes[/{pid}[/output|/input]]`: start,
 //! list, read output (or follow it as server-sent events), write input, signal (the server's side
-//! is `shared/src/http/processes.rs`).
+//! is `crates/api/src/http/processes.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -9,7 +9,7 @@ use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use threadbox_shared::ports::{ProcessInfo, ProcessOutput, ProcessSignal, PtySize};
+use threadbox_core::ports::{ProcessInfo, ProcessOutput, ProcessSignal, PtySize};
 
 use super::exec_stream::{EventReader, SseEvent};
 use super::{Client, ClientError, REQUEST_TIMEOUT};
@@ -213,7 +213,7 @@ impl Client {
             .append_pair("after", &after.to_string());
         let (response, shown) = self
             .open_stream(Method::GET, url, |request| {
-                request.timeout(threadbox_shared::http::MAX_FOLLOW + REQUEST_TIMEOUT)
+                request.timeout(threadbox_api::http::MAX_FOLLOW + REQUEST_TIMEOUT)
             })
             .await?;
         Ok(ProcessFollow {

@@ -1,13 +1,13 @@
 //! The API's request and response bodies as the client sees them. Sessions, events, sandbox
 //! handles and exec results are the shared crate's own types, so client and server cannot drift;
-//! the envelopes around them mirror `shared/src/http/threads.rs`. Unknown fields are ignored, so
+//! the envelopes around them mirror `crates/api/src/http/threads.rs`. Unknown fields are ignored, so
 //! a newer server's additions do not break an older CLI.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use threadbox_shared::domain::{LifecycleEvent, NetworkProfile, Session, Usage};
-use threadbox_shared::usecases::{SandboxHandle, SandboxStatus};
+use threadbox_core::domain::{LifecycleEvent, NetworkProfile, Session, Usage};
+use threadbox_core::usecases::{SandboxHandle, SandboxStatus};
 
 /// A session with how long it has been idle (by the server's clock), and what its sandbox used
 /// when the listing asked for it.

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use threadbox_shared::http::ApiAuth;
+use threadbox_api::http::ApiAuth;
 
 pub const KEYS_ENV: &str = "THREADBOX_API_KEYS";
 

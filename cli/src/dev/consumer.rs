@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use threadbox_shared::fanout::{Fanout, RecordOutcome};
-use threadbox_shared::ports::{DurableQueue, QueueError, ReceivedMessage};
+use threadbox_core::fanout::{Fanout, RecordOutcome};
+use threadbox_core::ports::{DurableQueue, QueueError, ReceivedMessage};
 use tokio::sync::watch;
 
 #[derive(Clone, Debug)]
@@ -141,10 +141,10 @@ mod tests {
     use std::sync::Mutex;
 
     use async_trait::async_trait;
-    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
-    use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
-    use threadbox_shared::fanout::{DeliveryError, FanoutTarget};
-    use threadbox_shared::ports::{DedupeStore, OutgoingMessage};
+    use threadbox_core::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
+    use threadbox_core::fanout::{DeliveryError, FanoutTarget};
+    use threadbox_core::ports::{DedupeStore, OutgoingMessage};
+    use threadbox_sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
 
     use super::*;
 

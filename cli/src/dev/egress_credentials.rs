@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use threadbox_shared::domain::EgressCredentials;
+use threadbox_core::domain::EgressCredentials;
 
 /// The credentials in `path`, or none when no file is named.
 pub fn load(path: Option<&Path>) -> anyhow::Result<EgressCredentials> {

@@ -13,10 +13,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use threadbox_shared::adapters::sqlite::{delete_aged, Aged, Database};
-use threadbox_shared::domain::Millis;
-use threadbox_shared::ports::{DurableQueue, ReceivedMessage};
-use threadbox_shared::usecases::{SweepOptions, SweepReport, Threadbox, TransitionOutcome};
+use threadbox_core::domain::Millis;
+use threadbox_core::ports::{DurableQueue, ReceivedMessage};
+use threadbox_core::usecases::{SweepOptions, SweepReport, Threadbox, TransitionOutcome};
+use threadbox_sqlite::{delete_aged, Aged, Database};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
@@ -253,10 +253,10 @@ fn did_something(report: &SweepReport) -> bool {
 mod tests {
     use std::sync::Arc;
 
-    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-    use threadbox_shared::domain::{Status, ThreadId};
-    use threadbox_shared::testing::{InMemoryProvider, ManualClock};
-    use threadbox_shared::usecases::Config;
+    use threadbox_core::domain::{Status, ThreadId};
+    use threadbox_core::usecases::Config;
+    use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+    use threadbox_testing::{InMemoryProvider, ManualClock};
 
     use super::*;
 

@@ -33,22 +33,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use threadbox_shared::adapters::runc::{DiskQuota, RuncConfig};
-use threadbox_shared::adapters::sqlite::{
-    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
-    SqliteWindowCounter,
-};
-use threadbox_shared::domain::{
+use threadbox_api::http::{require_local, router, LocalOnly};
+use threadbox_api::live::token_routes;
+use threadbox_api::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
+use threadbox_core::domain::{
     parse_profile, Budgets, NetworkDefaults, NetworkProfile, Timers, SCOPE_COMPUTE_BUDGET_VAR,
     SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR, WARM_POOL_VAR,
 };
-use threadbox_shared::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_shared::http::{require_local, router, LocalOnly};
-use threadbox_shared::live::token_routes;
-use threadbox_shared::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
-use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue, IpNet, SystemClock};
-use threadbox_shared::providers::{self, ProviderSetup};
-use threadbox_shared::usecases::{Config, Threadbox, WarmPool, MAX_POOL_SIZE};
+use threadbox_core::fanout::{Fanout, FanoutTarget, LogTarget};
+use threadbox_core::ports::{Clock, DedupeStore, DurableQueue, IpNet, SystemClock};
+use threadbox_core::usecases::{Config, Threadbox, WarmPool, MAX_POOL_SIZE};
+use threadbox_providers::ProviderSetup;
+use threadbox_runc::{DiskQuota, RuncConfig};
+use threadbox_sqlite::{
+    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
+    SqliteWindowCounter,
+};
 use tokio::net::TcpListener;
 
 use self::consumer::{ConsumerConfig, LifecycleConsumer};
@@ -131,11 +131,11 @@ pub struct DevArgs {
 
     /// Slack messages acted on per minute in one thread; past it the thread is told to slow
     /// down, once a minute.
-    #[arg(long, env = "THREADBOX_SLACK_THREAD_RATE", default_value_t = threadbox_shared::slack::RateLimits::default().per_thread)]
+    #[arg(long, env = "THREADBOX_SLACK_THREAD_RATE", default_value_t = threadbox_slack::RateLimits::default().per_thread)]
     pub slack_thread_rate: u64,
 
     /// Slack messages acted on per minute in one workspace (team), all threads together.
-    #[arg(long, env = "THREADBOX_SLACK_TEAM_RATE", default_value_t = threadbox_shared::slack::RateLimits::default().per_team)]
+    #[arg(long, env = "THREADBOX_SLACK_TEAM_RATE", default_value_t = threadbox_slack::RateLimits::default().per_team)]
     pub slack_team_rate: u64,
 
     /// Run sandboxes even on a runc that lacks the fix for a known container escape (by default
@@ -398,12 +398,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     args.validate()?;
     let mut chosen = provider::choose(args.provider.as_deref())?;
     let egress_credentials = egress_credentials::load(args.egress_credentials_file.as_deref())?;
-    if let threadbox_shared::providers::ProviderConfig::E2b(e2b) = &mut chosen.config {
+    if let threadbox_providers::ProviderConfig::E2b(e2b) = &mut chosen.config {
         if !egress_credentials.is_empty() {
             if !e2b.egress_credentials.is_empty() {
                 anyhow::bail!(
                     "{} is set and so is --egress-credentials-file: give the credentials one way",
-                    threadbox_shared::adapters::e2b::EGRESS_CREDENTIALS_VAR
+                    threadbox_e2b::EGRESS_CREDENTIALS_VAR
                 );
             }
             e2b.egress_credentials = egress_credentials.clone();
@@ -463,7 +463,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         runc: runc_config,
         on_refused_key: None,
     };
-    let provider = providers::open(&chosen.config, setup)
+    let provider = threadbox_providers::open(&chosen.config, setup)
         .await
         .with_context(|| format!("starting the {} sandbox provider", chosen.config.name()))?;
 
@@ -527,7 +527,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         dedupe: dedupe.clone(),
         auth: auth.clone(),
         clock: clock.clone(),
-        rates: threadbox_shared::slack::RateLimits {
+        rates: threadbox_slack::RateLimits {
             per_thread: args.slack_thread_rate,
             per_team: args.slack_team_rate,
         },
@@ -614,7 +614,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     });
     let app = router(tb.clone(), auth.clone())
         .merge(token_routes(token_key, clock, auth.clone()))
-        .merge(threadbox_shared::mcp::routes(tb, auth.clone()))
+        .merge(threadbox_mcp::routes(tb, auth.clone()))
         .merge(live)
         .merge(slack.routes);
     let slack_events = slack.events;
@@ -708,10 +708,7 @@ fn sandbox_lines(
     });
     if rootless {
         // What running without root costs, said where the developer looks first.
-        for (n, weaker) in threadbox_shared::adapters::runc::ROOTLESS_WEAKER
-            .iter()
-            .enumerate()
-        {
+        for (n, weaker) in threadbox_runc::ROOTLESS_WEAKER.iter().enumerate() {
             let label = if n == 0 { "rootless" } else { "" };
             lines.push(format!("{label:<10} {weaker}"));
         }
@@ -765,9 +762,9 @@ fn print_banner(
     };
     println!(
         "  slack      POST {base}{} {} {}  (signing secret: {}); {replies}",
-        threadbox_shared::slack::EVENTS_PATH,
-        threadbox_shared::slack::INTERACTIONS_PATH,
-        threadbox_shared::slack::COMMANDS_PATH,
+        threadbox_slack::EVENTS_PATH,
+        threadbox_slack::INTERACTIONS_PATH,
+        threadbox_slack::COMMANDS_PATH,
         slack.secret
     );
     // The sandboxes may live elsewhere, behind a link (see the runc provider's `placement`).

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use threadbox_shared::adapters::runc::host_can_run_sandboxes;
+use threadbox_runc::host_can_run_sandboxes;
 
 /// The runc binary, on a machine where we may use it (as root, or rootless where the kernel
 /// allows unprivileged user namespaces); otherwise an error saying how to fix it.

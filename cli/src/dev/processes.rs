@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use threadbox_shared::domain::ThreadId;
-use threadbox_shared::usecases::Threadbox;
+use threadbox_core::domain::ThreadId;
+use threadbox_core::usecases::Threadbox;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
@@ -43,7 +43,7 @@ struct Watched {
 
 enum Outcome {
     Looked,
-    Failed(threadbox_shared::usecases::UseCaseError),
+    Failed(threadbox_core::usecases::UseCaseError),
     TimedOut,
 }
 
@@ -147,15 +147,15 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     use async_trait::async_trait;
-    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-    use threadbox_shared::domain::Cause;
-    use threadbox_shared::ports::{
+    use threadbox_core::domain::Cause;
+    use threadbox_core::ports::{
         Clock, Connected, CreateSandbox, CreatedSandbox, ExecCommand, ExecRequest, ExecResult,
         ProcessInfo, ProcessState, ProviderError, SandboxInfo, SandboxProvider, StartProcess,
         SystemClock,
     };
-    use threadbox_shared::testing::InMemoryProvider;
-    use threadbox_shared::usecases::{Config, ProcessRequest};
+    use threadbox_core::usecases::{Config, ProcessRequest};
+    use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+    use threadbox_testing::InMemoryProvider;
 
     use super::*;
 

@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use threadbox_shared::adapters::runc::SandboxLimits;
-use threadbox_shared::config::Env;
-use threadbox_shared::domain::{Pricing, PricingSettings, SandboxSize};
-use threadbox_shared::providers::{ProviderConfig, PROVIDER_VAR};
+use threadbox_core::config::Env;
+use threadbox_core::domain::{Pricing, PricingSettings, SandboxSize};
+use threadbox_providers::{ProviderConfig, PROVIDER_VAR};
+use threadbox_runc::SandboxLimits;
 
 /// The provider chosen, with its settings (whose `Debug` redacts the key), and what chose it.
 #[derive(Debug)]

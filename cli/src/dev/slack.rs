@@ -12,22 +12,22 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
-use threadbox_shared::adapters::slack_web::{SlackClientConfig, SlackWebClient};
-use threadbox_shared::adapters::sqlite::{
-    Database, QueueConfig, SqliteQueue, SqliteSlackSink, SqliteSlackStatusStore,
-    SqliteSlackUserThreads, SqliteWindowCounter,
-};
-use threadbox_shared::config::Env;
-use threadbox_shared::fanout::FanoutTarget;
-use threadbox_shared::http::ApiAuth;
-use threadbox_shared::ports::{Clock, DedupeStore, DurableQueue};
-use threadbox_shared::slack::sink_route::SinkClicks;
-use threadbox_shared::slack::slack_sink_routes;
-use threadbox_shared::slack::{
+use threadbox_api::http::ApiAuth;
+use threadbox_core::config::Env;
+use threadbox_core::fanout::FanoutTarget;
+use threadbox_core::ports::{Clock, DedupeStore, DurableQueue};
+use threadbox_core::usecases::Threadbox;
+use threadbox_slack::sink_route::SinkClicks;
+use threadbox_slack::slack_sink_routes;
+use threadbox_slack::{
     router as events_router, MessageRates, RateLimits, SlackApi, SlackIngress, SlackStatusTarget,
     SlackWorker, SlackWorkerConfig, WORK_QUEUE,
 };
-use threadbox_shared::usecases::Threadbox;
+use threadbox_slack_web::{SlackClientConfig, SlackWebClient};
+use threadbox_sqlite::{
+    Database, QueueConfig, SqliteQueue, SqliteSlackSink, SqliteSlackStatusStore,
+    SqliteSlackUserThreads, SqliteWindowCounter,
+};
 
 use super::work::{WorkConfig, WorkLoop};
 use crate::secret_file::SecretSource;

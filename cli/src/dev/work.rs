@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use threadbox_shared::fanout::RecordOutcome;
-use threadbox_shared::ports::{DurableQueue, ReceivedMessage};
-use threadbox_shared::slack::SlackWorker;
+use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::{DurableQueue, ReceivedMessage};
+use threadbox_slack::SlackWorker;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 

@@ -23,13 +23,13 @@ use axum::routing::get;
 use axum::Router;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
-use threadbox_shared::http::ApiError;
-use threadbox_shared::live::{
+use threadbox_api::http::ApiError;
+use threadbox_api::live::{
     ConnectionExec, InProcessSender, LiveGateway, ProtocolError, SubscriptionToken,
     MAX_EXEC_MESSAGE,
 };
-use threadbox_shared::ports::{ConnectionSender, Frame};
-use threadbox_shared::usecases::Threadbox;
+use threadbox_core::ports::{ConnectionSender, Frame};
+use threadbox_core::usecases::Threadbox;
 use tokio::sync::{mpsc, watch};
 
 use super::ws_limits::{Admission, ConnectionCounter};

@@ -18,12 +18,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 use serde_json::{json, Value};
-use threadbox_shared::domain::ThreadId;
-use threadbox_shared::slack::local_click::{
+use threadbox_core::domain::ThreadId;
+use threadbox_slack::local_click::{
     self, ClickedMessage, FORM_CONTENT_TYPE, INTERACTIONS_PATH, LOCAL_USER,
 };
-use threadbox_shared::slack::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
-use threadbox_shared::slack::thread::SlackPlace;
+use threadbox_slack::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use threadbox_slack::thread::SlackPlace;
 
 use super::secret;
 use crate::client::ClientError;

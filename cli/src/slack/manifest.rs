@@ -8,13 +8,13 @@
 //! - the stack's `SlackAppManifest` output (`infra/template.yaml`): the JSON for the deployed
 //!   API's URL, ready to paste.
 //!
-//! The bot events are the ones the ingress acts on (`shared/src/slack/`), and each scope is one
+//! The bot events are the ones the ingress acts on (`crates/slack/src/`), and each scope is one
 //! an event or a Web API call needs; nothing more is asked for.
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
-use threadbox_shared::slack::slash::COMMAND;
-use threadbox_shared::slack::{COMMANDS_PATH, EVENTS_PATH, INTERACTIONS_PATH};
+use threadbox_slack::slash::COMMAND;
+use threadbox_slack::{COMMANDS_PATH, EVENTS_PATH, INTERACTIONS_PATH};
 
 /// The API URL `infra/slack-manifest.yaml` is written for; replace it with the stack's
 /// `ApiUrl` output (or generate the manifest with `--url`).

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use anyhow::Context;
-use threadbox_shared::slack::SigningSecret;
+use threadbox_slack::SigningSecret;
 
 use crate::secret_file::{self, SecretSource};
 

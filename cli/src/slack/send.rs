@@ -13,13 +13,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
-use threadbox_shared::domain::ThreadId;
-use threadbox_shared::slack::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use threadbox_core::domain::ThreadId;
+use threadbox_slack::signature::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
 // The events come from the local workspace's one developer (who also clicks), and mention the
 // app's own user at the start of channel messages.
-use threadbox_shared::slack::local_click::{APP_USER, LOCAL_USER};
-use threadbox_shared::slack::thread::SlackPlace;
-use threadbox_shared::slack::{SigningSecret, EVENTS_PATH};
+use threadbox_slack::local_click::{APP_USER, LOCAL_USER};
+use threadbox_slack::thread::SlackPlace;
+use threadbox_slack::{SigningSecret, EVENTS_PATH};
 
 use super::secret;
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use threadbox_shared::ports::{ExecResult, OutputChunk};
+use threadbox_core::ports::{ExecResult, OutputChunk};
 
 use super::output::{write_stdout, Output};
 use super::thread_id;

@@ -15,7 +15,7 @@ pub(crate) mod table;
 
 use std::process::ExitCode;
 
-use threadbox_shared::domain::{parse_profile, NetworkProfile, ThreadId};
+use threadbox_core::domain::{parse_profile, NetworkProfile, ThreadId};
 
 use self::output::Output;
 use crate::client::{ApiArgs, ThreadPage, UsageQuery};

@@ -2,9 +2,9 @@
 //! and one-line results. Pure functions from API values to text, so they are tested as text.
 
 use bytesize::ByteSize;
-use threadbox_shared::domain::{Cause, LifecycleEvent, Millis, Status, Usage};
-use threadbox_shared::ports::{DiskUsage, NetworkRefusals, RefusalReason};
-use threadbox_shared::usecases::SandboxHandle;
+use threadbox_core::domain::{Cause, LifecycleEvent, Millis, Status, Usage};
+use threadbox_core::ports::{DiskUsage, NetworkRefusals, RefusalReason};
+use threadbox_core::usecases::SandboxHandle;
 
 use super::table::{Cell, Table, Tint};
 use crate::client::{ResetView, ThreadDetail, ThreadView};
@@ -451,7 +451,7 @@ pub fn utc(at: Millis) -> String {
 
 #[cfg(test)]
 mod tests {
-    use threadbox_shared::domain::{Hold, Pricing, SandboxSize, Session, ThreadId, Window};
+    use threadbox_core::domain::{Hold, Pricing, SandboxSize, Session, ThreadId, Window};
 
     use super::*;
 
@@ -607,8 +607,8 @@ mod tests {
 
     #[test]
     fn detail_lists_the_record_then_the_timeline() {
-        use threadbox_shared::ports::SandboxState;
-        use threadbox_shared::usecases::SandboxStatus;
+        use threadbox_core::ports::SandboxState;
+        use threadbox_core::usecases::SandboxStatus;
         let detail = ThreadDetail {
             session: ThreadView {
                 session: session("demo", Status::Active),
@@ -650,7 +650,7 @@ mod tests {
 
     #[test]
     fn refusals_show_their_counts_then_the_newest_destination_first() {
-        use threadbox_shared::ports::{RefusedBy, RefusedDestination};
+        use threadbox_core::ports::{RefusedBy, RefusedDestination};
         let refusals = NetworkRefusals {
             lookups: Some(2),
             connections: Some(1),

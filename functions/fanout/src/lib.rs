@@ -14,7 +14,7 @@
 //!   queue at once (it can never succeed);
 //! - the later records of a group whose earlier record failed: reported too, undelivered, as
 //!   FIFO order requires, and made visible again at once so only the failed record's wait holds
-//!   the group (the pipeline `threadbox_shared::lambda::batch`, shared with `worker`).
+//!   the group (the pipeline `threadbox_lambda::batch`, shared with `worker`).
 //!
 //! The invocation itself never fails: one bad record never sends a whole batch back.
 //!
@@ -29,9 +29,9 @@ use std::convert::Infallible;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
-use threadbox_shared::fanout::Fanout;
-pub use threadbox_shared::lambda::batch::BatchSettler;
-use threadbox_shared::lambda::batch::{process_fifo_batch, BatchOptions};
+use threadbox_core::fanout::Fanout;
+pub use threadbox_lambda::batch::BatchSettler;
+use threadbox_lambda::batch::{process_fifo_batch, BatchOptions};
 use tracing::Instrument;
 
 /// The handler, holding the fan-out core (targets and dedupe store).
@@ -82,12 +82,12 @@ mod tests {
 
     use async_trait::async_trait;
     use serde_json::{json, Value};
-    use threadbox_shared::adapters::dynamo::{create_dedupe_table, DynamoDedupe};
-    use threadbox_shared::adapters::sqlite::SqliteDedupe;
-    use threadbox_shared::adapters::sqs::{create_fifo_queue, SqsQueue};
-    use threadbox_shared::domain::LifecycleEvent;
-    use threadbox_shared::fanout::{DeliveryError, FanoutTarget, LogTarget};
-    use threadbox_shared::ports::DedupeStore;
+    use threadbox_aws::dynamo::{create_dedupe_table, DynamoDedupe};
+    use threadbox_aws::sqs::{create_fifo_queue, SqsQueue};
+    use threadbox_core::domain::LifecycleEvent;
+    use threadbox_core::fanout::{DeliveryError, FanoutTarget, LogTarget};
+    use threadbox_core::ports::DedupeStore;
+    use threadbox_sqlite::SqliteDedupe;
     use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
     use threadbox_tests::lambda::{context_with_deadline, fixture_json};
 
@@ -226,10 +226,10 @@ mod tests {
     /// one status message, edited in place as its events arrive, and a redelivery posts nothing.
     #[tokio::test]
     async fn slack_threads_get_one_status_message_edited_in_place() {
-        use threadbox_shared::adapters::slack_web::{BotToken, SlackClientConfig, SlackWebClient};
-        use threadbox_shared::adapters::sqlite::SqliteSlackStatusStore;
-        use threadbox_shared::slack::SlackStatusTarget;
-        use threadbox_shared::testing::slack_fake::SlackFake;
+        use threadbox_slack::SlackStatusTarget;
+        use threadbox_slack_web::{BotToken, SlackClientConfig, SlackWebClient};
+        use threadbox_sqlite::SqliteSlackStatusStore;
+        use threadbox_testing::slack_fake::SlackFake;
 
         let (dedupe, dir) = sqlite_dedupe();
         let slack = SlackFake::start("xoxb-fanout").await;

@@ -30,8 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde::Serialize;
-use threadbox_shared::lambda::{Env, SetupError};
-use threadbox_shared::usecases::{SweepOptions, SweepReport, Threadbox};
+use threadbox_core::usecases::{SweepOptions, SweepReport, Threadbox};
+use threadbox_lambda::{Env, SetupError};
 
 pub const RECONCILE_EVERY_VAR: &str = "THREADBOX_RECONCILE_EVERY_MINUTES";
 pub const BUDGET_VAR: &str = "THREADBOX_SWEEP_BUDGET_SECS";
@@ -198,9 +198,9 @@ impl Janitor {
 mod tests {
     use std::time::Duration;
 
-    use threadbox_shared::domain::{Status, ThreadId};
-    use threadbox_shared::ports::ProviderError;
-    use threadbox_shared::testing::Op;
+    use threadbox_core::domain::{Status, ThreadId};
+    use threadbox_core::ports::ProviderError;
+    use threadbox_testing::Op;
     use threadbox_tests::lambda::{context_with_deadline, fixture_json, LocalThreadbox};
 
     use super::*;

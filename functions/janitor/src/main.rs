@@ -6,21 +6,21 @@ use std::sync::Arc;
 
 use janitor::{Janitor, Schedule};
 use lambda_runtime::service_fn;
-use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
+use threadbox_lambda::{Env, Rebuilt, SecretSet};
 
 #[tokio::main]
-async fn main() -> Result<(), lambda::Error> {
-    lambda::init_tracing();
-    let sdk = lambda::aws_config().await;
+async fn main() -> Result<(), threadbox_lambda::Error> {
+    threadbox_lambda::init_tracing();
+    let sdk = threadbox_lambda::aws_config().await;
     let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
     let watched = secrets.clone();
     let janitor = Rebuilt::new(secrets, move |env: Env| {
         let sdk = sdk.clone();
         let secrets = watched.clone();
         async move {
-            let mut tb = lambda::threadbox(&sdk, &env, &secrets).await?;
+            let mut tb = threadbox_lambda::threadbox(&sdk, &env, &secrets).await?;
             // Claimed pauses and destroys go to the pause function's queue handler.
-            if let Some(queue) = lambda::transition_queue(&sdk, &env)? {
+            if let Some(queue) = threadbox_lambda::transition_queue(&sdk, &env)? {
                 tb = tb.with_transition_queue(Arc::new(queue));
             }
             Ok(Janitor::new(tb, Schedule::from_env(&env)?))

@@ -24,12 +24,12 @@ use std::convert::Infallible;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use axum::Router;
 use lambda_runtime::LambdaEvent;
-use threadbox_shared::fanout::RecordOutcome;
-use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
-use threadbox_shared::lambda::batch::{
+use threadbox_api::http::{router_for, ApiAuth, RouteGroup};
+use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::usecases::{Threadbox, TransitionOutcome};
+use threadbox_lambda::batch::{
     invocation_deadline, process_fifo_batch, BatchOptions, BatchSettler,
 };
-use threadbox_shared::usecases::{Threadbox, TransitionOutcome};
 use tracing::Instrument;
 
 /// The route groups this function serves.
@@ -94,8 +94,8 @@ pub fn record_outcome(outcome: TransitionOutcome) -> RecordOutcome {
 mod tests {
     use std::time::Duration;
 
-    use threadbox_shared::domain::{Status, ThreadId};
-    use threadbox_shared::usecases::HoldRequest;
+    use threadbox_core::domain::{Status, ThreadId};
+    use threadbox_core::usecases::HoldRequest;
     use threadbox_tests::lambda::{fixture_json, invoke_http, LocalThreadbox};
 
     use super::*;
@@ -132,8 +132,8 @@ mod tests {
 
         use aws_lambda_events::sqs::SqsEvent;
         use lambda_runtime::LambdaEvent;
-        use threadbox_shared::ports::DurableQueue;
-        use threadbox_shared::usecases::SweepOptions;
+        use threadbox_core::ports::DurableQueue;
+        use threadbox_core::usecases::SweepOptions;
         use threadbox_tests::lambda::context_with_deadline;
 
         let local = LocalThreadbox::new();
@@ -184,7 +184,7 @@ mod tests {
             .as_str()
             .unwrap()
             .to_owned();
-        let work = threadbox_shared::usecases::TransitionWork::parse(&body).unwrap();
+        let work = threadbox_core::usecases::TransitionWork::parse(&body).unwrap();
         assert_eq!(work.thread_id, thread());
     }
 

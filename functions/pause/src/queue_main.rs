@@ -4,23 +4,24 @@
 
 use lambda_runtime::service_fn;
 use pause::TransitionHandler;
-use threadbox_shared::config::ConfigError;
-use threadbox_shared::lambda::batch::BatchSettler;
-use threadbox_shared::lambda::{self, Env, Rebuilt, SecretSet};
+use threadbox_core::config::ConfigError;
+use threadbox_lambda::batch::BatchSettler;
+use threadbox_lambda::{Env, Rebuilt, SecretSet};
 
 #[tokio::main]
-async fn main() -> Result<(), lambda::Error> {
-    lambda::init_tracing();
-    let sdk = lambda::aws_config().await;
+async fn main() -> Result<(), threadbox_lambda::Error> {
+    threadbox_lambda::init_tracing();
+    let sdk = threadbox_lambda::aws_config().await;
     let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
     let watched = secrets.clone();
     let handler = Rebuilt::new(secrets, move |env: Env| {
         let sdk = sdk.clone();
         let secrets = watched.clone();
         async move {
-            let tb = lambda::threadbox(&sdk, &env, &secrets).await?;
-            let queue = lambda::transition_queue(&sdk, &env)?
-                .ok_or(ConfigError::Missing(lambda::TRANSITION_QUEUE_URL_VAR))?;
+            let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets).await?;
+            let queue = threadbox_lambda::transition_queue(&sdk, &env)?.ok_or(
+                ConfigError::Missing(threadbox_lambda::TRANSITION_QUEUE_URL_VAR),
+            )?;
             Ok(TransitionHandler::new(tb)
                 .with_settler(BatchSettler::new(std::sync::Arc::new(queue))))
         }

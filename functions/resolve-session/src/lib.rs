@@ -6,8 +6,8 @@
 //! the same table access. Every other path is a 404 in the API's error shape.
 
 use axum::Router;
-use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
-use threadbox_shared::usecases::Threadbox;
+use threadbox_api::http::{router_for, ApiAuth, RouteGroup};
+use threadbox_core::usecases::Threadbox;
 
 /// The route groups this function serves.
 pub const ROUTES: &[RouteGroup] = &[RouteGroup::Resolve, RouteGroup::Read];
@@ -20,7 +20,7 @@ pub fn app(tb: Threadbox, auth: ApiAuth) -> Router {
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
-    use threadbox_shared::domain::{Status, ThreadId};
+    use threadbox_core::domain::{Status, ThreadId};
     use threadbox_tests::lambda::{fixture_json, invoke_http, LocalThreadbox};
 
     use super::*;

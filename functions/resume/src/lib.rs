@@ -5,8 +5,8 @@
 //! the API's error shape.
 
 use axum::Router;
-use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
-use threadbox_shared::usecases::Threadbox;
+use threadbox_api::http::{router_for, ApiAuth, RouteGroup};
+use threadbox_core::usecases::Threadbox;
 
 /// The route groups this function serves.
 pub const ROUTES: &[RouteGroup] = &[RouteGroup::Resume];
@@ -18,7 +18,7 @@ pub fn app(tb: Threadbox, auth: ApiAuth) -> Router {
 
 #[cfg(test)]
 mod tests {
-    use threadbox_shared::domain::{Status, ThreadId};
+    use threadbox_core::domain::{Status, ThreadId};
     use threadbox_tests::lambda::{fixture_json, invoke_http, LocalThreadbox};
 
     use super::*;

@@ -18,12 +18,12 @@
 //! `stream_elsewhere`, naming that URL (`THREADBOX_STREAM_URL`). See `lambda::HttpMode`.
 
 use axum::{Extension, Router};
-use threadbox_shared::http::{router_for, ApiAuth, RouteGroup};
-use threadbox_shared::lambda::GATEWAY_EXEC_LIMIT;
-use threadbox_shared::live::token_routes;
-use threadbox_shared::live::TokenKey;
-use threadbox_shared::mcp::ExecLimit;
-use threadbox_shared::usecases::Threadbox;
+use threadbox_api::http::{router_for, ApiAuth, RouteGroup};
+use threadbox_api::live::token_routes;
+use threadbox_api::live::TokenKey;
+use threadbox_core::usecases::Threadbox;
+use threadbox_lambda::GATEWAY_EXEC_LIMIT;
+use threadbox_mcp::ExecLimit;
 
 /// The route groups this function serves.
 pub const ROUTES: &[RouteGroup] = &[RouteGroup::Sandbox];
@@ -35,7 +35,7 @@ pub fn app(tb: Threadbox, auth: ApiAuth, tokens: TokenKey) -> Router {
     let clock = tb.clock.clone();
     router_for(tb.clone(), auth.clone(), ROUTES)
         .merge(token_routes(tokens, clock, auth.clone()))
-        .merge(threadbox_shared::mcp::routes(tb, auth))
+        .merge(threadbox_mcp::routes(tb, auth))
         // The MCP endpoint's commands must end within the gateway's wait, as exec's do.
         .layer(Extension(ExecLimit(GATEWAY_EXEC_LIMIT)))
 }
@@ -49,8 +49,7 @@ mod tests {
 
     fn token_key() -> TokenKey {
         TokenKey::new(
-            threadbox_shared::live::TokenSecret::new("a-test-secret-of-at-least-32-bytes!!")
-                .unwrap(),
+            threadbox_api::live::TokenSecret::new("a-test-secret-of-at-least-32-bytes!!").unwrap(),
         )
     }
 
@@ -211,7 +210,7 @@ mod tests {
         let claims = token_key()
             .verify(&token, local.tb.clock.now())
             .expect("the minted token verifies with the same secret");
-        let thread = threadbox_shared::domain::ThreadId::parse("agent-42").unwrap();
+        let thread = threadbox_core::domain::ThreadId::parse("agent-42").unwrap();
         assert!(claims.scope.allows(&thread), "{claims:?}");
 
         let mut keyless = fixture_json("apigw-http-tokens.json");
@@ -228,7 +227,7 @@ mod tests {
     /// keeps its 10 minutes.
     #[tokio::test]
     async fn an_exec_timeout_over_the_gateways_limit_is_a_400_naming_it() {
-        use threadbox_shared::lambda::for_api_gateway;
+        use threadbox_lambda::for_api_gateway;
 
         let (local, router) = local();
         let mut long = fixture_json("apigw-http-exec.json");
@@ -272,7 +271,7 @@ mod tests {
     /// but are answered JSON) go on as before.
     #[tokio::test]
     async fn a_streaming_request_through_api_gateway_is_a_prompt_406_naming_the_stream_url() {
-        use threadbox_shared::lambda::for_api_gateway_streaming_at;
+        use threadbox_lambda::for_api_gateway_streaming_at;
 
         let (local, router) = local();
         let base = "https://abc123.lambda-url.us-east-1.on.aws";
@@ -357,10 +356,10 @@ mod tests {
     /// threadbox's 413 naming the limit, not the gateway's bare error; a smaller one passes.
     #[tokio::test]
     async fn a_file_over_the_lambda_payload_limit_is_threadboxs_413() {
-        use threadbox_shared::lambda::for_api_gateway;
+        use threadbox_lambda::for_api_gateway;
 
         let (local, router) = local();
-        let thread = threadbox_shared::domain::ThreadId::parse("agent-42").unwrap();
+        let thread = threadbox_core::domain::ThreadId::parse("agent-42").unwrap();
         local.tb.resolve(&thread).await.unwrap();
         let path = "/home/user/notes/data.bin";
         local

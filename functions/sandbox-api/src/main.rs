@@ -2,24 +2,28 @@
 //! by reference), then the router through `lambda_http`, rebuilt when a secret changes; buffered
 //! behind API Gateway, or streamed behind a function URL (`THREADBOX_INVOKE_MODE`).
 
-use threadbox_shared::lambda::{self, Env, HttpMode, Rebuilt, SecretSet};
+use threadbox_lambda::{Env, HttpMode, Rebuilt, SecretSet};
 
 #[tokio::main]
-async fn main() -> Result<(), lambda::Error> {
-    lambda::init_tracing();
+async fn main() -> Result<(), threadbox_lambda::Error> {
+    threadbox_lambda::init_tracing();
     let mode = HttpMode::from_env(&Env::process())?;
-    let sdk = lambda::aws_config().await;
+    let sdk = threadbox_lambda::aws_config().await;
     let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
     let watched = secrets.clone();
     let router = Rebuilt::new(secrets, move |env: Env| {
         let sdk = sdk.clone();
         let secrets = watched.clone();
         async move {
-            let tb = lambda::threadbox(&sdk, &env, &secrets).await?;
-            let auth = lambda::api_auth(&env)?;
-            Ok(sandbox_api::app(tb, auth, lambda::token_key(&env)?))
+            let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets).await?;
+            let auth = threadbox_lambda::api_auth(&env)?;
+            Ok(sandbox_api::app(
+                tb,
+                auth,
+                threadbox_lambda::token_key(&env)?,
+            ))
         }
     })
     .await?;
-    lambda::run_http_rebuilt_as(router, mode).await
+    threadbox_lambda::run_http_rebuilt_as(router, mode).await
 }

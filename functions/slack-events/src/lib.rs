@@ -10,7 +10,7 @@
 //! checked on what Slack signed.
 
 use axum::Router;
-use threadbox_shared::slack::{router, SlackIngress};
+use threadbox_slack::{router, SlackIngress};
 
 /// The handler: the ingress's routes.
 pub fn app(ingress: SlackIngress) -> Router {
@@ -23,10 +23,10 @@ mod tests {
     use std::time::Duration;
 
     use serde_json::Value;
-    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
-    use threadbox_shared::ports::DurableQueue;
-    use threadbox_shared::slack::{SigningSecret, WorkItem};
-    use threadbox_shared::testing::ManualClock;
+    use threadbox_core::ports::DurableQueue;
+    use threadbox_slack::{SigningSecret, WorkItem};
+    use threadbox_sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
+    use threadbox_testing::ManualClock;
     use threadbox_tests::lambda::{fixture_json, invoke_http};
 
     use super::*;

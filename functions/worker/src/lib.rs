@@ -15,7 +15,7 @@
 //! blocks get what is left of the time (see `SlackWorker::handle_body_by`), so the function
 //! does not time out mid-command; if it dies anyway, the redelivery says so (the worker's claims).
 //!
-//! **The pipeline and settling** (`threadbox_shared::lambda::batch`, shared with `fanout`): a
+//! **The pipeline and settling** (`threadbox_lambda::batch`, shared with `fanout`): a
 //! failed record waits its `retry_after`
 //! (`ChangeMessageVisibility` on that record only), held-back records are given back at once, and
 //! a body that is not work goes straight to the dead-letter queue.
@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
-pub use threadbox_shared::lambda::batch::BatchSettler;
-use threadbox_shared::lambda::batch::{invocation_deadline, process_fifo_batch, BatchOptions};
-use threadbox_shared::slack::{SlackWorker, SlackWorkerConfig, REPLY_MARGIN};
+pub use threadbox_lambda::batch::BatchSettler;
+use threadbox_lambda::batch::{invocation_deadline, process_fifo_batch, BatchOptions};
+use threadbox_slack::{SlackWorker, SlackWorkerConfig, REPLY_MARGIN};
 use tracing::Instrument;
 
 /// Kept back from the invocation's deadline for settling the batch (a few SQS calls).
@@ -96,10 +96,10 @@ mod tests {
     use std::time::Duration;
 
     use serde_json::{json, Value};
-    use threadbox_shared::adapters::slack_web::{BotToken, SlackClientConfig, SlackWebClient};
-    use threadbox_shared::adapters::sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
-    use threadbox_shared::slack::SlackWorkerConfig;
-    use threadbox_shared::testing::slack_fake::SlackFake;
+    use threadbox_slack::SlackWorkerConfig;
+    use threadbox_slack_web::{BotToken, SlackClientConfig, SlackWebClient};
+    use threadbox_sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
+    use threadbox_testing::slack_fake::SlackFake;
     use threadbox_tests::lambda::{context_with_deadline, fixture_json, LocalThreadbox};
 
     use super::*;
@@ -391,7 +391,7 @@ mod tests {
     /// `started` marker) is known not to have started: the redelivery runs it, once.
     #[tokio::test]
     async fn a_claimed_message_that_never_started_is_run_on_redelivery() {
-        use threadbox_shared::ports::DedupeStore;
+        use threadbox_core::ports::DedupeStore;
 
         let local = local().await;
         let key = "slack:msg:C0001:1767225500.000001";

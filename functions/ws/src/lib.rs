@@ -21,7 +21,7 @@
 //!   `kill_on_disconnect` and the per-connection command cap would need shared state, and this
 //!   function would need the sandbox provider's credentials and the use cases' permissions.
 //!
-//! Every frame counts against the gateway's frame limits (`threadbox_shared::live::FrameLimits`,
+//! Every frame counts against the gateway's frame limits (`threadbox_api::live::FrameLimits`,
 //! per connection and per thread, as in `threadbox dev`), counted per instance of this
 //! function: a client past them gets `too_many_frames`, and one that keeps sending is closed
 //! (`DeleteConnection`). API Gateway's stage throttle bounds what spreads over instances.
@@ -32,7 +32,7 @@ use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxy
 use aws_lambda_events::encodings::Body;
 use lambda_runtime::LambdaEvent;
 use std::convert::Infallible;
-use threadbox_shared::live::LiveGateway;
+use threadbox_api::live::LiveGateway;
 
 /// The handler, holding the live-events gateway (subscription store, sender, event log, key).
 #[derive(Clone)]
@@ -112,10 +112,10 @@ mod tests {
 
     use lambda_runtime::LambdaEvent;
     use serde_json::Value;
-    use threadbox_shared::adapters::sqlite::SqliteSubscriptionStore;
-    use threadbox_shared::domain::{ThreadId, ThreadScope};
-    use threadbox_shared::live::{InProcessSender, Subscribers, TokenKey, TokenSecret};
-    use threadbox_shared::ports::{Clock, Frame, SubscriptionStore};
+    use threadbox_api::live::{InProcessSender, Subscribers, TokenKey, TokenSecret};
+    use threadbox_core::domain::{ThreadId, ThreadScope};
+    use threadbox_core::ports::{Clock, Frame, SubscriptionStore};
+    use threadbox_sqlite::SqliteSubscriptionStore;
     use threadbox_tests::lambda::{context_with_deadline, fixture_json, LocalThreadbox};
     use tokio::sync::mpsc::Receiver;
 

@@ -1,0 +1,425 @@
+//! Sandbox routes: run a command, and read, write, list, stat and remove files.
+//!
+//! Exec and the writes (PUT, DELETE) create the thread's sandbox on first use and resume it when
+//! paused, under a hold so nothing pauses it underneath them. GETs change nothing: an unknown
+//! thread is a 404, and a file is read from the sandbox as it is, paused or not (`inspect`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::auth::ForCaller;
+use super::error::ApiError;
+use super::extract::{sandbox_path, ApiQuery, JsonBody, SandboxPath, Thread};
+use threadbox_core::ports::{
+    ExecCommand, ExecRequest, ExecResult, FileEntry, ProviderError, DEFAULT_EXEC_TIMEOUT,
+    DEFAULT_FILE_CAP, DEFAULT_OUTPUT_CAP,
+};
+use threadbox_core::usecases::Threadbox;
+
+/// The longest a command may run.
+pub const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// The largest file a PUT accepts where the provider gathers uploads in memory (its file cap).
+/// A provider that streams them sets its own (`SandboxProvider::upload_limit`; runc: 1 GiB).
+pub const MAX_FILE_BODY: usize = DEFAULT_FILE_CAP as usize;
+
+pub(crate) fn routes() -> Router<Threadbox> {
+    Router::new()
+        .route("/v1/threads/{thread_id}/exec", post(exec))
+        .route(
+            "/v1/threads/{thread_id}/files/{*path}",
+            get(read)
+                .put(write)
+                .delete(remove)
+                // Files are the one body allowed past the API's JSON limit: the PUT handler
+                // counts the body against the provider's upload limit as it streams.
+                .layer(DefaultBodyLimit::disable()),
+        )
+}
+
+/// An exec body; the live-events WebSocket's `exec` frame takes the same fields.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecBody {
+    /// A shell command line, run with `/bin/sh -c`.
+    cmd: Option<String>,
+    /// A program and its arguments, run without a shell.
+    argv: Option<Vec<String>>,
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    stdin: Option<String>,
+    timeout_ms: Option<u64>,
+    /// With a streamed answer: kill the command if the client goes away before it ends (by
+    /// default it runs on to its end, its output dropped).
+    #[serde(default)]
+    pub(crate) kill_on_disconnect: bool,
+}
+
+impl ExecBody {
+    /// Turn the body into a request, or say exactly what is wrong with it.
+    pub fn into_request(self) -> Result<ExecRequest, ApiError> {
+        let bad = |message: String| ApiError::bad_request("invalid_request", message);
+        let command = command_of(self.cmd, self.argv)?;
+        let cwd = self.cwd.map(|c| sandbox_path(&c)).transpose()?;
+        check_env(&self.env)?;
+        let timeout = match self.timeout_ms {
+            None => DEFAULT_EXEC_TIMEOUT,
+            Some(ms) if ms >= 1 && Duration::from_millis(ms) <= MAX_EXEC_TIMEOUT => {
+                Duration::from_millis(ms)
+            }
+            Some(ms) => {
+                return Err(bad(format!(
+                    "timeout_ms must be between 1 and {}; got {ms}",
+                    MAX_EXEC_TIMEOUT.as_millis()
+                )))
+            }
+        };
+        let request = ExecRequest {
+            command,
+            cwd,
+            env: self.env,
+            stdin: self.stdin.map(String::into_bytes),
+            timeout,
+            output_cap: DEFAULT_OUTPUT_CAP,
+        };
+        request.check_sizes().map_err(bad)?;
+        Ok(request)
+    }
+}
+
+/// The command of an exec or process body: a shell line (`cmd`) or a program and its arguments
+/// (`argv`), exactly one, non-empty and without NUL bytes.
+pub(super) fn command_of(
+    cmd: Option<String>,
+    argv: Option<Vec<String>>,
+) -> Result<ExecCommand, ApiError> {
+    let bad = |message: &str| ApiError::bad_request("invalid_request", message);
+    let command = match (cmd, argv) {
+        (Some(_), Some(_)) => return Err(bad("give either cmd or argv, not both")),
+        (None, None) => {
+            return Err(bad(
+                "give cmd (a shell command line) or argv (a program and its arguments)",
+            ))
+        }
+        (Some(cmd), None) if cmd.trim().is_empty() => return Err(bad("cmd is empty")),
+        (Some(cmd), None) => ExecCommand::Shell(cmd),
+        (None, Some(argv)) if argv.first().is_none_or(|p| p.is_empty()) => {
+            return Err(bad("argv must start with a program name"))
+        }
+        (None, Some(argv)) => ExecCommand::Argv(argv),
+    };
+    let words: Vec<&str> = match &command {
+        ExecCommand::Shell(cmd) => vec![cmd],
+        ExecCommand::Argv(argv) => argv.iter().map(String::as_str).collect(),
+    };
+    if words.iter().any(|w| w.contains('\0')) {
+        return Err(bad("the command contains a NUL byte"));
+    }
+    Ok(command)
+}
+
+/// Environment names usable as `NAME=value`, values without NUL.
+pub(super) fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    let bad = |message: String| ApiError::bad_request("invalid_request", message);
+    for (key, value) in env {
+        if key.is_empty() || key.contains(['=', '\0']) {
+            return Err(bad(format!(
+                "environment variable name {key:?} must be non-empty without '=' or NUL"
+            )));
+        }
+        if value.contains('\0') {
+            return Err(bad(format!(
+                "environment variable {key:?} contains a NUL byte"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Run a command: the result as JSON when it ends, or with `Accept: text/event-stream` its
+/// output as it happens (see `exec_stream`).
+async fn exec(
+    ForCaller(tb): ForCaller,
+    Thread(thread_id): Thread,
+    headers: axum::http::HeaderMap,
+    JsonBody(body): JsonBody<ExecBody>,
+) -> Result<Response, ApiError> {
+    let kill_on_disconnect = body.kill_on_disconnect;
+    let request = body.into_request()?;
+    if wants_event_stream(&headers) {
+        return Ok(
+            super::exec_stream::exec_events(tb, thread_id, request, kill_on_disconnect)
+                .into_response(),
+        );
+    }
+    let result: ExecResult = tb.exec(&thread_id, request).await?;
+    Ok(Json(result).into_response())
+}
+
+/// Whether the client asked for server-sent events (`Accept: text/event-stream`).
+pub fn wants_event_stream(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|kind| {
+            kind.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileQuery {
+    /// GET: list the directory instead of reading a file.
+    #[serde(default)]
+    list: bool,
+    /// GET: describe the path instead of reading it.
+    #[serde(default)]
+    stat: bool,
+    /// DELETE: remove a directory and everything in it.
+    #[serde(default)]
+    recursive: bool,
+    /// GET on a directory: the paths under it matching this glob (`*`, `?`, `[..]`, `**`).
+    glob: Option<String>,
+    /// GET on a file or directory: the lines under it matching this regular expression.
+    grep: Option<String>,
+    /// PUT with an empty body: make the path a directory (parents included).
+    #[serde(default)]
+    dir: bool,
+}
+
+impl FileQuery {
+    /// The GET-only options given, by name.
+    fn reads(&self) -> Vec<&'static str> {
+        [
+            ("list", self.list),
+            ("stat", self.stat),
+            ("glob", self.glob.is_some()),
+            ("grep", self.grep.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+}
+
+#[derive(Serialize)]
+struct Globbed {
+    path: String,
+    glob: String,
+    paths: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Grepped {
+    path: String,
+    grep: String,
+    matches: Vec<threadbox_core::ports::GrepMatch>,
+}
+
+#[derive(Serialize)]
+struct Listing {
+    path: String,
+    entries: Vec<FileEntry>,
+}
+
+/// GET: the file's bytes, or a listing (`?list=true`), its metadata (`?stat=true`), the paths
+/// under it matching a glob (`?glob=`), or the lines under it matching a regex (`?grep=`).
+async fn read(
+    ForCaller(tb): ForCaller,
+    Thread(thread_id): Thread,
+    SandboxPath(path): SandboxPath,
+    ApiQuery(query): ApiQuery<FileQuery>,
+) -> Result<Response, ApiError> {
+    if query.recursive || query.dir {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "recursive applies to DELETE and dir to PUT only",
+        ));
+    }
+    let reads = query.reads();
+    if reads.len() > 1 {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("give one of {}, not several", reads.join(", ")),
+        ));
+    }
+    if let Some(glob) = query.glob {
+        if glob.is_empty() || glob.starts_with('/') || glob.contains('\0') {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                "glob is a pattern relative to the path, like *.rs or src/**/*.toml",
+            ));
+        }
+        let pattern = format!("{}/{glob}", path.trim_end_matches('/'));
+        let paths = tb.peek_glob(&thread_id, &pattern).await?;
+        return Ok(Json(Globbed { path, glob, paths }).into_response());
+    }
+    if let Some(grep) = query.grep {
+        if grep.is_empty() || grep.contains('\0') {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                "grep is a regular expression to look for",
+            ));
+        }
+        let matches = tb.peek_grep(&thread_id, &grep, &path).await?;
+        return Ok(Json(Grepped {
+            path,
+            grep,
+            matches,
+        })
+        .into_response());
+    }
+    match (query.list, query.stat) {
+        (true, _) => {
+            let entries = tb.peek_dir(&thread_id, &path).await?;
+            Ok(Json(Listing { path, entries }).into_response())
+        }
+        (false, true) => Ok(Json(tb.peek_stat(&thread_id, &path).await?).into_response()),
+        (false, false) => {
+            let file = tb.peek_open_file(&thread_id, &path).await?;
+            Ok((
+                [(header::CONTENT_TYPE, "application/octet-stream")],
+                axum::body::Body::from_stream(chunks_of(file.reader)),
+            )
+                .into_response())
+        }
+    }
+}
+
+/// How much of a file is read at a time when streaming it out.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// `reader` as a stream of chunks, ending after the end of the file or the first error (the
+/// answer is then cut short, which the client sees as a broken transfer).
+fn chunks_of(
+    reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+) -> impl futures::Stream<Item = std::io::Result<Vec<u8>>> + Send {
+    futures::stream::unfold(Some(reader), |reader| async move {
+        use tokio::io::AsyncReadExt;
+        let mut reader = reader?;
+        let mut chunk = vec![0u8; READ_CHUNK];
+        match reader.read(&mut chunk).await {
+            Ok(0) => None,
+            Ok(n) => {
+                chunk.truncate(n);
+                Some((Ok(chunk), Some(reader)))
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading a sandbox file failed mid-answer");
+                Some((Err(error), None))
+            }
+        }
+    })
+}
+
+#[derive(Serialize)]
+struct Written {
+    path: String,
+    size: u64,
+}
+
+/// PUT: the body is the file's new contents; missing parent directories are created. The body
+/// is streamed into the sandbox as it arrives (bounded memory); past the provider's upload limit
+/// it is 413 and the file is left as it was.
+async fn write(
+    ForCaller(tb): ForCaller,
+    Thread(thread_id): Thread,
+    SandboxPath(path): SandboxPath,
+    ApiQuery(query): ApiQuery<FileQuery>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    if query.recursive || !query.reads().is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "PUT takes only dir=true",
+        ));
+    }
+    if query.dir {
+        // A directory has no contents: a body would be lost, so it is refused.
+        if axum::body::to_bytes(body, 0).await.is_err() {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "dir=true makes a directory and takes no body",
+            ));
+        }
+        tb.make_dir(&thread_id, &path).await?;
+        return Ok(Json(serde_json::json!({"path": path, "kind": "dir"})).into_response());
+    }
+    let limit = tb.upload_limit();
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("a file body may hold at most {limit} bytes"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let overflowed = Arc::new(AtomicBool::new(false));
+    let chunks = upload_chunks(body, limit, overflowed.clone());
+    match tb.write_file_from(&thread_id, &path, chunks, limit).await {
+        Ok(size) => Ok(Json(Written { path, size }).into_response()),
+        Err(_) if overflowed.load(Ordering::SeqCst) => Err(too_large()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The request body as upload chunks; past `limit` bytes an error ends it and `overflowed` says
+/// why.
+fn upload_chunks(
+    body: axum::body::Body,
+    limit: u64,
+    overflowed: Arc<AtomicBool>,
+) -> threadbox_core::ports::FileChunks {
+    use futures::StreamExt;
+    let mut seen = 0u64;
+    Box::pin(body.into_data_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| {
+            ProviderError::InvalidRequest(format!("reading the request body failed: {e}"))
+        })?;
+        seen += chunk.len() as u64;
+        if seen > limit {
+            overflowed.store(true, Ordering::SeqCst);
+            return Err(ProviderError::InvalidRequest(format!(
+                "the body is over {limit} bytes"
+            )));
+        }
+        Ok(chunk.to_vec())
+    }))
+}
+
+/// DELETE: remove a file, or a directory with `?recursive=true`.
+async fn remove(
+    ForCaller(tb): ForCaller,
+    Thread(thread_id): Thread,
+    SandboxPath(path): SandboxPath,
+    ApiQuery(query): ApiQuery<FileQuery>,
+) -> Result<StatusCode, ApiError> {
+    if query.dir || !query.reads().is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "DELETE takes only recursive=true",
+        ));
+    }
+    tb.remove(&thread_id, &path, query.recursive).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

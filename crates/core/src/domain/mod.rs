@@ -1,0 +1,42 @@
+//! The pure domain: no AWS, HTTP, clock or I/O. Everything here is plain data and rules
+//! (`usage`: what a thread's sandbox used, from its lifecycle events, and what that costs;
+//! `budget`: how much of that a thread or a scope may use; `warm_pool`: sandboxes made ahead of
+//! need for new threads).
+
+mod budget;
+mod egress_credentials;
+pub mod network;
+mod network_defaults;
+mod scope;
+mod session;
+mod status;
+mod thread_id;
+mod time;
+mod transition;
+mod usage;
+mod warm_pool;
+
+pub use budget::{
+    charged_key, creates_key, day_of, hour_of, scope_compute_key, vcpu_ms, BudgetExceeded,
+    BudgetScope, Budgeted, Budgets, BUDGET_CHECK_SECS_VAR, DEFAULT_BUDGET_CHECK,
+    SCOPE_COMPUTE_BUDGET_VAR, SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR,
+};
+pub use egress_credentials::{
+    EgressCredentials, EgressCredentialsError, HeaderSecret, HostCredentials,
+};
+pub use network::{Allowlist, AllowlistError, NetworkProfile};
+pub use network_defaults::{parse_profile, NetworkDefaults, NetworkSettingError};
+pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
+pub use session::{Change, Hold, LifecycleEvent, Session, Timers, MAX_SEQ, PROCESS_HOLD_PREFIX};
+pub use status::{Cause, GonePolicy, Status};
+pub use thread_id::{valid_member_id, InvalidThreadId, ThreadId, MAX_THREAD_ID_LEN};
+pub use time::Millis;
+pub use transition::{transition, Command, Observed, RejectKind, Rejected, Transition};
+pub use usage::{
+    GenerationUsage, Prices, Pricing, PricingError, PricingSettings, SandboxSize, StateTimes,
+    Usage, UsageCost, Window, E2B_DEFAULT_SIZE, E2B_LIST_PRICES, PRICE_GIB_HOUR_VAR,
+    PRICE_VCPU_HOUR_VAR, SANDBOX_MEMORY_GIB_VAR, SANDBOX_VCPUS_VAR,
+};
+pub use warm_pool::{
+    pool_key, MemberClaim, MemberState, PoolMember, MEMBER_CREATE_LEASE, WARM_POOL_VAR,
+};

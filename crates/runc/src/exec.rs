@@ -1,0 +1,517 @@
+//! Running one command in a sandbox.
+//!
+//! `runc exec --detach` starts the command and returns at once; the command's stdio are our
+//! pipes, passed straight through (no copying in runc). The command runs under a small shell
+//! wrapper that writes its exit status to an extra pipe (`--preserve-fds 1`, fd 3) as it ends.
+//! We wait for the wrapper's exit through a pidfd on tokio's reactor, then read the status the
+//! pipe already holds: no thread is held per running command (tokio's blocking pool, which
+//! SQLite also uses, stays free however many run), and nothing in the sandbox can delay the
+//! answer by keeping the pipe open. A background child still holding stdout open does not
+//! either. (Attached `runc exec` waits for every holder of stdout to close it, so `server &`
+//! would hang the call until the timeout.)
+//!
+//! runc makes the command a session and process-group leader, so a timeout kills the whole tree
+//! with one `kill(-pgid)`, followed by a sweep of the container's cgroup for descendants that
+//! left the group.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::bundle::HOME;
+use super::cgroup::ContainerCgroup;
+use super::idmap::IdRange;
+use super::process::{kill_tree, reap};
+use super::runtime::{error_message, Runc};
+use threadbox_core::ports::{
+    forward, is_fork_failure, process_limit_reached, ExecCommand, ExecRequest, ExecResult,
+    OutputChunk, OutputSink, ProviderError,
+};
+
+/// Runs `"$@"` (the command) with fd 3 closed, then reports its status on fd 3.
+const WRAPPER: &str = r#""$@" 3>&-; printf %d "$?" >&3"#;
+/// After the command exits, how long output still held open by its background children is read.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
+/// After a timeout kill, how long to wait for the dying tree to close its output.
+const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
+/// Bytes of a streamed command's output kept all the same, to tell why a wrapper that never
+/// reported a status ended (its shell's own words come first).
+const STREAMED_HEAD: usize = 256;
+
+/// Why an exec did not produce a result.
+#[derive(Debug)]
+pub(crate) enum ExecError {
+    /// runc refused to start the command (container paused or gone, bad working directory...):
+    /// runc's message, for the caller to classify against the container's state.
+    NotStarted(String),
+    Provider(ProviderError),
+}
+
+impl From<ProviderError> for ExecError {
+    fn from(e: ProviderError) -> Self {
+        ExecError::Provider(e)
+    }
+}
+
+/// Check a request before anything runs.
+pub(crate) fn validate(request: &ExecRequest) -> Result<(), ProviderError> {
+    let invalid = |m: String| Err(ProviderError::InvalidRequest(m));
+    match &request.command {
+        ExecCommand::Argv(argv) if argv.is_empty() => return invalid("empty argv".into()),
+        ExecCommand::Argv(argv) if argv.iter().any(|a| a.contains('\0')) => {
+            return invalid("argv contains a NUL byte".into())
+        }
+        ExecCommand::Shell(cmd) if cmd.contains('\0') => {
+            return invalid("command contains a NUL byte".into())
+        }
+        _ => {}
+    }
+    request.check_sizes().or_else(invalid)?;
+    if let Some(cwd) = &request.cwd {
+        if !cwd.starts_with('/') || cwd.contains('\0') {
+            return invalid(format!(
+                "working directory {cwd:?} must be an absolute path"
+            ));
+        }
+    }
+    validate_env(&request.env)
+}
+
+/// Environment names must be usable as `NAME=value`.
+pub(crate) fn validate_env(
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<(), ProviderError> {
+    for (key, value) in env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return Err(ProviderError::InvalidRequest(format!(
+                "bad environment variable {key:?}: names must be non-empty without '=' or NUL, \
+                 values without NUL"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where to run: the container and what we know of it on the host.
+pub(crate) struct ExecTarget<'a> {
+    pub runc: &'a Runc,
+    pub id: &'a str,
+    /// The bundle's `run/` directory, for the pid file.
+    pub run_dir: PathBuf,
+    /// For the OOM count and the timeout sweep; both degrade gracefully without it.
+    pub cgroup: Option<Arc<ContainerCgroup>>,
+    /// Where the sandbox's ids land on the host: the stdio pipes are chowned to its user.
+    pub ids: IdRange,
+    /// The sandbox's pid limit, to name it when it stops a command from starting.
+    pub pids_limit: Option<u32>,
+}
+
+/// Run `request`; with `output`, its output goes there as it comes instead of into the result.
+pub(crate) async fn run(
+    target: ExecTarget<'_>,
+    request: ExecRequest,
+    output: Option<OutputSink>,
+) -> Result<ExecResult, ExecError> {
+    let started = Instant::now();
+    let streaming = output.is_some();
+    let oom_before = target.cgroup.as_ref().and_then(|c| c.oom_kills());
+    let pid_file = target
+        .run_dir
+        .join(format!("exec-{}.pid", uuid::Uuid::new_v4().simple()));
+    // Our end never blocks: the status is read once the command has exited (see below).
+    let (status_read, status_write) = rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    )
+    .map_err(|e| ProviderError::Internal(format!("cannot make a pipe: {e}")))?;
+    // The command's end blocks as usual (NONBLOCK is per end: clear it on the write end).
+    rustix::fs::fcntl_setfl(&status_write, rustix::fs::OFlags::empty())
+        .map_err(|e| ProviderError::Internal(format!("cannot set up the status pipe: {e}")))?;
+
+    let mut cmd = target.runc.command();
+    cmd.arg("exec")
+        .arg("--detach")
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg("--preserve-fds")
+        .arg("1")
+        .arg("--user")
+        .arg({
+            let (uid, gid) = target.ids.user_inside();
+            format!("{uid}:{gid}")
+        })
+        .arg("--cwd")
+        .arg(request.cwd.as_deref().unwrap_or(HOME));
+    for (key, value) in &request.env {
+        cmd.arg("--env").arg(format!("{key}={value}"));
+    }
+    cmd.arg(target.id).args(["/bin/sh", "-c", WRAPPER, "sh"]);
+    match &request.command {
+        ExecCommand::Shell(script) => cmd.args(["/bin/sh", "-c", script]),
+        ExecCommand::Argv(argv) => cmd.args(argv),
+    };
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let status_fd = status_write.as_raw_fd();
+    let owner = target.ids.user_on_host();
+    // SAFETY: the closure only makes async-signal-safe system calls (fstat, fchown, fcntl,
+    // dup2) on descriptors it does not own, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || prepare_child_fds(status_fd, owner));
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ProviderError::Internal(format!("could not run runc exec: {e}")))?;
+    // Our copy of the write end must go, or the status pipe never reports the wrapper's end.
+    drop(status_write);
+    // From here the command may be running before runc returns (its output can even reach a
+    // streaming caller first): a caller that goes away now must still take the command with it.
+    let mut starting = StartingGuard {
+        pid_file: pid_file.clone(),
+        cgroup: target.cgroup.clone(),
+        armed: true,
+    };
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stdin = child.stdin.take();
+    let input = request.stdin.clone().unwrap_or_default();
+    let stdin_task = tokio::spawn(async move {
+        if let Some(mut stdin) = stdin {
+            // A command that does not read its input closes the pipe: not our error.
+            let _ = stdin.write_all(&input).await;
+        }
+    });
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let cap = request.output_cap;
+    let forwards = output.map(|sink| {
+        (
+            Forward {
+                sink: sink.clone(),
+                wrap: OutputChunk::Stdout,
+            },
+            Forward {
+                sink,
+                wrap: OutputChunk::Stderr,
+            },
+        )
+    });
+    let (out_forward, err_forward) = forwards.unzip();
+    let out_task = tokio::spawn(read_capped(stdout, cap, stop_rx.clone(), out_forward));
+    let err_task = tokio::spawn(read_capped(stderr, cap, stop_rx, err_forward));
+
+    // runc returns once the command has started (or failed to).
+    let runc_status = match tokio::time::timeout(target.runc.call_timeout(), child.wait()).await {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => {
+            return Err(ProviderError::Internal(format!("waiting for runc exec: {e}")).into())
+        }
+        Err(_) => {
+            let _ = child.kill().await;
+            return Err(ProviderError::Unavailable(format!(
+                "runc exec did not start the command within {:?}",
+                target.runc.call_timeout()
+            ))
+            .into());
+        }
+    };
+    if !runc_status.success() {
+        starting.armed = false;
+        // Nothing started, so runc was the only writer of stderr and it has exited: the
+        // stream ends on its own (the stop is only a safety net).
+        stdin_task.abort();
+        let stopper = tokio::spawn(async move {
+            tokio::time::sleep(DRAIN_AFTER_KILL).await;
+            let _ = stop_tx.send(true);
+        });
+        let (stderr, _) = err_task.await.unwrap_or_default();
+        stopper.abort();
+        out_task.abort();
+        let _ = std::fs::remove_file(&pid_file);
+        return Err(ExecError::NotStarted(error_message(&stderr)));
+    }
+    let leader = read_pid_file(&pid_file).await;
+    let _ = std::fs::remove_file(&pid_file);
+    let leader = leader?;
+    let mut guard = TreeGuard {
+        leader,
+        cgroup: target.cgroup.clone(),
+        armed: true,
+    };
+    starting.armed = false;
+
+    // Wait for the command's leader (the wrapper) to exit, through a pidfd: it becomes readable
+    // when the process ends, costs no thread, and nothing in the sandbox can hold it open (a
+    // process there could reopen the status pipe through /proc and keep it from ever closing).
+    let exited = leader_exit(leader)
+        .map_err(|e| ProviderError::Internal(format!("cannot watch the command: {e}")))?;
+    let remaining = request.timeout.saturating_sub(started.elapsed());
+    let timed_out = match &exited {
+        Some(exited) => tokio::time::timeout(remaining, exited.readable())
+            .await
+            .is_err(),
+        // Already gone: it exited before we looked.
+        None => false,
+    };
+    if timed_out {
+        let (leader, cgroup) = (guard.leader, guard.cgroup.clone());
+        let _ = tokio::task::spawn_blocking(move || kill_tree(leader, cgroup.as_deref())).await;
+        if let Some(exited) = &exited {
+            let _ = tokio::time::timeout(DRAIN_AFTER_KILL, exited.readable()).await;
+        }
+    }
+    // The wrapper wrote its status before it exited, so it is in the pipe now, or never will be.
+    let status_text = if timed_out {
+        String::new()
+    } else {
+        read_available(&status_read)
+    };
+    guard.armed = false;
+    let duration = started.elapsed();
+    // The wrapper has exited (its pidfd said so) or was killed; collect it if it is our child
+    // (we are a subreaper). One non-blocking wait: no blocking-pool task per command.
+    if !timed_out {
+        reap(leader, Duration::ZERO);
+    } else {
+        tokio::task::spawn_blocking(move || reap(leader, Duration::from_millis(200)));
+    }
+
+    // Collect the output: it ends when every holder of the pipes has closed them, or when
+    // the drain window passes (a background child may keep them open for ever).
+    let grace = if timed_out {
+        DRAIN_AFTER_KILL
+    } else {
+        DRAIN_AFTER_EXIT
+    };
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        let _ = stop_tx.send(true);
+    });
+    let (stdout, out_truncated) = out_task.await.unwrap_or_default();
+    let (stderr, err_truncated) = err_task.await.unwrap_or_default();
+    stopper.abort();
+    stdin_task.abort();
+
+    let oom_after = target.cgroup.as_ref().and_then(|c| c.oom_kills());
+    let out_of_memory = matches!((oom_before, oom_after), (Some(b), Some(a)) if a > b);
+    let reported: Option<i32> = status_text.trim().parse().ok();
+    // The wrapper ended without a status and said it could not fork: the sandbox's pid limit
+    // kept the command from starting at all. That is the thread's limit, not a result.
+    if reported.is_none() && !timed_out && is_fork_failure(&String::from_utf8_lossy(&stderr)) {
+        return Err(process_limit_reached(target.pids_limit).into());
+    }
+    let (stdout, stderr) = if streaming {
+        (Vec::new(), Vec::new())
+    } else {
+        (stdout, stderr)
+    };
+    let exit_code = match reported {
+        _ if timed_out => None,
+        // 128 + SIGKILL: the shell saw the command die of the OOM killer's signal.
+        Some(137) if out_of_memory => None,
+        code => code,
+    };
+    Ok(ExecResult {
+        exit_code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        duration_ms: duration.as_millis() as u64,
+        timed_out,
+        truncated: out_truncated || err_truncated,
+        out_of_memory,
+    })
+}
+
+/// A readiness handle on the exit of `pid`, or `None` when it has already exited.
+fn leader_exit(
+    pid: i32,
+) -> std::io::Result<Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>> {
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return Ok(None);
+    };
+    match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK) {
+        // SAFETY: an OwnedFd always returns the descriptor it owns, which stays open until the
+        // AsyncFd (its owner from here on) is dropped.
+        Ok(fd) => unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+        .map(Some)
+        .map_err(std::io::Error::from),
+        Err(rustix::io::Errno::SRCH) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What is in the (non-blocking) pipe now, up to a status's length.
+fn read_available(pipe: &std::os::fd::OwnedFd) -> String {
+    let mut buf = [0u8; 32];
+    match rustix::io::read(pipe, &mut buf) {
+        Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Kills the command's tree if the exec is abandoned midway (its future dropped), so a
+/// cancelled call leaves nothing running that nobody waits for.
+struct TreeGuard {
+    leader: i32,
+    cgroup: Option<Arc<ContainerCgroup>>,
+    armed: bool,
+}
+
+/// The command while runc is still starting it: dropped then (the caller went away), it kills
+/// whatever runc has started, found through the pid file runc writes as it starts the command.
+/// runc itself is killed with its `Child` (kill on drop).
+struct StartingGuard {
+    pid_file: PathBuf,
+    cgroup: Option<Arc<ContainerCgroup>>,
+    armed: bool,
+}
+
+impl Drop for StartingGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let leader = std::fs::read_to_string(&self.pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok());
+        let _ = std::fs::remove_file(&self.pid_file);
+        if let Some(leader) = leader {
+            kill_tree(leader, self.cgroup.as_deref());
+        }
+    }
+}
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            kill_tree(self.leader, self.cgroup.as_deref());
+        }
+    }
+}
+
+/// In the forked child, before exec'ing runc: make the stdio pipes the sandbox user's, so a
+/// command can reopen `/dev/stdout` (pipes are created mode 0600, owned by us), and put the
+/// status pipe at fd 3 for `--preserve-fds 1`.
+fn prepare_child_fds(status_fd: RawFd, (uid, gid): (u32, u32)) -> std::io::Result<()> {
+    for fd in 0..3 {
+        // SAFETY: plain system calls on descriptors 0-2 of this (child) process.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO {
+                libc::fchown(fd, uid, gid);
+            }
+        }
+    }
+    // SAFETY: dup2/fcntl on descriptors of this process; dup2 clears close-on-exec on fd 3.
+    let ok = unsafe {
+        if status_fd == 3 {
+            libc::fcntl(3, libc::F_SETFD, 0) != -1
+        } else {
+            libc::dup2(status_fd, 3) != -1
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+async fn read_pid_file(path: &std::path::Path) -> Result<i32, ProviderError> {
+    let text = tokio::fs::read_to_string(path).await.map_err(|e| {
+        ProviderError::Internal(format!(
+            "runc exec wrote no pid file {}: {e}",
+            path.display()
+        ))
+    })?;
+    text.trim()
+        .parse()
+        .map_err(|_| ProviderError::Internal(format!("runc exec wrote a bad pid file: {text:?}")))
+}
+
+/// Where a streaming exec's stream goes, and which stream it is.
+struct Forward {
+    sink: OutputSink,
+    wrap: fn(Vec<u8>) -> OutputChunk,
+}
+
+/// Read a stream to its end (or until told to stop), keeping the first `cap` bytes and
+/// discarding the rest, so a chatty command never blocks on a full pipe. With `forward`, the
+/// first `cap` bytes are sent on as they come, and only the first [`STREAMED_HEAD`] kept; a
+/// receiver that is gone or too slow (see `ports::forward`) is dropped and the rest discarded.
+async fn read_capped<R: AsyncRead + Unpin>(
+    mut reader: R,
+    cap: usize,
+    mut stop: watch::Receiver<bool>,
+    mut forward_to: Option<Forward>,
+) -> (Vec<u8>, bool) {
+    let streaming = forward_to.is_some();
+    let mut kept = Vec::new();
+    let (mut seen, mut truncated) = (0usize, false);
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = tokio::select! {
+            read = reader.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = stop.wait_for(|stop| *stop) => break,
+        };
+        let room = cap.saturating_sub(seen);
+        let take = &buf[..n.min(room)];
+        seen += take.len();
+        truncated |= n > room;
+        if !streaming {
+            kept.extend_from_slice(take);
+        } else {
+            let room = STREAMED_HEAD.saturating_sub(kept.len());
+            kept.extend_from_slice(&take[..take.len().min(room)]);
+        }
+        if let Some(to) = forward_to.as_ref().filter(|_| !take.is_empty()) {
+            if !forward(&to.sink, (to.wrap)(take.to_vec())).await {
+                forward_to = None;
+            }
+        }
+    }
+    (kept, truncated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_validated() {
+        let mut req = ExecRequest::shell("true");
+        validate(&req).unwrap();
+        req.cwd = Some("relative".into());
+        assert!(validate(&req).is_err());
+        req.cwd = None;
+        req.env.insert("A=B".into(), "x".into());
+        assert!(validate(&req).is_err());
+        req.env.clear();
+        req.command = ExecCommand::Argv(vec![]);
+        assert!(validate(&req).is_err());
+    }
+
+    #[tokio::test]
+    async fn output_is_capped_but_read_to_the_end() {
+        let data = vec![b'x'; 100_000];
+        let (_tx, rx) = watch::channel(false);
+        let (kept, truncated) = read_capped(&data[..], 10, rx, None).await;
+        assert_eq!(kept, b"xxxxxxxxxx");
+        assert!(truncated);
+        let (_tx, rx) = watch::channel(false);
+        let (kept, truncated) = read_capped(&b"short"[..], 10, rx, None).await;
+        assert_eq!(kept, b"short");
+        assert!(!truncated);
+    }
+}

@@ -1,0 +1,1034 @@
+//! The worker: runs what people ask for in a thread and replies there. Transport-free: it reads
+//! work-queue bodies and talks to Slack through the `SlackApi` port, so the SQS Lambda,
+//! `threadbox dev` and the tests all drive the same code.
+//!
+//! Each message runs at most once: the worker claims the message (channel and ts) before acting,
+//! which also folds the `app_mention` and the `message` event Slack sends for one mention into
+//! one run. A reply that meets a rate limit waits out `Retry-After` briefly, and past that goes
+//! back on the work queue as a reply of its own, so retrying it never re-runs the command.
+//!
+//! A worker can die mid-message (a Lambda timeout, an out-of-memory kill), and the queue then
+//! hands the message out again. Three markers in the dedupe store make that redelivery's outcome
+//! clear, so every message gets its answer exactly once:
+//!
+//! | key | written | on a redelivery that finds it |
+//! |---|---|---|
+//! | `slack:msg:{channel}:{ts}` | before anything is done | taken by the twin event (no `owner` marker of this event): a duplicate, even while the twin still runs |
+//! | `…:owner:{event_id}` | right after the claim | (without `started`) nothing with effects had started: run the message again |
+//! | `…:started` | just before the first effect (a command, a pause, a file copy) | the effect may have happened: reply once that the message was interrupted, and do not re-run it |
+//! | `…:done` | after the last reply | a duplicate (a retry, the twin event): nothing to do |
+//!
+//! Read-only commands (`status`, `files`, `help`) never write `started`, so an interrupted one is
+//! simply run again. Two windows are left, each between two writes (milliseconds): a crash
+//! between the claim and its `owner` marker makes the redelivery a silent duplicate, and one
+//! between Slack accepting the last reply and `done` makes it say "interrupted" for a message
+//! that had finished (Slack's `chat.postMessage` has no idempotency key to close that one).
+//!
+//! [`SlackWorker::handle_body_by`] takes a deadline (the Lambda invocation's): a block whose time
+//! limit does not fit in what is left runs as a background process, followed until the deadline
+//! and then by later workers, which post its output when it ends (`background`); a block with
+//! too little time left to start is not started, and its reply says so.
+
+mod background;
+mod controls;
+mod home;
+mod live;
+mod refusals;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::command::{self, CodeBlock, Command, Language};
+use super::format::{self, escape, REPLY_BUDGET};
+use super::rate_limit::{MessageRates, Verdict};
+use super::thread::SlackPlace;
+use super::work::{IncomingMessage, PendingReply, WorkItem};
+use threadbox_core::domain::{RejectKind, Session, ThreadId};
+use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::{
+    DedupeStore, DurableQueue, ExecCommand, ExecRequest, FileKind, OutgoingMessage,
+};
+use threadbox_core::ports::{
+    FileUpload, PostMessage, SlackApi, SlackError, SlackFile, SlackUserThreads, UpdateMessage,
+};
+use threadbox_core::usecases::{Threadbox, UseCaseError};
+
+/// The sandbox user's home, where relative paths start.
+const HOME: &str = "/home/user";
+
+#[derive(Clone, Debug)]
+pub struct SlackWorkerConfig {
+    /// A code block is stopped after this long.
+    pub exec_timeout: Duration,
+    /// Shared files larger than this are not copied in.
+    pub max_attachment_bytes: u64,
+    /// Where shared files land in the sandbox.
+    pub attachments_dir: String,
+    /// How long a handled message is remembered (Slack retries within minutes; the mention and
+    /// message events for one text arrive within seconds).
+    pub message_memory: Duration,
+    /// Characters per reply.
+    pub reply_budget: usize,
+    /// Longest `Retry-After` waited out in place before the reply is queued instead.
+    pub max_inline_wait: Duration,
+    /// Entries shown by `files`.
+    pub max_listing: usize,
+    /// Most code blocks one message may run; a message with more runs none.
+    pub max_blocks_per_message: usize,
+    /// Most characters of code (all blocks together) one message may run.
+    pub max_code_chars_per_message: usize,
+    /// Bytes of each output stream kept from a code block: more than a reply shows, since
+    /// longer output is shared as a file.
+    pub output_cap: usize,
+}
+
+impl Default for SlackWorkerConfig {
+    fn default() -> Self {
+        Self {
+            exec_timeout: Duration::from_secs(60),
+            max_attachment_bytes: 20 * 1024 * 1024,
+            attachments_dir: format!("{HOME}/attachments"),
+            message_memory: Duration::from_secs(24 * 3600),
+            reply_budget: REPLY_BUDGET,
+            max_inline_wait: Duration::from_secs(10),
+            max_listing: 50,
+            // A 40,000-character message holds thousands of tiny blocks; five is plenty for a
+            // person, and an agent can send several messages.
+            max_blocks_per_message: 5,
+            max_code_chars_per_message: 20_000,
+            output_cap: 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct SlackWorker {
+    tb: Threadbox,
+    api: Arc<dyn SlackApi>,
+    dedupe: Arc<dyn DedupeStore>,
+    /// The work queue, for replies that have to wait.
+    queue: Arc<dyn DurableQueue>,
+    config: SlackWorkerConfig,
+    /// Per-thread and per-workspace message limits; none without `with_rates`.
+    rates: Option<MessageRates>,
+    /// Who used which thread, for `/sandbox list` and the App Home; none without
+    /// `with_user_threads` (both then say they cannot list).
+    user_threads: Option<Arc<dyn SlackUserThreads>>,
+}
+
+impl SlackWorker {
+    pub fn new(
+        tb: Threadbox,
+        api: Arc<dyn SlackApi>,
+        dedupe: Arc<dyn DedupeStore>,
+        queue: Arc<dyn DurableQueue>,
+        config: SlackWorkerConfig,
+    ) -> Self {
+        Self {
+            tb,
+            api,
+            dedupe,
+            queue,
+            config,
+            rates: None,
+            user_threads: None,
+        }
+    }
+
+    /// Remember who used which thread (see `user_threads`).
+    pub fn with_user_threads(mut self, store: Arc<dyn SlackUserThreads>) -> Self {
+        self.user_threads = Some(store);
+        self
+    }
+
+    /// Act on at most so many messages per thread and per workspace a minute (see `rate_limit`).
+    pub fn with_rates(mut self, rates: MessageRates) -> Self {
+        self.rates = Some(rates);
+        self
+    }
+
+    /// Handle one work-queue body. Never fails the whole batch: a body that is not work is
+    /// poison (dead-lettered), and failures before anything ran ask for a retry.
+    pub async fn handle_body(&self, body: &str) -> RecordOutcome {
+        self.handle_body_by(body, None).await
+    }
+
+    /// [`Self::handle_body`], finishing by `deadline`: each code block's timeout is cut to what
+    /// is left of it (less [`REPLY_MARGIN`] for the replies), and a block with less than
+    /// [`MIN_BLOCK_TIME`] left is not started.
+    pub async fn handle_body_by(&self, body: &str, deadline: Option<Instant>) -> RecordOutcome {
+        match serde_json::from_str::<WorkItem>(body) {
+            Ok(item) => self.handle_by(item, deadline).await,
+            Err(error) => RecordOutcome::Poison {
+                reason: format!("the record is not a work item: {error}"),
+            },
+        }
+    }
+
+    pub async fn handle(&self, item: WorkItem) -> RecordOutcome {
+        self.handle_by(item, None).await
+    }
+
+    async fn handle_by(&self, item: WorkItem, deadline: Option<Instant>) -> RecordOutcome {
+        match item {
+            WorkItem::Message(message) => {
+                let span = tracing::info_span!(
+                    "slack_message",
+                    thread_id = %message.thread_id,
+                    event_id = %message.event_id
+                );
+                tracing::Instrument::instrument(self.handle_message(message, deadline), span).await
+            }
+            WorkItem::Reply(reply) => self.post_pending(reply).await,
+            WorkItem::Action(request) => {
+                let span = tracing::info_span!(
+                    "slack_action",
+                    thread_id = %request.thread_id,
+                    action = request.action.name()
+                );
+                tracing::Instrument::instrument(self.handle_action(request), span).await
+            }
+            WorkItem::Slash(command) => self.handle_slash(command).await,
+            WorkItem::HomeOpened(opened) => {
+                self.publish_home(&opened.team, &opened.user, None).await
+            }
+            WorkItem::Background(run) => self.handle_background(run, deadline).await,
+        }
+    }
+
+    async fn handle_message(
+        &self,
+        message: IncomingMessage,
+        deadline: Option<Instant>,
+    ) -> RecordOutcome {
+        let command = command::parse(&message.text);
+        let has_files = !message.files.is_empty();
+        if !message.addressed {
+            // Chatter in a thread is not for us; commands are, once the thread has a sandbox.
+            if !command.is_actionable() && !has_files {
+                return RecordOutcome::Delivered;
+            }
+            match self.tb.session(&message.thread_id).await {
+                Ok(Some(_)) => {}
+                Ok(None) => return RecordOutcome::Delivered,
+                Err(error) => return retry(format!("session store: {error}")),
+            }
+        }
+        let key = format!("slack:msg:{}:{}", message.channel, message.ts);
+        let memory = self.config.message_memory;
+        // Which event took the claim: its twin (the other event Slack sends for one mention)
+        // finding the claim is a duplicate, even while the first still runs; only a redelivery
+        // of the same event reads the progress markers.
+        let owner = format!("{OWNER}:{}", message.event_id);
+        match self.dedupe.claim(&key, memory).await {
+            Ok(true) => {
+                self.mark(&key, &owner).await;
+                self.note_user(&message).await;
+            }
+            Ok(false) => match self.earlier_run(&key, &owner).await {
+                Ok(EarlierRun::Twin) => {
+                    tracing::debug!("message claimed by its twin event; nothing to do");
+                    return RecordOutcome::Delivered;
+                }
+                Ok(EarlierRun::Finished) => {
+                    tracing::debug!("message already handled (a retry, or its twin mention event)");
+                    return RecordOutcome::Delivered;
+                }
+                // Claimed, but nothing with effects began: running it now runs it once.
+                Ok(EarlierRun::NotStarted) => {
+                    tracing::info!("an earlier run stopped before doing anything; running it")
+                }
+                Ok(EarlierRun::Interrupted) => return self.interrupted(&message, &key).await,
+                Err(error) => return retry(format!("dedupe store: {error}")),
+            },
+            Err(error) => return retry(format!("dedupe store: {error}")),
+        }
+        let mut replies = Replies::new(self, &message, &key, deadline);
+        if let Some(rates) = &self.rates {
+            match rates.check(&message.thread_id).await {
+                Ok(Verdict::Allowed) => {}
+                Ok(Verdict::Refused { reply }) => {
+                    if let Some(reply) = reply {
+                        replies.send(reply).await;
+                    }
+                    self.mark(&key, DONE).await;
+                    return RecordOutcome::Delivered;
+                }
+                // Nothing has run: the redelivery finds the claim without `started` and runs it.
+                Err(error) => return retry(format!("rate counter: {error}")),
+            }
+        }
+        if has_files {
+            replies.start().await;
+            let text = self.copy_files(&message.thread_id, &message.files).await;
+            replies.send(text).await;
+        }
+        self.run(&message.thread_id, command, has_files, &mut replies)
+            .await;
+        self.mark(&key, DONE).await;
+        RecordOutcome::Delivered
+    }
+
+    /// Remember that the message's author used its thread. Only a convenience for listings, so
+    /// a failure is logged, never fatal.
+    async fn note_user(&self, message: &IncomingMessage) {
+        let (Some(store), Some(place)) = (&self.user_threads, SlackPlace::of(&message.thread_id))
+        else {
+            return;
+        };
+        let now = self.tb.clock.now();
+        if let Err(error) = store
+            .touch(&place.team, &message.user, &message.thread_id, now)
+            .await
+        {
+            tracing::warn!(%error, "could not record who used this thread");
+        }
+    }
+
+    /// What became of the run that claimed this message first.
+    async fn earlier_run(
+        &self,
+        key: &str,
+        owner: &str,
+    ) -> Result<EarlierRun, threadbox_core::ports::StoreError> {
+        if !self.dedupe.contains(&format!("{key}:{owner}")).await? {
+            Ok(EarlierRun::Twin)
+        } else if self.dedupe.contains(&format!("{key}:{DONE}")).await? {
+            Ok(EarlierRun::Finished)
+        } else if self.dedupe.contains(&format!("{key}:{STARTED}")).await? {
+            Ok(EarlierRun::Interrupted)
+        } else {
+            Ok(EarlierRun::NotStarted)
+        }
+    }
+
+    /// The message was being acted on when its worker died: say so in the thread, once, and do
+    /// not act again (the command may have run, in part or in full).
+    async fn interrupted(&self, message: &IncomingMessage, key: &str) -> RecordOutcome {
+        match self
+            .dedupe
+            .claim(&format!("{key}:{INTERRUPTED}"), self.config.message_memory)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return RecordOutcome::Delivered,
+            Err(error) => return retry(format!("dedupe store: {error}")),
+        }
+        tracing::warn!("the worker stopped while acting on this message; it is not run again");
+        let mut replies = Replies::new(self, message, key, None);
+        replies.send(INTERRUPTED_REPLY.to_owned()).await;
+        self.mark(key, DONE).await;
+        RecordOutcome::Delivered
+    }
+
+    /// Write `{key}:{marker}`. A failure is logged, not fatal: the marker only sharpens what a
+    /// redelivery says.
+    async fn mark(&self, key: &str, marker: &str) {
+        let key = format!("{key}:{marker}");
+        if let Err(error) = self.dedupe.claim(&key, self.config.message_memory).await {
+            tracing::warn!(%error, marker, "could not record the message's progress");
+        }
+    }
+
+    async fn run(
+        &self,
+        thread_id: &ThreadId,
+        command: Command,
+        has_files: bool,
+        replies: &mut Replies<'_>,
+    ) {
+        match command {
+            Command::Run(blocks) => {
+                if let Some(refusal) = self.too_much_code(&blocks) {
+                    replies.send(refusal).await;
+                    return;
+                }
+                for block in blocks {
+                    let Some(timeout) = replies.time_for_block(self.config.exec_timeout) else {
+                        replies.send(OUT_OF_TIME_REPLY.to_owned()).await;
+                        continue;
+                    };
+                    replies.start().await;
+                    let place = live::LivePlace {
+                        channel: replies.message.channel.clone(),
+                        thread_ts: replies.message.reply_thread_ts.clone(),
+                    };
+                    // A block whose whole time limit does not fit before the worker's deadline
+                    // runs as a background process, which can outlive this worker.
+                    let background =
+                        replies.deadline.is_some() && timeout < self.config.exec_timeout;
+                    let (reply, live_ts) = self
+                        .run_block(thread_id, block, timeout, &place, background)
+                        .await;
+                    match reply {
+                        BlockReply::Text(text) => replies.finish(text, live_ts).await,
+                        BlockReply::WithFile {
+                            text,
+                            file,
+                            fallback,
+                        } => replies.send_with_file(text, file, fallback, live_ts).await,
+                    }
+                }
+            }
+            Command::Status => replies.send(self.status(thread_id).await).await,
+            Command::Pause => {
+                replies.start().await;
+                replies.send(self.pause(thread_id).await.text()).await
+            }
+            Command::Resume => {
+                replies.start().await;
+                replies.send(self.resume(thread_id).await.text()).await
+            }
+            Command::Reset => {
+                replies.start().await;
+                replies.send(self.reset(thread_id).await.text()).await
+            }
+            Command::Files(path) => {
+                replies
+                    .send(self.files(thread_id, path.as_deref()).await)
+                    .await
+            }
+            Command::Help => replies.send(help()).await,
+            Command::Unknown(_) => {
+                replies
+                    .send(
+                        "I didn't understand that. Send a code block to run it, or one of: \
+                         `status`, `pause`, `resume`, `reset`, `files [path]`, `help`."
+                            .to_owned(),
+                    )
+                    .await
+            }
+            // A file shared without words: the file reply says it all.
+            Command::Empty if has_files => {}
+            Command::Empty => replies.send(help()).await,
+        }
+    }
+
+    /// Why a message's code is over the limits, as the one reply it gets; `None` when it may run.
+    fn too_much_code(&self, blocks: &[CodeBlock]) -> Option<String> {
+        let (max_blocks, max_chars) = (
+            self.config.max_blocks_per_message,
+            self.config.max_code_chars_per_message,
+        );
+        let chars: usize = blocks.iter().map(|b| b.code.chars().count()).sum();
+        let what = if blocks.len() > max_blocks {
+            format!(
+                "{} code blocks; I run at most {max_blocks} per message",
+                blocks.len()
+            )
+        } else if chars > max_chars {
+            format!("{chars} characters of code; I run at most {max_chars} per message")
+        } else {
+            return None;
+        };
+        tracing::info!(blocks = blocks.len(), chars, "message over the code limits");
+        Some(format!(
+            ":no_entry: This message has {what}. Nothing was run. Send the code in smaller \
+             messages, or put it in a file and run that."
+        ))
+    }
+
+    /// Run a code block, live in `place` if it runs long; its reply, and the live message to
+    /// edit into it, if one was posted.
+    async fn run_block(
+        &self,
+        thread_id: &ThreadId,
+        block: CodeBlock,
+        timeout: Duration,
+        place: &live::LivePlace,
+        background: bool,
+    ) -> (BlockReply, Option<String>) {
+        let interpreter = match block.language {
+            Language::Runnable(interpreter) => interpreter,
+            Language::Unsupported(language) => {
+                return (
+                    BlockReply::Text(format!(
+                        "I can't run `{}` code. I can run `bash`, `sh`, `python` and `node`: put \
+                     the language after the opening fence, like ```python",
+                        escape(&language)
+                    )),
+                    None,
+                )
+            }
+        };
+        if background {
+            return self
+                .run_in_background(thread_id, interpreter, &block.code, timeout, place)
+                .await;
+        }
+        let request = ExecRequest {
+            command: ExecCommand::Argv(interpreter.argv(&block.code)),
+            cwd: None,
+            env: Default::default(),
+            stdin: None,
+            timeout,
+            output_cap: self.config.output_cap,
+        };
+        // The exec holds the sandbox for the command's duration, so it is never paused mid-run.
+        let language = interpreter.name();
+        let refusals_before = self.refusals_before(thread_id).await;
+        let streamed = self.run_live(thread_id, request, language, place).await;
+        let live_ts = streamed.live_ts;
+        let result = match streamed.result {
+            Ok(result) => result,
+            Err(error) => return (BlockReply::Text(failure(&error)), live_ts),
+        };
+        // A failure the network may explain ends with what it refused (`refusals`).
+        let hint = self
+            .refusal_hint(thread_id, refusals_before, &result)
+            .await
+            .map(|hint| format!("\n{hint}"))
+            .unwrap_or_default();
+        let budget = self
+            .config
+            .reply_budget
+            .saturating_sub(hint.chars().count());
+        if format::fits_inline(language, &result, budget) {
+            return (
+                BlockReply::Text(format::exec_reply(language, &result, budget) + &hint),
+                live_ts,
+            );
+        }
+        // Too long for a message: the first lines inline, the whole output as a file.
+        let filename = format!("{language}-output.txt");
+        let reply = BlockReply::WithFile {
+            text: format::exec_reply_with_file(language, &result, &filename) + &hint,
+            fallback: format::exec_reply(language, &result, budget) + &hint,
+            file: OutputFile {
+                title: format!("{language} output"),
+                bytes: format::output_file(&result).into_bytes(),
+                filename,
+            },
+        };
+        (reply, live_ts)
+    }
+
+    async fn status(&self, thread_id: &ThreadId) -> String {
+        match self.tb.session(thread_id).await {
+            Ok(Some(session)) => status_line(&session),
+            Ok(None) => NO_SANDBOX.to_owned(),
+            Err(error) => failure(&error.into()),
+        }
+    }
+
+    async fn pause(&self, thread_id: &ThreadId) -> Outcome {
+        match self.tb.pause(thread_id).await {
+            Ok(_) => Outcome::Done(
+                "Paused. Files are kept; the next command resumes the sandbox.".to_owned(),
+            ),
+            Err(UseCaseError::UnknownThread(_)) => Outcome::Refused(NO_SANDBOX.to_owned()),
+            Err(UseCaseError::Held(_)) => Outcome::Refused(
+                "A command is running, so the sandbox stays awake; try again when it finishes."
+                    .to_owned(),
+            ),
+            Err(error) => Outcome::Refused(failure(&error)),
+        }
+    }
+
+    async fn resume(&self, thread_id: &ThreadId) -> Outcome {
+        match self.tb.resume(thread_id).await {
+            Ok(handle) if handle.resumed => {
+                Outcome::Done("Resumed: the sandbox is active.".to_owned())
+            }
+            Ok(_) => Outcome::Done("The sandbox is already active.".to_owned()),
+            Err(UseCaseError::UnknownThread(_)) => Outcome::Refused(NO_SANDBOX.to_owned()),
+            Err(error) => Outcome::Refused(failure(&error)),
+        }
+    }
+
+    async fn reset(&self, thread_id: &ThreadId) -> Outcome {
+        let result = match self.tb.session(thread_id).await {
+            Ok(None) => self.tb.resolve(thread_id).await,
+            Ok(Some(_)) => self.tb.reset(thread_id).await,
+            Err(error) => Err(error.into()),
+        };
+        match result {
+            Ok(handle) => Outcome::Done(format!(
+                ":recycle: Reset: the old sandbox and all its files are gone. A fresh sandbox is \
+                 ready (generation {}).",
+                handle.generation
+            )),
+            Err(error) => Outcome::Refused(failure(&error)),
+        }
+    }
+
+    async fn files(&self, thread_id: &ThreadId, path: Option<&str>) -> String {
+        match self.tb.session(thread_id).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return NO_SANDBOX.to_owned(),
+            Err(error) => return failure(&error.into()),
+        }
+        let path = match path {
+            None => HOME.to_owned(),
+            Some(p) if p.starts_with('/') => p.to_owned(),
+            Some(p) => format!("{HOME}/{p}"),
+        };
+        match self.tb.list_dir(thread_id, &path).await {
+            Ok(mut entries) => {
+                if entries.is_empty() {
+                    return format!("`{}` is empty.", escape(&path));
+                }
+                entries.sort_by(|a, b| a.name.cmp(&b.name));
+                let shown = entries.len().min(self.config.max_listing);
+                let mut lines: Vec<String> = entries[..shown]
+                    .iter()
+                    .map(|e| match e.kind {
+                        FileKind::Dir => format!("{}/", e.name),
+                        FileKind::Symlink => format!("{} (link)", e.name),
+                        _ => format!("{}  {}", e.name, size_words(e.size)),
+                    })
+                    .collect();
+                if entries.len() > shown {
+                    lines.push(format!("… and {} more", entries.len() - shown));
+                }
+                format!(
+                    "`{}`:\n```\n{}\n```",
+                    escape(&path),
+                    escape(&lines.join("\n"))
+                )
+            }
+            Err(error) => failure(&error),
+        }
+    }
+
+    /// Copy shared files into the attachments directory; one line per file.
+    async fn copy_files(&self, thread_id: &ThreadId, files: &[SlackFile]) -> String {
+        let mut lines = Vec::new();
+        for file in files {
+            lines.push(self.copy_file(thread_id, file).await);
+        }
+        lines.join("\n")
+    }
+
+    async fn copy_file(&self, thread_id: &ThreadId, file: &SlackFile) -> String {
+        let limit = self.config.max_attachment_bytes;
+        let needs_info = file.url_private_download.is_none()
+            || file.file_access.as_deref() == Some("check_file_info");
+        let file = if needs_info {
+            match self.api.file_info(&file.id).await {
+                Ok(info) => info,
+                Err(error) => return format!(":x: Could not look up file {}: {error}", file.id),
+            }
+        } else {
+            file.clone()
+        };
+        let name = safe_file_name(file.name.as_deref(), &file.id);
+        let shown = escape(&name);
+        let too_big = |size: u64| {
+            format!(
+                ":warning: `{shown}` is {}; files over {} are not copied into the sandbox.",
+                size_words(size),
+                size_words(limit)
+            )
+        };
+        if let Some(size) = file.size.filter(|s| *s > limit) {
+            return too_big(size);
+        }
+        let Some(url) = file.url_private_download.as_deref() else {
+            return format!(":x: Slack gave no download link for `{shown}`.");
+        };
+        let bytes = match self.api.download_file(url, limit).await {
+            Ok(bytes) => bytes,
+            Err(SlackError::TooLarge { size, .. }) => return too_big(size),
+            Err(error) => return format!(":x: Could not download `{shown}`: {error}"),
+        };
+        let path = format!("{}/{name}", self.config.attachments_dir);
+        match self.tb.write_file(thread_id, &path, &bytes).await {
+            Ok(()) => format!(
+                ":paperclip: Saved `{shown}` ({}) to `{}`",
+                size_words(bytes.len() as u64),
+                escape(&path)
+            ),
+            Err(error) => format!(
+                ":x: Could not save `{shown}`: {}",
+                escape(&error.public_message())
+            ),
+        }
+    }
+
+    /// Post a reply that was queued after a rate limit, once: it is recorded as posted right
+    /// after Slack takes it, so a redelivery (the worker died before the queue heard) skips it.
+    async fn post_pending(&self, reply: PendingReply) -> RecordOutcome {
+        let posted_key = reply
+            .reply_id
+            .as_ref()
+            .map(|id| format!("slack:reply-posted:{id}"));
+        if let Some(key) = &posted_key {
+            match self.dedupe.contains(key).await {
+                Ok(true) => return RecordOutcome::Delivered,
+                Ok(false) => {}
+                Err(error) => return retry(format!("dedupe store: {error}")),
+            }
+        }
+        let post = PostMessage {
+            channel: reply.channel,
+            thread_ts: reply.thread_ts,
+            text: reply.text,
+            blocks: None,
+        };
+        match self.api.post_message(&post).await {
+            Ok(_) => {
+                if let Some(key) = &posted_key {
+                    if let Err(error) = self.dedupe.claim(key, self.config.message_memory).await {
+                        tracing::warn!(%error, "reply posted but not recorded as posted");
+                    }
+                }
+                RecordOutcome::Delivered
+            }
+            Err(error) if error.is_retryable() => RecordOutcome::Retry {
+                retry_after: error.retry_after(),
+            },
+            Err(error) => RecordOutcome::Poison {
+                reason: format!("reply refused by Slack: {error}"),
+            },
+        }
+    }
+}
+
+/// What a control (pause, resume, reset) came to, in words for the person who asked. A button's
+/// success needs no words (the status card changes); a refusal does.
+enum Outcome {
+    Done(String),
+    Refused(String),
+}
+
+impl Outcome {
+    fn text(self) -> String {
+        match self {
+            Outcome::Done(text) | Outcome::Refused(text) => text,
+        }
+    }
+}
+
+/// A code block's reply: text, or text with the whole output attached as a file.
+enum BlockReply {
+    Text(String),
+    WithFile {
+        text: String,
+        file: OutputFile,
+        /// Posted instead (the output cut to fit) if the file cannot be shared.
+        fallback: String,
+    },
+}
+
+struct OutputFile {
+    filename: String,
+    title: String,
+    bytes: Vec<u8>,
+}
+
+/// What a redelivered message's earlier run got to.
+enum EarlierRun {
+    /// Another event for the same message (Slack's twin) took the claim.
+    Twin,
+    Finished,
+    NotStarted,
+    Interrupted,
+}
+
+/// Progress markers after the message's claim key (see the module docs).
+const OWNER: &str = "owner";
+const STARTED: &str = "started";
+const DONE: &str = "done";
+const INTERRUPTED: &str = "interrupted";
+
+/// Kept back from a deadline for posting the replies after the last command.
+pub const REPLY_MARGIN: Duration = Duration::from_secs(10);
+/// A code block with less time than this left is not started.
+pub const MIN_BLOCK_TIME: Duration = Duration::from_secs(5);
+
+const INTERRUPTED_REPLY: &str = ":warning: This message was interrupted: the worker stopped while it was running (a timeout or a crash), so it may have run in part or in full. It is not run again, so nothing runs twice. Check with `files` or `status`, and send it again if needed.";
+const OUT_OF_TIME_REPLY: &str = ":hourglass: This code block was not run: the worker ran out of time for this message. Send it again in a new message.";
+
+/// Posts the replies to one message, in order, each numbered for its queue dedup id; and marks
+/// the message started before its first effect.
+struct Replies<'a> {
+    worker: &'a SlackWorker,
+    message: &'a IncomingMessage,
+    key: &'a str,
+    deadline: Option<Instant>,
+    started: bool,
+    sent: usize,
+}
+
+impl<'a> Replies<'a> {
+    fn new(
+        worker: &'a SlackWorker,
+        message: &'a IncomingMessage,
+        key: &'a str,
+        deadline: Option<Instant>,
+    ) -> Self {
+        Self {
+            worker,
+            message,
+            key,
+            deadline,
+            started: false,
+            sent: 0,
+        }
+    }
+
+    /// Record, once, that the message is about to have effects (see the module docs).
+    async fn start(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.worker.mark(self.key, STARTED).await;
+        }
+    }
+
+    /// The timeout the next code block gets: `limit`, cut to what is left before the deadline
+    /// (less the reply margin); `None` when too little is left to start it.
+    fn time_for_block(&self, limit: Duration) -> Option<Duration> {
+        let Some(deadline) = self.deadline else {
+            return Some(limit);
+        };
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(REPLY_MARGIN);
+        (left >= MIN_BLOCK_TIME).then(|| left.min(limit))
+    }
+
+    /// Post `text` with `file` attached (Slack's external upload: the file and the text arrive
+    /// as one message). When the upload fails, `fallback` is posted as an ordinary reply, so the
+    /// person always gets the result.
+    ///
+    /// With a live message (the command ran long), the file is shared on its own and the live
+    /// message is edited into the text.
+    async fn send_with_file(
+        &mut self,
+        text: String,
+        file: OutputFile,
+        fallback: String,
+        live_ts: Option<String>,
+    ) {
+        let upload = FileUpload {
+            channel: self.message.channel.clone(),
+            thread_ts: self.message.reply_thread_ts.clone(),
+            filename: file.filename,
+            title: file.title,
+            initial_comment: if live_ts.is_some() {
+                String::new()
+            } else {
+                text.clone()
+            },
+            bytes: file.bytes,
+        };
+        match self.worker.api.upload_file(&upload).await {
+            Ok(_) if live_ts.is_some() => self.finish(text, live_ts).await,
+            Ok(_) => self.sent += 1,
+            Err(error) => {
+                tracing::warn!(%error, "could not attach the output as a file; posting it cut");
+                self.finish(fallback, live_ts).await;
+            }
+        }
+    }
+
+    /// The reply to a code block: the live message edited into it when there is one (posted
+    /// anew if the edit fails), else posted.
+    async fn finish(&mut self, text: String, live_ts: Option<String>) {
+        if let Some(ts) = live_ts {
+            let update = UpdateMessage {
+                channel: self.message.channel.clone(),
+                ts,
+                text: text.clone(),
+                blocks: None,
+            };
+            match self.worker.api.update_message(&update).await {
+                Ok(()) => {
+                    self.sent += 1;
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "could not edit the live message into the reply; posting it");
+                }
+            }
+        }
+        self.send(text).await;
+    }
+
+    async fn send(&mut self, text: String) {
+        self.sent += 1;
+        let post = PostMessage {
+            channel: self.message.channel.clone(),
+            thread_ts: self.message.reply_thread_ts.clone(),
+            text,
+            blocks: None,
+        };
+        let mut attempt = 0;
+        let error = loop {
+            attempt += 1;
+            match self.worker.api.post_message(&post).await {
+                Ok(_) => return,
+                Err(error) if !error.is_retryable() => {
+                    tracing::error!(%error, "reply refused by Slack; dropped");
+                    return;
+                }
+                Err(error) => {
+                    let wait = error.retry_after().unwrap_or(Duration::from_secs(attempt));
+                    if attempt >= 3 || wait > self.worker.config.max_inline_wait {
+                        break error;
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        };
+        tracing::info!(%error, "reply deferred to the work queue");
+        let reply_id = format!("{}:reply:{}", self.message.event_id, self.sent);
+        let item = WorkItem::Reply(PendingReply {
+            thread_id: self.message.thread_id.clone(),
+            channel: post.channel,
+            thread_ts: post.thread_ts,
+            text: post.text,
+            reply_id: Some(reply_id.clone()),
+        });
+        let queued = OutgoingMessage {
+            group_id: item.group_id(),
+            dedup_id: reply_id,
+            body: serde_json::to_string(&item).expect("work items serialise"),
+        };
+        if let Err(error) = self.worker.queue.send(&[queued]).await {
+            tracing::error!(%error, "could not queue the reply; it is lost");
+        }
+    }
+}
+
+fn retry(reason: String) -> RecordOutcome {
+    tracing::warn!(%reason, "work item will be retried");
+    RecordOutcome::Retry { retry_after: None }
+}
+
+pub(super) const NO_SANDBOX: &str =
+    "This thread has no sandbox yet: send a code block to start one.";
+
+fn help() -> String {
+    "I run code in this thread's own sandbox: a Linux machine that keeps its files between \
+     messages.\n\
+     • A code block runs it: ```python, ```node, ```bash or ```sh (no language means bash).\n\
+     • `status`: what the sandbox is doing.\n\
+     • `pause` / `resume`: put it to sleep (files kept) or wake it.\n\
+     • `reset`: throw it away with all its files and start fresh.\n\
+     • `files [path]`: list a directory (default /home/user).\n\
+     • Share a file here and it lands in /home/user/attachments."
+        .to_owned()
+}
+
+pub(super) fn status_line(session: &Session) -> String {
+    let sandbox = session
+        .sandbox_id
+        .as_deref()
+        .map(|id| format!(" · `{}`", escape(id)))
+        .unwrap_or_default();
+    let active = session.last_activity_at.0.div_euclid(1000);
+    let mut text = format!(
+        "Sandbox *{}* · generation {}{sandbox} · last active <!date^{active}^{{date_short_pretty}} {{time_secs}}|at {active}>",
+        session.status, session.generation
+    );
+    if let Some(error) = &session.last_error {
+        text.push_str(&format!("\nLast error: {}", escape(error)));
+    }
+    text
+}
+
+/// A use-case error as a reply: what happened and what the person can do.
+fn failure(error: &UseCaseError) -> String {
+    match error {
+        UseCaseError::Rejected(r) if r.kind == RejectKind::Expired => {
+            ":warning: This thread's sandbox expired and was not replaced. Send `reset` to start \
+             a fresh one (files from before are gone)."
+                .to_owned()
+        }
+        UseCaseError::Rejected(r) if r.kind == RejectKind::Illegal => format!(
+            "That can't be done while the sandbox is {}.",
+            r.from.map_or("new", |s| s.as_str())
+        ),
+        UseCaseError::Busy { status, .. } => {
+            format!("The sandbox is still {status}; try again in a moment.")
+        }
+        UseCaseError::Rejected(_) => {
+            "The sandbox is busy changing state; try again in a moment.".to_owned()
+        }
+        UseCaseError::UnknownThread(_) => NO_SANDBOX.to_owned(),
+        UseCaseError::Budget(exceeded) => crate::budget::budget_reply(exceeded),
+        UseCaseError::Provider(threadbox_core::ports::ProviderError::LimitReached {
+            limit,
+            message,
+            retry_after,
+        }) => format!(
+            ":hourglass: Not run: {} (`{}`). Send it again in {} s or so.",
+            escape(message),
+            limit.code(),
+            retry_after.as_secs().max(1)
+        ),
+        other => format!(":x: {}", escape(&other.public_message())),
+    }
+}
+
+/// A shared file's name as a safe single path component: letters, digits, `.`, `_` and `-`
+/// (anything else becomes `_`), no leading dots, at most 100 characters; the file id when
+/// nothing is left.
+pub fn safe_file_name(name: Option<&str>, id: &str) -> String {
+    let cleaned: String = name
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let cleaned = cleaned.trim_start_matches('.');
+    let cleaned: String = cleaned.chars().take(100).collect();
+    if cleaned.trim_matches('_').is_empty() {
+        safe_file_name(Some(id), "file")
+            .trim_start_matches('.')
+            .to_owned()
+    } else {
+        cleaned
+    }
+}
+
+/// "512 B", "12.3 KB", "4.0 MB".
+fn size_words(bytes: u64) -> String {
+    const KB: f64 = 1024.0;
+    let b = bytes as f64;
+    if b < KB {
+        format!("{bytes} B")
+    } else if b < KB * KB {
+        format!("{:.1} KB", b / KB)
+    } else if b < KB * KB * KB {
+        format!("{:.1} MB", b / (KB * KB))
+    } else {
+        format!("{:.1} GB", b / (KB * KB * KB))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_become_one_safe_component() {
+        let cases = [
+            (Some("report.csv"), "report.csv"),
+            (Some("../../etc/passwd"), "_.._etc_passwd"),
+            (Some(".bashrc"), "bashrc"),
+            (Some("my file (1).txt"), "my_file__1_.txt"),
+            (Some("日本.txt"), "__.txt"),
+            (Some("///"), "F123"),
+            (None, "F123"),
+        ];
+        for (name, expected) in cases {
+            assert_eq!(safe_file_name(name, "F123"), expected, "{name:?}");
+        }
+        assert_eq!(safe_file_name(Some(&"a".repeat(300)), "F1").len(), 100);
+    }
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(size_words(512), "512 B");
+        assert_eq!(size_words(12_595), "12.3 KB");
+        assert_eq!(size_words(20 * 1024 * 1024), "20.0 MB");
+    }
+}
