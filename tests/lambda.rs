@@ -164,7 +164,7 @@ impl Default for LocalThreadbox {
 
 /// The AWS resources the functions' environment names, created on whatever endpoint the SDK's
 /// standard settings point at (moto's server locally). Used by the local-loop test and by the
-/// `lambda_local_resources` example the README's local loop runs.
+/// `lambda_local_resources` example the local loop (docs/aws.md#the-local-lambda-loop) runs.
 #[cfg(feature = "aws")]
 pub mod local {
     use threadbox_aws::dynamo::{

@@ -7,7 +7,7 @@
 //!
 //! Beside what the threads used, it prints what the control plane costs on AWS per thread-month:
 //! not counted but modelled (`scripts/cost-model.py`, docs/cost.md), from the model's own summary
-//! (`cost_model.json`, the one copy of the figure: docs/cost.md, the README and BENCHMARKS.md
+//! (`cost_model.json`, the one copy of the figure: docs/cost.md and BENCHMARKS.md
 //! give the same, and tests/tests/cost_model.rs checks all of them against the model).
 
 use std::process::ExitCode;

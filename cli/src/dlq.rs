@@ -4,7 +4,7 @@
 //!
 //! `list` only looks: each message is received with a short visibility and made visible again.
 //! `redrive` moves messages back to their queue, in order within a thread (see
-//! `SqsQueue::redrive_dead_letters`). The README's dead-letter runbook says when to use which.
+//! `SqsQueue::redrive_dead_letters`). docs/aws.md#dead-letter-runbook says when to use which.
 
 use std::process::ExitCode;
 

@@ -1,6 +1,6 @@
 //! The CLI's exit statuses, so scripts can tell "no such thread" from "try again later" without
-//! parsing messages. README.md lists them; `threads exec` exits with the command's own status
-//! instead when the command ran.
+//! parsing messages. docs/dev.md#the-operator-cli lists them; `threads exec` exits with the
+//! command's own status instead when the command ran.
 
 use std::process::ExitCode;
 

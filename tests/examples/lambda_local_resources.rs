@@ -17,7 +17,7 @@ use threadbox_tests::lambda::local::LocalResources;
 async fn main() -> Result<(), String> {
     if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
         return Err(
-            "AWS_ENDPOINT_URL is not set: point it at moto's server (README: The local Lambda loop)"
+            "AWS_ENDPOINT_URL is not set: point it at moto's server (docs/aws.md#the-local-lambda-loop)"
                 .into(),
         );
     }

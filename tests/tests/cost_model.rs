@@ -3,8 +3,8 @@
 //! price everything `infra/template.yaml` deploys (every kind of resource, and as many alarms,
 //! alarm metrics, queues, secrets and functions of each size as the template has, counted here
 //! independently of the model's own reading); and `threadbox cost` (its copy of the model's
-//! summary, `cli/src/cost_model.json`), docs/cost.md, the README and BENCHMARKS.md must give the
-//! figure the model gives now.
+//! summary, `cli/src/cost_model.json`), docs/cost.md and BENCHMARKS.md must give the figure the
+//! model gives now.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -258,14 +258,14 @@ fn threadbox_cost_the_docs_and_the_benchmarks_give_the_models_thread_month() {
         summary.trim(),
         "cli/src/cost_model.json is not the model's summary: run \
          `python3 scripts/cost-model.py --summary > cli/src/cost_model.json` and update the \
-         figures in docs/cost.md, README.md and BENCHMARKS.md"
+         figures in docs/cost.md and BENCHMARKS.md"
     );
     let s: Value = serde_json::from_str(&summary).unwrap();
     let thread_month = format!("${:.4}", s["thread_month_usd"].as_f64().unwrap());
     let percent = format!("{:.2}%", 100.0 * s["ratio"].as_f64().unwrap());
     let fixed = format!("${:.2}", s["fixed_usd_per_month"].as_f64().unwrap());
     let threads = format!("{} threads", s["one_percent_threads"].as_u64().unwrap());
-    for document in ["docs/cost.md", "README.md", "BENCHMARKS.md"] {
+    for document in ["docs/cost.md", "BENCHMARKS.md"] {
         let text = read(document);
         for figure in [&thread_month, &percent, &fixed, &threads] {
             assert!(

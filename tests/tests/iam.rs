@@ -740,7 +740,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
 
 /// `threadbox dlq` has no role: it runs under the operator's credentials. What it needs is
 /// recorded here, through the same adapter calls the command makes, and must be what the
-/// README's dead-letter runbook tells the operator.
+/// dead-letter runbook (docs/aws.md#dead-letter-runbook) tells the operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threadbox_dlq_needs_what_the_runbook_says() {
     let test = "threadbox_dlq_needs_what_the_runbook_says";
@@ -797,9 +797,10 @@ async fn threadbox_dlq_needs_what_the_runbook_says() {
         made,
         expected.map(|(a, w)| (a.to_owned(), w.to_owned())).to_vec()
     );
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let runbook = &readme[readme.find("**Dead-letter runbook.**").unwrap()..];
-    let runbook = &runbook[..runbook.find("\n\n**").unwrap_or(runbook.len())];
+    let page = std::fs::read_to_string(repo().join("docs/aws.md")).unwrap();
+    let runbook = &page[page.find("\n## Dead-letter runbook\n").unwrap()..];
+    let runbook = &runbook[1..];
+    let runbook = &runbook[..runbook.find("\n## ").unwrap_or(runbook.len())];
     for (action, _) in expected {
         assert!(
             runbook.contains(&format!("`{action}`")),

@@ -1,6 +1,7 @@
-//! The README's local Lambda loop, end to end: `cargo lambda watch` (on 127.0.0.1) runs the real
-//! function binaries with the workspace's `[workspace.metadata.lambda.env]`, against moto's server
-//! and runc; `cargo lambda invoke` sends the event fixtures.
+//! The local Lambda loop (docs/aws.md#the-local-lambda-loop), end to end: `cargo lambda watch`
+//! (on 127.0.0.1) runs the real function binaries with the workspace's
+//! `[workspace.metadata.lambda.env]`, against moto's server and runc; `cargo lambda invoke` sends
+//! the event fixtures.
 //!
 //! 1. Create the local tables and queues (the names the metadata gives) in this run's moto.
 //! 2. Build resolve-session and janitor as `cargo lambda watch` will run them, so the timed

@@ -1,9 +1,9 @@
-//! The SAM template checked against the code and the README, so a route cannot work locally and
-//! 404 on AWS, and the README's deploy steps cannot drift from the parameters the stack needs.
+//! The SAM template checked against the code and docs/aws.md, so a route cannot work locally and
+//! 404 on AWS, and the deploy steps cannot drift from the parameters the stack needs.
 //!
 //! Both files are read as text: the template's `HttpApi` events (`Method:` and `Path:` lines) and
 //! `Parameters:` block, the router's `.route("…", get(…).post(…))` calls in the shared crate's
-//! HTTP and Slack modules, and the README's "Run on AWS" section.
+//! HTTP and Slack modules, and docs/aws.md (running on AWS: its deploy steps and parameter table).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -174,18 +174,13 @@ fn template_parameters(template: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readme_deploy_steps_match_the_templates_parameters() {
+fn the_aws_pages_deploy_steps_match_the_templates_parameters() {
     let template = read("infra/template.yaml");
     let parameters = template_parameters(&template);
     assert!(parameters.len() > 5, "{parameters:?}");
-    let readme = read("README.md");
-    let section = readme
-        .split("\n## Run on AWS\n")
-        .nth(1)
-        .expect("a Run on AWS section")
-        .split("\n## ")
-        .next()
-        .unwrap();
+    // The whole page: its secrets steps (under Deploying) and its parameter table (under
+    // Parameters) are the only `create-secret` lines and the only `| parameter |` table there.
+    let section = read("docs/aws.md");
     let table: Vec<String> = section
         .lines()
         .skip_while(|l| !l.starts_with("| parameter |"))
@@ -203,10 +198,10 @@ fn the_readme_deploy_steps_match_the_templates_parameters() {
     assert_eq!(
         documented.iter().collect::<BTreeSet<_>>(),
         parameters.iter().collect::<BTreeSet<_>>(),
-        "the README's parameter table and the template's parameters differ"
+        "docs/aws.md's parameter table and the template's parameters differ"
     );
 
-    // Every secret the template asks for is created by the README's steps, under the name the
+    // Every secret the template asks for is created by the page's steps, under the name the
     // table gives for it.
     let created: BTreeSet<&str> = section
         .lines()
@@ -231,7 +226,7 @@ fn the_readme_deploy_steps_match_the_templates_parameters() {
             created
                 .iter()
                 .any(|name| row.contains(&format!("`{name}`"))),
-            "the README's row for {secret} names none of the secrets its steps create: {row}"
+            "docs/aws.md's row for {secret} names none of the secrets its steps create: {row}"
         );
     }
 }

@@ -1,6 +1,6 @@
 //! `threadbox slack manifest --url <ApiUrl>`: the Slack app manifest for a deployment, so
 //! installing the app is "create app from manifest, install, put two secrets" instead of copying
-//! scopes and events out of the README.
+//! scopes and events out of docs/slack.md#setting-up-the-slack-app.
 //!
 //! The same manifest is in three places, kept equal by the tests below:
 //! - this command's output (YAML, or `--format json`);

@@ -11,7 +11,8 @@
 //! hosting, would serve it). TLS is a byte pipe after the ClientHello, unless an operator
 //! attached credentials to the host ([`NetworkConfig::credentials`]): then `intercept`
 //! terminates it and checks and adds headers to every request. A pipe of TLS cannot see the
-//! requests inside it; the README's network section says what that leaves open.
+//! requests inside it; docs/network.md#what-an-allowlist-of-names-can-promise says what that
+//! leaves open.
 //!
 //! What the sandbox sends is read by kept parsers where one fits: the first request head by
 //! `httparse` (hyper's parser; hyper reads the rest). The ClientHello's server name and the
@@ -231,7 +232,8 @@ impl Proxy {
                 .await;
         }
         // TLS without credentials: the name was read from the ClientHello and the rest is the
-        // sandbox's own, encrypted; a byte pipe (see the README on what a list of names can
+        // sandbox's own, encrypted; a byte pipe (see
+        // docs/network.md#what-an-allowlist-of-names-can-promise on what a list of names can
         // promise over TLS).
         let mut server =
             tokio::time::timeout(self.config.connect_timeout, TcpStream::connect(upstream))
