@@ -19,7 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn read(path: &Path) -> String {
@@ -146,7 +149,10 @@ fn every_crate_and_its_dependencies_are_on_the_page_and_none_reaches_up() {
         seen.insert(name);
     }
     let listed: BTreeSet<_> = rows.keys().cloned().collect();
-    assert_eq!(listed, seen, "the page lists exactly the crates under crates/");
+    assert_eq!(
+        listed, seen,
+        "the page lists exactly the crates under crates/"
+    );
 }
 
 /// Crates that must never be in the core's tree: they belong to adapters and edges.
@@ -173,7 +179,15 @@ const NOT_IN_THE_CORE: &[&str] = &[
 fn the_core_tree_holds_no_aws_sqlite_http_or_tls() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["tree", "-p", "threadbox-core", "-e", "normal", "--prefix", "none"])
+        .args([
+            "tree",
+            "-p",
+            "threadbox-core",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
         .args(["--all-features", "--offline"])
         .current_dir(repo())
         .output()
@@ -308,7 +322,10 @@ fn strip(code: &str) -> String {
         } else if let Some(hashes) = raw_string_start(rest) {
             let close = format!("\"{}", "#".repeat(hashes));
             let body = i + 2 + hashes;
-            i = body + code[body..].find(&close).map_or(code.len() - body, |e| e + close.len());
+            i = body
+                + code[body..]
+                    .find(&close)
+                    .map_or(code.len() - body, |e| e + close.len());
             out.push(' ');
         } else if b[i] == b'"' {
             i += 1;
@@ -398,52 +415,80 @@ fn ident_at(s: &str) -> &str {
 
 /// Every module path a piece of stripped code names, absolute from the crate root, given the
 /// module path of the file (`["usecases", "resolve"]`). Paths from `crate::` (grouped or not)
-/// and from `super::` chains; a path's segments are its leading lowercase names.
+/// and from `super::` chains, which resolve from the inline module (`mod name { ... }`) they
+/// stand in; a path's segments are its leading lowercase names.
 fn named_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
     let mut found = Vec::new();
     let bytes = code.as_bytes();
+    // The inline modules the scan is inside, with the brace depth each opened at.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
     let mut i = 0;
     while i < code.len() {
-        let boundary = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b'$');
+        match bytes[i] {
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if inline.last().is_some_and(|(_, at)| *at == depth) {
+                    inline.pop();
+                }
+            }
+            _ => {}
+        }
+        let boundary = i == 0
+            || !(bytes[i - 1].is_ascii_alphanumeric()
+                || bytes[i - 1] == b'_'
+                || bytes[i - 1] == b'$');
         let word = ident_at(&code[i..]);
         if !boundary || word.is_empty() {
             i += code[i..].chars().next().unwrap().len_utf8();
             continue;
         }
-        let (base, mut at) = match word {
+        let here: Vec<String> = module
+            .iter()
+            .cloned()
+            .chain(inline.iter().map(|(name, _)| name.clone()))
+            .collect();
+        let (base, at) = match word {
+            "mod" => {
+                let rest = code[i + 3..].trim_start();
+                let name = ident_at(rest);
+                if !name.is_empty() && rest[name.len()..].trim_start().starts_with('{') {
+                    inline.push((name.to_owned(), depth));
+                }
+                i += 3;
+                continue;
+            }
             "crate" => (Vec::new(), i + word.len()),
             "super" => {
-                let mut up = module.len();
+                let mut up = here.len();
                 let mut at = i;
-                while code[at..].starts_with("super") {
+                loop {
                     up = up.saturating_sub(1);
-                    at += 5;
+                    at += "super".len();
                     let next = code[at..].trim_start();
-                    if let Some(after) = next.strip_prefix("::") {
-                        let after = after.trim_start();
-                        at = code.len() - after.len();
-                    } else {
-                        break;
+                    match next.strip_prefix("::") {
+                        Some(after) if after.trim_start().starts_with("super") => {
+                            at = code.len() - after.trim_start().len();
+                        }
+                        _ => break,
                     }
                 }
-                // `super::x` from a file's own module names its parent's `x`.
-                (module[..up].to_vec(), at - 2)
+                (here[..up].to_vec(), at)
             }
             _ => {
                 i += word.len();
                 continue;
             }
         };
-        let tail = code[at..].trim_start();
-        if let Some(after) = tail.strip_prefix("::") {
-            at = code.len() - after.len();
-            for path in path_tails(&code[at..]) {
+        if let Some(after) = code[at..].trim_start().strip_prefix("::") {
+            for path in path_tails(after) {
                 let mut full = base.clone();
                 full.extend(path);
                 found.push(full);
             }
         }
-        i += word.len();
+        i = at;
     }
     found
 }
@@ -476,7 +521,8 @@ fn path_tails(s: &str) -> Vec<Vec<String>> {
     let mut rest = s;
     loop {
         let name = ident_at(rest);
-        if name.is_empty() || name == "self" || !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        if name.is_empty() || name == "self" || !name.starts_with(|c: char| c.is_ascii_lowercase())
+        {
             if rest.starts_with('{') {
                 return path_tails(rest)
                     .into_iter()
@@ -558,16 +604,27 @@ fn sibling_circles(src: &Path) -> Vec<String> {
     use std::collections::BTreeMap as Map;
     let mut edges: Map<Vec<String>, BTreeSet<String>> = Map::new();
     for (file, module) in modules(src) {
-        if file.file_name().is_some_and(|n| n == "tests.rs" || n.to_str().unwrap().ends_with("_tests.rs")) {
+        if file
+            .file_name()
+            .is_some_and(|n| n == "tests.rs" || n.to_str().unwrap().ends_with("_tests.rs"))
+        {
             continue;
         }
-        let Some((own, parent)) = module.split_last() else { continue };
+        let Some((own, parent)) = module.split_last() else {
+            continue;
+        };
         let code = without_test_modules(&strip(&std::fs::read_to_string(&file).unwrap()));
         for path in named_paths(&code, &module) {
-            if path.len() > parent.len() && path[..parent.len()] == *parent && path[parent.len()] != *own {
+            if path.len() > parent.len()
+                && path[..parent.len()] == *parent
+                && path[parent.len()] != *own
+            {
                 let mut from = parent.to_vec();
                 from.push(own.clone());
-                edges.entry(from).or_default().insert(path[parent.len()].clone());
+                edges
+                    .entry(from)
+                    .or_default()
+                    .insert(path[parent.len()].clone());
             }
         }
     }
@@ -598,7 +655,10 @@ fn no_module_names_a_sibling_that_names_it_back() {
     for entry in std::fs::read_dir(repo().join("crates")).unwrap() {
         let src = entry.unwrap().path().join("src");
         for circle in sibling_circles(&src) {
-            circles.push(format!("{}: {circle} is in an import circle", src.display()));
+            circles.push(format!(
+                "{}: {circle} is in an import circle",
+                src.display()
+            ));
         }
     }
     assert!(circles.is_empty(), "{}", circles.join("\n"));
@@ -616,25 +676,70 @@ fn the_source_checks_see_every_way_of_naming_a_module() {
     };
     let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
     // A grouped import, nested.
-    assert_eq!(firsts("use crate::{domain::X, usecases::{a, b}};", &["ports"]), set(&["domain", "usecases"]));
+    assert_eq!(
+        firsts("use crate::{domain::X, usecases::{a, b}};", &["ports"]),
+        set(&["domain", "usecases"])
+    );
     // A full path in an expression, after a test module's `use`.
     assert_eq!(
-        firsts("#[cfg(test)]\nuse crate::domain::X;\nfn f() { crate::usecases::go() }", &["ports"]),
+        firsts(
+            "#[cfg(test)]\nuse crate::domain::X;\nfn f() { crate::usecases::go() }",
+            &["ports"]
+        ),
         set(&["domain", "usecases"])
     );
     // `super` chains resolve from the file's module.
-    assert_eq!(firsts("use super::super::usecases::Y;", &["ports", "provider", "x"]), set(&["ports"]));
-    assert_eq!(firsts("use super::super::super::usecases::Y;", &["ports", "provider", "x"]), set(&["usecases"]));
+    assert_eq!(
+        firsts(
+            "use super::super::usecases::Y;",
+            &["ports", "provider", "x"]
+        ),
+        set(&["ports"])
+    );
+    assert_eq!(
+        firsts(
+            "use super::super::super::usecases::Y;",
+            &["ports", "provider", "x"]
+        ),
+        set(&["usecases"])
+    );
+    // `super` inside an inline module resolves from that module.
+    assert_eq!(
+        firsts("mod armed { use super::usecases::Y; }", &["fault"]),
+        set(&["fault"])
+    );
+    assert_eq!(
+        firsts(
+            "mod armed { fn f() {} }\nuse super::usecases::Y;",
+            &["fault"]
+        ),
+        set(&["usecases"])
+    );
     // Comments and strings name nothing.
-    assert!(firsts("// crate::usecases\nlet s = \"crate::usecases\"; /* crate::x */", &["ports"]).is_empty());
+    assert!(firsts(
+        "// crate::usecases\nlet s = \"crate::usecases\"; /* crate::x */",
+        &["ports"]
+    )
+    .is_empty());
     // A circle between two siblings, one of them by a full path.
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("a")).unwrap();
     std::fs::write(dir.path().join("a/one.rs"), "use super::two::T;").unwrap();
     std::fs::write(dir.path().join("a/two.rs"), "fn f() { crate::a::one::g() }").unwrap();
-    std::fs::write(dir.path().join("a/three.rs"), "use super::one::T;\n#[cfg(test)]\nmod tests { use crate::a::three; }").unwrap();
-    assert_eq!(sibling_circles(dir.path()), vec!["a::{one}".to_owned(), "a::{two}".to_owned()]);
+    std::fs::write(
+        dir.path().join("a/three.rs"),
+        "use super::one::T;\n#[cfg(test)]\nmod tests { use crate::a::three; }",
+    )
+    .unwrap();
+    assert_eq!(
+        sibling_circles(dir.path()),
+        vec!["a::{one}".to_owned(), "a::{two}".to_owned()]
+    );
     // Test modules are not production code.
-    std::fs::write(dir.path().join("a/one.rs"), "#[cfg(test)]\nmod tests { use super::super::two::T; }").unwrap();
+    std::fs::write(
+        dir.path().join("a/one.rs"),
+        "#[cfg(test)]\nmod tests { use super::super::two::T; }",
+    )
+    .unwrap();
     assert!(sibling_circles(dir.path()).is_empty());
 }
