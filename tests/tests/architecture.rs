@@ -743,3 +743,84 @@ fn the_source_checks_see_every_way_of_naming_a_module() {
     .unwrap();
     assert!(sibling_circles(dir.path()).is_empty());
 }
+
+/// The `.rs` files of a package under `dirs` (relative to its folder), with the files their
+/// `#[path = "..."]` attributes include from elsewhere.
+fn package_sources(package: &Path, dirs: &[&str]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() && path.file_name().is_some_and(|n| n != "target") {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    for dir in dirs {
+        walk(&package.join(dir), &mut files);
+    }
+    let mut included = Vec::new();
+    for file in &files {
+        for line in read(file).lines() {
+            if let Some(rest) = line.trim().strip_prefix("#[path = \"") {
+                let relative = rest.split('"').next().unwrap();
+                included.push(file.parent().unwrap().join(relative));
+            }
+        }
+    }
+    files.extend(included);
+    files
+}
+
+#[test]
+fn every_package_uses_each_threadbox_crate_it_names() {
+    let root = repo();
+    let mut packages: Vec<PathBuf> = ["crates", "functions"]
+        .iter()
+        .flat_map(|top| std::fs::read_dir(root.join(top)).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    packages.extend([root.join("cli"), root.join("tests")]);
+    let mut unused = Vec::new();
+    for package in packages {
+        let manifest = read(&package.join("Cargo.toml"));
+        let mut section = "";
+        for line in manifest.lines() {
+            if line.starts_with('[') {
+                section = line.trim();
+                continue;
+            }
+            let Some(dep) = line.strip_prefix("threadbox-") else {
+                continue;
+            };
+            let name: String = dep
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            // A normal dependency must be used by the package's own code; the tests crate's
+            // optional ones serve its test targets (features turn them on), like dev-dependencies.
+            let dirs: &[&str] = match section {
+                "[dependencies]" if !package.ends_with("tests") => &["src"],
+                "[dependencies]" | "[dev-dependencies]" => &["."],
+                _ => continue,
+            };
+            let ident = format!("threadbox_{}", name.replace('-', "_"));
+            let used = package_sources(&package, dirs)
+                .iter()
+                .any(|file| read(file).contains(&ident));
+            if !used {
+                unused.push(format!("{} {section} threadbox-{name}", package.display()));
+            }
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "named but not used:\n{}",
+        unused.join("\n")
+    );
+}
