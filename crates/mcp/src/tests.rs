@@ -12,7 +12,7 @@ use axum::Router;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use super::{ExecInput, ProcessInput, SandboxBackend, ThreadboxBackend, ToolFailure};
+use super::{ExecBody, ProcessBody, SandboxBackend, ThreadboxBackend, ToolFailure};
 use threadbox_api::http::{router, ApiAuth};
 use threadbox_core::ports::{ProcessSignal, MAX_INPUT_BYTES};
 use threadbox_core::usecases::{Config, Threadbox};
@@ -38,29 +38,29 @@ fn threadbox(dir: &tempfile::TempDir) -> Threadbox {
 async fn the_backend_runs_commands_and_files_with_the_apis_checks_and_codes() {
     let dir = tempfile::tempdir().unwrap();
     let backend = ThreadboxBackend::new(threadbox(&dir));
-    let input = ExecInput {
+    let input = ExecBody {
         cmd: Some("echo hi".into()),
-        ..ExecInput::default()
+        ..ExecBody::default()
     };
     let ran = backend.exec("t1", input, None).await.unwrap();
     assert_eq!(ran.exit_code, Some(0));
     assert_eq!(ran.stdout, "echo hi");
 
     // The exec body's own checks, with the API's code and status.
-    let both = ExecInput {
+    let both = ExecBody {
         cmd: Some("true".into()),
         argv: Some(vec!["true".into()]),
-        ..ExecInput::default()
+        ..ExecBody::default()
     };
     let refused = backend.exec("t1", both, None).await.unwrap_err();
     assert_eq!(
         (refused.code.as_str(), refused.status),
         ("invalid_request", Some(400))
     );
-    let slow = ExecInput {
+    let slow = ExecBody {
         cmd: Some("sleep 1".into()),
         timeout_ms: Some(3_600_000),
-        ..ExecInput::default()
+        ..ExecBody::default()
     };
     let refused = backend.exec("t1", slow, None).await.unwrap_err();
     assert_eq!(refused.code, "invalid_request", "{refused:?}");
@@ -215,25 +215,25 @@ async fn the_process_tools_check_their_arguments_as_the_apis_routes_do() {
     let code = |failure: ToolFailure| (failure.code, failure.status);
     let bad = |code: &str| (code.to_owned(), Some(400));
 
-    let both = ProcessInput {
+    let both = ProcessBody {
         cmd: Some("sleep 9".into()),
         argv: Some(vec!["sleep".into(), "9".into()]),
-        ..ProcessInput::default()
+        ..ProcessBody::default()
     };
     let refused = backend.start_process("t3", both).await.unwrap_err();
     assert_eq!(code(refused), bad("invalid_request"));
-    let too_short = ProcessInput {
+    let too_short = ProcessBody {
         cmd: Some("sleep 9".into()),
         idle_timeout_ms: Some(10),
-        ..ProcessInput::default()
+        ..ProcessBody::default()
     };
     let refused = backend.start_process("t3", too_short).await.unwrap_err();
     assert!(refused.message.contains("idle_timeout_ms"), "{refused:?}");
     assert_eq!(code(refused), bad("invalid_request"));
-    let outside = ProcessInput {
+    let outside = ProcessBody {
         cmd: Some("ls".into()),
         cwd: Some("work/src".into()),
-        ..ProcessInput::default()
+        ..ProcessBody::default()
     };
     let refused = backend.start_process("t3", outside).await.unwrap_err();
     assert_eq!(code(refused), bad("invalid_path"));

@@ -26,7 +26,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::{ExecInput, ProcessInput, SandboxBackend, ToolFailure};
+use super::{ExecBody, ProcessBody, SandboxBackend, ToolFailure};
+use threadbox_api::wire::CommandSpec;
 use threadbox_core::ports::{OutputChunk, ProcessSignal, ProcessState, MAX_OUTPUT_READ};
 
 /// The most of a file `read_file` returns: a model's context is the limit, not the API's.
@@ -258,6 +259,32 @@ fn output_field(data: &[u8]) -> (&'static str, String, usize) {
     }
 }
 
+/// The command of `run_command` or `start_process` as the API's bodies take it: exactly one of
+/// a shell line (`command`, not blank) or `argv` (not empty).
+fn command(
+    command: Option<String>,
+    argv: Option<Vec<String>>,
+    cwd: Option<String>,
+    env: BTreeMap<String, String>,
+) -> Result<CommandSpec, String> {
+    let (cmd, argv) = match (command, argv) {
+        (Some(cmd), None) if !cmd.trim().is_empty() => (Some(cmd), None),
+        (None, Some(argv)) if !argv.is_empty() => (None, Some(argv)),
+        _ => return Err("give exactly one of command (a shell line) or argv".into()),
+    };
+    Ok(CommandSpec {
+        cmd,
+        argv,
+        cwd,
+        env,
+    })
+}
+
+/// Seconds as the bodies' milliseconds.
+fn millis(seconds: Option<u64>) -> Option<u64> {
+    seconds.map(|s| s.saturating_mul(1000))
+}
+
 /// A failure as the tool's error result: the model sees the message and the code.
 fn tool_error(failure: ToolFailure) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(failure.to_json().to_string())])
@@ -316,18 +343,11 @@ impl<B: SandboxBackend> SandboxTools<B> {
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let args = checked!(args);
-        let (cmd, argv) = match (args.command, args.argv) {
-            (Some(cmd), None) if !cmd.trim().is_empty() => (Some(cmd), None),
-            (None, Some(argv)) if !argv.is_empty() => (None, Some(argv)),
-            _ => return invalid("give exactly one of command (a shell line) or argv"),
-        };
-        let input = ExecInput {
-            cmd,
-            argv,
-            cwd: args.cwd,
-            env: args.env,
+        let spec = checked!(command(args.command, args.argv, args.cwd, args.env));
+        let input = ExecBody {
             stdin: args.stdin,
-            timeout_ms: args.timeout_seconds.map(|s| s.saturating_mul(1000)),
+            timeout_ms: millis(args.timeout_seconds),
+            ..ExecBody::running(spec)
         };
         let token = context.meta.get_progress_token().filter(|_| self.progress);
         let (sink, mut output) = match token {
@@ -533,17 +553,10 @@ impl<B: SandboxBackend> SandboxTools<B> {
         Parameters(Checked(args)): Parameters<Checked<StartProcess>>,
     ) -> CallToolResult {
         let args = checked!(args);
-        let (cmd, argv) = match (args.command, args.argv) {
-            (Some(cmd), None) if !cmd.trim().is_empty() => (Some(cmd), None),
-            (None, Some(argv)) if !argv.is_empty() => (None, Some(argv)),
-            _ => return invalid("give exactly one of command (a shell line) or argv"),
-        };
-        let input = ProcessInput {
-            cmd,
-            argv,
-            cwd: args.cwd,
-            env: args.env,
-            idle_timeout_ms: args.idle_timeout_seconds.map(|s| s.saturating_mul(1000)),
+        let spec = checked!(command(args.command, args.argv, args.cwd, args.env));
+        let input = ProcessBody {
+            idle_timeout_ms: millis(args.idle_timeout_seconds),
+            ..ProcessBody::running(spec)
         };
         outcome(self.backend.start_process(&self.thread, input).await)
     }

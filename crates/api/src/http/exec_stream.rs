@@ -16,12 +16,11 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
-use base64::Engine as _;
 use futures::Stream;
-use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
+use crate::wire::{self, ErrorFrame, ExitFrame, OutputFrame, Payload};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{ExecRequest, ExecResult, OutputChunk};
 use threadbox_core::usecases::{Threadbox, UseCaseError};
@@ -51,8 +50,8 @@ pub(crate) fn exec_events(
             handle: command,
             kill_on_drop: kill_on_disconnect,
         }),
-        stdout: Utf8Events::new("stdout"),
-        stderr: Utf8Events::new("stderr"),
+        stdout: Utf8Events::new(wire::STDOUT),
+        stderr: Utf8Events::new(wire::STDERR),
         pending: Vec::new(),
     };
     let events = futures::stream::unfold(state, |mut state| async move {
@@ -109,7 +108,7 @@ impl State {
             let ended = (&mut command.handle).await;
             command.kill_on_drop = false;
             return Some(match ended {
-                Ok(Ok(result)) => exit_event(&result),
+                Ok(Ok(result)) => json_event(wire::EXIT, &ExitFrame::from(&result)),
                 Ok(Err(error)) => error_event(ApiError::from(error)),
                 Err(join) => error_event(ApiError::new(
                     axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -121,33 +120,12 @@ impl State {
     }
 }
 
-fn exit_event(result: &ExecResult) -> Event {
-    json_event(
-        "exit",
-        json!({
-            "exit_code": result.exit_code,
-            "duration_ms": result.duration_ms,
-            "timed_out": result.timed_out,
-            "truncated": result.truncated,
-            "out_of_memory": result.out_of_memory,
-        }),
-    )
-}
-
 pub(super) fn error_event(error: ApiError) -> Event {
-    let mut body = json!({
-        "code": error.code,
-        "message": error.message,
-        "status": error.status.as_u16(),
-    });
-    if let Some(secs) = error.retry_after {
-        body["retry_after"] = json!(secs);
-    }
-    json_event("error", body)
+    json_event(wire::ERROR, &ErrorFrame::from(error))
 }
 
-pub(super) fn json_event(name: &str, data: serde_json::Value) -> Event {
-    Event::default().event(name).data(data.to_string())
+pub(super) fn json_event<T: serde::Serialize>(name: &str, frame: &T) -> Event {
+    Event::default().event(name).data(wire::frame_json(frame))
 }
 
 /// One output stream turned into events: text where the bytes are UTF-8, base64 where not,
@@ -225,24 +203,23 @@ impl Utf8Events {
     }
 
     fn text(&mut self, text: &str) -> Event {
-        let mut body = json!({ "text": text });
-        self.place(&mut body, text.len());
-        json_event(self.name, body)
+        self.event(Payload::text(text), text.len())
     }
 
     fn bytes(&mut self, bytes: &[u8]) -> Event {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
-        let mut body = json!({ "base64": encoded });
-        self.place(&mut body, bytes.len());
-        json_event(self.name, body)
+        self.event(Payload::bytes(bytes), bytes.len())
     }
 
-    /// Say where the event's bytes start, and move past them.
-    fn place(&mut self, body: &mut serde_json::Value, len: usize) {
+    /// The event for `len` bytes as `data`, saying where they start; then past them.
+    fn event(&mut self, data: Payload, len: usize) -> Event {
+        let frame = OutputFrame {
+            data,
+            offset: self.offset,
+        };
         if let Some(offset) = &mut self.offset {
-            body["offset"] = json!(*offset);
             *offset += len as u64;
         }
+        json_event(self.name, &frame)
     }
 }
 

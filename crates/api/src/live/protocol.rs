@@ -292,7 +292,7 @@ fn request_and_thread(
 fn parse_exec(value: Value) -> Result<ExecFrame, ProtocolError> {
     let (request_id, thread_id, fields) = request_and_thread("exec", value)?;
     let about = |e: ProtocolError| e.for_request(&request_id).about(thread_id.as_str());
-    let body: crate::http::ExecBody =
+    let body: crate::wire::ExecBody =
         serde_json::from_value(Value::Object(fields)).map_err(|e| {
             about(ProtocolError::new(
                 "bad_message",
@@ -339,8 +339,7 @@ struct PtyResizeBody {
 /// opens a session: its fields are those of `POST /v1/threads/{id}/processes`, with `cols` and
 /// `rows` for the terminal.
 fn parse_pty(action: &str, value: Value) -> Result<PtyFrame, ProtocolError> {
-    use base64::Engine as _;
-
+    use crate::wire::PayloadError;
     use threadbox_core::ports::{valid_process_id, PtySize, MAX_INPUT_BYTES};
     let (request_id, thread_id, mut fields) = request_and_thread(action, value)?;
     let about = |e: ProtocolError| e.for_request(&request_id).about(thread_id.as_str());
@@ -385,7 +384,7 @@ fn parse_pty(action: &str, value: Value) -> Result<PtyFrame, ProtocolError> {
                 "pty".into(),
                 serde_json::json!({ "cols": cols, "rows": rows }),
             );
-            let body: crate::http::StartBody = serde_json::from_value(read(fields))
+            let body: crate::wire::ProcessBody = serde_json::from_value(read(fields))
                 .map_err(|e| bad(format!("bad pty message: {e}")))?;
             PtyAction::Open(
                 body.into_request()
@@ -396,13 +395,16 @@ fn parse_pty(action: &str, value: Value) -> Result<PtyFrame, ProtocolError> {
             let body: PtyInputBody = serde_json::from_value(read(fields))
                 .map_err(|e| bad(format!("bad pty_input message: {e}")))?;
             session_ok(&body.session)?;
-            let data = match (body.text, body.base64) {
-                (Some(text), None) => text.into_bytes(),
-                (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
-                    .decode(encoded)
-                    .map_err(|e| bad(format!("bad pty_input message: base64: {e}")))?,
-                _ => return Err(bad("bad pty_input message: give text or base64".into())),
+            let payload = crate::wire::Payload {
+                text: body.text,
+                base64: body.base64,
             };
+            let data = payload.decode().map_err(|e| match e {
+                PayloadError::Base64(e) => bad(format!("bad pty_input message: base64: {e}")),
+                PayloadError::Neither | PayloadError::Both => {
+                    bad("bad pty_input message: give text or base64".into())
+                }
+            })?;
             if data.len() > MAX_INPUT_BYTES {
                 return Err(bad(format!(
                     "bad pty_input message: at most {MAX_INPUT_BYTES} bytes at a time"
