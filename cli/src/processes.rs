@@ -16,6 +16,8 @@ use bytesize::ByteSize;
 use serde_json::json;
 use threadbox_core::ports::{ProcessInfo, ProcessSignal, ProcessState, PtySize};
 
+use threadbox_api::wire::{self, OutputPage, Payload};
+
 use crate::client::{ApiArgs, Client, FollowUpdate, ProcessBody};
 use crate::command::{millis, CommandArgs};
 use crate::duration;
@@ -240,21 +242,14 @@ async fn logs(
         position = next;
         if done {
             if out.json {
-                let mut document = json!({
-                    "offset": first.unwrap_or(after),
-                    "next": position,
-                    "process": page.info,
-                });
-                match String::from_utf8(whole) {
-                    Ok(text) => document["text"] = json!(text),
-                    Err(bytes) => {
-                        use base64::Engine as _;
-                        let encoded =
-                            base64::engine::general_purpose::STANDARD.encode(bytes.as_bytes());
-                        document["base64"] = json!(encoded);
-                    }
-                }
-                out.document(&document)?;
+                // The API's page, all of it in one.
+                let whole = OutputPage {
+                    offset: first.unwrap_or(after),
+                    next: position,
+                    data: Payload::of(&whole),
+                    process: page.info,
+                };
+                out.document(&wire::to_json(&whole))?;
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -278,18 +273,7 @@ async fn follow_logs(
                 .await?;
             let (next, info) = loop {
                 match stream.next().await? {
-                    FollowUpdate::Output(bytes) if out.json => {
-                        let line = match std::str::from_utf8(&bytes) {
-                            Ok(text) => json!({ "text": text }),
-                            Err(_) => {
-                                use base64::Engine as _;
-                                let encoded =
-                                    base64::engine::general_purpose::STANDARD.encode(&bytes);
-                                json!({ "base64": encoded })
-                            }
-                        };
-                        out.line(&line)?;
-                    }
+                    FollowUpdate::Output(bytes) if out.json => out.line(&Payload::of(&bytes))?,
                     FollowUpdate::Output(bytes) => write_stdout(&bytes)?,
                     FollowUpdate::End { next, process } => break (next, process),
                 }

@@ -198,34 +198,37 @@ pub struct WriteProcessInput {
     text: String,
 }
 
-/// A signal `stop_process` sends.
-#[derive(Clone, Copy, Debug, Default, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Signal {
-    #[default]
-    Term,
-    Kill,
-    Int,
-    Hup,
-    Stop,
-    Cont,
+/// A signal `stop_process` sends: the API's own, by its name; TERM unless given.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(transparent)]
+pub struct Signal(ProcessSignal);
+
+impl Default for Signal {
+    fn default() -> Self {
+        Signal(ProcessSignal::Term)
+    }
 }
 
 impl Signal {
-    fn port(self) -> ProcessSignal {
-        match self {
-            Signal::Term => ProcessSignal::Term,
-            Signal::Kill => ProcessSignal::Kill,
-            Signal::Int => ProcessSignal::Int,
-            Signal::Hup => ProcessSignal::Hup,
-            Signal::Stop => ProcessSignal::Stop,
-            Signal::Cont => ProcessSignal::Cont,
-        }
-    }
-
     /// Whether a process is expected to end on it (so `stop_process` waits to see it end).
     fn ends(self) -> bool {
-        !matches!(self, Signal::Stop | Signal::Cont)
+        !matches!(self.0, ProcessSignal::Stop | ProcessSignal::Cont)
+    }
+}
+
+/// The signals' names, from the API's list (the core has no schemas of its own).
+impl schemars::JsonSchema for Signal {
+    fn schema_name() -> Cow<'static, str> {
+        "Signal".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = ProcessSignal::ALL.iter().map(|s| s.name()).collect();
+        schemars::json_schema!({
+            "description": "A signal `stop_process` sends.",
+            "type": "string",
+            "enum": names,
+        })
     }
 }
 
@@ -635,14 +638,14 @@ impl<B: SandboxBackend> SandboxTools<B> {
         let args = checked!(args);
         let sent = self
             .backend
-            .signal_process(&self.thread, &args.process_id, args.signal.port())
+            .signal_process(&self.thread, &args.process_id, args.signal.0)
             .await;
         if let Err(failure) = sent {
             return tool_error(failure);
         }
         let mut answer = json!({
             "process_id": args.process_id,
-            "signal": args.signal.port(),
+            "signal": args.signal.0,
         });
         // The signal went; how the process stands after it is extra, best effort.
         let deadline = tokio::time::Instant::now() + STOP_WAIT;

@@ -22,15 +22,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use base64::Engine as _;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::limits::{FrameLimiter, Refusal};
-use super::protocol::{ExecFrame, ProtocolError, ServerFrame, MAX_EXEC_FRAME};
+use super::protocol::{request_error, ExecFrame, ProtocolError, ServerFrame, MAX_EXEC_FRAME};
 use super::terminal_queue::TerminalQueue;
 use super::token::SubscriptionToken;
 use crate::http::ApiError;
+use crate::wire::{ExitFrame, Payload};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{ConnectionSender, ExecResult, Frame, OutputChunk, SLOW_READER};
 use threadbox_core::usecases::{Threadbox, UseCaseError};
@@ -310,11 +310,7 @@ fn end_frame(
         Ok(Ok(result)) => {
             return ServerFrame::ExecExit {
                 request_id,
-                exit_code: result.exit_code,
-                duration_ms: result.duration_ms,
-                timed_out: result.timed_out,
-                truncated: result.truncated,
-                out_of_memory: result.out_of_memory,
+                exit: ExitFrame::from(&result),
             }
             .to_frame()
         }
@@ -330,15 +326,7 @@ fn end_frame(
             format!("the command's task failed: {join}"),
         ),
     };
-    ServerFrame::Error {
-        code: error.code,
-        message: &error.message,
-        thread_id: Some(thread_id.as_str()),
-        request_id: Some(request_id),
-        status: Some(error.status.as_u16()),
-        retry_after: error.retry_after,
-    }
-    .to_frame()
+    request_error(request_id, thread_id, error)
 }
 
 /// A piece of one output stream: text where the bytes are UTF-8, bytes where not.
@@ -346,6 +334,24 @@ fn end_frame(
 pub(super) enum Piece {
     Text(String),
     Bytes(Vec<u8>),
+}
+
+impl Piece {
+    /// The piece as a frame's `text` or `base64`.
+    pub(super) fn payload(&self) -> Payload {
+        match self {
+            Piece::Text(text) => Payload::text(text),
+            Piece::Bytes(bytes) => Payload::bytes(bytes),
+        }
+    }
+
+    /// How many bytes of output it holds.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Piece::Text(text) => text.len(),
+            Piece::Bytes(bytes) => bytes.len(),
+        }
+    }
 }
 
 /// One output stream cut into pieces as the HTTP exec's events cut it: text where the bytes are
@@ -416,25 +422,12 @@ fn output_frames(request_id: &str, stream: &str, pieces: Vec<Piece>) -> Vec<Fram
 }
 
 fn push_frames(request_id: &str, stream: &str, piece: &Piece, frames: &mut Vec<Frame>) {
-    let frame = match piece {
-        Piece::Text(text) => ServerFrame::ExecOutput {
-            request_id,
-            stream,
-            text: Some(text),
-            base64: None,
-        }
-        .to_frame(),
-        Piece::Bytes(bytes) => {
-            let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
-            ServerFrame::ExecOutput {
-                request_id,
-                stream,
-                text: None,
-                base64: Some(&encoded),
-            }
-            .to_frame()
-        }
-    };
+    let frame = ServerFrame::ExecOutput {
+        request_id,
+        stream,
+        data: piece.payload(),
+    }
+    .to_frame();
     if frame.len() <= MAX_EXEC_FRAME {
         frames.push(frame);
         return;
@@ -517,6 +510,7 @@ mod tests {
             match (v["text"].as_str(), v["base64"].as_str()) {
                 (Some(t), None) => out.extend_from_slice(t.as_bytes()),
                 (None, Some(b)) => {
+                    use base64::Engine as _;
                     out.extend(base64::engine::general_purpose::STANDARD.decode(b).unwrap())
                 }
                 other => panic!("{other:?}"),

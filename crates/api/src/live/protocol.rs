@@ -41,6 +41,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::http::ApiError;
+use crate::wire::{ExitFrame, Payload};
 use threadbox_core::domain::{LifecycleEvent, Status, ThreadId, MAX_SEQ};
 use threadbox_core::ports::{ExecRequest, Frame};
 
@@ -486,19 +488,15 @@ pub enum ServerFrame<'a> {
     ExecOutput {
         request_id: &'a str,
         stream: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        text: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        base64: Option<&'a str>,
+        #[serde(flatten)]
+        data: Payload,
     },
-    /// The command ended; the last frame of its request.
+    /// The command ended (`exit_code`, `duration_ms`, ... as the HTTP exec's `exit` event); the
+    /// last frame of its request.
     ExecExit {
         request_id: &'a str,
-        exit_code: Option<i32>,
-        duration_ms: u64,
-        timed_out: bool,
-        truncated: bool,
-        out_of_memory: bool,
+        #[serde(flatten)]
+        exit: ExitFrame,
     },
     /// A terminal session attached: its output from `offset` follows.
     PtyAttached {
@@ -512,10 +510,8 @@ pub enum ServerFrame<'a> {
         request_id: &'a str,
         session: &'a str,
         offset: u64,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        text: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        base64: Option<&'a str>,
+        #[serde(flatten)]
+        data: Payload,
     },
     /// The session ended; the last frame of its attachment.
     PtyExit {
@@ -547,6 +543,20 @@ impl ServerFrame<'_> {
             .expect("server frames always serialize")
             .into()
     }
+}
+
+/// The error frame that ends request `request_id` about `thread_id`: the API's error, with the
+/// HTTP status a plain call would have answered and, for a limit, `retry_after`.
+pub fn request_error(request_id: &str, thread_id: &ThreadId, error: ApiError) -> Frame {
+    ServerFrame::Error {
+        code: error.code,
+        message: &error.message,
+        thread_id: Some(thread_id.as_str()),
+        request_id: Some(request_id),
+        status: Some(error.status.as_u16()),
+        retry_after: error.retry_after,
+    }
+    .to_frame()
 }
 
 #[cfg(test)]
@@ -895,11 +905,13 @@ mod tests {
         assert_eq!(&*ServerFrame::Pong.to_frame(), r#"{"type":"pong"}"#);
         let exit = ServerFrame::ExecExit {
             request_id: "r1",
-            exit_code: Some(3),
-            duration_ms: 12,
-            timed_out: false,
-            truncated: false,
-            out_of_memory: false,
+            exit: ExitFrame {
+                exit_code: Some(3),
+                duration_ms: 12,
+                timed_out: false,
+                truncated: false,
+                out_of_memory: false,
+            },
         };
         assert_eq!(
             serde_json::from_str::<Value>(&exit.to_frame()).unwrap(),
@@ -909,8 +921,10 @@ mod tests {
         let output = ServerFrame::ExecOutput {
             request_id: "r1",
             stream: "stderr",
-            text: None,
-            base64: Some("/w=="),
+            data: Payload {
+                text: None,
+                base64: Some("/w==".into()),
+            },
         };
         assert_eq!(
             serde_json::from_str::<Value>(&output.to_frame()).unwrap(),
