@@ -380,6 +380,105 @@ impl From<ApiError> for ErrorFrame {
     }
 }
 
+/// A piece of one output stream: text where the bytes are UTF-8, bytes where not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl Piece {
+    /// The piece as a frame's `text` or `base64`.
+    pub fn payload(&self) -> Payload {
+        match self {
+            Piece::Text(text) => Payload::text(text),
+            Piece::Bytes(bytes) => Payload::bytes(bytes),
+        }
+    }
+
+    /// How many bytes of output it holds.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Piece::Text(text) => text.len(),
+            Piece::Bytes(bytes) => bytes.len(),
+        }
+    }
+}
+
+/// One output stream cut into pieces: text where the bytes are UTF-8, bytes where not, a
+/// character cut at the end of a read held back for the next one. By default adjacent bytes
+/// that are not UTF-8 go together (the WebSocket's frames); [`Utf8Pieces::separate`] makes each
+/// such sequence a piece of its own (the HTTP exec's events).
+#[derive(Default)]
+pub struct Utf8Pieces {
+    held: Vec<u8>,
+    separate: bool,
+}
+
+impl Utf8Pieces {
+    /// Each sequence that is not UTF-8 a piece of its own.
+    pub fn separate() -> Self {
+        Self {
+            held: Vec::new(),
+            separate: true,
+        }
+    }
+
+    /// How many bytes are held back, waiting for the rest of their character.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<Piece> {
+        let mut data = std::mem::take(&mut self.held);
+        data.extend_from_slice(bytes);
+        let mut pieces = Vec::new();
+        let mut rest: &[u8] = &data;
+        while !rest.is_empty() {
+            match std::str::from_utf8(rest) {
+                Ok(text) => {
+                    pieces.push(Piece::Text(text.to_owned()));
+                    break;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    if !valid.is_empty() {
+                        // The first `valid_up_to` bytes are UTF-8 by definition.
+                        let text = std::str::from_utf8(valid).unwrap_or_default();
+                        pieces.push(Piece::Text(text.to_owned()));
+                    }
+                    match e.error_len() {
+                        None => {
+                            self.held = after.to_vec();
+                            break;
+                        }
+                        Some(bad) => {
+                            match pieces.last_mut() {
+                                Some(Piece::Bytes(bytes)) if !self.separate => {
+                                    bytes.extend_from_slice(&after[..bad])
+                                }
+                                _ => pieces.push(Piece::Bytes(after[..bad].to_vec())),
+                            }
+                            rest = &after[bad..];
+                        }
+                    }
+                }
+            }
+        }
+        pieces
+    }
+
+    /// What is still held when the stream ends: a cut character that never got whole.
+    pub fn finish(&mut self) -> Vec<Piece> {
+        let held = std::mem::take(&mut self.held);
+        if held.is_empty() {
+            Vec::new()
+        } else {
+            vec![Piece::Bytes(held)]
+        }
+    }
+}
+
 /// `GET …/processes/{pid}/output`: where the bytes start, where the next read starts, the bytes
 /// and the process.
 #[derive(Clone, Debug, Serialize, Deserialize)]

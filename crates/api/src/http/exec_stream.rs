@@ -20,7 +20,7 @@ use futures::Stream;
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
-use crate::wire::{self, ErrorFrame, ExitFrame, OutputFrame, Payload};
+use crate::wire::{self, ErrorFrame, ExitFrame, OutputFrame, Piece, Utf8Pieces};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{ExecRequest, ExecResult, OutputChunk};
 use threadbox_core::usecases::{Threadbox, UseCaseError};
@@ -128,12 +128,13 @@ pub(super) fn json_event<T: serde::Serialize>(name: &str, frame: &T) -> Event {
     Event::default().event(name).data(wire::frame_json(frame))
 }
 
-/// One output stream turned into events: text where the bytes are UTF-8, base64 where not,
-/// with a character cut at the end of a read held back for the next one. With an offset (a
-/// background process's output), each event also says where in the output its bytes start.
+/// One output stream turned into events: text where the bytes are UTF-8, base64 where not
+/// (each sequence that is not on its own), with a character cut at the end of a read held back
+/// for the next one. With an offset (a background process's output), each event also says where
+/// in the output its bytes start.
 pub(super) struct Utf8Events {
     name: &'static str,
-    held: Vec<u8>,
+    pieces: Utf8Pieces,
     offset: Option<u64>,
 }
 
@@ -141,7 +142,7 @@ impl Utf8Events {
     pub(super) fn new(name: &'static str) -> Self {
         Self {
             name,
-            held: Vec::new(),
+            pieces: Utf8Pieces::separate(),
             offset: None,
         }
     }
@@ -155,69 +156,32 @@ impl Utf8Events {
 
     /// With an offset: where the next bytes pushed are expected to start.
     pub(super) fn expects(&self) -> Option<u64> {
-        self.offset.map(|o| o + self.held.len() as u64)
+        self.offset.map(|o| o + self.pieces.held() as u64)
     }
 
     pub(super) fn push(&mut self, bytes: &[u8]) -> Vec<Event> {
-        let mut data = std::mem::take(&mut self.held);
-        data.extend_from_slice(bytes);
-        let mut events = Vec::new();
-        let mut rest: &[u8] = &data;
-        while !rest.is_empty() {
-            match std::str::from_utf8(rest) {
-                Ok(text) => {
-                    events.push(self.text(text));
-                    break;
-                }
-                Err(e) => {
-                    let (valid, after) = rest.split_at(e.valid_up_to());
-                    if !valid.is_empty() {
-                        // The first `valid_up_to` bytes are UTF-8 by definition.
-                        events.push(self.text(std::str::from_utf8(valid).unwrap_or_default()));
-                    }
-                    match e.error_len() {
-                        // Cut at the end: keep it for the next read.
-                        None => {
-                            self.held = after.to_vec();
-                            break;
-                        }
-                        Some(bad) => {
-                            events.push(self.bytes(&after[..bad]));
-                            rest = &after[bad..];
-                        }
-                    }
-                }
-            }
-        }
-        events
+        let pieces = self.pieces.push(bytes);
+        self.events(pieces)
     }
 
     /// What is still held when the stream ends: a cut character that never got whole.
     pub(super) fn finish(&mut self) -> Vec<Event> {
-        let held = std::mem::take(&mut self.held);
-        if held.is_empty() {
-            Vec::new()
-        } else {
-            vec![self.bytes(&held)]
-        }
+        let pieces = self.pieces.finish();
+        self.events(pieces)
     }
 
-    fn text(&mut self, text: &str) -> Event {
-        self.event(Payload::text(text), text.len())
+    fn events(&mut self, pieces: Vec<Piece>) -> Vec<Event> {
+        pieces.iter().map(|piece| self.event(piece)).collect()
     }
 
-    fn bytes(&mut self, bytes: &[u8]) -> Event {
-        self.event(Payload::bytes(bytes), bytes.len())
-    }
-
-    /// The event for `len` bytes as `data`, saying where they start; then past them.
-    fn event(&mut self, data: Payload, len: usize) -> Event {
+    /// The piece's event, saying where its bytes start; then past them.
+    fn event(&mut self, piece: &Piece) -> Event {
         let frame = OutputFrame {
-            data,
+            data: piece.payload(),
             offset: self.offset,
         };
         if let Some(offset) = &mut self.offset {
-            *offset += len as u64;
+            *offset += piece.byte_len() as u64;
         }
         json_event(self.name, &frame)
     }
@@ -226,6 +190,16 @@ impl Utf8Events {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Utf8Events {
+        fn text(&mut self, text: &str) -> Event {
+            self.event(&Piece::Text(text.to_owned()))
+        }
+
+        fn bytes(&mut self, bytes: &[u8]) -> Event {
+            self.event(&Piece::Bytes(bytes.to_vec()))
+        }
+    }
 
     /// The events' wire form, `event:` and `data:` lines, to compare as text.
     fn wire(events: &[Event]) -> Vec<String> {

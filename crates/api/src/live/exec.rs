@@ -30,7 +30,7 @@ use super::protocol::{request_error, ExecFrame, ProtocolError, ServerFrame, MAX_
 use super::terminal_queue::TerminalQueue;
 use super::token::SubscriptionToken;
 use crate::http::ApiError;
-use crate::wire::{ExitFrame, Payload};
+use crate::wire::{ExitFrame, Piece, Utf8Pieces};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{ConnectionSender, ExecResult, Frame, OutputChunk, SLOW_READER};
 use threadbox_core::usecases::{Threadbox, UseCaseError};
@@ -327,88 +327,6 @@ fn end_frame(
         ),
     };
     request_error(request_id, thread_id, error)
-}
-
-/// A piece of one output stream: text where the bytes are UTF-8, bytes where not.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Piece {
-    Text(String),
-    Bytes(Vec<u8>),
-}
-
-impl Piece {
-    /// The piece as a frame's `text` or `base64`.
-    pub(super) fn payload(&self) -> Payload {
-        match self {
-            Piece::Text(text) => Payload::text(text),
-            Piece::Bytes(bytes) => Payload::bytes(bytes),
-        }
-    }
-
-    /// How many bytes of output it holds.
-    pub(super) fn len(&self) -> usize {
-        match self {
-            Piece::Text(text) => text.len(),
-            Piece::Bytes(bytes) => bytes.len(),
-        }
-    }
-}
-
-/// One output stream cut into pieces as the HTTP exec's events cut it: text where the bytes are
-/// UTF-8, bytes where not, a character cut at the end of a read held back for the next one.
-/// (Adjacent bytes that are not UTF-8 go out together rather than one sequence at a time.)
-#[derive(Default)]
-pub(super) struct Utf8Pieces {
-    held: Vec<u8>,
-}
-
-impl Utf8Pieces {
-    pub(super) fn push(&mut self, bytes: &[u8]) -> Vec<Piece> {
-        let mut data = std::mem::take(&mut self.held);
-        data.extend_from_slice(bytes);
-        let mut pieces = Vec::new();
-        let mut rest: &[u8] = &data;
-        while !rest.is_empty() {
-            match std::str::from_utf8(rest) {
-                Ok(text) => {
-                    pieces.push(Piece::Text(text.to_owned()));
-                    break;
-                }
-                Err(e) => {
-                    let (valid, after) = rest.split_at(e.valid_up_to());
-                    if !valid.is_empty() {
-                        // The first `valid_up_to` bytes are UTF-8 by definition.
-                        let text = std::str::from_utf8(valid).unwrap_or_default();
-                        pieces.push(Piece::Text(text.to_owned()));
-                    }
-                    match e.error_len() {
-                        None => {
-                            self.held = after.to_vec();
-                            break;
-                        }
-                        Some(bad) => {
-                            match pieces.last_mut() {
-                                Some(Piece::Bytes(bytes)) => bytes.extend_from_slice(&after[..bad]),
-                                _ => pieces.push(Piece::Bytes(after[..bad].to_vec())),
-                            }
-                            rest = &after[bad..];
-                        }
-                    }
-                }
-            }
-        }
-        pieces
-    }
-
-    /// What is still held when the stream ends: a cut character that never got whole.
-    pub(super) fn finish(&mut self) -> Vec<Piece> {
-        let held = std::mem::take(&mut self.held);
-        if held.is_empty() {
-            Vec::new()
-        } else {
-            vec![Piece::Bytes(held)]
-        }
-    }
 }
 
 /// `pieces` of `stream` as `exec_output` frames, each at most [`MAX_EXEC_FRAME`] bytes: a piece

@@ -16,11 +16,12 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::exec::{Command, ConnectionExec, Inner, Piece, Utf8Pieces};
+use super::exec::{Command, ConnectionExec, Inner};
 use super::limits::{InFlight, Refusal};
 use super::protocol::{request_error, ProtocolError, PtyAction, PtyFrame, ServerFrame};
 use super::terminal_queue::{TerminalOp, TerminalQueue};
 use crate::http::MAX_FOLLOW;
+use crate::wire::{Piece, Utf8Pieces};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::ProcessState;
 use threadbox_core::usecases::ProcessRequest;
@@ -265,7 +266,7 @@ async fn send_pieces(
                 data: part.payload(),
             }
             .to_frame();
-            *offset += part.len() as u64;
+            *offset += part.byte_len() as u64;
             if !inner.send(frame).await {
                 return false;
             }
