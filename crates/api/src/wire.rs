@@ -10,7 +10,11 @@
 //!   input, process output and stream events.
 //! - The server-sent events' names and `data`: [`OutputFrame`] (`stdout`, `stderr`, `output`),
 //!   [`ExitFrame`] (`exit`), [`EndFrame`] (`end`) and [`ErrorFrame`] (`error`). The server writes
-//!   them through [`frame_json`], a JSON object with its keys in order, as it always has.
+//!   them through [`to_json`], a JSON object with its keys in order, as it always has; the
+//!   WebSocket's `exec_output`, `exec_exit` and `pty_output` frames carry the same payload and
+//!   exit fields.
+//! - [`Utf8Pieces`]: how an output stream is cut into text and bytes that are not, for the events
+//!   and the frames alike.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -521,6 +525,14 @@ mod tests {
         assert_eq!(
             serde_json::to_value(ProcessBody::default()).unwrap(),
             json!({})
+        );
+        // A refusal names the fields a body takes (which a `#[serde(flatten)]` would lose).
+        let refused = serde_json::from_value::<ProcessBody>(json!({"cmd": "ls", "shell": "sh"}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("unknown field `shell`, expected one of `cmd`, `argv`"),
+            "{refused}"
         );
     }
 
