@@ -1,6 +1,7 @@
 //! `threadbox`: parse the command line, set up logging, run the command.
 
 mod client;
+mod command;
 mod cost;
 mod dev;
 mod dlq;

@@ -18,15 +18,13 @@ use anyhow::Context;
 use async_trait::async_trait;
 use rmcp::ServiceExt;
 use serde_json::Value;
-use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{
     ExecResult, FileEntry, GrepMatch, OutputChunk, ProcessInfo, ProcessOutput, ProcessSignal,
 };
-use threadbox_mcp::{
-    ExecInput, OutputSink, ProcessInput, SandboxBackend, SandboxTools, ToolFailure,
-};
+use threadbox_mcp::{ExecBody, OutputSink, ProcessBody, SandboxBackend, SandboxTools, ToolFailure};
 
-use crate::client::{ApiArgs, Client, ClientError, ExecSpec, ExecUpdate, ProcessSpec};
+use crate::client::{ApiArgs, Client, ClientError, ExecUpdate};
+use crate::threads::thread_id;
 
 #[derive(clap::Args, Debug)]
 pub struct McpArgs {
@@ -36,12 +34,6 @@ pub struct McpArgs {
 
     #[command(flatten)]
     api: ApiArgs,
-}
-
-fn thread_id(raw: &str) -> Result<String, String> {
-    ThreadId::parse(raw)
-        .map(|id| id.as_str().to_owned())
-        .map_err(|e| e.to_string())
 }
 
 pub async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
@@ -91,18 +83,13 @@ impl SandboxBackend for ClientBackend {
     async fn exec(
         &self,
         thread: &str,
-        input: ExecInput,
+        input: ExecBody,
         output: Option<OutputSink>,
     ) -> Result<ExecResult, ToolFailure> {
-        let spec = ExecSpec {
-            cmd: input.cmd,
-            argv: input.argv,
-            cwd: input.cwd,
-            env: input.env,
-            stdin: input.stdin,
-            timeout_ms: input.timeout_ms,
+        let spec = ExecBody {
             // A host that cancels the call drops this stream and wants the command stopped.
             kill_on_disconnect: true,
+            ..input
         };
         let mut stream = self
             .0
@@ -201,17 +188,9 @@ impl SandboxBackend for ClientBackend {
     async fn start_process(
         &self,
         thread: &str,
-        input: ProcessInput,
+        input: ProcessBody,
     ) -> Result<ProcessInfo, ToolFailure> {
-        let spec = ProcessSpec {
-            cmd: input.cmd,
-            argv: input.argv,
-            cwd: input.cwd,
-            env: input.env,
-            pty: None,
-            idle_timeout_ms: input.idle_timeout_ms,
-        };
-        self.0.start_process(thread, &spec).await.map_err(failure)
+        self.0.start_process(thread, &input).await.map_err(failure)
     }
 
     async fn list_processes(&self, thread: &str) -> Result<Vec<ProcessInfo>, ToolFailure> {

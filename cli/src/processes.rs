@@ -14,14 +14,17 @@ use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde_json::json;
-use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{ProcessInfo, ProcessSignal, ProcessState, PtySize};
 
-use crate::client::{signal_name, ApiArgs, Client, FollowUpdate, ProcessSpec};
+use threadbox_api::wire::{self, OutputPage, Payload};
+
+use crate::client::{ApiArgs, Client, FollowUpdate, ProcessBody};
+use crate::command::{millis, CommandArgs};
 use crate::duration;
 use crate::threads::output::{write_stdout, Output};
 use crate::threads::render::utc;
 use crate::threads::table::{Cell, Table, Tint};
+use crate::threads::thread_id;
 
 /// Our status when Ctrl-C stopped a follow, as a shell reports a command ended by SIGINT.
 const INTERRUPTED: u8 = 130;
@@ -98,21 +101,8 @@ enum ProcessesCommand {
 
 #[derive(clap::Args, Debug)]
 struct StartArgs {
-    /// The thread to run in; its sandbox is created on first use and resumed when paused.
-    #[arg(value_parser = thread_id)]
-    thread: String,
-
-    /// A shell command line, run with `/bin/sh -c` (instead of a program after `--`).
-    #[arg(short = 'c', long = "cmd", conflicts_with = "argv")]
-    cmd: Option<String>,
-
-    /// Working directory inside the sandbox (an absolute path).
-    #[arg(long)]
-    cwd: Option<String>,
-
-    /// An environment variable for the command, KEY=VALUE; repeat for more.
-    #[arg(short = 'e', long = "env", value_parser = env_pair)]
-    env: Vec<(String, String)>,
+    #[command(flatten)]
+    command: CommandArgs,
 
     /// Run on a terminal of this size, COLSxROWS (like 120x40).
     #[arg(long, value_parser = pty_size)]
@@ -122,43 +112,15 @@ struct StartArgs {
     /// (the server's default, 10m, otherwise; at most 24h).
     #[arg(long, value_parser = duration::parse)]
     idle_timeout: Option<Duration>,
-
-    /// The program and its arguments, after `--`: run without a shell.
-    #[arg(last = true, required_unless_present = "cmd")]
-    argv: Vec<String>,
 }
 
 impl StartArgs {
-    fn spec(self) -> ProcessSpec {
-        let (cmd, argv) = match self.cmd {
-            Some(cmd) => (Some(cmd), None),
-            None => (None, Some(self.argv)),
-        };
-        ProcessSpec {
-            cmd,
-            argv,
-            cwd: self.cwd,
-            env: self.env.into_iter().collect(),
+    fn spec(self) -> ProcessBody {
+        ProcessBody {
             pty: self.pty,
-            // Sub-millisecond parts round up, as `threads exec --timeout` does.
-            idle_timeout_ms: self
-                .idle_timeout
-                .map(|t| u64::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)),
+            idle_timeout_ms: millis(self.idle_timeout),
+            ..ProcessBody::running(self.command.spec())
         }
-    }
-}
-
-/// Thread ids are checked here with the server's own rule, so a typo is a usage error at once.
-fn thread_id(raw: &str) -> Result<String, String> {
-    ThreadId::parse(raw)
-        .map(|id| id.as_str().to_owned())
-        .map_err(|e| e.to_string())
-}
-
-fn env_pair(raw: &str) -> Result<(String, String), String> {
-    match raw.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
-        _ => Err(format!("{raw:?} is not KEY=VALUE")),
     }
 }
 
@@ -184,7 +146,7 @@ pub async fn run(args: ProcessesArgs) -> anyhow::Result<ExitCode> {
     let out = Output::new(args.json);
     match args.command {
         ProcessesCommand::Start(start) => {
-            let thread = start.thread.clone();
+            let thread = start.command.thread.clone();
             let info = client.start_process(&thread, &start.spec()).await?;
             if out.json {
                 out.document(&info)?;
@@ -236,7 +198,7 @@ pub async fn run(args: ProcessesArgs) -> anyhow::Result<ExitCode> {
             signal,
         } => {
             client.signal_process(&thread, &process, signal).await?;
-            let name = signal_name(signal);
+            let name = signal.name();
             if out.json {
                 out.document(&json!({"process_id": process, "signal": name}))?;
             } else {
@@ -280,21 +242,14 @@ async fn logs(
         position = next;
         if done {
             if out.json {
-                let mut document = json!({
-                    "offset": first.unwrap_or(after),
-                    "next": position,
-                    "process": page.info,
-                });
-                match String::from_utf8(whole) {
-                    Ok(text) => document["text"] = json!(text),
-                    Err(bytes) => {
-                        use base64::Engine as _;
-                        let encoded =
-                            base64::engine::general_purpose::STANDARD.encode(bytes.as_bytes());
-                        document["base64"] = json!(encoded);
-                    }
-                }
-                out.document(&document)?;
+                // The API's page, all of it in one.
+                let whole = OutputPage {
+                    offset: first.unwrap_or(after),
+                    next: position,
+                    data: Payload::of(&whole),
+                    process: page.info,
+                };
+                out.document(&wire::to_json(&whole))?;
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -318,18 +273,7 @@ async fn follow_logs(
                 .await?;
             let (next, info) = loop {
                 match stream.next().await? {
-                    FollowUpdate::Output(bytes) if out.json => {
-                        let line = match std::str::from_utf8(&bytes) {
-                            Ok(text) => json!({ "text": text }),
-                            Err(_) => {
-                                use base64::Engine as _;
-                                let encoded =
-                                    base64::engine::general_purpose::STANDARD.encode(&bytes);
-                                json!({ "base64": encoded })
-                            }
-                        };
-                        out.line(&line)?;
-                    }
+                    FollowUpdate::Output(bytes) if out.json => out.line(&Payload::of(&bytes))?,
                     FollowUpdate::Output(bytes) => write_stdout(&bytes)?,
                     FollowUpdate::End { next, process } => break (next, process),
                 }

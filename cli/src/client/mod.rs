@@ -2,12 +2,14 @@
 //! stack (an API Gateway stage URL with a path prefix works: routes are appended to it).
 //!
 //! - `types`: the bodies, built on the shared crate's own session and event types;
+//! - `events`: the one reader of server-sent events, for every route that streams;
 //! - `exec_stream`: a command's output as it happens (server-sent events);
 //! - `files`: reading, writing, listing and removing files in a thread's sandbox;
 //! - `processes`: background processes: start, list, read or follow output, input, signal;
 //! - `error`: failures and the exit status each one means.
 
 mod error;
+mod events;
 mod exec_stream;
 mod files;
 mod processes;
@@ -24,9 +26,11 @@ use threadbox_core::usecases::SandboxHandle;
 
 pub use error::{is_busy, ClientError};
 pub use exec_stream::ExecUpdate;
-pub use processes::{signal_name, FollowUpdate, ProcessSpec};
+pub use processes::FollowUpdate;
+// The exec and process bodies are the API's own.
+pub use threadbox_api::wire::{ExecBody, ProcessBody};
 pub use types::{
-    EventPage, ExecSpec, NetworkBody, NetworkSet, ResetView, ThreadDetail, ThreadPage, ThreadView,
+    EventPage, NetworkBody, NetworkSet, ResetView, ThreadDetail, ThreadPage, ThreadView,
 };
 
 /// Whether a listing carries each thread's usage (`?usage=true`), and from when.
@@ -190,7 +194,7 @@ impl Client {
         &self,
         method: Method,
         url: Url,
-        body: Option<&ExecSpec>,
+        body: Option<&ExecBody>,
         timeout: Option<Duration>,
     ) -> Result<T, ClientError> {
         let shown = url.to_string();
@@ -384,7 +388,7 @@ impl Client {
 
     /// Run a command; the call may take as long as the command's own timeout (the server's
     /// default when the spec has none), plus time to create or resume the sandbox first.
-    pub async fn exec(&self, thread_id: &str, spec: &ExecSpec) -> Result<ExecResult, ClientError> {
+    pub async fn exec(&self, thread_id: &str, spec: &ExecBody) -> Result<ExecResult, ClientError> {
         let command = spec.timeout_ms.map_or(
             threadbox_core::ports::DEFAULT_EXEC_TIMEOUT,
             Duration::from_millis,

@@ -2,48 +2,18 @@
 //! list, read output (or follow it as server-sent events), write input, signal (the server's side
 //! is `crates/api/src/http/processes.rs`).
 
-use std::collections::{BTreeMap, VecDeque};
-
-use base64::Engine as _;
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
-use threadbox_core::ports::{ProcessInfo, ProcessOutput, ProcessSignal, PtySize};
+use threadbox_api::wire::{self, EndFrame, OutputPage, Payload, PayloadError, ProcessBody};
+use threadbox_core::ports::{ProcessInfo, ProcessOutput, ProcessSignal};
 
-use super::exec_stream::{EventReader, SseEvent};
+use super::events::{output_bytes, parse, EventStream, Events};
 use super::{Client, ClientError, REQUEST_TIMEOUT};
-
-/// The body of `POST /v1/threads/{id}/processes`: exactly one of `cmd` (a shell line) or `argv`.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ProcessSpec {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cmd: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub argv: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    /// Run on a terminal of this size.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pty: Option<PtySize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub idle_timeout_ms: Option<u64>,
-}
 
 #[derive(Deserialize)]
 struct Listing {
     processes: Vec<ProcessInfo>,
-}
-
-/// `GET …/output`: where the bytes start, the bytes (`text` or `base64`), the process.
-#[derive(Deserialize)]
-struct OutputPage {
-    offset: u64,
-    text: Option<String>,
-    base64: Option<String>,
-    process: ProcessInfo,
 }
 
 /// What a followed process's output hands over, in order: output, then the end.
@@ -59,32 +29,39 @@ pub enum FollowUpdate {
     },
 }
 
-/// A process's output as the server sends it.
-pub struct ProcessFollow {
-    response: reqwest::Response,
-    url: String,
-    reader: EventReader,
-    queued: VecDeque<SseEvent>,
-}
+/// A followed process's events: `output`, then `end`.
+pub struct FollowEvents;
 
-/// `{"text": ...}` or `{"base64": ...}` as bytes.
-fn bytes_of(text: Option<String>, encoded: Option<String>) -> Result<Vec<u8>, String> {
-    match (text, encoded) {
-        (Some(text), None) => Ok(text.into_bytes()),
-        (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map_err(|e| format!("output with bad base64 ({e})")),
-        (None, None) => Ok(Vec::new()),
-        (Some(_), Some(_)) => Err("output with both text and base64".into()),
+impl Events for FollowEvents {
+    type Update = FollowUpdate;
+    const END: &'static str = "its end event";
+
+    fn update(name: &str, data: &str) -> Result<Option<FollowUpdate>, String> {
+        Ok(Some(match name {
+            wire::OUTPUT => FollowUpdate::Output(output_bytes(name, data)?),
+            wire::END => {
+                let end: EndFrame = parse(name, data)?;
+                FollowUpdate::End {
+                    next: end.next,
+                    process: end.process,
+                }
+            }
+            _ => return Ok(None),
+        }))
     }
 }
 
-/// A signal by the name the API takes (`TERM`, `KILL`, ...).
-pub fn signal_name(signal: ProcessSignal) -> String {
-    serde_json::to_value(signal)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
+/// A process's output as the server sends it; read it with [`EventStream::next`].
+pub type ProcessFollow = EventStream<FollowEvents>;
+
+/// A page's bytes: `text` or `base64`, or none (an empty page).
+fn page_bytes(data: Payload) -> Result<Vec<u8>, String> {
+    match data.decode() {
+        Ok(bytes) => Ok(bytes),
+        Err(PayloadError::Neither) => Ok(Vec::new()),
+        Err(PayloadError::Base64(e)) => Err(format!("output with bad base64 ({e})")),
+        Err(PayloadError::Both) => Err("output with both text and base64".into()),
+    }
 }
 
 impl Client {
@@ -125,7 +102,7 @@ impl Client {
     pub async fn start_process(
         &self,
         thread_id: &str,
-        spec: &ProcessSpec,
+        spec: &ProcessBody,
     ) -> Result<ProcessInfo, ClientError> {
         let url = self.process_url(thread_id, None, None);
         let (bytes, shown) = self.send_json(Method::POST, url, Some(spec)).await?;
@@ -158,8 +135,8 @@ impl Client {
         }
         let (bytes, shown) = self.send_json::<()>(Method::GET, url, None).await?;
         let page: OutputPage = Self::decode(&bytes, shown.clone())?;
-        let data = bytes_of(page.text, page.base64)
-            .map_err(|detail| ClientError::Protocol { url: shown, detail })?;
+        let data =
+            page_bytes(page.data).map_err(|detail| ClientError::Protocol { url: shown, detail })?;
         Ok(ProcessOutput {
             offset: page.offset,
             data,
@@ -174,10 +151,7 @@ impl Client {
         process_id: &str,
         data: &[u8],
     ) -> Result<(), ClientError> {
-        let body = match std::str::from_utf8(data) {
-            Ok(text) => json!({ "text": text }),
-            Err(_) => json!({ "base64": base64::engine::general_purpose::STANDARD.encode(data) }),
-        };
+        let body = Payload::of(data);
         let url = self.process_url(thread_id, Some(process_id), Some("input"));
         self.send_json(Method::POST, url, Some(&body))
             .await
@@ -192,15 +166,14 @@ impl Client {
         signal: ProcessSignal,
     ) -> Result<(), ClientError> {
         let mut url = self.process_url(thread_id, Some(process_id), None);
-        url.query_pairs_mut()
-            .append_pair("signal", &signal_name(signal));
+        url.query_pairs_mut().append_pair("signal", signal.name());
         self.send_json::<()>(Method::DELETE, url, None)
             .await
             .map(drop)
     }
 
     /// Follow a process's output from `after` as it comes; read it with
-    /// [`ProcessFollow::next`]. The server ends a follow when the process ends, or after its
+    /// [`EventStream::next`]. The server ends a follow when the process ends, or after its
     /// longest follow (`MAX_FOLLOW`); dropping the follow stops it (not the process).
     pub async fn follow_process_output(
         &self,
@@ -216,99 +189,15 @@ impl Client {
                 request.timeout(threadbox_api::http::MAX_FOLLOW + REQUEST_TIMEOUT)
             })
             .await?;
-        Ok(ProcessFollow {
-            response,
-            url: shown,
-            reader: EventReader::default(),
-            queued: VecDeque::new(),
-        })
-    }
-}
-
-impl ProcessFollow {
-    /// The next piece of output, or the follow's end. An `error` event is the API's error.
-    pub async fn next(&mut self) -> Result<FollowUpdate, ClientError> {
-        loop {
-            while let Some(event) = self.queued.pop_front() {
-                if let Some(update) = self.update(event)? {
-                    return Ok(update);
-                }
-            }
-            let chunk = self
-                .response
-                .chunk()
-                .await
-                .map_err(|e| ClientError::unreachable(&self.url, &e))?;
-            match chunk {
-                Some(chunk) => self.queued.extend(self.reader.push(&chunk)),
-                None => {
-                    return Err(self.protocol(
-                        "the stream ended before its end event (the connection was cut?)".into(),
-                    ))
-                }
-            }
-        }
-    }
-
-    fn update(&self, event: SseEvent) -> Result<Option<FollowUpdate>, ClientError> {
-        #[derive(Deserialize)]
-        struct Output {
-            text: Option<String>,
-            base64: Option<String>,
-        }
-        #[derive(Deserialize)]
-        struct End {
-            next: u64,
-            process: Option<ProcessInfo>,
-        }
-        #[derive(Deserialize)]
-        struct StreamError {
-            status: u16,
-            code: String,
-            message: String,
-            retry_after: Option<u64>,
-        }
-        Ok(Some(match event.name.as_str() {
-            "output" => {
-                let output: Output = serde_json::from_str(&event.data)
-                    .map_err(|e| self.protocol(format!("a bad output event ({e})")))?;
-                let bytes = bytes_of(output.text, output.base64).map_err(|e| self.protocol(e))?;
-                FollowUpdate::Output(bytes)
-            }
-            "end" => {
-                let end: End = serde_json::from_str(&event.data)
-                    .map_err(|e| self.protocol(format!("a bad end event ({e})")))?;
-                FollowUpdate::End {
-                    next: end.next,
-                    process: end.process,
-                }
-            }
-            "error" => {
-                let error: StreamError = serde_json::from_str(&event.data)
-                    .map_err(|e| self.protocol(format!("a bad error event ({e})")))?;
-                return Err(ClientError::Api {
-                    status: error.status,
-                    code: error.code,
-                    message: error.message,
-                    retry_after: error.retry_after,
-                });
-            }
-            // Events a newer server adds are not this client's to act on.
-            _ => return Ok(None),
-        }))
-    }
-
-    fn protocol(&self, detail: String) -> ClientError {
-        ClientError::Protocol {
-            url: self.url.clone(),
-            detail,
-        }
+        Ok(EventStream::new(response, shown))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+    use threadbox_core::ports::PtySize;
 
     #[test]
     fn process_urls_encode_each_part() {
@@ -327,20 +216,26 @@ mod tests {
 
     #[test]
     fn specs_and_signals_are_the_apis_shapes() {
-        let spec = ProcessSpec {
+        let spec = ProcessBody {
             argv: Some(vec!["sleep".into(), "9".into()]),
             pty: Some(PtySize { cols: 80, rows: 24 }),
             idle_timeout_ms: Some(60_000),
-            ..ProcessSpec::default()
+            ..ProcessBody::default()
         };
         assert_eq!(
             serde_json::to_value(&spec).unwrap(),
             json!({"argv": ["sleep", "9"], "pty": {"cols": 80, "rows": 24}, "idle_timeout_ms": 60000})
         );
-        assert_eq!(signal_name(ProcessSignal::Term), "TERM");
-        assert_eq!(signal_name(ProcessSignal::Kill), "KILL");
-        assert_eq!(bytes_of(None, Some("/w==".into())).unwrap(), vec![0xff]);
-        assert_eq!(bytes_of(Some("hi".into()), None).unwrap(), b"hi");
-        assert!(bytes_of(Some("a".into()), Some("YQ==".into())).is_err());
+        assert_eq!(ProcessSignal::Term.name(), "TERM");
+        assert_eq!(ProcessSignal::Kill.name(), "KILL");
+        let bytes_of = |text: Option<&str>, base64: Option<&str>| {
+            page_bytes(Payload {
+                text: text.map(str::to_owned),
+                base64: base64.map(str::to_owned),
+            })
+        };
+        assert_eq!(bytes_of(None, Some("/w==")).unwrap(), vec![0xff]);
+        assert_eq!(bytes_of(Some("hi"), None).unwrap(), b"hi");
+        assert!(bytes_of(Some("a"), Some("YQ==")).is_err());
     }
 }

@@ -1,9 +1,8 @@
 //! The API's request and response bodies as the client sees them. Sessions, events, sandbox
-//! handles and exec results are the shared crate's own types, so client and server cannot drift;
+//! handles and exec results are the shared crate's own types, and the exec and process bodies
+//! the API's own (`threadbox_api::wire`), so client and server cannot drift;
 //! the envelopes around them mirror `crates/api/src/http/threads.rs`. Unknown fields are ignored, so
 //! a newer server's additions do not break an older CLI.
-
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use threadbox_core::domain::{LifecycleEvent, NetworkProfile, Session, Usage};
@@ -72,24 +71,4 @@ pub struct NetworkSet {
     pub session: ThreadView,
     pub applied: String,
     pub message: String,
-}
-
-/// The body of `POST /v1/threads/{id}/exec`: exactly one of `cmd` (a shell line) or `argv`.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ExecSpec {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cmd: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub argv: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stdin: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    /// With a streamed answer: the server kills the command if this client goes away.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub kill_on_disconnect: bool,
 }

@@ -10,8 +10,8 @@ use anyhow::Context;
 use threadbox_core::ports::{ExecResult, OutputChunk};
 
 use super::output::{write_stdout, Output};
-use super::thread_id;
-use crate::client::{Client, ExecSpec, ExecUpdate};
+use crate::client::{Client, ExecBody, ExecUpdate};
+use crate::command::{millis, CommandArgs};
 use crate::duration;
 
 /// Our status when the command was killed by its timeout, as `timeout(1)` does.
@@ -22,21 +22,8 @@ const KILLED: u8 = 137;
 
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {
-    /// The thread to run in; its sandbox is created on first use and resumed when paused.
-    #[arg(value_parser = thread_id)]
-    thread: String,
-
-    /// A shell command line, run with `/bin/sh -c` (instead of a program after `--`).
-    #[arg(short = 'c', long = "cmd", conflicts_with = "argv")]
-    cmd: Option<String>,
-
-    /// Working directory inside the sandbox (an absolute path).
-    #[arg(long)]
-    cwd: Option<String>,
-
-    /// An environment variable for the command, KEY=VALUE; repeat for more.
-    #[arg(short = 'e', long = "env", value_parser = env_pair)]
-    env: Vec<(String, String)>,
+    #[command(flatten)]
+    command: CommandArgs,
 
     /// Kill the command after this long, like 30s or 5m (the server's default otherwise; at
     /// most 10m).
@@ -46,37 +33,16 @@ pub struct ExecArgs {
     /// Pass this program's standard input to the command (UTF-8 text).
     #[arg(long)]
     stdin: bool,
-
-    /// The program and its arguments, after `--`: run without a shell.
-    #[arg(last = true, required_unless_present = "cmd")]
-    argv: Vec<String>,
-}
-
-fn env_pair(raw: &str) -> Result<(String, String), String> {
-    match raw.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
-        _ => Err(format!("{raw:?} is not KEY=VALUE")),
-    }
 }
 
 impl ExecArgs {
-    fn spec(self, stdin: Option<String>) -> ExecSpec {
-        let (cmd, argv) = match self.cmd {
-            Some(cmd) => (Some(cmd), None),
-            None => (None, Some(self.argv)),
-        };
-        ExecSpec {
-            cmd,
-            argv,
-            cwd: self.cwd,
-            env: self.env.into_iter().collect(),
+    fn spec(self, stdin: Option<String>) -> ExecBody {
+        ExecBody {
             stdin,
-            // Sub-millisecond parts round up: "1ms" must not become 0, which the API refuses.
-            timeout_ms: self
-                .timeout
-                .map(|t| u64::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)),
+            timeout_ms: millis(self.timeout),
             // Ctrl-C on the CLI stops the command, as it would a local one.
             kill_on_disconnect: true,
+            ..ExecBody::running(self.command.spec())
         }
     }
 }
@@ -91,7 +57,7 @@ pub async fn run(client: &Client, args: ExecArgs, out: Output) -> anyhow::Result
     } else {
         None
     };
-    let thread = args.thread.clone();
+    let thread = args.command.thread.clone();
     // `--json` wants one document: the result whole. Otherwise the output streams as it comes.
     if out.json {
         let result = client.exec(&thread, &args.spec(stdin)).await?;

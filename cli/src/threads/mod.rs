@@ -92,7 +92,7 @@ enum ThreadsCommand {
 
 /// Thread ids are checked here with the server's own rule, so a typo is a usage error at once
 /// rather than a round trip.
-fn thread_id(raw: &str) -> Result<String, String> {
+pub(crate) fn thread_id(raw: &str) -> Result<String, String> {
     ThreadId::parse(raw)
         .map(|id| id.as_str().to_owned())
         .map_err(|e| e.to_string())

@@ -9,8 +9,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
-use super::{ExecInput, OutputSink, ProcessInput, SandboxBackend, ToolFailure};
-use threadbox_api::http::{sandbox_path, ApiError, ExecBody, StartBody};
+use super::{ExecBody, OutputSink, ProcessBody, SandboxBackend, ToolFailure};
+use threadbox_api::http::{sandbox_path, ApiError};
 use threadbox_core::domain::{Millis, Session, ThreadId};
 use threadbox_core::ports::{
     valid_process_id, ExecResult, FileEntry, GrepMatch, ProcessInfo, ProcessOutput, ProcessSignal,
@@ -91,7 +91,7 @@ impl SandboxBackend for ThreadboxBackend {
     async fn exec(
         &self,
         thread: &str,
-        input: ExecInput,
+        input: ExecBody,
         _output: Option<OutputSink>,
     ) -> Result<ExecResult, ToolFailure> {
         let thread = thread_id(thread)?;
@@ -118,9 +118,7 @@ impl SandboxBackend for ThreadboxBackend {
             }
         }
         // The API's exec body, so the command is checked exactly as `POST .../exec` checks it.
-        let body: ExecBody = serde_json::from_value(to_value(&input)?)
-            .map_err(|e| ToolFailure::invalid(e.to_string()))?;
-        let request = body.into_request()?;
+        let request = input.into_request()?;
         Ok(self.tb.exec(&thread, request).await?)
     }
 
@@ -250,13 +248,11 @@ impl SandboxBackend for ThreadboxBackend {
     async fn start_process(
         &self,
         thread: &str,
-        input: ProcessInput,
+        input: ProcessBody,
     ) -> Result<ProcessInfo, ToolFailure> {
         let thread = thread_id(thread)?;
         // The API's process body, so the command is checked exactly as `POST .../processes` does.
-        let body: StartBody = serde_json::from_value(to_value(&input)?)
-            .map_err(|e| ToolFailure::invalid(e.to_string()))?;
-        let request = body.into_request()?;
+        let request = input.into_request()?;
         Ok(self.tb.start_process(&thread, request).await?)
     }
 

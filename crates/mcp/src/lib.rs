@@ -33,10 +33,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use serde::Serialize;
 use serde_json::{json, Value};
 
 use threadbox_api::http::ApiError;
+// The bodies the tools send, as the API's routes take them.
+pub use threadbox_api::wire::{ExecBody, ProcessBody};
 use threadbox_core::ports::{
     ExecResult, FileEntry, GrepMatch, OutputChunk, ProcessInfo, ProcessOutput, ProcessSignal,
 };
@@ -53,40 +54,6 @@ pub use body::{INVALID_REQUEST, MAX_MESSAGE_DEPTH, MAX_MESSAGE_VALUES, PARSE_ERR
 /// and gives a command without one this limit, as the gateway's exec route does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExecLimit(pub std::time::Duration);
-
-/// A command as `run_command` takes it: exactly one of `cmd` (a shell line) or `argv`, the same
-/// fields as the API's exec body.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ExecInput {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cmd: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub argv: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub env: std::collections::BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stdin: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-}
-
-/// A background process as `start_process` takes it: exactly one of `cmd` or `argv`, the same
-/// fields as the API's process body.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ProcessInput {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cmd: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub argv: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub env: std::collections::BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub idle_timeout_ms: Option<u64>,
-}
 
 /// Where a backend that streams a command's output sends it while the command runs.
 pub type OutputSink = tokio::sync::mpsc::UnboundedSender<OutputChunk>;
@@ -149,7 +116,7 @@ pub trait SandboxBackend: Send + Sync + 'static {
     async fn exec(
         &self,
         thread: &str,
-        input: ExecInput,
+        input: ExecBody,
         output: Option<OutputSink>,
     ) -> Result<ExecResult, ToolFailure>;
     /// A file's bytes if it holds at most `limit`, else `None` (reading stops past the limit).
@@ -189,7 +156,7 @@ pub trait SandboxBackend: Send + Sync + 'static {
     async fn start_process(
         &self,
         thread: &str,
-        input: ProcessInput,
+        input: ProcessBody,
     ) -> Result<ProcessInfo, ToolFailure>;
     /// The thread's processes, running and ended.
     async fn list_processes(&self, thread: &str) -> Result<Vec<ProcessInfo>, ToolFailure>;

@@ -12,7 +12,7 @@ use axum::Router;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use super::{ExecInput, ProcessInput, SandboxBackend, ThreadboxBackend, ToolFailure};
+use super::{ExecBody, ProcessBody, SandboxBackend, ThreadboxBackend, ToolFailure};
 use threadbox_api::http::{router, ApiAuth};
 use threadbox_core::ports::{ProcessSignal, MAX_INPUT_BYTES};
 use threadbox_core::usecases::{Config, Threadbox};
@@ -38,29 +38,29 @@ fn threadbox(dir: &tempfile::TempDir) -> Threadbox {
 async fn the_backend_runs_commands_and_files_with_the_apis_checks_and_codes() {
     let dir = tempfile::tempdir().unwrap();
     let backend = ThreadboxBackend::new(threadbox(&dir));
-    let input = ExecInput {
+    let input = ExecBody {
         cmd: Some("echo hi".into()),
-        ..ExecInput::default()
+        ..ExecBody::default()
     };
     let ran = backend.exec("t1", input, None).await.unwrap();
     assert_eq!(ran.exit_code, Some(0));
     assert_eq!(ran.stdout, "echo hi");
 
     // The exec body's own checks, with the API's code and status.
-    let both = ExecInput {
+    let both = ExecBody {
         cmd: Some("true".into()),
         argv: Some(vec!["true".into()]),
-        ..ExecInput::default()
+        ..ExecBody::default()
     };
     let refused = backend.exec("t1", both, None).await.unwrap_err();
     assert_eq!(
         (refused.code.as_str(), refused.status),
         ("invalid_request", Some(400))
     );
-    let slow = ExecInput {
+    let slow = ExecBody {
         cmd: Some("sleep 1".into()),
         timeout_ms: Some(3_600_000),
-        ..ExecInput::default()
+        ..ExecBody::default()
     };
     let refused = backend.exec("t1", slow, None).await.unwrap_err();
     assert_eq!(refused.code, "invalid_request", "{refused:?}");
@@ -123,18 +123,30 @@ async fn the_backend_runs_commands_and_files_with_the_apis_checks_and_codes() {
 }
 
 async fn post(router: &Router, key: Option<&str>, body: Value) -> (StatusCode, String, Value) {
-    let mut request = Request::post("/v1/threads/t2/mcp")
+    let request = mcp_request("t2", key)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let (status, kind, bytes) = answer(router, request).await;
+    let json = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, kind, json)
+}
+
+/// A POST to `thread`'s endpoint with the headers an MCP client sends, and `key` if any.
+fn mcp_request(thread: &str, key: Option<&str>) -> axum::http::request::Builder {
+    let request = Request::post(format!("/v1/threads/{thread}/mcp"))
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-06-18");
-    if let Some(key) = key {
-        request = request.header(header::AUTHORIZATION, format!("Bearer {key}"));
+    match key {
+        Some(key) => request.header(header::AUTHORIZATION, format!("Bearer {key}")),
+        None => request,
     }
-    let response = router
-        .clone()
-        .oneshot(request.body(Body::from(body.to_string())).unwrap())
-        .await
-        .unwrap();
+}
+
+/// The router's answer to `request`: its status, content type and body.
+async fn answer(router: &Router, request: Request<Body>) -> (StatusCode, String, Vec<u8>) {
+    let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let kind = response
         .headers()
@@ -144,9 +156,7 @@ async fn post(router: &Router, key: Option<&str>, body: Value) -> (StatusCode, S
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
         .unwrap();
-    let json = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, kind, json)
+    (status, kind, bytes.to_vec())
 }
 
 #[tokio::test]
@@ -215,25 +225,25 @@ async fn the_process_tools_check_their_arguments_as_the_apis_routes_do() {
     let code = |failure: ToolFailure| (failure.code, failure.status);
     let bad = |code: &str| (code.to_owned(), Some(400));
 
-    let both = ProcessInput {
+    let both = ProcessBody {
         cmd: Some("sleep 9".into()),
         argv: Some(vec!["sleep".into(), "9".into()]),
-        ..ProcessInput::default()
+        ..ProcessBody::default()
     };
     let refused = backend.start_process("t3", both).await.unwrap_err();
     assert_eq!(code(refused), bad("invalid_request"));
-    let too_short = ProcessInput {
+    let too_short = ProcessBody {
         cmd: Some("sleep 9".into()),
         idle_timeout_ms: Some(10),
-        ..ProcessInput::default()
+        ..ProcessBody::default()
     };
     let refused = backend.start_process("t3", too_short).await.unwrap_err();
     assert!(refused.message.contains("idle_timeout_ms"), "{refused:?}");
     assert_eq!(code(refused), bad("invalid_request"));
-    let outside = ProcessInput {
+    let outside = ProcessBody {
         cmd: Some("ls".into()),
         cwd: Some("work/src".into()),
-        ..ProcessInput::default()
+        ..ProcessBody::default()
     };
     let refused = backend.start_process("t3", outside).await.unwrap_err();
     assert_eq!(code(refused), bad("invalid_path"));
@@ -367,23 +377,8 @@ async fn the_endpoint_lists_the_process_tools_and_answers_bad_calls_as_tool_erro
 
 /// A raw body to the endpoint: status, content type and the JSON answer (`Null` if not JSON).
 async fn post_raw(router: &Router, body: impl Into<Body>) -> (StatusCode, String, Value) {
-    let request = Request::post("/v1/threads/t3/mcp")
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .header(header::AUTHORIZATION, format!("Bearer {KEY}"))
-        .body(body.into())
-        .unwrap();
-    let response = router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let kind = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
+    let request = mcp_request("t3", Some(KEY)).body(body.into()).unwrap();
+    let (status, kind, bytes) = answer(router, request).await;
     (
         status,
         kind,

@@ -26,7 +26,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::{ExecInput, ProcessInput, SandboxBackend, ToolFailure};
+use super::{ExecBody, ProcessBody, SandboxBackend, ToolFailure};
+use threadbox_api::wire::CommandSpec;
 use threadbox_core::ports::{OutputChunk, ProcessSignal, ProcessState, MAX_OUTPUT_READ};
 
 /// The most of a file `read_file` returns: a model's context is the limit, not the API's.
@@ -197,34 +198,37 @@ pub struct WriteProcessInput {
     text: String,
 }
 
-/// A signal `stop_process` sends.
-#[derive(Clone, Copy, Debug, Default, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Signal {
-    #[default]
-    Term,
-    Kill,
-    Int,
-    Hup,
-    Stop,
-    Cont,
+/// A signal `stop_process` sends: the API's own, by its name; TERM unless given.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(transparent)]
+pub struct Signal(ProcessSignal);
+
+impl Default for Signal {
+    fn default() -> Self {
+        Signal(ProcessSignal::Term)
+    }
 }
 
 impl Signal {
-    fn port(self) -> ProcessSignal {
-        match self {
-            Signal::Term => ProcessSignal::Term,
-            Signal::Kill => ProcessSignal::Kill,
-            Signal::Int => ProcessSignal::Int,
-            Signal::Hup => ProcessSignal::Hup,
-            Signal::Stop => ProcessSignal::Stop,
-            Signal::Cont => ProcessSignal::Cont,
-        }
-    }
-
     /// Whether a process is expected to end on it (so `stop_process` waits to see it end).
     fn ends(self) -> bool {
-        !matches!(self, Signal::Stop | Signal::Cont)
+        !matches!(self.0, ProcessSignal::Stop | ProcessSignal::Cont)
+    }
+}
+
+/// The signals' names, from the API's list (the core has no schemas of its own).
+impl schemars::JsonSchema for Signal {
+    fn schema_name() -> Cow<'static, str> {
+        "Signal".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = ProcessSignal::ALL.iter().map(|s| s.name()).collect();
+        schemars::json_schema!({
+            "description": "A signal `stop_process` sends.",
+            "type": "string",
+            "enum": names,
+        })
     }
 }
 
@@ -256,6 +260,32 @@ fn output_field(data: &[u8]) -> (&'static str, String, usize) {
             data.len(),
         ),
     }
+}
+
+/// The command of `run_command` or `start_process` as the API's bodies take it: exactly one of
+/// a shell line (`command`, not blank) or `argv` (not empty).
+fn command(
+    command: Option<String>,
+    argv: Option<Vec<String>>,
+    cwd: Option<String>,
+    env: BTreeMap<String, String>,
+) -> Result<CommandSpec, String> {
+    let (cmd, argv) = match (command, argv) {
+        (Some(cmd), None) if !cmd.trim().is_empty() => (Some(cmd), None),
+        (None, Some(argv)) if !argv.is_empty() => (None, Some(argv)),
+        _ => return Err("give exactly one of command (a shell line) or argv".into()),
+    };
+    Ok(CommandSpec {
+        cmd,
+        argv,
+        cwd,
+        env,
+    })
+}
+
+/// Seconds as the bodies' milliseconds.
+fn millis(seconds: Option<u64>) -> Option<u64> {
+    seconds.map(|s| s.saturating_mul(1000))
 }
 
 /// A failure as the tool's error result: the model sees the message and the code.
@@ -316,18 +346,11 @@ impl<B: SandboxBackend> SandboxTools<B> {
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
         let args = checked!(args);
-        let (cmd, argv) = match (args.command, args.argv) {
-            (Some(cmd), None) if !cmd.trim().is_empty() => (Some(cmd), None),
-            (None, Some(argv)) if !argv.is_empty() => (None, Some(argv)),
-            _ => return invalid("give exactly one of command (a shell line) or argv"),
-        };
-        let input = ExecInput {
-            cmd,
-            argv,
-            cwd: args.cwd,
-            env: args.env,
+        let spec = checked!(command(args.command, args.argv, args.cwd, args.env));
+        let input = ExecBody {
             stdin: args.stdin,
-            timeout_ms: args.timeout_seconds.map(|s| s.saturating_mul(1000)),
+            timeout_ms: millis(args.timeout_seconds),
+            ..ExecBody::running(spec)
         };
         let token = context.meta.get_progress_token().filter(|_| self.progress);
         let (sink, mut output) = match token {
@@ -533,17 +556,10 @@ impl<B: SandboxBackend> SandboxTools<B> {
         Parameters(Checked(args)): Parameters<Checked<StartProcess>>,
     ) -> CallToolResult {
         let args = checked!(args);
-        let (cmd, argv) = match (args.command, args.argv) {
-            (Some(cmd), None) if !cmd.trim().is_empty() => (Some(cmd), None),
-            (None, Some(argv)) if !argv.is_empty() => (None, Some(argv)),
-            _ => return invalid("give exactly one of command (a shell line) or argv"),
-        };
-        let input = ProcessInput {
-            cmd,
-            argv,
-            cwd: args.cwd,
-            env: args.env,
-            idle_timeout_ms: args.idle_timeout_seconds.map(|s| s.saturating_mul(1000)),
+        let spec = checked!(command(args.command, args.argv, args.cwd, args.env));
+        let input = ProcessBody {
+            idle_timeout_ms: millis(args.idle_timeout_seconds),
+            ..ProcessBody::running(spec)
         };
         outcome(self.backend.start_process(&self.thread, input).await)
     }
@@ -622,14 +638,14 @@ impl<B: SandboxBackend> SandboxTools<B> {
         let args = checked!(args);
         let sent = self
             .backend
-            .signal_process(&self.thread, &args.process_id, args.signal.port())
+            .signal_process(&self.thread, &args.process_id, args.signal.0)
             .await;
         if let Err(failure) = sent {
             return tool_error(failure);
         }
         let mut answer = json!({
             "process_id": args.process_id,
-            "signal": args.signal.port(),
+            "signal": args.signal.0,
         });
         // The signal went; how the process stands after it is extra, best effort.
         let deadline = tokio::time::Instant::now() + STOP_WAIT;

@@ -16,12 +16,11 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
-use base64::Engine as _;
 use futures::Stream;
-use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
+use crate::wire::{self, ErrorFrame, ExitFrame, OutputFrame, Piece, Utf8Pieces};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{ExecRequest, ExecResult, OutputChunk};
 use threadbox_core::usecases::{Threadbox, UseCaseError};
@@ -51,8 +50,8 @@ pub(crate) fn exec_events(
             handle: command,
             kill_on_drop: kill_on_disconnect,
         }),
-        stdout: Utf8Events::new("stdout"),
-        stderr: Utf8Events::new("stderr"),
+        stdout: Utf8Events::new(wire::STDOUT),
+        stderr: Utf8Events::new(wire::STDERR),
         pending: Vec::new(),
     };
     let events = futures::stream::unfold(state, |mut state| async move {
@@ -109,7 +108,7 @@ impl State {
             let ended = (&mut command.handle).await;
             command.kill_on_drop = false;
             return Some(match ended {
-                Ok(Ok(result)) => exit_event(&result),
+                Ok(Ok(result)) => json_event(wire::EXIT, &ExitFrame::from(&result)),
                 Ok(Err(error)) => error_event(ApiError::from(error)),
                 Err(join) => error_event(ApiError::new(
                     axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -121,41 +120,21 @@ impl State {
     }
 }
 
-fn exit_event(result: &ExecResult) -> Event {
-    json_event(
-        "exit",
-        json!({
-            "exit_code": result.exit_code,
-            "duration_ms": result.duration_ms,
-            "timed_out": result.timed_out,
-            "truncated": result.truncated,
-            "out_of_memory": result.out_of_memory,
-        }),
-    )
-}
-
 pub(super) fn error_event(error: ApiError) -> Event {
-    let mut body = json!({
-        "code": error.code,
-        "message": error.message,
-        "status": error.status.as_u16(),
-    });
-    if let Some(secs) = error.retry_after {
-        body["retry_after"] = json!(secs);
-    }
-    json_event("error", body)
+    json_event(wire::ERROR, &ErrorFrame::from(error))
 }
 
-pub(super) fn json_event(name: &str, data: serde_json::Value) -> Event {
-    Event::default().event(name).data(data.to_string())
+pub(super) fn json_event<T: serde::Serialize>(name: &str, frame: &T) -> Event {
+    Event::default().event(name).data(wire::frame_json(frame))
 }
 
-/// One output stream turned into events: text where the bytes are UTF-8, base64 where not,
-/// with a character cut at the end of a read held back for the next one. With an offset (a
-/// background process's output), each event also says where in the output its bytes start.
+/// One output stream turned into events: text where the bytes are UTF-8, base64 where not
+/// (each sequence that is not on its own), with a character cut at the end of a read held back
+/// for the next one. With an offset (a background process's output), each event also says where
+/// in the output its bytes start.
 pub(super) struct Utf8Events {
     name: &'static str,
-    held: Vec<u8>,
+    pieces: Utf8Pieces,
     offset: Option<u64>,
 }
 
@@ -163,7 +142,7 @@ impl Utf8Events {
     pub(super) fn new(name: &'static str) -> Self {
         Self {
             name,
-            held: Vec::new(),
+            pieces: Utf8Pieces::separate(),
             offset: None,
         }
     }
@@ -177,78 +156,50 @@ impl Utf8Events {
 
     /// With an offset: where the next bytes pushed are expected to start.
     pub(super) fn expects(&self) -> Option<u64> {
-        self.offset.map(|o| o + self.held.len() as u64)
+        self.offset.map(|o| o + self.pieces.held() as u64)
     }
 
     pub(super) fn push(&mut self, bytes: &[u8]) -> Vec<Event> {
-        let mut data = std::mem::take(&mut self.held);
-        data.extend_from_slice(bytes);
-        let mut events = Vec::new();
-        let mut rest: &[u8] = &data;
-        while !rest.is_empty() {
-            match std::str::from_utf8(rest) {
-                Ok(text) => {
-                    events.push(self.text(text));
-                    break;
-                }
-                Err(e) => {
-                    let (valid, after) = rest.split_at(e.valid_up_to());
-                    if !valid.is_empty() {
-                        // The first `valid_up_to` bytes are UTF-8 by definition.
-                        events.push(self.text(std::str::from_utf8(valid).unwrap_or_default()));
-                    }
-                    match e.error_len() {
-                        // Cut at the end: keep it for the next read.
-                        None => {
-                            self.held = after.to_vec();
-                            break;
-                        }
-                        Some(bad) => {
-                            events.push(self.bytes(&after[..bad]));
-                            rest = &after[bad..];
-                        }
-                    }
-                }
-            }
-        }
-        events
+        let pieces = self.pieces.push(bytes);
+        self.events(pieces)
     }
 
     /// What is still held when the stream ends: a cut character that never got whole.
     pub(super) fn finish(&mut self) -> Vec<Event> {
-        let held = std::mem::take(&mut self.held);
-        if held.is_empty() {
-            Vec::new()
-        } else {
-            vec![self.bytes(&held)]
-        }
+        let pieces = self.pieces.finish();
+        self.events(pieces)
     }
 
-    fn text(&mut self, text: &str) -> Event {
-        let mut body = json!({ "text": text });
-        self.place(&mut body, text.len());
-        json_event(self.name, body)
+    fn events(&mut self, pieces: Vec<Piece>) -> Vec<Event> {
+        pieces.iter().map(|piece| self.event(piece)).collect()
     }
 
-    fn bytes(&mut self, bytes: &[u8]) -> Event {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
-        let mut body = json!({ "base64": encoded });
-        self.place(&mut body, bytes.len());
-        json_event(self.name, body)
-    }
-
-    /// Say where the event's bytes start, and move past them.
-    fn place(&mut self, body: &mut serde_json::Value, len: usize) {
+    /// The piece's event, saying where its bytes start; then past them.
+    fn event(&mut self, piece: &Piece) -> Event {
+        let frame = OutputFrame {
+            data: piece.payload(),
+            offset: self.offset,
+        };
         if let Some(offset) = &mut self.offset {
-            body["offset"] = json!(*offset);
-            *offset += len as u64;
+            *offset += piece.byte_len() as u64;
         }
+        json_event(self.name, &frame)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Utf8Events {
+        fn text(&mut self, text: &str) -> Event {
+            self.event(&Piece::Text(text.to_owned()))
+        }
+
+        fn bytes(&mut self, bytes: &[u8]) -> Event {
+            self.event(&Piece::Bytes(bytes.to_vec()))
+        }
+    }
 
     /// The events' wire form, `event:` and `data:` lines, to compare as text.
     fn wire(events: &[Event]) -> Vec<String> {

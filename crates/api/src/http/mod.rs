@@ -46,13 +46,9 @@ pub use local_only::{require_local, LocalOnly};
 // paths as every route does.
 pub use extract::JsonBody;
 pub use extract::{sandbox_path, Thread};
-// The live-events WebSocket's `exec` frame takes the exec body's fields.
-pub use sandbox::ExecBody;
 // Behind API Gateway, the requests that would stream are told where to (`lambda::http`).
-pub use sandbox::wants_event_stream;
-// And its `pty` frame the process body's.
-pub use processes::StartBody;
 pub use processes::MAX_FOLLOW;
+pub use sandbox::wants_event_stream;
 pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
 
 use threadbox_core::usecases::Threadbox;

@@ -14,7 +14,6 @@
 //!
 //! Like exec, these bring the thread's sandbox up (create, resume) and hold it meanwhile.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -25,7 +24,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -33,14 +31,14 @@ use tokio::sync::mpsc;
 use super::auth::ForCaller;
 use super::error::ApiError;
 use super::exec_stream::{error_event, json_event, Utf8Events};
-use super::extract::{sandbox_path, ApiQuery, JsonBody, Thread};
-use super::sandbox::{check_env, command_of, wants_event_stream};
+use super::extract::{ApiQuery, JsonBody, Thread};
+use super::sandbox::wants_event_stream;
+use crate::wire::{self, millis_within, EndFrame, OutputPage, Payload, PayloadError, ProcessBody};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{
-    valid_process_id, ProcessChunk, ProcessSignal, PtySize, DEFAULT_OUTPUT_CHUNKS, MAX_INPUT_BYTES,
-    MAX_OUTPUT_CHUNKS, MAX_OUTPUT_READ,
+    valid_process_id, ProcessChunk, ProcessSignal, PtySize, MAX_INPUT_BYTES, MAX_OUTPUT_READ,
 };
-use threadbox_core::usecases::{ProcessRequest, Threadbox, DEFAULT_PROCESS_IDLE, MAX_PROCESS_IDLE};
+use threadbox_core::usecases::Threadbox;
 
 /// The longest a follow stays open before the client reads on with `after`.
 pub const MAX_FOLLOW: Duration = Duration::from_secs(10 * 60);
@@ -90,73 +88,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Process {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StartBody {
-    cmd: Option<String>,
-    argv: Option<Vec<String>>,
-    cwd: Option<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    /// Run on a terminal of this size.
-    pty: Option<PtySize>,
-    /// Chunks of 256 KiB of output kept (1 to 64; default 4, so the last 1 MiB).
-    output_chunks: Option<u32>,
-    /// How long the process keeps the thread awake without output or input (default 10 min).
-    idle_timeout_ms: Option<u64>,
-}
-
-impl StartBody {
-    pub fn into_request(self) -> Result<ProcessRequest, ApiError> {
-        let bad = |message: String| ApiError::bad_request("invalid_request", message);
-        let command = command_of(self.cmd, self.argv)?;
-        check_env(&self.env)?;
-        let cwd = self.cwd.map(|c| sandbox_path(&c)).transpose()?;
-        let pty = self
-            .pty
-            .map(|size| size.check().map_err(|e| bad(e.to_string())))
-            .transpose()?;
-        let output_chunks = match self.output_chunks {
-            None => DEFAULT_OUTPUT_CHUNKS,
-            Some(n) if (1..=MAX_OUTPUT_CHUNKS).contains(&n) => n,
-            Some(n) => {
-                return Err(bad(format!(
-                    "output_chunks must be between 1 and {MAX_OUTPUT_CHUNKS}; got {n}"
-                )))
-            }
-        };
-        let idle_limit = match self.idle_timeout_ms {
-            None => DEFAULT_PROCESS_IDLE,
-            Some(ms) if ms >= 1_000 && Duration::from_millis(ms) <= MAX_PROCESS_IDLE => {
-                Duration::from_millis(ms)
-            }
-            Some(ms) => {
-                return Err(bad(format!(
-                    "idle_timeout_ms must be between 1000 and {}; got {ms}",
-                    MAX_PROCESS_IDLE.as_millis()
-                )))
-            }
-        };
-        let request = ProcessRequest {
-            command,
-            cwd,
-            env: self.env,
-            pty,
-            output_chunks,
-            idle_limit,
-        };
-        let mut as_exec = threadbox_core::ports::ExecRequest::shell("");
-        as_exec.command = request.command.clone();
-        as_exec.env = request.env.clone();
-        as_exec.check_sizes().map_err(bad)?;
-        Ok(request)
-    }
-}
-
 async fn start(
     ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
-    JsonBody(body): JsonBody<StartBody>,
+    JsonBody(body): JsonBody<ProcessBody>,
 ) -> Result<Response, ApiError> {
     let request = body.into_request()?;
     let info = tb.start_process(&thread_id, request).await?;
@@ -179,17 +114,6 @@ struct OutputQuery {
     timeout_ms: Option<u64>,
 }
 
-/// Bytes as JSON: `text` when they are UTF-8, `base64` when not.
-fn bytes_field(bytes: &[u8]) -> (&'static str, String) {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => ("text", text.to_owned()),
-        Err(_) => (
-            "base64",
-            base64::engine::general_purpose::STANDARD.encode(bytes),
-        ),
-    }
-}
-
 async fn output(
     ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
@@ -199,21 +123,8 @@ async fn output(
 ) -> Result<Response, ApiError> {
     let after = query.after.unwrap_or(0);
     if wants_event_stream(&headers) {
-        let timeout = match query.timeout_ms {
-            None => MAX_FOLLOW,
-            Some(ms) if ms >= 1 && Duration::from_millis(ms) <= MAX_FOLLOW => {
-                Duration::from_millis(ms)
-            }
-            Some(ms) => {
-                return Err(ApiError::bad_request(
-                    "invalid_request",
-                    format!(
-                        "timeout_ms must be between 1 and {}; got {ms}",
-                        MAX_FOLLOW.as_millis()
-                    ),
-                ))
-            }
-        };
+        let timeout =
+            millis_within("timeout_ms", query.timeout_ms, 1, MAX_FOLLOW)?.unwrap_or(MAX_FOLLOW);
         return Ok(follow_events(tb, thread_id, process_id, after, timeout).into_response());
     }
     let max = query.max.unwrap_or(MAX_OUTPUT_READ);
@@ -226,14 +137,14 @@ async fn output(
     let read = tb
         .read_process_output(&thread_id, &process_id, after, max)
         .await?;
-    let (field, data) = bytes_field(&read.data);
-    let mut body = json!({
-        "offset": read.offset,
-        "next": read.next(),
-        "process": read.info,
-    });
-    body[field] = json!(data);
-    Ok(Json(body).into_response())
+    let page = OutputPage {
+        offset: read.offset,
+        next: read.next(),
+        data: Payload::of(&read.data),
+        process: read.info,
+    };
+    // As a JSON value, so its keys go out in order as they always have.
+    Ok(Json(wire::to_json(&page)).into_response())
 }
 
 /// Follow a process's output as server-sent events. The follow runs in a task of its own, which
@@ -263,7 +174,7 @@ fn follow_events(
     let state = Follow {
         output: Some(output),
         task: Some(task),
-        text: Utf8Events::with_offset("output", after),
+        text: Utf8Events::with_offset(wire::OUTPUT, after),
         pending: Vec::new(),
     };
     let events = futures::stream::unfold(state, |mut state| async move {
@@ -278,7 +189,7 @@ fn follow_events(
                         // After output that left the ring, events go on from where it resumes.
                         if state.text.expects() != Some(chunk.offset) {
                             state.pending = state.text.finish();
-                            state.text = Utf8Events::with_offset("output", chunk.offset);
+                            state.text = Utf8Events::with_offset(wire::OUTPUT, chunk.offset);
                         }
                         state.pending.extend(state.text.push(&chunk.data));
                     }
@@ -292,9 +203,7 @@ fn follow_events(
             let mut task = state.task.take()?;
             let ended = (&mut task).await;
             let event = match ended {
-                Ok(Ok((next, process))) => {
-                    json_event("end", json!({ "next": next, "process": process }))
-                }
+                Ok(Ok((next, process))) => json_event(wire::END, &EndFrame { next, process }),
                 Ok(Err(error)) => error_event(ApiError::from(error)),
                 Err(join) => error_event(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -308,27 +217,19 @@ fn follow_events(
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(1)))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InputBody {
-    text: Option<String>,
-    base64: Option<String>,
-}
-
 async fn input(
     ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     Process(process_id): Process,
-    JsonBody(body): JsonBody<InputBody>,
+    JsonBody(body): JsonBody<Payload>,
 ) -> Result<StatusCode, ApiError> {
     let bad = |m: String| ApiError::bad_request("invalid_request", m);
-    let data = match (body.text, body.base64) {
-        (Some(text), None) => text.into_bytes(),
-        (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map_err(|e| bad(format!("base64 is not valid: {e}")))?,
-        _ => return Err(bad("give text or base64 (one of them)".into())),
-    };
+    let data = body.decode().map_err(|e| match e {
+        PayloadError::Base64(e) => bad(format!("base64 is not valid: {e}")),
+        PayloadError::Neither | PayloadError::Both => {
+            bad("give text or base64 (one of them)".into())
+        }
+    })?;
     if data.len() > MAX_INPUT_BYTES {
         return Err(bad(format!(
             "input may be at most {MAX_INPUT_BYTES} bytes at a time; got {}",

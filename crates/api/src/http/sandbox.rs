@@ -4,7 +4,6 @@
 //! paused, under a hold so nothing pauses it underneath them. GETs change nothing: an unknown
 //! thread is a 404, and a file is read from the sandbox as it is, paused or not (`inspect`).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,11 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::ForCaller;
 use super::error::ApiError;
-use super::extract::{sandbox_path, ApiQuery, JsonBody, SandboxPath, Thread};
-use threadbox_core::ports::{
-    ExecCommand, ExecRequest, ExecResult, FileEntry, ProviderError, DEFAULT_EXEC_TIMEOUT,
-    DEFAULT_FILE_CAP, DEFAULT_OUTPUT_CAP,
-};
+use super::extract::{ApiQuery, JsonBody, SandboxPath, Thread};
+use crate::wire::ExecBody;
+use threadbox_core::ports::{ExecResult, FileEntry, ProviderError, DEFAULT_FILE_CAP};
 use threadbox_core::usecases::Threadbox;
 
 /// The longest a command may run.
@@ -43,106 +40,6 @@ pub(crate) fn routes() -> Router<Threadbox> {
                 // counts the body against the provider's upload limit as it streams.
                 .layer(DefaultBodyLimit::disable()),
         )
-}
-
-/// An exec body; the live-events WebSocket's `exec` frame takes the same fields.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecBody {
-    /// A shell command line, run with `/bin/sh -c`.
-    cmd: Option<String>,
-    /// A program and its arguments, run without a shell.
-    argv: Option<Vec<String>>,
-    cwd: Option<String>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    stdin: Option<String>,
-    timeout_ms: Option<u64>,
-    /// With a streamed answer: kill the command if the client goes away before it ends (by
-    /// default it runs on to its end, its output dropped).
-    #[serde(default)]
-    pub(crate) kill_on_disconnect: bool,
-}
-
-impl ExecBody {
-    /// Turn the body into a request, or say exactly what is wrong with it.
-    pub fn into_request(self) -> Result<ExecRequest, ApiError> {
-        let bad = |message: String| ApiError::bad_request("invalid_request", message);
-        let command = command_of(self.cmd, self.argv)?;
-        let cwd = self.cwd.map(|c| sandbox_path(&c)).transpose()?;
-        check_env(&self.env)?;
-        let timeout = match self.timeout_ms {
-            None => DEFAULT_EXEC_TIMEOUT,
-            Some(ms) if ms >= 1 && Duration::from_millis(ms) <= MAX_EXEC_TIMEOUT => {
-                Duration::from_millis(ms)
-            }
-            Some(ms) => {
-                return Err(bad(format!(
-                    "timeout_ms must be between 1 and {}; got {ms}",
-                    MAX_EXEC_TIMEOUT.as_millis()
-                )))
-            }
-        };
-        let request = ExecRequest {
-            command,
-            cwd,
-            env: self.env,
-            stdin: self.stdin.map(String::into_bytes),
-            timeout,
-            output_cap: DEFAULT_OUTPUT_CAP,
-        };
-        request.check_sizes().map_err(bad)?;
-        Ok(request)
-    }
-}
-
-/// The command of an exec or process body: a shell line (`cmd`) or a program and its arguments
-/// (`argv`), exactly one, non-empty and without NUL bytes.
-pub(super) fn command_of(
-    cmd: Option<String>,
-    argv: Option<Vec<String>>,
-) -> Result<ExecCommand, ApiError> {
-    let bad = |message: &str| ApiError::bad_request("invalid_request", message);
-    let command = match (cmd, argv) {
-        (Some(_), Some(_)) => return Err(bad("give either cmd or argv, not both")),
-        (None, None) => {
-            return Err(bad(
-                "give cmd (a shell command line) or argv (a program and its arguments)",
-            ))
-        }
-        (Some(cmd), None) if cmd.trim().is_empty() => return Err(bad("cmd is empty")),
-        (Some(cmd), None) => ExecCommand::Shell(cmd),
-        (None, Some(argv)) if argv.first().is_none_or(|p| p.is_empty()) => {
-            return Err(bad("argv must start with a program name"))
-        }
-        (None, Some(argv)) => ExecCommand::Argv(argv),
-    };
-    let words: Vec<&str> = match &command {
-        ExecCommand::Shell(cmd) => vec![cmd],
-        ExecCommand::Argv(argv) => argv.iter().map(String::as_str).collect(),
-    };
-    if words.iter().any(|w| w.contains('\0')) {
-        return Err(bad("the command contains a NUL byte"));
-    }
-    Ok(command)
-}
-
-/// Environment names usable as `NAME=value`, values without NUL.
-pub(super) fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
-    let bad = |message: String| ApiError::bad_request("invalid_request", message);
-    for (key, value) in env {
-        if key.is_empty() || key.contains(['=', '\0']) {
-            return Err(bad(format!(
-                "environment variable name {key:?} must be non-empty without '=' or NUL"
-            )));
-        }
-        if value.contains('\0') {
-            return Err(bad(format!(
-                "environment variable {key:?} contains a NUL byte"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// Run a command: the result as JSON when it ends, or with `Accept: text/event-stream` its

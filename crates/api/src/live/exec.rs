@@ -22,15 +22,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use base64::Engine as _;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::limits::{FrameLimiter, Refusal};
-use super::protocol::{ExecFrame, ProtocolError, ServerFrame, MAX_EXEC_FRAME};
+use super::protocol::{request_error, ExecFrame, ProtocolError, ServerFrame, MAX_EXEC_FRAME};
 use super::terminal_queue::TerminalQueue;
 use super::token::SubscriptionToken;
 use crate::http::ApiError;
+use crate::wire::{ExitFrame, Piece, Utf8Pieces};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{ConnectionSender, ExecResult, Frame, OutputChunk, SLOW_READER};
 use threadbox_core::usecases::{Threadbox, UseCaseError};
@@ -310,11 +310,7 @@ fn end_frame(
         Ok(Ok(result)) => {
             return ServerFrame::ExecExit {
                 request_id,
-                exit_code: result.exit_code,
-                duration_ms: result.duration_ms,
-                timed_out: result.timed_out,
-                truncated: result.truncated,
-                out_of_memory: result.out_of_memory,
+                exit: ExitFrame::from(&result),
             }
             .to_frame()
         }
@@ -330,79 +326,7 @@ fn end_frame(
             format!("the command's task failed: {join}"),
         ),
     };
-    ServerFrame::Error {
-        code: error.code,
-        message: &error.message,
-        thread_id: Some(thread_id.as_str()),
-        request_id: Some(request_id),
-        status: Some(error.status.as_u16()),
-        retry_after: error.retry_after,
-    }
-    .to_frame()
-}
-
-/// A piece of one output stream: text where the bytes are UTF-8, bytes where not.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Piece {
-    Text(String),
-    Bytes(Vec<u8>),
-}
-
-/// One output stream cut into pieces as the HTTP exec's events cut it: text where the bytes are
-/// UTF-8, bytes where not, a character cut at the end of a read held back for the next one.
-/// (Adjacent bytes that are not UTF-8 go out together rather than one sequence at a time.)
-#[derive(Default)]
-pub(super) struct Utf8Pieces {
-    held: Vec<u8>,
-}
-
-impl Utf8Pieces {
-    pub(super) fn push(&mut self, bytes: &[u8]) -> Vec<Piece> {
-        let mut data = std::mem::take(&mut self.held);
-        data.extend_from_slice(bytes);
-        let mut pieces = Vec::new();
-        let mut rest: &[u8] = &data;
-        while !rest.is_empty() {
-            match std::str::from_utf8(rest) {
-                Ok(text) => {
-                    pieces.push(Piece::Text(text.to_owned()));
-                    break;
-                }
-                Err(e) => {
-                    let (valid, after) = rest.split_at(e.valid_up_to());
-                    if !valid.is_empty() {
-                        // The first `valid_up_to` bytes are UTF-8 by definition.
-                        let text = std::str::from_utf8(valid).unwrap_or_default();
-                        pieces.push(Piece::Text(text.to_owned()));
-                    }
-                    match e.error_len() {
-                        None => {
-                            self.held = after.to_vec();
-                            break;
-                        }
-                        Some(bad) => {
-                            match pieces.last_mut() {
-                                Some(Piece::Bytes(bytes)) => bytes.extend_from_slice(&after[..bad]),
-                                _ => pieces.push(Piece::Bytes(after[..bad].to_vec())),
-                            }
-                            rest = &after[bad..];
-                        }
-                    }
-                }
-            }
-        }
-        pieces
-    }
-
-    /// What is still held when the stream ends: a cut character that never got whole.
-    pub(super) fn finish(&mut self) -> Vec<Piece> {
-        let held = std::mem::take(&mut self.held);
-        if held.is_empty() {
-            Vec::new()
-        } else {
-            vec![Piece::Bytes(held)]
-        }
-    }
+    request_error(request_id, thread_id, error)
 }
 
 /// `pieces` of `stream` as `exec_output` frames, each at most [`MAX_EXEC_FRAME`] bytes: a piece
@@ -416,25 +340,12 @@ fn output_frames(request_id: &str, stream: &str, pieces: Vec<Piece>) -> Vec<Fram
 }
 
 fn push_frames(request_id: &str, stream: &str, piece: &Piece, frames: &mut Vec<Frame>) {
-    let frame = match piece {
-        Piece::Text(text) => ServerFrame::ExecOutput {
-            request_id,
-            stream,
-            text: Some(text),
-            base64: None,
-        }
-        .to_frame(),
-        Piece::Bytes(bytes) => {
-            let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
-            ServerFrame::ExecOutput {
-                request_id,
-                stream,
-                text: None,
-                base64: Some(&encoded),
-            }
-            .to_frame()
-        }
-    };
+    let frame = ServerFrame::ExecOutput {
+        request_id,
+        stream,
+        data: piece.payload(),
+    }
+    .to_frame();
     if frame.len() <= MAX_EXEC_FRAME {
         frames.push(frame);
         return;
@@ -517,6 +428,7 @@ mod tests {
             match (v["text"].as_str(), v["base64"].as_str()) {
                 (Some(t), None) => out.extend_from_slice(t.as_bytes()),
                 (None, Some(b)) => {
+                    use base64::Engine as _;
                     out.extend(base64::engine::general_purpose::STANDARD.decode(b).unwrap())
                 }
                 other => panic!("{other:?}"),

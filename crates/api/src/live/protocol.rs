@@ -41,6 +41,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::http::ApiError;
+use crate::wire::{ExitFrame, Payload};
 use threadbox_core::domain::{LifecycleEvent, Status, ThreadId, MAX_SEQ};
 use threadbox_core::ports::{ExecRequest, Frame};
 
@@ -292,7 +294,7 @@ fn request_and_thread(
 fn parse_exec(value: Value) -> Result<ExecFrame, ProtocolError> {
     let (request_id, thread_id, fields) = request_and_thread("exec", value)?;
     let about = |e: ProtocolError| e.for_request(&request_id).about(thread_id.as_str());
-    let body: crate::http::ExecBody =
+    let body: crate::wire::ExecBody =
         serde_json::from_value(Value::Object(fields)).map_err(|e| {
             about(ProtocolError::new(
                 "bad_message",
@@ -339,8 +341,7 @@ struct PtyResizeBody {
 /// opens a session: its fields are those of `POST /v1/threads/{id}/processes`, with `cols` and
 /// `rows` for the terminal.
 fn parse_pty(action: &str, value: Value) -> Result<PtyFrame, ProtocolError> {
-    use base64::Engine as _;
-
+    use crate::wire::PayloadError;
     use threadbox_core::ports::{valid_process_id, PtySize, MAX_INPUT_BYTES};
     let (request_id, thread_id, mut fields) = request_and_thread(action, value)?;
     let about = |e: ProtocolError| e.for_request(&request_id).about(thread_id.as_str());
@@ -385,7 +386,7 @@ fn parse_pty(action: &str, value: Value) -> Result<PtyFrame, ProtocolError> {
                 "pty".into(),
                 serde_json::json!({ "cols": cols, "rows": rows }),
             );
-            let body: crate::http::StartBody = serde_json::from_value(read(fields))
+            let body: crate::wire::ProcessBody = serde_json::from_value(read(fields))
                 .map_err(|e| bad(format!("bad pty message: {e}")))?;
             PtyAction::Open(
                 body.into_request()
@@ -396,13 +397,16 @@ fn parse_pty(action: &str, value: Value) -> Result<PtyFrame, ProtocolError> {
             let body: PtyInputBody = serde_json::from_value(read(fields))
                 .map_err(|e| bad(format!("bad pty_input message: {e}")))?;
             session_ok(&body.session)?;
-            let data = match (body.text, body.base64) {
-                (Some(text), None) => text.into_bytes(),
-                (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
-                    .decode(encoded)
-                    .map_err(|e| bad(format!("bad pty_input message: base64: {e}")))?,
-                _ => return Err(bad("bad pty_input message: give text or base64".into())),
+            let payload = crate::wire::Payload {
+                text: body.text,
+                base64: body.base64,
             };
+            let data = payload.decode().map_err(|e| match e {
+                PayloadError::Base64(e) => bad(format!("bad pty_input message: base64: {e}")),
+                PayloadError::Neither | PayloadError::Both => {
+                    bad("bad pty_input message: give text or base64".into())
+                }
+            })?;
             if data.len() > MAX_INPUT_BYTES {
                 return Err(bad(format!(
                     "bad pty_input message: at most {MAX_INPUT_BYTES} bytes at a time"
@@ -484,19 +488,15 @@ pub enum ServerFrame<'a> {
     ExecOutput {
         request_id: &'a str,
         stream: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        text: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        base64: Option<&'a str>,
+        #[serde(flatten)]
+        data: Payload,
     },
-    /// The command ended; the last frame of its request.
+    /// The command ended (`exit_code`, `duration_ms`, ... as the HTTP exec's `exit` event); the
+    /// last frame of its request.
     ExecExit {
         request_id: &'a str,
-        exit_code: Option<i32>,
-        duration_ms: u64,
-        timed_out: bool,
-        truncated: bool,
-        out_of_memory: bool,
+        #[serde(flatten)]
+        exit: ExitFrame,
     },
     /// A terminal session attached: its output from `offset` follows.
     PtyAttached {
@@ -510,10 +510,8 @@ pub enum ServerFrame<'a> {
         request_id: &'a str,
         session: &'a str,
         offset: u64,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        text: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        base64: Option<&'a str>,
+        #[serde(flatten)]
+        data: Payload,
     },
     /// The session ended; the last frame of its attachment.
     PtyExit {
@@ -545,6 +543,20 @@ impl ServerFrame<'_> {
             .expect("server frames always serialize")
             .into()
     }
+}
+
+/// The error frame that ends request `request_id` about `thread_id`: the API's error, with the
+/// HTTP status a plain call would have answered and, for a limit, `retry_after`.
+pub fn request_error(request_id: &str, thread_id: &ThreadId, error: ApiError) -> Frame {
+    ServerFrame::Error {
+        code: error.code,
+        message: &error.message,
+        thread_id: Some(thread_id.as_str()),
+        request_id: Some(request_id),
+        status: Some(error.status.as_u16()),
+        retry_after: error.retry_after,
+    }
+    .to_frame()
 }
 
 #[cfg(test)]
@@ -893,11 +905,13 @@ mod tests {
         assert_eq!(&*ServerFrame::Pong.to_frame(), r#"{"type":"pong"}"#);
         let exit = ServerFrame::ExecExit {
             request_id: "r1",
-            exit_code: Some(3),
-            duration_ms: 12,
-            timed_out: false,
-            truncated: false,
-            out_of_memory: false,
+            exit: ExitFrame {
+                exit_code: Some(3),
+                duration_ms: 12,
+                timed_out: false,
+                truncated: false,
+                out_of_memory: false,
+            },
         };
         assert_eq!(
             serde_json::from_str::<Value>(&exit.to_frame()).unwrap(),
@@ -907,8 +921,10 @@ mod tests {
         let output = ServerFrame::ExecOutput {
             request_id: "r1",
             stream: "stderr",
-            text: None,
-            base64: Some("/w=="),
+            data: Payload {
+                text: None,
+                base64: Some("/w==".into()),
+            },
         };
         assert_eq!(
             serde_json::from_str::<Value>(&output.to_frame()).unwrap(),

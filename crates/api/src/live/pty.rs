@@ -14,14 +14,14 @@
 
 use std::sync::Arc;
 
-use base64::Engine as _;
 use tokio::sync::mpsc;
 
-use super::exec::{Command, ConnectionExec, Inner, Piece, Utf8Pieces};
+use super::exec::{Command, ConnectionExec, Inner};
 use super::limits::{InFlight, Refusal};
-use super::protocol::{ProtocolError, PtyAction, PtyFrame, ServerFrame};
+use super::protocol::{request_error, ProtocolError, PtyAction, PtyFrame, ServerFrame};
 use super::terminal_queue::{TerminalOp, TerminalQueue};
-use crate::http::{ApiError, MAX_FOLLOW};
+use crate::http::MAX_FOLLOW;
+use crate::wire::{Piece, Utf8Pieces};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::ProcessState;
 use threadbox_core::usecases::ProcessRequest;
@@ -149,7 +149,7 @@ async fn write_terminal(inner: Arc<Inner>, key: (ThreadId, String), _place: InFl
         };
         if let Err(error) = done {
             inner
-                .send(error_frame(&request_id, thread_id, error.into()))
+                .send(request_error(&request_id, thread_id, error.into()))
                 .await;
         }
     }
@@ -174,7 +174,7 @@ async fn attach(
             Ok(info) => info.id,
             Err(error) => {
                 inner
-                    .send(error_frame(&request_id, &thread_id, error.into()))
+                    .send(request_error(&request_id, &thread_id, error.into()))
                     .await;
                 return done(&inner);
             }
@@ -239,7 +239,7 @@ async fn attach(
             }
             Ok(Err(error)) => {
                 inner
-                    .send(error_frame(&request_id, &thread_id, error.into()))
+                    .send(request_error(&request_id, &thread_id, error.into()))
                     .await;
                 return done(&inner);
             }
@@ -259,23 +259,14 @@ async fn send_pieces(
 ) -> bool {
     for piece in pieces {
         for part in split(piece) {
-            let (text, base64, len) = match &part {
-                Piece::Text(text) => (Some(text.as_str()), None, text.len()),
-                Piece::Bytes(bytes) => (
-                    None,
-                    Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
-                    bytes.len(),
-                ),
-            };
             let frame = ServerFrame::PtyOutput {
                 request_id,
                 session,
                 offset: *offset,
-                text,
-                base64: base64.as_deref(),
+                data: part.payload(),
             }
             .to_frame();
-            *offset += len as u64;
+            *offset += part.byte_len() as u64;
             if !inner.send(frame).await {
                 return false;
             }
@@ -308,22 +299,6 @@ fn split(piece: Piece) -> Vec<Piece> {
             .map(|c| Piece::Bytes(c.to_vec()))
             .collect(),
     }
-}
-
-fn error_frame(
-    request_id: &str,
-    thread_id: &ThreadId,
-    error: ApiError,
-) -> threadbox_core::ports::Frame {
-    ServerFrame::Error {
-        code: error.code,
-        message: &error.message,
-        thread_id: Some(thread_id.as_str()),
-        request_id: Some(request_id),
-        status: Some(error.status.as_u16()),
-        retry_after: error.retry_after,
-    }
-    .to_frame()
 }
 
 #[cfg(test)]

@@ -212,12 +212,8 @@ impl Subscribers {
         seq: u64,
         frame: &Frame,
     ) -> Result<Reach, LiveError> {
-        match self.sender.send(connection_id, frame).await {
-            Ok(()) => Ok(Reach::Open),
-            Err(SendError::Gone(_)) => {
-                self.forget(connection_id).await?;
-                Ok(Reach::Gone)
-            }
+        match self.send_or_forget(connection_id, frame).await? {
+            Ok(reach) => Ok(reach),
             Err(error) => {
                 // Give the claim back so the retry sends it. If the position moved meanwhile (a
                 // second process), the retry cannot: say so rather than hide the gap.
@@ -253,13 +249,25 @@ impl Subscribers {
         connection_id: &str,
         frame: &Frame,
     ) -> Result<Reach, LiveError> {
+        self.send_or_forget(connection_id, frame)
+            .await?
+            .map_err(LiveError::Send)
+    }
+
+    /// Send `frame`; a gone connection is forgotten. Any other failure to send is the caller's
+    /// to handle.
+    async fn send_or_forget(
+        &self,
+        connection_id: &str,
+        frame: &Frame,
+    ) -> Result<Result<Reach, SendError>, LiveError> {
         match self.sender.send(connection_id, frame).await {
-            Ok(()) => Ok(Reach::Open),
+            Ok(()) => Ok(Ok(Reach::Open)),
             Err(SendError::Gone(_)) => {
                 self.forget(connection_id).await?;
-                Ok(Reach::Gone)
+                Ok(Ok(Reach::Gone))
             }
-            Err(error) => Err(LiveError::Send(error)),
+            Err(error) => Ok(Err(error)),
         }
     }
 

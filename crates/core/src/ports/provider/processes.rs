@@ -294,7 +294,18 @@ pub enum ProcessSignal {
 }
 
 impl ProcessSignal {
-    fn name(self) -> &'static str {
+    /// Every signal, in the order the API documents them.
+    pub const ALL: [ProcessSignal; 6] = [
+        ProcessSignal::Term,
+        ProcessSignal::Kill,
+        ProcessSignal::Int,
+        ProcessSignal::Hup,
+        ProcessSignal::Stop,
+        ProcessSignal::Cont,
+    ];
+
+    /// The name the API and the sandbox's `kill` take (`TERM`, `KILL`, ...).
+    pub fn name(self) -> &'static str {
         match self {
             ProcessSignal::Term => "TERM",
             ProcessSignal::Kill => "KILL",
