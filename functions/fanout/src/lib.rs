@@ -26,19 +26,46 @@
 //! apart, so adding one never repeats what the others delivered.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
-use threadbox_core::fanout::Fanout;
+use threadbox_core::fanout::{Fanout, FanoutTarget, LogTarget};
 pub use threadbox_lambda::batch::BatchSettler;
-use threadbox_lambda::batch::{process_fifo_batch, BatchOptions};
-use tracing::Instrument;
+use threadbox_lambda::batch::{BatchConsumer, DEFAULT_MAX_ATTEMPTS};
+use threadbox_lambda::{Handler, Setup, SetupError};
 
 /// The handler, holding the fan-out core (targets and dedupe store).
 #[derive(Clone)]
 pub struct FanoutHandler {
     fanout: Fanout,
-    settler: Option<BatchSettler>,
+    batch: BatchConsumer,
+}
+
+/// What `main` serves: the dedupe table and the targets (log, Slack status when a bot token is
+/// set, WebSocket subscribers when the subscriptions table and callback URL are set) from the
+/// environment, the lifecycle queue settling each batch.
+pub async fn build(setup: Setup) -> Result<FanoutHandler, SetupError> {
+    let Setup { sdk, env, secrets } = setup;
+    let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
+    // A refused token sends the function to Secrets Manager for the rotated one.
+    if let Some(slack) = threadbox_lambda::slack_status_target_watched(&sdk, &env, Some(&secrets))?
+    {
+        targets.push(Arc::new(slack));
+    }
+    if let Some(live) = threadbox_lambda::live_target(&sdk, &env)? {
+        targets.push(Arc::new(live));
+    }
+    let dedupe = Arc::new(threadbox_lambda::dedupe(&sdk, &env)?);
+    // The lifecycle queue settles each batch's records (visibility, dead letters), and the
+    // dedupe table counts each record's own attempts.
+    let queue = Arc::new(threadbox_lambda::lifecycle_queue(&sdk, &env)?);
+    let settler = BatchSettler::new(queue).with_attempt_limit(
+        dedupe.clone(),
+        "lifecycle",
+        DEFAULT_MAX_ATTEMPTS,
+    );
+    Ok(FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(settler))
 }
 
 impl FanoutHandler {
@@ -47,30 +74,25 @@ impl FanoutHandler {
     pub fn new(fanout: Fanout) -> Self {
         Self {
             fanout,
-            settler: None,
+            batch: BatchConsumer::default(),
         }
     }
 
     /// Settle records through `settler` (the lifecycle queue) before returning.
     pub fn with_settler(mut self, settler: BatchSettler) -> Self {
-        self.settler = Some(settler);
+        self.batch = self.batch.with_settler(settler);
         self
     }
+}
 
-    pub async fn handle(
-        &self,
-        event: LambdaEvent<SqsEvent>,
-    ) -> Result<SqsBatchResponse, Infallible> {
-        let options = BatchOptions {
-            settler: self.settler.as_ref(),
-            ..BatchOptions::default()
-        };
+impl Handler<SqsEvent> for FanoutHandler {
+    type Output = SqsBatchResponse;
+    type Error = Infallible;
+
+    async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Infallible> {
         let span = tracing::info_span!("batch", records = event.payload.records.len());
-        Ok(process_fifo_batch(&event.payload.records, options, |body| {
-            self.fanout.deliver_body(body)
-        })
-        .instrument(span)
-        .await)
+        let deliver = |body| self.fanout.deliver_body(body);
+        Ok(self.batch.run(&event, span, deliver).await)
     }
 }
 

@@ -25,13 +25,14 @@
 //! failures (a store, queue or provider call that did not succeed), so the function's error
 //! metric is the janitor's health. Nothing is lost by it: the next run retries what failed.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde::Serialize;
 use threadbox_core::usecases::{SweepOptions, SweepReport, Threadbox};
-use threadbox_lambda::{Env, SetupError};
+use threadbox_lambda::{Env, Handler, Setup, SetupError};
 
 pub const RECONCILE_EVERY_VAR: &str = "THREADBOX_RECONCILE_EVERY_MINUTES";
 pub const BUDGET_VAR: &str = "THREADBOX_SWEEP_BUDGET_SECS";
@@ -149,8 +150,24 @@ impl Janitor {
     pub fn new(tb: Threadbox, schedule: Schedule) -> Self {
         Self { tb, schedule }
     }
+}
 
-    pub async fn handle(
+/// What `main` serves: the use cases and the schedule from the environment. With
+/// `THREADBOX_TRANSITION_QUEUE_URL` set, the sweep hands its claims to that queue.
+pub async fn build(setup: Setup) -> Result<Janitor, SetupError> {
+    let mut tb = threadbox_lambda::threadbox(&setup.sdk, &setup.env, &setup.secrets).await?;
+    // Claimed pauses and destroys go to the pause function's queue handler.
+    if let Some(queue) = threadbox_lambda::transition_queue(&setup.sdk, &setup.env)? {
+        tb = tb.with_transition_queue(Arc::new(queue));
+    }
+    Ok(Janitor::new(tb, Schedule::from_env(&setup.env)?))
+}
+
+impl Handler<EventBridgeEvent> for Janitor {
+    type Output = JanitorReport;
+    type Error = JanitorError;
+
+    async fn handle(
         &self,
         event: LambdaEvent<EventBridgeEvent>,
     ) -> Result<JanitorReport, JanitorError> {

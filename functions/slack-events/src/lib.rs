@@ -9,12 +9,37 @@
 //! base64-encoded; a form body may be, and `lambda_http` decodes it), so the signature is
 //! checked on what Slack signed.
 
+use std::sync::Arc;
+
 use axum::Router;
+use threadbox_core::ports::SystemClock;
+use threadbox_lambda::{Setup, SetupError};
 use threadbox_slack::{router, SlackIngress};
+use threadbox_slack_web::BOT_TOKEN_VAR;
 
 /// The handler: the ingress's routes.
 pub fn app(ingress: SlackIngress) -> Router {
     router(ingress)
+}
+
+/// What `main` serves: [`app`] over the signing secret and the bot token, the dedupe table and
+/// the work queue from the environment.
+pub async fn build(setup: Setup) -> Result<Router, SetupError> {
+    let Setup { sdk, env, secrets } = setup;
+    let mut ingress = SlackIngress::new(
+        Some(threadbox_lambda::signing_secret(&env)?),
+        Arc::new(threadbox_lambda::dedupe(&sdk, &env)?),
+        Arc::new(threadbox_lambda::work_queue(&sdk, &env)?),
+        Arc::new(SystemClock),
+    );
+    // The bot token opens Reset's confirmation modal, which cannot wait for the worker. Without
+    // one (the local Lambda loop) a Reset click is refused with a clear error and everything else
+    // works.
+    if env.get(BOT_TOKEN_VAR).is_some() {
+        let api = Arc::new(threadbox_lambda::slack_api(&env)?);
+        ingress = ingress.with_api(threadbox_lambda::watch_slack_auth(api, secrets));
+    }
+    Ok(app(ingress))
 }
 
 #[cfg(test)]

@@ -21,14 +21,16 @@
 //! a body that is not work goes straight to the dead-letter queue.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
+use threadbox_core::ports::SystemClock;
 pub use threadbox_lambda::batch::BatchSettler;
-use threadbox_lambda::batch::{invocation_deadline, process_fifo_batch, BatchOptions};
-use threadbox_slack::{SlackWorker, SlackWorkerConfig, REPLY_MARGIN};
-use tracing::Instrument;
+use threadbox_lambda::batch::{invocation_deadline, BatchConsumer, DEFAULT_MAX_ATTEMPTS};
+use threadbox_lambda::{Handler, Setup, SetupError};
+use threadbox_slack::{MessageRates, SlackWorker, SlackWorkerConfig, REPLY_MARGIN};
 
 /// Kept back from the invocation's deadline for settling the batch (a few SQS calls).
 pub const SETTLE_MARGIN: Duration = Duration::from_secs(5);
@@ -37,18 +39,44 @@ pub const SETTLE_MARGIN: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct WorkHandler {
     worker: SlackWorker,
-    settler: Option<BatchSettler>,
-    start_reserve: Duration,
+    batch: BatchConsumer,
+}
+
+/// What `main` serves: the use cases, Slack's Web API, the dedupe table and the work queue from
+/// the environment, the work queue settling each batch.
+pub async fn build(setup: Setup) -> Result<WorkHandler, SetupError> {
+    let Setup { sdk, env, secrets } = setup;
+    let work_queue = Arc::new(threadbox_lambda::work_queue(&sdk, &env)?);
+    let dedupe = Arc::new(threadbox_lambda::dedupe(&sdk, &env)?);
+    let worker = SlackWorker::new(
+        // A refused key or token sends the function to Secrets Manager for the rotated one.
+        threadbox_lambda::threadbox(&sdk, &env, &secrets).await?,
+        threadbox_lambda::watch_slack_auth(Arc::new(threadbox_lambda::slack_api(&env)?), secrets),
+        dedupe.clone(),
+        work_queue.clone(),
+        SlackWorkerConfig::default(),
+    )
+    .with_rates(MessageRates::new(
+        Arc::new(threadbox_lambda::window_counter(&sdk, &env)?),
+        threadbox_lambda::slack_rates(&env)?,
+        Arc::new(SystemClock),
+    ))
+    .with_user_threads(Arc::new(threadbox_lambda::slack_user_threads(&sdk, &env)?));
+    // The same queue settles each batch's records (visibility, dead letters), and the dedupe
+    // table counts each record's own attempts.
+    let settler =
+        BatchSettler::new(work_queue).with_attempt_limit(dedupe, "work", DEFAULT_MAX_ATTEMPTS);
+    Ok(WorkHandler::new(worker).with_settler(settler))
 }
 
 impl WorkHandler {
     /// A handler that reports failures only (the queue's own timeouts apply); see
     /// [`Self::with_settler`].
     pub fn new(worker: SlackWorker) -> Self {
+        let reserve = Self::default_reserve(&SlackWorkerConfig::default());
         Self {
             worker,
-            settler: None,
-            start_reserve: Self::default_reserve(&SlackWorkerConfig::default()),
+            batch: BatchConsumer::paced(reserve),
         }
     }
 
@@ -59,34 +87,32 @@ impl WorkHandler {
 
     /// Settle records through `settler` (the work queue) before returning.
     pub fn with_settler(mut self, settler: BatchSettler) -> Self {
-        self.settler = Some(settler);
+        self.batch = self.batch.with_settler(settler);
         self
     }
 
     /// Start a record only while this much of the invocation is left.
     pub fn with_start_reserve(mut self, reserve: Duration) -> Self {
-        self.start_reserve = reserve;
+        self.batch = self.batch.with_start_reserve(reserve);
         self
     }
+}
 
-    pub async fn handle(
-        &self,
-        event: LambdaEvent<SqsEvent>,
-    ) -> Result<SqsBatchResponse, Infallible> {
-        let deadline = invocation_deadline(event.context.deadline);
+impl Handler<SqsEvent> for WorkHandler {
+    type Output = SqsBatchResponse;
+    type Error = Infallible;
+
+    async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Infallible> {
         // A started record's later code blocks get what is left, minus the settling margin.
-        let work_deadline = deadline.map(|d| d.checked_sub(SETTLE_MARGIN).unwrap_or(d));
-        let options = BatchOptions {
-            deadline,
-            start_reserve: self.start_reserve,
-            settler: self.settler.as_ref(),
-        };
+        let work_deadline = invocation_deadline(event.context.deadline)
+            .map(|d| d.checked_sub(SETTLE_MARGIN).unwrap_or(d));
         let span = tracing::info_span!("batch", records = event.payload.records.len());
-        Ok(process_fifo_batch(&event.payload.records, options, |body| {
-            self.worker.handle_body_by(body, work_deadline)
-        })
-        .instrument(span)
-        .await)
+        Ok(self
+            .batch
+            .run(&event, span, |body| {
+                self.worker.handle_body_by(body, work_deadline)
+            })
+            .await)
     }
 }
 

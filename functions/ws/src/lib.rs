@@ -33,6 +33,7 @@ use aws_lambda_events::encodings::Body;
 use lambda_runtime::LambdaEvent;
 use std::convert::Infallible;
 use threadbox_api::live::LiveGateway;
+use threadbox_lambda::{Handler, Setup, SetupError};
 
 /// The handler, holding the live-events gateway (subscription store, sender, event log, key).
 #[derive(Clone)]
@@ -51,8 +52,21 @@ impl WsHandler {
     pub fn new(gateway: LiveGateway) -> Self {
         Self { gateway }
     }
+}
 
-    pub async fn handle(
+/// What `main` serves: the token key, the subscription store, the event log and the
+/// `PostToConnection` sender from the environment.
+pub async fn build(setup: Setup) -> Result<WsHandler, SetupError> {
+    Ok(WsHandler::new(threadbox_lambda::live_gateway(
+        &setup.sdk, &setup.env,
+    )?))
+}
+
+impl Handler<ApiGatewayWebsocketProxyRequest> for WsHandler {
+    type Output = ApiGatewayProxyResponse;
+    type Error = Infallible;
+
+    async fn handle(
         &self,
         event: LambdaEvent<ApiGatewayWebsocketProxyRequest>,
     ) -> Result<ApiGatewayProxyResponse, Infallible> {
