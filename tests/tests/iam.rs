@@ -18,7 +18,6 @@ use threadbox_core::domain::ThreadId;
 use threadbox_core::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_core::ports::{DurableQueue, SystemClock};
 use threadbox_lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
-use threadbox_lambda::Handler;
 use threadbox_slack::{MessageRates, SigningSecret, SlackIngress, SlackWorker, SlackWorkerConfig};
 use threadbox_testing::e2b_fake::E2bFake;
 use threadbox_testing::slack_fake::SlackFake;

@@ -76,8 +76,7 @@ pub use logging::init_tracing;
 pub use refresh::Rebuilt;
 pub use secrets::SecretSet;
 pub use serve::{
-    serve_api, serve_http, serve_schedule, serve_sqs, serve_ws, Build, Error, Handler, HttpModes,
-    Setup,
+    serve_api, serve_http, serve_schedule, serve_sqs, serve_ws, Build, Error, HttpModes, Setup,
 };
 pub use settings::Settings;
 pub use slack::{

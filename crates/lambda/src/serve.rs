@@ -12,9 +12,11 @@
 //!    its message, "THREADBOX_API_KEYS is not set") and the process exits, which Lambda reports
 //!    as the function's init failure.
 //!
-//! A function's `main.rs` is then one call, and its `build` (in its `lib.rs`) is what is
-//! particular to it: which clients, which handler.
+//! A function's `main.rs` is then one call naming its `build` and, for a handler, the method
+//! that handles an invocation; both live in its `lib.rs`, which says what is particular to it:
+//! which clients, which handler.
 
+use std::convert::Infallible;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
@@ -67,19 +69,6 @@ where
     }
 }
 
-/// A function's handler of one kind of event, `E`: what the runtime hands each invocation to.
-pub trait Handler<E>: Send + Sync + 'static {
-    /// The invocation's answer.
-    type Output: Serialize;
-    /// Why an invocation fails (counted in the function's error metric), as Lambda reports it.
-    type Error: Into<Diagnostic> + Debug;
-
-    fn handle(
-        &self,
-        event: LambdaEvent<E>,
-    ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;
-}
-
 /// Which ways an HTTP function answers (see [`HttpMode`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HttpModes {
@@ -112,41 +101,58 @@ pub async fn serve_api(app: fn(Threadbox, ApiAuth) -> Router) -> Result<(), Erro
     .await
 }
 
-/// An SQS consumer's `main` (worker, fanout, pause-queue): each batch to the handler, which
-/// answers with the records to report (`batchItemFailures`).
-pub async fn serve_sqs<T>(build: impl Build<T>) -> Result<(), Error>
-where
-    T: Handler<SqsEvent, Output = SqsBatchResponse>,
-{
-    serve_events(build).await
-}
-
-/// A scheduled function's `main` (janitor): each EventBridge event to the handler.
-pub async fn serve_schedule<T: Handler<EventBridgeEvent>>(
+/// An SQS consumer's `main` (worker, fanout, pause-queue): each batch to `handle` on the state
+/// `build` makes; the answer names the records to report (`batchItemFailures`).
+pub async fn serve_sqs<T: Send + Sync + 'static>(
     build: impl Build<T>,
+    handle: impl AsyncFn(&T, LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Infallible>,
 ) -> Result<(), Error> {
-    serve_events(build).await
+    serve_events(build, handle).await
 }
 
-/// The WebSocket API's `main` (ws): each route's event to the handler, whose answer's status
-/// API Gateway acts on (`$connect` refused with a 401, for one).
-pub async fn serve_ws<T>(build: impl Build<T>) -> Result<(), Error>
+/// A scheduled function's `main` (janitor): each EventBridge event to `handle`, whose error
+/// fails the invocation (the function's error metric).
+pub async fn serve_schedule<T, R, E>(
+    build: impl Build<T>,
+    handle: impl AsyncFn(&T, LambdaEvent<EventBridgeEvent>) -> Result<R, E>,
+) -> Result<(), Error>
 where
-    T: Handler<ApiGatewayWebsocketProxyRequest, Output = ApiGatewayProxyResponse>,
+    T: Send + Sync + 'static,
+    R: Serialize,
+    E: Into<Diagnostic> + Debug,
 {
-    serve_events(build).await
+    serve_events(build, handle).await
 }
 
-async fn serve_events<E, T>(build: impl Build<T>) -> Result<(), Error>
+/// The WebSocket API's `main` (ws): each route's event to `handle`, whose answer's status API
+/// Gateway acts on (`$connect` refused with a 401, for one).
+pub async fn serve_ws<T: Send + Sync + 'static>(
+    build: impl Build<T>,
+    handle: impl AsyncFn(
+        &T,
+        LambdaEvent<ApiGatewayWebsocketProxyRequest>,
+    ) -> Result<ApiGatewayProxyResponse, Infallible>,
+) -> Result<(), Error> {
+    serve_events(build, handle).await
+}
+
+/// Each invocation's event, `V`, to `handle` on the state of the moment.
+async fn serve_events<V, T, R, E>(
+    build: impl Build<T>,
+    handle: impl AsyncFn(&T, LambdaEvent<V>) -> Result<R, E>,
+) -> Result<(), Error>
 where
-    E: DeserializeOwned,
-    T: Handler<E>,
+    V: DeserializeOwned,
+    T: Send + Sync + 'static,
+    R: Serialize,
+    E: Into<Diagnostic> + Debug,
 {
     init_tracing();
-    let handler = start(build, Env::process).await?;
-    lambda_runtime::run(lambda_runtime::service_fn(|event: LambdaEvent<E>| {
-        let handler = handler.clone();
-        async move { handler.current().await.handle(event).await }
+    let state = start(build, Env::process).await?;
+    let handle = &handle;
+    lambda_runtime::run(lambda_runtime::service_fn(|event: LambdaEvent<V>| {
+        let state = state.clone();
+        async move { handle(&*state.current().await, event).await }
     }))
     .await
 }

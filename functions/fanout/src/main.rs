@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), threadbox_lambda::Error> {
-    threadbox_lambda::serve_sqs(fanout::build).await
+    threadbox_lambda::serve_sqs(fanout::build, fanout::FanoutHandler::handle).await
 }

@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), threadbox_lambda::Error> {
-    threadbox_lambda::serve_schedule(janitor::build).await
+    threadbox_lambda::serve_schedule(janitor::build, janitor::Janitor::handle).await
 }

@@ -30,7 +30,7 @@ use threadbox_core::config::ConfigError;
 use threadbox_core::fanout::RecordOutcome;
 use threadbox_core::usecases::{Threadbox, TransitionOutcome};
 use threadbox_lambda::batch::{BatchConsumer, BatchSettler};
-use threadbox_lambda::{Handler, Setup, SetupError};
+use threadbox_lambda::{Setup, SetupError};
 
 /// The route groups this function serves.
 pub const ROUTES: &[RouteGroup] = &[RouteGroup::Pause];
@@ -69,22 +69,21 @@ impl TransitionHandler {
         }
     }
 
-    /// Settle records through `settler` (the transition queue) before returning.
-    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
-        self.batch = self.batch.with_settler(settler);
-        self
-    }
-}
-
-impl Handler<SqsEvent> for TransitionHandler {
-    type Output = SqsBatchResponse;
-    type Error = Infallible;
-
-    async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Infallible> {
+    /// One invocation: each claim carried out while it still stands, each thread's in order.
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, Infallible> {
         let span = tracing::info_span!("transitions", records = event.payload.records.len());
         let tb = &self.tb;
         let transition = |body| async move { record_outcome(tb.run_transition(body).await) };
         Ok(self.batch.run(&event, span, transition).await)
+    }
+
+    /// Settle records through `settler` (the transition queue) before returning.
+    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
+        self.batch = self.batch.with_settler(settler);
+        self
     }
 }
 
@@ -137,11 +136,11 @@ mod tests {
     async fn a_handed_off_pause_runs_once_and_a_redelivery_is_a_no_op() {
         use std::sync::Arc;
 
-        use aws_lambda_events::sqs::SqsEvent;
-        use lambda_runtime::LambdaEvent;
         use threadbox_core::ports::DurableQueue;
         use threadbox_core::usecases::SweepOptions;
-        use threadbox_tests::lambda::context_with_deadline;
+        use threadbox_tests::lambda::sqs_batch;
+
+        const MINUTE: Duration = Duration::from_secs(60);
 
         let local = LocalThreadbox::new();
         let transitions: Arc<dyn DurableQueue> = local.backend.transitions.clone();
@@ -165,11 +164,7 @@ mod tests {
         record["body"] = serde_json::json!(sent[0].body);
         record["attributes"]["MessageGroupId"] = serde_json::json!(sent[0].group_id);
         record["attributes"]["MessageDeduplicationId"] = serde_json::json!(sent[0].dedup_id);
-        let batch = || {
-            let event: SqsEvent =
-                serde_json::from_value(serde_json::json!({ "Records": [record.clone()] })).unwrap();
-            LambdaEvent::new(event, context_with_deadline(Duration::from_secs(60)))
-        };
+        let batch = || sqs_batch(serde_json::json!({ "Records": [record.clone()] }), MINUTE);
         let handler = TransitionHandler::new(local.tb.clone());
         let answer = handler.handle(batch()).await.unwrap();
         assert!(answer.batch_item_failures.is_empty(), "{answer:?}");

@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), threadbox_lambda::Error> {
-    threadbox_lambda::serve_ws(ws::build).await
+    threadbox_lambda::serve_ws(ws::build, ws::WsHandler::handle).await
 }
