@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use base64::Engine;
 use lambda_http::request::LambdaRequest;
 use lambda_http::tower::ServiceExt;
@@ -14,6 +15,7 @@ use lambda_http::{Adapter, Context, LambdaEvent};
 use serde_json::Value;
 use threadbox_api::http::ApiAuth;
 use threadbox_core::usecases::{Config, Threadbox};
+use threadbox_testing::lifecycle_conformance::Harness;
 use threadbox_testing::{InMemoryProvider, ManualClock};
 
 use crate::SqliteBackend;
@@ -47,6 +49,22 @@ pub fn context_with_deadline(remaining: Duration) -> Context {
     context.request_id = "test-request-id".into();
     context.deadline = (now + remaining).as_millis() as u64;
     context
+}
+
+/// An SQS batch event with `payload`'s records (`{"Records": [...]}`), as the event source
+/// mapping hands a consumer, `remaining` of the invocation left.
+pub fn sqs_batch(payload: Value, remaining: Duration) -> LambdaEvent<SqsEvent> {
+    let event: SqsEvent = serde_json::from_value(payload).expect("an SQS event");
+    LambdaEvent::new(event, context_with_deadline(remaining))
+}
+
+/// The message ids a consumer's answer reports (`batchItemFailures`), in order.
+pub fn failed_ids(response: &SqsBatchResponse) -> Vec<String> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
 }
 
 /// What API Gateway would send back to the client.
@@ -124,30 +142,37 @@ pub struct LocalThreadbox {
     pub provider: Arc<InMemoryProvider>,
     pub clock: Arc<ManualClock>,
     pub backend: SqliteBackend,
+    /// Where a test's own stores go (see [`Self::path`]).
+    dir: tempfile::TempDir,
 }
 
 impl LocalThreadbox {
     pub fn new() -> Self {
         let backend = SqliteBackend::new();
-        let provider = InMemoryProvider::new();
-        let clock = Arc::new(ManualClock::default());
         let config = Config {
             settle_poll: Duration::from_millis(5),
             ..Config::default()
         };
-        let tb = Threadbox::new(
-            backend.store.clone(),
-            provider.clone(),
-            backend.events.clone(),
-            clock.clone(),
-            config,
-        );
+        // The conformance suites' harness: the same use cases over the embedded backends.
+        let Harness {
+            tb,
+            provider,
+            clock,
+            ..
+        } = Harness::with_config(backend.store.clone(), backend.events.clone(), config);
         Self {
             tb,
             provider,
             clock,
             backend,
+            dir: tempfile::tempdir().expect("temp dir"),
         }
+    }
+
+    /// A file in a temporary directory that lives as long as this: for the test's own SQLite
+    /// stores (a dedupe table, a work queue, subscriptions).
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
     }
 
     /// The keys the fixtures present.

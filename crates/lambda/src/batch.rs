@@ -1,4 +1,5 @@
-//! The one SQS record pipeline of the Lambda consumers (`worker`, `fanout`):
+//! The one SQS record pipeline of the Lambda consumers (`worker`, `fanout`, `pause-queue`), each
+//! of which keeps a [`BatchConsumer`] and says only what it does with one record's body:
 //! [`process_fifo_batch`] runs a batch's records through the consumer's handler (groups
 //! concurrently, each group's records in order, a record started only while enough of the
 //! invocation is left, a group's later records held back after one fails), then settles them:
@@ -35,8 +36,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsMessage};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::future::join_all;
+use lambda_runtime::LambdaEvent;
+use tracing::Instrument;
 
 use threadbox_aws::sqs::SqsQueue;
 use threadbox_core::fanout::RecordOutcome;
@@ -114,6 +117,63 @@ impl BatchSettler {
             }
         }
         true
+    }
+}
+
+/// What an SQS consumer keeps besides what it does with a record: the queue it settles records
+/// on, and whether it paces a batch by the invocation's deadline. [`Self::run`] takes a batch.
+#[derive(Clone, Default)]
+pub struct BatchConsumer {
+    settler: Option<BatchSettler>,
+    /// `Some`: a record starts only while this much of the invocation is left; `None`: the
+    /// deadline is not read (fanout's deliveries are short).
+    start_reserve: Option<Duration>,
+}
+
+impl BatchConsumer {
+    /// Records start only while `start_reserve` of the invocation is left.
+    pub fn paced(start_reserve: Duration) -> Self {
+        Self {
+            settler: None,
+            start_reserve: Some(start_reserve),
+        }
+    }
+
+    /// Settle records on `settler`'s queue before returning; without one, failures are only
+    /// reported (the queue's own timeouts and redrive apply).
+    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
+        self.settler = Some(settler);
+        self
+    }
+
+    /// Start a record only while `reserve` of the invocation is left.
+    pub fn with_start_reserve(mut self, reserve: Duration) -> Self {
+        self.start_reserve = Some(reserve);
+        self
+    }
+
+    /// `event`'s records through `handle` (given each body) and settled, in `span`: the answer
+    /// for Lambda (see [`process_fifo_batch`]).
+    pub async fn run<'a, F, Fut>(
+        &self,
+        event: &'a LambdaEvent<SqsEvent>,
+        span: tracing::Span,
+        handle: F,
+    ) -> SqsBatchResponse
+    where
+        F: Fn(&'a str) -> Fut,
+        Fut: Future<Output = RecordOutcome>,
+    {
+        let options = BatchOptions {
+            deadline: self
+                .start_reserve
+                .and(invocation_deadline(event.context.deadline)),
+            start_reserve: self.start_reserve.unwrap_or_default(),
+            settler: self.settler.as_ref(),
+        };
+        process_fifo_batch(&event.payload.records, options, handle)
+            .instrument(span)
+            .await
     }
 }
 
@@ -228,19 +288,19 @@ fn log_disposition(record: &BatchRecord<'_>, disposition: &Disposition) {
 
 /// One record of the batch, as settling needs it.
 #[derive(Clone, Debug)]
-pub struct BatchRecord<'a> {
-    pub message_id: &'a str,
-    pub receipt: &'a str,
+struct BatchRecord<'a> {
+    message_id: &'a str,
+    receipt: &'a str,
     /// The FIFO group (the thread id); a record without one stands alone.
-    pub group_id: &'a str,
-    pub dedup_id: &'a str,
-    pub body: &'a str,
-    pub receive_count: u32,
+    group_id: &'a str,
+    dedup_id: &'a str,
+    body: &'a str,
+    receive_count: u32,
 }
 
 impl<'a> BatchRecord<'a> {
     /// What SQS's record says. A record without a group (a standard queue) is its own group.
-    pub fn of(record: &'a SqsMessage) -> Self {
+    fn of(record: &'a SqsMessage) -> Self {
         let message_id = record.message_id.as_deref().unwrap_or_default();
         Self {
             message_id,
@@ -265,7 +325,7 @@ impl<'a> BatchRecord<'a> {
 
 /// What became of one record in this invocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Disposition {
+enum Disposition {
     Done,
     Failed {
         retry_after: Option<Duration>,
@@ -281,7 +341,7 @@ pub enum Disposition {
 
 impl Disposition {
     /// Whether it stops the rest of its group in this batch.
-    pub fn blocks_group(&self) -> bool {
+    fn blocks_group(&self) -> bool {
         !matches!(self, Disposition::Done)
     }
 }
@@ -341,7 +401,7 @@ pub fn retry_wait(retry_after: Option<Duration>, receive_count: u32) -> Duration
 /// Tell SQS what became of each record (see the module docs) and return the message ids to
 /// report in `batchItemFailures`, in record order. Without a settler every record that is not
 /// done is reported and nothing else happens (the queue's own timeouts and redrive apply).
-pub async fn settle(
+async fn settle(
     settler: Option<&BatchSettler>,
     records: &[BatchRecord<'_>],
     dispositions: &[Disposition],

@@ -83,11 +83,6 @@ impl HttpMode {
     }
 }
 
-/// Run `router` as this function's handler until the Lambda runtime stops the process.
-pub async fn run_http(router: Router) -> Result<(), lambda_http::Error> {
-    lambda_http::run(for_api_gateway(router)).await
-}
-
 /// API Gateway's HTTP API gives an integration 30 s to answer; an exec may use this much of it
 /// (the rest is for resuming the sandbox and sending the answer).
 pub const GATEWAY_EXEC_LIMIT: Duration = Duration::from_secs(25);
@@ -290,16 +285,12 @@ async fn limit_response_size(response: Response) -> Response {
     }
 }
 
-/// Like [`run_http`], with the router rebuilt when the function's secrets change (see
-/// `refresh`). A 401 answer marks the secrets stale: the caller may hold a key rotated in since
-/// the last fetch (at most one fetch a minute follows from that, whoever asks).
-pub async fn run_http_rebuilt(router: Arc<Rebuilt<Router>>) -> Result<(), lambda_http::Error> {
-    run_http_rebuilt_as(router, HttpMode::Buffered { stream_url: None }).await
-}
-
-/// [`run_http_rebuilt`] in `mode`: a streaming function sends its answer through the runtime's
-/// streaming response (status and headers first, then the body as the router writes it).
-pub async fn run_http_rebuilt_as(
+/// Serve `router` (rebuilt when the function's secrets change, see `refresh`) in `mode` until
+/// the Lambda runtime stops the process: a streaming function sends its answer through the
+/// runtime's streaming response (status and headers first, then the body as the router writes
+/// it). A 401 answer marks the secrets stale: the caller may hold a key rotated in since the last
+/// fetch (at most one fetch a minute follows from that, whoever asks).
+pub(crate) async fn run_http_rebuilt(
     router: Arc<Rebuilt<Router>>,
     mode: HttpMode,
 ) -> Result<(), lambda_http::Error> {

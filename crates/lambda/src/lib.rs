@@ -1,5 +1,10 @@
-//! What every Lambda function shares (feature `lambda`), so each function's `main.rs` only wires:
+//! What every Lambda function shares, so each function's `main.rs` is one call and its `lib.rs`
+//! says only what is particular to it:
 //!
+//! - `serve`: every function's `main`, one per kind of event ([`serve_http`], [`serve_api`],
+//!   [`serve_sqs`], [`serve_schedule`], [`serve_ws`]): logs, secrets, the function's state built
+//!   by its [`Build`] from a [`Setup`] and rebuilt when a secret changes, the runtime, and the
+//!   start-up error;
 //! - `env`: [`Env`], where settings come from, and [`SetupError`], a start-up failure that names
 //!   the variable at fault (never its value: some are secrets);
 //! - `settings`: [`Settings`], the use cases' settings read from the environment;
@@ -8,12 +13,12 @@
 //!   [`dedupe`] and [`api_auth`];
 //! - `logging`: [`init_tracing`], JSON logs whose lines carry their spans' fields (`thread_id`,
 //!   `sandbox_id`, the invocation's `requestId`);
-//! - `http`: [`run_http`], the shared axum router served through `lambda_http`, buffered behind
-//!   API Gateway or streamed behind a function URL ([`HttpMode`]);
+//! - `http`: the shared axum router served through `lambda_http`, buffered behind API Gateway
+//!   or streamed behind a function URL ([`HttpMode`]);
 //! - `slack`: the Slack app's work queue, signing secret, Web API client and status target;
 //! - `live`: the WebSocket gateway (`ws`) and the subscribers target (`fanout`);
 //! - `batch`: settling an SQS batch (visibility per record, poison to the dead-letter queue,
-//!   the invocation's deadline) for `worker` and `fanout`.
+//!   the invocation's deadline) for `worker`, `fanout` and `pause-queue`.
 //!
 //! # Environment
 //!
@@ -56,23 +61,23 @@ mod live;
 mod logging;
 pub mod refresh;
 pub mod secrets;
+mod serve;
 mod settings;
 mod slack;
 mod wiring;
 
-/// What a function's `main` returns: any error, boxed (the runtime's own error type).
-pub use lambda_http::Error;
-
 pub use env::{Env, SetupError};
 pub use http::{
-    for_api_gateway, for_api_gateway_streaming_at, run_http, run_http_rebuilt, run_http_rebuilt_as,
-    serving, thread_id_in_path, traced, HttpMode, GATEWAY_EXEC_LIMIT, INVOKE_MODE_VAR,
-    STREAM_URL_VAR,
+    for_api_gateway, for_api_gateway_streaming_at, serving, thread_id_in_path, traced, HttpMode,
+    GATEWAY_EXEC_LIMIT, INVOKE_MODE_VAR, STREAM_URL_VAR,
 };
 pub use live::{live_gateway, live_target, subscribers, token_key, TOKEN_SECRET_VAR};
 pub use logging::init_tracing;
 pub use refresh::Rebuilt;
 pub use secrets::SecretSet;
+pub use serve::{
+    serve_api, serve_http, serve_schedule, serve_sqs, serve_ws, Build, Error, HttpModes, Setup,
+};
 pub use settings::Settings;
 pub use slack::{
     signing_secret, slack_api, slack_status_target, slack_status_target_watched,

@@ -26,19 +26,46 @@
 //! apart, so adding one never repeats what the others delivered.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
-use threadbox_core::fanout::Fanout;
+use threadbox_core::fanout::{Fanout, FanoutTarget, LogTarget};
 pub use threadbox_lambda::batch::BatchSettler;
-use threadbox_lambda::batch::{process_fifo_batch, BatchOptions};
-use tracing::Instrument;
+use threadbox_lambda::batch::{BatchConsumer, DEFAULT_MAX_ATTEMPTS};
+use threadbox_lambda::{Setup, SetupError};
 
 /// The handler, holding the fan-out core (targets and dedupe store).
 #[derive(Clone)]
 pub struct FanoutHandler {
     fanout: Fanout,
-    settler: Option<BatchSettler>,
+    batch: BatchConsumer,
+}
+
+/// What `main` serves: the dedupe table and the targets (log, Slack status when a bot token is
+/// set, WebSocket subscribers when the subscriptions table and callback URL are set) from the
+/// environment, the lifecycle queue settling each batch.
+pub async fn build(setup: Setup) -> Result<FanoutHandler, SetupError> {
+    let Setup { sdk, env, secrets } = setup;
+    let mut targets: Vec<Arc<dyn FanoutTarget>> = vec![Arc::new(LogTarget)];
+    // A refused token sends the function to Secrets Manager for the rotated one.
+    if let Some(slack) = threadbox_lambda::slack_status_target_watched(&sdk, &env, Some(&secrets))?
+    {
+        targets.push(Arc::new(slack));
+    }
+    if let Some(live) = threadbox_lambda::live_target(&sdk, &env)? {
+        targets.push(Arc::new(live));
+    }
+    let dedupe = Arc::new(threadbox_lambda::dedupe(&sdk, &env)?);
+    // The lifecycle queue settles each batch's records (visibility, dead letters), and the
+    // dedupe table counts each record's own attempts.
+    let queue = Arc::new(threadbox_lambda::lifecycle_queue(&sdk, &env)?);
+    let settler = BatchSettler::new(queue).with_attempt_limit(
+        dedupe.clone(),
+        "lifecycle",
+        DEFAULT_MAX_ATTEMPTS,
+    );
+    Ok(FanoutHandler::new(Fanout::new(dedupe, targets)).with_settler(settler))
 }
 
 impl FanoutHandler {
@@ -47,30 +74,24 @@ impl FanoutHandler {
     pub fn new(fanout: Fanout) -> Self {
         Self {
             fanout,
-            settler: None,
+            batch: BatchConsumer::default(),
         }
     }
 
-    /// Settle records through `settler` (the lifecycle queue) before returning.
-    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
-        self.settler = Some(settler);
-        self
-    }
-
+    /// One invocation: each record's event to every target, each thread's in order.
     pub async fn handle(
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, Infallible> {
-        let options = BatchOptions {
-            settler: self.settler.as_ref(),
-            ..BatchOptions::default()
-        };
         let span = tracing::info_span!("batch", records = event.payload.records.len());
-        Ok(process_fifo_batch(&event.payload.records, options, |body| {
-            self.fanout.deliver_body(body)
-        })
-        .instrument(span)
-        .await)
+        let deliver = |body| self.fanout.deliver_body(body);
+        Ok(self.batch.run(&event, span, deliver).await)
+    }
+
+    /// Settle records through `settler` (the lifecycle queue) before returning.
+    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
+        self.batch = self.batch.with_settler(settler);
+        self
     }
 }
 
@@ -89,7 +110,7 @@ mod tests {
     use threadbox_core::ports::DedupeStore;
     use threadbox_sqlite::SqliteDedupe;
     use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
-    use threadbox_tests::lambda::{context_with_deadline, fixture_json};
+    use threadbox_tests::lambda::{failed_ids, fixture_json, sqs_batch};
 
     use super::*;
 
@@ -148,16 +169,13 @@ mod tests {
     }
 
     fn invocation(payload: Value) -> LambdaEvent<SqsEvent> {
-        let event: SqsEvent = serde_json::from_value(payload).expect("an SQS event");
-        LambdaEvent::new(event, context_with_deadline(Duration::from_secs(30)))
+        sqs_batch(payload, Duration::from_secs(30))
     }
 
-    fn failed_ids(response: &SqsBatchResponse) -> Vec<String> {
-        response
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.clone())
-            .collect()
+    /// The fixture's batch, handled.
+    async fn fixture_batch(handler: &FanoutHandler) -> SqsBatchResponse {
+        let event = invocation(fixture_json("sqs-lifecycle-batch.json"));
+        handler.handle(event).await.unwrap()
     }
 
     /// The fixture's event ids, in order (the malformed record has none).
@@ -169,10 +187,7 @@ mod tests {
     async fn a_malformed_record_fails_alone() {
         let (dedupe, _dir) = sqlite_dedupe();
         let (handler, recorder) = handler(dedupe);
-        let response = handler
-            .handle(invocation(fixture_json("sqs-lifecycle-batch.json")))
-            .await
-            .unwrap();
+        let response = fixture_batch(&handler).await;
         assert_eq!(failed_ids(&response), vec![MALFORMED]);
         assert_eq!(recorder.seen(), vec![E1, E2]);
         // The answer is what Lambda reads: `{"batchItemFailures":[{"itemIdentifier":...}]}`.
@@ -187,10 +202,7 @@ mod tests {
         let (dedupe, _dir) = sqlite_dedupe();
         let (handler, recorder) = handler(dedupe);
         for _ in 0..2 {
-            handler
-                .handle(invocation(fixture_json("sqs-lifecycle-batch.json")))
-                .await
-                .unwrap();
+            fixture_batch(&handler).await;
         }
         assert_eq!(recorder.seen(), vec![E1, E2]);
     }
@@ -200,10 +212,7 @@ mod tests {
         let (dedupe, _dir) = sqlite_dedupe();
         let (handler, recorder) = handler(dedupe);
         *recorder.fail_once.lock().unwrap() = Some(E1.to_owned());
-        let response = handler
-            .handle(invocation(fixture_json("sqs-lifecycle-batch.json")))
-            .await
-            .unwrap();
+        let response = fixture_batch(&handler).await;
         let first = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e01";
         let third = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e03";
         // E2 shares E1's group (thread): it waits, undelivered, so order holds.
@@ -246,10 +255,7 @@ mod tests {
             vec![Arc::new(LogTarget), Arc::new(target)],
         ));
         for _ in 0..2 {
-            let response = handler
-                .handle(invocation(fixture_json("sqs-lifecycle-batch.json")))
-                .await
-                .unwrap();
+            let response = fixture_batch(&handler).await;
             assert_eq!(failed_ids(&response), vec![MALFORMED]);
         }
         let messages = slack.messages();
@@ -285,66 +291,19 @@ mod tests {
         create_dedupe_table(dedupe.client(), &table).await.unwrap();
         let (handler, recorder) = handler(Arc::new(dedupe));
 
-        let fixture = fixture_json("sqs-lifecycle-batch.json");
-        for record in fixture["Records"].as_array().unwrap() {
-            sqs.send_message()
-                .queue_url(&urls.queue_url)
-                .message_body(record["body"].as_str().unwrap())
-                .message_group_id(record["attributes"]["MessageGroupId"].as_str().unwrap())
-                .message_deduplication_id(
-                    record["attributes"]["MessageDeduplicationId"]
-                        .as_str()
-                        .unwrap(),
-                )
-                .send()
-                .await
-                .unwrap();
-        }
-
+        send_fixture(&sqs, &urls.queue_url).await;
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut dead = Vec::new();
         while dead.is_empty() && Instant::now() < deadline {
-            let received = sqs
-                .receive_message()
-                .queue_url(&urls.queue_url)
-                .max_number_of_messages(10)
-                .visibility_timeout(1)
-                .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-                .send()
-                .await
-                .unwrap()
-                .messages
-                .unwrap_or_default();
+            let received = receive(&sqs, &urls.queue_url, 1).await;
             if !received.is_empty() {
-                let records: Vec<Value> = received.iter().map(as_lambda_record).collect();
-                let response = handler
-                    .handle(invocation(json!({ "Records": records })))
-                    .await
-                    .unwrap();
-                let failed = failed_ids(&response);
-                for message in &received {
-                    let id = message.message_id().unwrap();
-                    if !failed.iter().any(|f| f == id) {
-                        sqs.delete_message()
-                            .queue_url(&urls.queue_url)
-                            .receipt_handle(message.receipt_handle().unwrap())
-                            .send()
-                            .await
-                            .unwrap();
-                    }
-                }
+                let failed = hand_over(&handler, &received).await;
+                delete_unreported(&sqs, &urls.queue_url, &received, &failed).await;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
-            dead = sqs
-                .receive_message()
-                .queue_url(&urls.dead_letter_url)
-                .max_number_of_messages(10)
-                .send()
-                .await
-                .unwrap()
-                .messages
-                .unwrap_or_default();
+            dead = receive(&sqs, &urls.dead_letter_url, 30).await;
         }
+        let fixture = fixture_json("sqs-lifecycle-batch.json");
         assert_eq!(dead.len(), 1, "the malformed record is dead-lettered");
         assert_eq!(
             dead[0].body(),
@@ -374,6 +333,20 @@ mod tests {
             .unwrap()
             .messages
             .unwrap_or_default()
+    }
+
+    /// `received` handed to `handler` as the event source mapping hands it: the message ids
+    /// the handler reported.
+    async fn hand_over(
+        handler: &FanoutHandler,
+        received: &[aws_sdk_sqs::types::Message],
+    ) -> Vec<String> {
+        let records: Vec<Value> = received.iter().map(as_lambda_record).collect();
+        let response = handler
+            .handle(invocation(json!({ "Records": records })))
+            .await
+            .unwrap();
+        failed_ids(&response)
     }
 
     /// Delete what the handler did not report, as the event source mapping does.
@@ -436,12 +409,7 @@ mod tests {
         let started = Instant::now();
         let received = receive(&sqs, &urls.queue_url, QUEUE_VISIBILITY).await;
         assert_eq!(received.len(), 3, "the whole fixture in one batch");
-        let records: Vec<Value> = received.iter().map(as_lambda_record).collect();
-        let response = handler
-            .handle(invocation(json!({ "Records": records })))
-            .await
-            .unwrap();
-        let failed = failed_ids(&response);
+        let failed = hand_over(&handler, &received).await;
         let first = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e01";
         let third = "4f8e2a10-1c3d-4b5e-8f70-9a1b2c3d4e03";
         let id_of = |fixture_id: &str| {
@@ -495,12 +463,7 @@ mod tests {
             vec![2, 2],
             "received once before, each"
         );
-        let records: Vec<Value> = again.iter().map(as_lambda_record).collect();
-        let response = handler
-            .handle(invocation(json!({ "Records": records })))
-            .await
-            .unwrap();
-        assert!(failed_ids(&response).is_empty());
+        assert!(hand_over(&handler, &again).await.is_empty());
         assert_eq!(
             recorder.seen(),
             vec![E1, E2],
@@ -543,12 +506,8 @@ mod tests {
                     counts_of_e2.push(receive_count_of(message));
                 }
             }
-            let records: Vec<Value> = received.iter().map(as_lambda_record).collect();
-            let response = handler
-                .handle(invocation(json!({ "Records": records })))
-                .await
-                .unwrap();
-            delete_unreported(&sqs, &urls.queue_url, &received, &failed_ids(&response)).await;
+            let failed = hand_over(&handler, &received).await;
+            delete_unreported(&sqs, &urls.queue_url, &received, &failed).await;
             if recorder.seen() == vec![E2.to_owned()] {
                 break;
             }

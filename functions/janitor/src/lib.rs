@@ -25,13 +25,14 @@
 //! failures (a store, queue or provider call that did not succeed), so the function's error
 //! metric is the janitor's health. Nothing is lost by it: the next run retries what failed.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde::Serialize;
 use threadbox_core::usecases::{SweepOptions, SweepReport, Threadbox};
-use threadbox_lambda::{Env, SetupError};
+use threadbox_lambda::{Env, Setup, SetupError};
 
 pub const RECONCILE_EVERY_VAR: &str = "THREADBOX_RECONCILE_EVERY_MINUTES";
 pub const BUDGET_VAR: &str = "THREADBOX_SWEEP_BUDGET_SECS";
@@ -145,11 +146,23 @@ pub struct Janitor {
     schedule: Schedule,
 }
 
+/// What `main` serves: the use cases and the schedule from the environment. With
+/// `THREADBOX_TRANSITION_QUEUE_URL` set, the sweep hands its claims to that queue.
+pub async fn build(setup: Setup) -> Result<Janitor, SetupError> {
+    let mut tb = threadbox_lambda::threadbox(&setup.sdk, &setup.env, &setup.secrets).await?;
+    // Claimed pauses and destroys go to the pause function's queue handler.
+    if let Some(queue) = threadbox_lambda::transition_queue(&setup.sdk, &setup.env)? {
+        tb = tb.with_transition_queue(Arc::new(queue));
+    }
+    Ok(Janitor::new(tb, Schedule::from_env(&setup.env)?))
+}
+
 impl Janitor {
     pub fn new(tb: Threadbox, schedule: Schedule) -> Self {
         Self { tb, schedule }
     }
 
+    /// One scheduled run (see the module's docs).
     pub async fn handle(
         &self,
         event: LambdaEvent<EventBridgeEvent>,
@@ -268,17 +281,24 @@ mod tests {
         assert!(err.contains(RECONCILE_EVERY_VAR), "{err}");
     }
 
-    #[tokio::test]
-    async fn the_scheduled_event_pauses_idle_threads_and_reconciles_on_its_minute() {
+    /// A thread idle for longer than the idle pause, and the janitor (default schedule) over
+    /// the same use cases.
+    async fn with_idle_thread() -> (LocalThreadbox, ThreadId, Janitor) {
         let local = LocalThreadbox::new();
         let idle = ThreadId::parse("idle-thread").unwrap();
-        let busy = ThreadId::parse("busy-thread").unwrap();
         local.tb.resolve(&idle).await.unwrap();
         local
             .clock
             .advance(local.tb.config.timers.idle_pause + Duration::from_secs(1));
-        local.tb.resolve(&busy).await.unwrap();
         let janitor = Janitor::new(local.tb.clone(), Schedule::default());
+        (local, idle, janitor)
+    }
+
+    #[tokio::test]
+    async fn the_scheduled_event_pauses_idle_threads_and_reconciles_on_its_minute() {
+        let (local, idle, janitor) = with_idle_thread().await;
+        let busy = ThreadId::parse("busy-thread").unwrap();
+        local.tb.resolve(&busy).await.unwrap();
 
         // The fixture's time is 22:15:00, a reconciling minute.
         let fixture: EventBridgeEvent =
@@ -312,13 +332,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_run_without_time_left_stops_and_leaves_the_work_due() {
-        let local = LocalThreadbox::new();
-        let idle = ThreadId::parse("idle-thread").unwrap();
-        local.tb.resolve(&idle).await.unwrap();
-        local
-            .clock
-            .advance(local.tb.config.timers.idle_pause + Duration::from_secs(1));
-        let janitor = Janitor::new(local.tb.clone(), Schedule::default());
+        let (local, idle, janitor) = with_idle_thread().await;
 
         let mut event = scheduled_event("2023-11-14T22:16:00Z");
         event.context = context_with_deadline(Schedule::default().margin / 2);
@@ -339,16 +353,10 @@ mod tests {
 
     #[tokio::test]
     async fn failures_fail_the_invocation_with_a_stable_error_type() {
-        let local = LocalThreadbox::new();
-        let idle = ThreadId::parse("idle-thread").unwrap();
-        local.tb.resolve(&idle).await.unwrap();
-        local
-            .clock
-            .advance(local.tb.config.timers.idle_pause + Duration::from_secs(1));
+        let (local, _, janitor) = with_idle_thread().await;
         local
             .provider
             .fail_next(Op::Pause, ProviderError::Unavailable("e2b is down".into()));
-        let janitor = Janitor::new(local.tb.clone(), Schedule::default());
 
         let error = janitor
             .handle(scheduled_event("2023-11-14T22:16:00Z"))

@@ -20,17 +20,17 @@
 //! after the queue's back-off; a body that is not a work item goes to the dead-letter queue.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use axum::Router;
 use lambda_runtime::LambdaEvent;
 use threadbox_api::http::{router_for, ApiAuth, RouteGroup};
+use threadbox_core::config::ConfigError;
 use threadbox_core::fanout::RecordOutcome;
 use threadbox_core::usecases::{Threadbox, TransitionOutcome};
-use threadbox_lambda::batch::{
-    invocation_deadline, process_fifo_batch, BatchOptions, BatchSettler,
-};
-use tracing::Instrument;
+use threadbox_lambda::batch::{BatchConsumer, BatchSettler};
+use threadbox_lambda::{Setup, SetupError};
 
 /// The route groups this function serves.
 pub const ROUTES: &[RouteGroup] = &[RouteGroup::Pause];
@@ -44,40 +44,46 @@ pub fn app(tb: Threadbox, auth: ApiAuth) -> Router {
 #[derive(Clone)]
 pub struct TransitionHandler {
     tb: Threadbox,
-    settler: Option<BatchSettler>,
+    batch: BatchConsumer,
 }
 
 /// A record starts only while this much of the invocation is left: a pause at E2B takes
 /// seconds (about 4 s per GiB of memory).
 pub const START_RESERVE: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// What `pause-queue`'s `main` serves: the use cases from the environment, and the transition
+/// queue (`THREADBOX_TRANSITION_QUEUE_URL`, required here) to settle records on.
+pub async fn build_queue_handler(setup: Setup) -> Result<TransitionHandler, SetupError> {
+    let tb = threadbox_lambda::threadbox(&setup.sdk, &setup.env, &setup.secrets).await?;
+    let queue = threadbox_lambda::transition_queue(&setup.sdk, &setup.env)?.ok_or(
+        ConfigError::Missing(threadbox_lambda::TRANSITION_QUEUE_URL_VAR),
+    )?;
+    Ok(TransitionHandler::new(tb).with_settler(BatchSettler::new(Arc::new(queue))))
+}
+
 impl TransitionHandler {
     pub fn new(tb: Threadbox) -> Self {
-        Self { tb, settler: None }
+        Self {
+            tb,
+            batch: BatchConsumer::paced(START_RESERVE),
+        }
     }
 
-    /// Settle records through `settler` (the transition queue) before returning.
-    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
-        self.settler = Some(settler);
-        self
-    }
-
+    /// One invocation: each claim carried out while it still stands, each thread's in order.
     pub async fn handle(
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, Infallible> {
-        let options = BatchOptions {
-            deadline: invocation_deadline(event.context.deadline),
-            start_reserve: START_RESERVE,
-            settler: self.settler.as_ref(),
-        };
         let span = tracing::info_span!("transitions", records = event.payload.records.len());
-        Ok(process_fifo_batch(&event.payload.records, options, |body| {
-            let tb = &self.tb;
-            async move { record_outcome(tb.run_transition(body).await) }
-        })
-        .instrument(span)
-        .await)
+        let tb = &self.tb;
+        let transition = |body| async move { record_outcome(tb.run_transition(body).await) };
+        Ok(self.batch.run(&event, span, transition).await)
+    }
+
+    /// Settle records through `settler` (the transition queue) before returning.
+    pub fn with_settler(mut self, settler: BatchSettler) -> Self {
+        self.batch = self.batch.with_settler(settler);
+        self
     }
 }
 
@@ -130,11 +136,11 @@ mod tests {
     async fn a_handed_off_pause_runs_once_and_a_redelivery_is_a_no_op() {
         use std::sync::Arc;
 
-        use aws_lambda_events::sqs::SqsEvent;
-        use lambda_runtime::LambdaEvent;
         use threadbox_core::ports::DurableQueue;
         use threadbox_core::usecases::SweepOptions;
-        use threadbox_tests::lambda::context_with_deadline;
+        use threadbox_tests::lambda::sqs_batch;
+
+        const MINUTE: Duration = Duration::from_secs(60);
 
         let local = LocalThreadbox::new();
         let transitions: Arc<dyn DurableQueue> = local.backend.transitions.clone();
@@ -158,11 +164,7 @@ mod tests {
         record["body"] = serde_json::json!(sent[0].body);
         record["attributes"]["MessageGroupId"] = serde_json::json!(sent[0].group_id);
         record["attributes"]["MessageDeduplicationId"] = serde_json::json!(sent[0].dedup_id);
-        let batch = || {
-            let event: SqsEvent =
-                serde_json::from_value(serde_json::json!({ "Records": [record.clone()] })).unwrap();
-            LambdaEvent::new(event, context_with_deadline(Duration::from_secs(60)))
-        };
+        let batch = || sqs_batch(serde_json::json!({ "Records": [record.clone()] }), MINUTE);
         let handler = TransitionHandler::new(local.tb.clone());
         let answer = handler.handle(batch()).await.unwrap();
         assert!(answer.batch_item_failures.is_empty(), "{answer:?}");

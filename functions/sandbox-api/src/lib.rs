@@ -22,7 +22,7 @@ use threadbox_api::http::{router_for, ApiAuth, RouteGroup};
 use threadbox_api::live::token_routes;
 use threadbox_api::live::TokenKey;
 use threadbox_core::usecases::Threadbox;
-use threadbox_lambda::GATEWAY_EXEC_LIMIT;
+use threadbox_lambda::{Setup, SetupError, GATEWAY_EXEC_LIMIT};
 use threadbox_mcp::ExecLimit;
 
 /// The route groups this function serves.
@@ -38,6 +38,14 @@ pub fn app(tb: Threadbox, auth: ApiAuth, tokens: TokenKey) -> Router {
         .merge(threadbox_mcp::routes(tb, auth))
         // The MCP endpoint's commands must end within the gateway's wait, as exec's do.
         .layer(Extension(ExecLimit(GATEWAY_EXEC_LIMIT)))
+}
+
+/// What `main` serves: [`app`] over the use cases, the API keys and the token key from the
+/// environment.
+pub async fn build(setup: Setup) -> Result<Router, SetupError> {
+    let tb = threadbox_lambda::threadbox(&setup.sdk, &setup.env, &setup.secrets).await?;
+    let auth = threadbox_lambda::api_auth(&setup.env)?;
+    Ok(app(tb, auth, threadbox_lambda::token_key(&setup.env)?))
 }
 
 #[cfg(test)]

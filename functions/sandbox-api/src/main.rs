@@ -1,29 +1,9 @@
-//! Wiring only: clients from the environment (secrets fetched from Secrets Manager when given
-//! by reference), then the router through `lambda_http`, rebuilt when a secret changes; buffered
-//! behind API Gateway, or streamed behind a function URL (`THREADBOX_INVOKE_MODE`).
+//! sandbox-api's `main`: the router [`sandbox_api::build`] makes, buffered behind API Gateway or
+//! streamed behind a function URL, as `THREADBOX_INVOKE_MODE` says.
 
-use threadbox_lambda::{Env, HttpMode, Rebuilt, SecretSet};
+use threadbox_lambda::HttpModes;
 
 #[tokio::main]
 async fn main() -> Result<(), threadbox_lambda::Error> {
-    threadbox_lambda::init_tracing();
-    let mode = HttpMode::from_env(&Env::process())?;
-    let sdk = threadbox_lambda::aws_config().await;
-    let secrets = SecretSet::fetch(&sdk, &Env::process()).await?;
-    let watched = secrets.clone();
-    let router = Rebuilt::new(secrets, move |env: Env| {
-        let sdk = sdk.clone();
-        let secrets = watched.clone();
-        async move {
-            let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets).await?;
-            let auth = threadbox_lambda::api_auth(&env)?;
-            Ok(sandbox_api::app(
-                tb,
-                auth,
-                threadbox_lambda::token_key(&env)?,
-            ))
-        }
-    })
-    .await?;
-    threadbox_lambda::run_http_rebuilt_as(router, mode).await
+    threadbox_lambda::serve_http(HttpModes::FromEnv, sandbox_api::build).await
 }

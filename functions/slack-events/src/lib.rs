@@ -9,12 +9,37 @@
 //! base64-encoded; a form body may be, and `lambda_http` decodes it), so the signature is
 //! checked on what Slack signed.
 
+use std::sync::Arc;
+
 use axum::Router;
+use threadbox_core::ports::SystemClock;
+use threadbox_lambda::{Setup, SetupError};
 use threadbox_slack::{router, SlackIngress};
+use threadbox_slack_web::BOT_TOKEN_VAR;
 
 /// The handler: the ingress's routes.
 pub fn app(ingress: SlackIngress) -> Router {
     router(ingress)
+}
+
+/// What `main` serves: [`app`] over the signing secret and the bot token, the dedupe table and
+/// the work queue from the environment.
+pub async fn build(setup: Setup) -> Result<Router, SetupError> {
+    let Setup { sdk, env, secrets } = setup;
+    let mut ingress = SlackIngress::new(
+        Some(threadbox_lambda::signing_secret(&env)?),
+        Arc::new(threadbox_lambda::dedupe(&sdk, &env)?),
+        Arc::new(threadbox_lambda::work_queue(&sdk, &env)?),
+        Arc::new(SystemClock),
+    );
+    // The bot token opens Reset's confirmation modal, which cannot wait for the worker. Without
+    // one (the local Lambda loop) a Reset click is refused with a clear error and everything else
+    // works.
+    if env.get(BOT_TOKEN_VAR).is_some() {
+        let api = Arc::new(threadbox_lambda::slack_api(&env)?);
+        ingress = ingress.with_api(threadbox_lambda::watch_slack_auth(api, secrets));
+    }
+    Ok(app(ingress))
 }
 
 #[cfg(test)]
@@ -23,7 +48,7 @@ mod tests {
     use std::time::Duration;
 
     use serde_json::Value;
-    use threadbox_core::ports::DurableQueue;
+    use threadbox_core::ports::{DurableQueue, ReceivedMessage};
     use threadbox_slack::{SigningSecret, WorkItem};
     use threadbox_sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
     use threadbox_testing::ManualClock;
@@ -60,6 +85,24 @@ mod tests {
         }
     }
 
+    impl Local {
+        /// What the work queue holds now.
+        async fn queued(&self) -> Vec<ReceivedMessage> {
+            self.work
+                .receive(10, Duration::from_secs(30))
+                .await
+                .unwrap()
+        }
+
+        /// The one item on the work queue, and its FIFO group.
+        async fn only_item(&self, why: &str) -> (WorkItem, String) {
+            let queued = self.queued().await;
+            assert_eq!(queued.len(), 1, "{why}");
+            let item = serde_json::from_str(&queued[0].body).unwrap();
+            (item, queued[0].group_id.clone())
+        }
+    }
+
     #[tokio::test]
     async fn a_mention_is_queued_once_for_its_thread() {
         let local = local();
@@ -74,19 +117,14 @@ mod tests {
         let mut retry = event.clone();
         retry["headers"]["x-slack-retry-num"] = Value::from("1");
         retry["headers"]["x-slack-retry-reason"] = Value::from("http_timeout");
-        let answer = invoke_http(local.router, &retry).await;
+        let answer = invoke_http(local.router.clone(), &retry).await;
         assert_eq!(answer.status, 200);
         assert_eq!(answer.json()["outcome"], "duplicate");
 
-        let queued = local
-            .work
-            .receive(10, Duration::from_secs(30))
-            .await
-            .unwrap();
-        assert_eq!(queued.len(), 1);
-        assert_eq!(queued[0].group_id, thread);
-        let WorkItem::Message(message) = serde_json::from_str(&queued[0].body).unwrap() else {
-            panic!("a message: {}", queued[0].body);
+        let (item, group) = local.only_item("queued once").await;
+        assert_eq!(group, thread);
+        let WorkItem::Message(message) = item else {
+            panic!("a message: {item:?}");
         };
         assert!(message.addressed);
         assert!(
@@ -105,19 +143,16 @@ mod tests {
         assert_eq!(event["isBase64Encoded"], true);
         let answer = invoke_http(local.router.clone(), &event).await;
         assert_eq!(answer.status, 200, "{:?}", answer.json());
-        let again = invoke_http(local.router, &event).await;
+        let again = invoke_http(local.router.clone(), &event).await;
         assert_eq!(again.status, 200);
 
-        let queued = local
-            .work
-            .receive(10, Duration::from_secs(30))
-            .await
-            .unwrap();
-        assert_eq!(queued.len(), 1, "a redelivered click is not queued twice");
+        let (item, group) = local
+            .only_item("a redelivered click is not queued twice")
+            .await;
         let thread = "slack:T0001:C0001:1767225590.000100";
-        assert_eq!(queued[0].group_id, thread);
-        let WorkItem::Action(action) = serde_json::from_str(&queued[0].body).unwrap() else {
-            panic!("a click: {}", queued[0].body);
+        assert_eq!(group, thread);
+        let WorkItem::Action(action) = item else {
+            panic!("a click: {item:?}");
         };
         assert_eq!(action.thread_id.as_str(), thread);
         assert_eq!(action.user, "U0001");
@@ -137,31 +172,26 @@ mod tests {
         forged["headers"]["x-slack-signature"] =
             Value::from("v0=0000000000000000000000000000000000000000000000000000000000000000");
         forged["headers"]["x-slack-request-timestamp"] = Value::from("1767225601");
-        let answer = invoke_http(local.router, &forged).await;
+        let answer = invoke_http(local.router.clone(), &forged).await;
         assert_eq!(answer.status, 401);
 
-        let queued = local
-            .work
-            .receive(10, Duration::from_secs(30))
-            .await
-            .unwrap();
-        assert_eq!(queued.len(), 1);
-        let WorkItem::Slash(command) = serde_json::from_str(&queued[0].body).unwrap() else {
-            panic!("a slash command: {}", queued[0].body);
+        let (item, group) = local.only_item("the forged one is not queued").await;
+        let WorkItem::Slash(command) = item else {
+            panic!("a slash command: {item:?}");
         };
         assert_eq!(
             (command.team.as_str(), command.channel.as_str()),
             ("T0001", "C0001")
         );
         assert_eq!(command.text, "list");
-        assert_eq!(queued[0].group_id, "slack:T0001:C0001");
+        assert_eq!(group, "slack:T0001:C0001");
     }
 
     #[tokio::test]
     async fn url_verification_is_answered_with_the_challenge() {
         let local = local();
         let event = fixture_json("apigw-http-slack-url-verification.json");
-        let answer = invoke_http(local.router, &event).await;
+        let answer = invoke_http(local.router.clone(), &event).await;
         assert_eq!(answer.status, 200);
         assert_eq!(
             answer.json()["challenge"],
@@ -195,18 +225,13 @@ mod tests {
 
         // A replay ten minutes later.
         local.clock.advance(Duration::from_secs(600));
-        let answer = invoke_http(local.router, &event).await;
+        let answer = invoke_http(local.router.clone(), &event).await;
         assert_eq!(answer.status, 401);
         assert!(answer.json()["error"]["message"]
             .as_str()
             .unwrap()
             .contains("away from now"));
 
-        assert!(local
-            .work
-            .receive(10, Duration::from_secs(30))
-            .await
-            .unwrap()
-            .is_empty());
+        assert!(local.queued().await.is_empty());
     }
 }

@@ -33,6 +33,7 @@ use aws_lambda_events::encodings::Body;
 use lambda_runtime::LambdaEvent;
 use std::convert::Infallible;
 use threadbox_api::live::LiveGateway;
+use threadbox_lambda::{Setup, SetupError};
 
 /// The handler, holding the live-events gateway (subscription store, sender, event log, key).
 #[derive(Clone)]
@@ -47,11 +48,19 @@ fn answer(status: i64, body: &str) -> ApiGatewayProxyResponse {
     response
 }
 
+/// What `main` serves: the token key, the subscription store, the event log and the
+/// `PostToConnection` sender from the environment.
+pub async fn build(setup: Setup) -> Result<WsHandler, SetupError> {
+    let gateway = threadbox_lambda::live_gateway(&setup.sdk, &setup.env)?;
+    Ok(WsHandler::new(gateway))
+}
+
 impl WsHandler {
     pub fn new(gateway: LiveGateway) -> Self {
         Self { gateway }
     }
 
+    /// One route's event (see the module's docs).
     pub async fn handle(
         &self,
         event: LambdaEvent<ApiGatewayWebsocketProxyRequest>,
@@ -131,14 +140,12 @@ mod tests {
         key: TokenKey,
         subscriptions: Arc<SqliteSubscriptionStore>,
         sender: Arc<InProcessSender>,
-        _dir: tempfile::TempDir,
     }
 
     fn local() -> Local {
         let local = LocalThreadbox::new();
-        let dir = tempfile::tempdir().unwrap();
         let subscriptions =
-            Arc::new(SqliteSubscriptionStore::open(dir.path().join("live.sqlite")).unwrap());
+            Arc::new(SqliteSubscriptionStore::open(local.path("live.sqlite")).unwrap());
         let sender = Arc::new(InProcessSender::default());
         let key = TokenKey::new(TokenSecret::new("ws-fixture-secret-0123456789abcdef").unwrap());
         let subscribers = Subscribers::new(
@@ -153,7 +160,6 @@ mod tests {
             key,
             subscriptions,
             sender,
-            _dir: dir,
         }
     }
 
@@ -163,6 +169,28 @@ mod tests {
                 .mint(scope, Duration::from_secs(600), self.local.clock.now())
                 .unwrap()
                 .token
+        }
+
+        /// Whether the store holds the fixtures' connection.
+        async fn connected(&self) -> bool {
+            let connection = self.subscriptions.connection(CONNECTION).await.unwrap();
+            connection.is_some()
+        }
+
+        /// Whether the thread the fixtures name has a session (a sandbox was made for it).
+        async fn thread_exists(&self) -> bool {
+            let thread = ThreadId::parse(THREAD).unwrap();
+            self.local.tb.session(&thread).await.unwrap().is_some()
+        }
+
+        /// Send `body` on the connection: the one frame that answers it.
+        async fn only_answer(&self, rx: &mut Receiver<Frame>, body: Value) -> Value {
+            let mut message = fixture_json("apigw-ws-message.json");
+            message["body"] = body.to_string().into();
+            assert_eq!(self.invoke(&message).await.status_code, 200);
+            let mut got = frames(rx);
+            assert_eq!(got.len(), 1, "{got:?}");
+            got.remove(0)
         }
 
         async fn invoke(&self, event: &Value) -> ApiGatewayProxyResponse {
@@ -248,12 +276,7 @@ mod tests {
 
         let disconnected = l.invoke(&fixture_json("apigw-ws-disconnect.json")).await;
         assert_eq!(disconnected.status_code, 200);
-        assert!(l
-            .subscriptions
-            .connection(CONNECTION)
-            .await
-            .unwrap()
-            .is_none());
+        assert!(!l.connected().await);
         assert!(l
             .subscriptions
             .subscribers(&thread)
@@ -286,24 +309,14 @@ mod tests {
         ] {
             let answer = l.invoke(&event).await;
             assert_eq!(answer.status_code, 401, "{why}");
-            assert!(l
-                .subscriptions
-                .connection(CONNECTION)
-                .await
-                .unwrap()
-                .is_none());
+            assert!(!l.connected().await);
         }
         l.local.clock.advance(Duration::from_secs(601));
         assert_eq!(
             l.invoke(&connect_with(Some(&expired))).await.status_code,
             401
         );
-        assert!(l
-            .subscriptions
-            .connection(CONNECTION)
-            .await
-            .unwrap()
-            .is_none());
+        assert!(!l.connected().await);
     }
 
     #[tokio::test]
@@ -353,46 +366,29 @@ mod tests {
             .unwrap()
             .token;
         assert_eq!(l.invoke(&connect_with(Some(&token))).await.status_code, 200);
-        let mut message = fixture_json("apigw-ws-message.json");
-        message["body"] = serde_json::json!({
+        let exec = serde_json::json!({
             "action": "exec", "request_id": "r1", "thread_id": THREAD, "cmd": "echo hi",
-        })
-        .to_string()
-        .into();
-        assert_eq!(l.invoke(&message).await.status_code, 200);
-        let got = frames(&mut rx);
-        assert_eq!(got.len(), 1, "{got:?}");
-        assert_eq!(got[0]["type"], "error");
-        assert_eq!(got[0]["code"], "exec_not_supported_here");
-        assert_eq!(got[0]["request_id"], "r1");
-        assert_eq!(got[0]["thread_id"], THREAD);
-        let why = got[0]["message"].as_str().unwrap();
+        });
+        let got = l.only_answer(&mut rx, exec).await;
+        assert_eq!(got["type"], "error");
+        assert_eq!(got["code"], "exec_not_supported_here");
+        assert_eq!(got["request_id"], "r1");
+        assert_eq!(got["thread_id"], THREAD);
+        let why = got["message"].as_str().unwrap();
         assert!(
             why.contains("POST /v1/threads/{id}/exec") && why.contains("text/event-stream"),
             "{why}"
         );
-        let thread = ThreadId::parse(THREAD).unwrap();
-        assert!(
-            l.local.tb.session(&thread).await.unwrap().is_none(),
-            "no thread or sandbox was made"
-        );
+        assert!(!l.thread_exists().await, "no thread or sandbox was made");
 
         // A terminal is refused the same way, naming the HTTP process routes.
-        let mut message = fixture_json("apigw-ws-message.json");
-        message["body"] = serde_json::json!({
+        let pty = serde_json::json!({
             "action": "pty", "request_id": "p1", "thread_id": THREAD, "cols": 80, "rows": 24,
-        })
-        .to_string()
-        .into();
-        assert_eq!(l.invoke(&message).await.status_code, 200);
-        let got = frames(&mut rx);
-        assert_eq!(got.len(), 1, "{got:?}");
-        assert_eq!(got[0]["code"], "pty_not_supported_here");
-        assert_eq!(got[0]["request_id"], "p1");
-        assert!(got[0]["message"].as_str().unwrap().contains("/processes"));
-        assert!(
-            l.local.tb.session(&thread).await.unwrap().is_none(),
-            "no thread or sandbox was made"
-        );
+        });
+        let got = l.only_answer(&mut rx, pty).await;
+        assert_eq!(got["code"], "pty_not_supported_here");
+        assert_eq!(got["request_id"], "p1");
+        assert!(got["message"].as_str().unwrap().contains("/processes"));
+        assert!(!l.thread_exists().await, "no thread or sandbox was made");
     }
 }
