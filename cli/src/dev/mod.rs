@@ -13,7 +13,6 @@
 //! and the next start finds them because runc's state is on disk).
 
 mod api_keys;
-mod consumer;
 mod dashboard;
 mod data_dir;
 mod egress_credentials;
@@ -21,9 +20,9 @@ mod janitor;
 mod preflight;
 mod processes;
 mod provider;
+mod queues;
 mod shutdown;
 mod slack;
-mod work;
 mod ws;
 mod ws_limits;
 
@@ -33,25 +32,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use threadbox_api::http::{require_local, router, LocalOnly};
+use threadbox_api::http::{require_local, router, ApiAuth, LocalOnly};
 use threadbox_api::live::token_routes;
 use threadbox_api::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
 use threadbox_core::domain::{
-    parse_profile, Budgets, NetworkDefaults, NetworkProfile, Timers, SCOPE_COMPUTE_BUDGET_VAR,
-    SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR, WARM_POOL_VAR,
+    parse_profile, Budgets, EgressCredentials, NetworkDefaults, NetworkProfile, Pricing, Timers,
+    SCOPE_COMPUTE_BUDGET_VAR, SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR, WARM_POOL_VAR,
 };
 use threadbox_core::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_core::ports::{Clock, DedupeStore, DurableQueue, IpNet, SystemClock};
+use threadbox_core::ports::{
+    Clock, DedupeStore, DurableQueue, IpNet, SandboxProvider, SystemClock,
+};
 use threadbox_core::usecases::{Config, Threadbox, WarmPool, MAX_POOL_SIZE};
 use threadbox_providers::ProviderSetup;
 use threadbox_runc::{DiskQuota, RuncConfig};
 use threadbox_sqlite::{
-    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
+    Database, QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
     SqliteWindowCounter,
 };
 use tokio::net::TcpListener;
 
-use self::consumer::{ConsumerConfig, LifecycleConsumer};
+use self::queues::{FanoutHandler, LoopConfig, QueueLoop};
 use self::shutdown::Shutdown;
 use self::ws::LiveSocket;
 use crate::duration;
@@ -396,135 +397,26 @@ impl DevArgs {
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     args.validate()?;
-    let mut chosen = provider::choose(args.provider.as_deref())?;
-    let egress_credentials = egress_credentials::load(args.egress_credentials_file.as_deref())?;
-    if let threadbox_providers::ProviderConfig::E2b(e2b) = &mut chosen.config {
-        if !egress_credentials.is_empty() {
-            if !e2b.egress_credentials.is_empty() {
-                anyhow::bail!(
-                    "{} is set and so is --egress-credentials-file: give the credentials one way",
-                    threadbox_e2b::EGRESS_CREDENTIALS_VAR
-                );
-            }
-            e2b.egress_credentials = egress_credentials.clone();
-        }
-    }
-    if chosen.is_runc() {
-        preflight::check()?;
-    }
+    let (chosen, egress_credentials) = choose_provider(&args)?;
     let data_dir = data_dir::prepare(&args.data_dir)?;
-
     let db_path = data_dir.join("threadbox.db");
-    let store = SqliteSessionStore::open(&db_path)
-        .with_context(|| format!("opening {}", db_path.display()))?;
-    let queue: Arc<dyn DurableQueue> = Arc::new(
-        SqliteQueue::new(
-            store.database().clone(),
-            LIFECYCLE_QUEUE,
-            QueueConfig::default(),
-        )
-        .await
-        .context("opening the lifecycle queue")?,
-    );
-    // Live-events connections and their positions, in the same file. Connections recorded by an
-    // earlier run have no socket now: the first send to each finds it gone and removes it.
-    let subscriptions = Arc::new(
-        SqliteSubscriptionStore::new(store.database().clone())
-            .await
-            .context("opening the live-events subscriptions")?,
-    );
+    let stores = Stores::open(&db_path).await?;
     let (token_secret, secret_source) = token_secret::load(&data_dir)?;
     let token_key = TokenKey::new(token_secret);
-    // Fan-out remembers what each target has, in the same file, so a restart repeats nothing.
-    let dedupe: Arc<dyn DedupeStore> = Arc::new(
-        SqliteDedupe::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
-    );
-    let mut runc_config = RuncConfig::new(data_dir.join("sandboxes"));
-    runc_config.network.credentials = egress_credentials;
-    runc_config.network.operator_allow = args.network_open.0.clone();
-    runc_config.allow_unpatched_runtime = args.allow_unpatched_runc;
-    runc_config.max_commands_per_sandbox = args.max_commands_per_thread;
-    if let Some(max) = args.max_commands {
-        runc_config.max_commands = max;
-    }
-    if let Some(max) = args.max_sandboxes {
-        runc_config.max_sandboxes = max;
-    }
-    runc_config.limits.disk = args.disk_quota();
-    runc_config.limits.file_size_bytes = args.max_file_size;
-    let pricing = chosen.pricing(&runc_config.limits)?;
-    // The caps and the quota are the runc provider's own; E2B applies its plan's limits.
-    let caps = chosen.is_runc().then_some((
-        runc_config.max_commands_per_sandbox,
-        runc_config.max_commands,
-        runc_config.max_sandboxes,
-    ));
-    let setup = ProviderSetup {
-        runc: runc_config,
-        on_refused_key: None,
-    };
-    let provider = threadbox_providers::open(&chosen.config, setup)
-        .await
-        .with_context(|| format!("starting the {} sandbox provider", chosen.config.name()))?;
-
-    let config = Config {
-        timers: Timers {
-            idle_pause: args.idle_pause,
-            retention: args.retention,
-            lease: args.lease,
-        },
-        record_retention: args.record_retention,
+    let Sandboxes {
+        provider,
         pricing,
-        network: args.network_defaults()?,
-        budgets: args.budgets(),
-        ..Config::default()
-    };
+        caps,
+    } = open_sandboxes(&args, &chosen, &data_dir, egress_credentials).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let database = store.database().clone();
-    let janitor_database = store.database().clone();
-    let store = Arc::new(store);
-    let pool_store = store.clone();
-    let budget_counter = SqliteWindowCounter::new(store.database().clone())
-        .await
-        .context("opening the budget counters")?;
-    let tb = Threadbox::new(store, provider, queue.clone(), clock.clone(), config)
-        .with_budget_counter(Arc::new(budget_counter))
-        .with_warm_pool(WarmPool {
-            store: pool_store,
-            size: args.warm_pool_size(&chosen),
-            max_age: args.warm_pool_max_age,
-        });
-    let sockets = Arc::new(InProcessSender::default());
-    let subscribers = Arc::new(Subscribers::new(
-        subscriptions,
-        sockets.clone(),
-        tb.store.clone(),
-        clock.clone(),
-    ));
-
-    let keys_from_env = std::env::var(api_keys::KEYS_ENV).ok();
-    let auth = api_keys::load(keys_from_env.as_deref(), args.api_keys_file.as_deref())?;
-    let banner_auth = BannerAuth {
-        enabled: auth.is_enabled(),
-        client_export: api_keys::client_export(
-            keys_from_env.as_deref(),
-            args.api_keys_file.as_deref(),
-            &auth,
-        ),
-    };
-    if !auth.is_enabled() {
-        tracing::warn!(
-            "API authentication is off (no THREADBOX_API_KEYS): anything on this machine can \
-             use the API; requests must be addressed to loopback, and cross-site browser \
-             requests are refused"
-        );
-    }
+    let tb = build_threadbox(&args, &chosen, &stores, provider, pricing, clock.clone()).await?;
+    let (auth, banner_auth) = load_auth(&args)?;
     let slack = slack::setup(slack::SlackDeps {
         data_dir: &data_dir,
         db_path: &db_path,
-        database,
+        database: stores.database.clone(),
         tb: tb.clone(),
-        dedupe: dedupe.clone(),
+        dedupe: stores.dedupe.clone(),
         auth: auth.clone(),
         clock: clock.clone(),
         rates: threadbox_slack::RateLimits {
@@ -553,55 +445,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     );
 
     let shutdown = Shutdown::install().context("installing signal handlers")?;
-    let transitions: Arc<dyn DurableQueue> = Arc::new(
-        SqliteQueue::new(
-            janitor_database.clone(),
-            TRANSITION_QUEUE,
-            QueueConfig::default(),
-        )
-        .await
-        .context("opening the transition queue")?,
-    );
-    let janitor = tokio::spawn(janitor::run(
-        tb.clone().with_transition_queue(transitions.clone()),
-        janitor_database,
-        args.janitor_interval,
-        shutdown.subscribe(),
-    ));
-    let transition_loop = tokio::spawn(
-        janitor::TransitionLoop::new(
-            tb.clone(),
-            transitions,
-            janitor::TransitionConfig {
-                visibility: args.lease,
-                ..janitor::TransitionConfig::default()
-            },
-        )
-        .run(shutdown.subscribe()),
-    );
-    let process_watcher = tokio::spawn(processes::run(
-        tb.clone(),
-        processes::WATCH_INTERVAL,
-        processes::LOOK_DEADLINE,
-        shutdown.subscribe(),
+    let sockets = Arc::new(InProcessSender::default());
+    let subscribers = Arc::new(Subscribers::new(
+        stores.subscriptions.clone(),
+        sockets.clone(),
+        tb.store.clone(),
+        clock.clone(),
     ));
     let targets: Vec<Arc<dyn FanoutTarget>> =
         vec![Arc::new(LogTarget), subscribers.clone(), slack.target];
-    let fanout = Fanout::new(dedupe, targets);
-    let consumer = tokio::spawn(
-        LifecycleConsumer::new(
-            queue,
-            fanout,
-            ConsumerConfig {
-                visibility: args.fanout_retry,
-                ..ConsumerConfig::default()
-            },
-        )
-        .run(shutdown.subscribe()),
-    );
-
-    let work = tokio::spawn(slack.work.run(shutdown.subscribe()));
-
+    let loops = spawn_loops(&args, &tb, &stores, targets, slack.work, &shutdown).await?;
     let live = ws::routes(LiveSocket {
         gateway: LiveGateway::new(subscribers, token_key.clone()),
         sender: sockets,
@@ -617,13 +470,265 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .merge(threadbox_mcp::routes(tb, auth.clone()))
         .merge(live)
         .merge(slack.routes);
-    let slack_events = slack.events;
+    let served = serve(listener, app, slack.events, &auth, shutdown).await;
+    stop_loops(loops).await;
+    served.context("serving the HTTP API")?;
+    tracing::info!(
+        "stopped; sandboxes of live threads keep running and will be found on the next start"
+    );
+    Ok(())
+}
+
+/// Which provider runs the sandboxes, with the egress credentials (given to E2B here, to runc in
+/// [`open_sandboxes`]); runc's host is checked first.
+fn choose_provider(
+    args: &DevArgs,
+) -> anyhow::Result<(provider::ChosenProvider, EgressCredentials)> {
+    let mut chosen = provider::choose(args.provider.as_deref())?;
+    let egress_credentials = egress_credentials::load(args.egress_credentials_file.as_deref())?;
+    if let threadbox_providers::ProviderConfig::E2b(e2b) = &mut chosen.config {
+        if !egress_credentials.is_empty() {
+            if !e2b.egress_credentials.is_empty() {
+                anyhow::bail!(
+                    "{} is set and so is --egress-credentials-file: give the credentials one way",
+                    threadbox_e2b::EGRESS_CREDENTIALS_VAR
+                );
+            }
+            e2b.egress_credentials = egress_credentials.clone();
+        }
+    }
+    if chosen.is_runc() {
+        preflight::check()?;
+    }
+    Ok((chosen, egress_credentials))
+}
+
+/// Everything kept in the one SQLite file, opened once.
+struct Stores {
+    store: Arc<SqliteSessionStore>,
+    database: Database,
+    /// The lifecycle queue.
+    queue: Arc<dyn DurableQueue>,
+    /// Live-events connections and their positions. Connections recorded by an earlier run have
+    /// no socket now: the first send to each finds it gone and removes it.
+    subscriptions: Arc<SqliteSubscriptionStore>,
+    /// What each fan-out target has, so a restart repeats nothing.
+    dedupe: Arc<dyn DedupeStore>,
+}
+
+impl Stores {
+    async fn open(db_path: &Path) -> anyhow::Result<Self> {
+        let store = SqliteSessionStore::open(db_path)
+            .with_context(|| format!("opening {}", db_path.display()))?;
+        let database = store.database().clone();
+        let queue: Arc<dyn DurableQueue> = Arc::new(
+            SqliteQueue::new(database.clone(), LIFECYCLE_QUEUE, QueueConfig::default())
+                .await
+                .context("opening the lifecycle queue")?,
+        );
+        let subscriptions = Arc::new(
+            SqliteSubscriptionStore::new(database.clone())
+                .await
+                .context("opening the live-events subscriptions")?,
+        );
+        let dedupe: Arc<dyn DedupeStore> = Arc::new(
+            SqliteDedupe::open(db_path)
+                .with_context(|| format!("opening {}", db_path.display()))?,
+        );
+        Ok(Self {
+            store: Arc::new(store),
+            database,
+            queue,
+            subscriptions,
+            dedupe,
+        })
+    }
+}
+
+/// The sandbox provider as the flags set it up, with its prices and, for runc, its caps.
+struct Sandboxes {
+    provider: Arc<dyn SandboxProvider>,
+    pricing: Pricing,
+    /// Commands per thread, commands in all, sandboxes: runc's own (E2B applies its plan's).
+    caps: Option<(usize, usize, usize)>,
+}
+
+async fn open_sandboxes(
+    args: &DevArgs,
+    chosen: &provider::ChosenProvider,
+    data_dir: &Path,
+    egress_credentials: EgressCredentials,
+) -> anyhow::Result<Sandboxes> {
+    let mut runc_config = RuncConfig::new(data_dir.join("sandboxes"));
+    runc_config.network.credentials = egress_credentials;
+    runc_config.network.operator_allow = args.network_open.0.clone();
+    runc_config.allow_unpatched_runtime = args.allow_unpatched_runc;
+    runc_config.max_commands_per_sandbox = args.max_commands_per_thread;
+    if let Some(max) = args.max_commands {
+        runc_config.max_commands = max;
+    }
+    if let Some(max) = args.max_sandboxes {
+        runc_config.max_sandboxes = max;
+    }
+    runc_config.limits.disk = args.disk_quota();
+    runc_config.limits.file_size_bytes = args.max_file_size;
+    let pricing = chosen.pricing(&runc_config.limits)?;
+    let caps = chosen.is_runc().then_some((
+        runc_config.max_commands_per_sandbox,
+        runc_config.max_commands,
+        runc_config.max_sandboxes,
+    ));
+    let setup = ProviderSetup {
+        runc: runc_config,
+        on_refused_key: None,
+    };
+    let provider = threadbox_providers::open(&chosen.config, setup)
+        .await
+        .with_context(|| format!("starting the {} sandbox provider", chosen.config.name()))?;
+    Ok(Sandboxes {
+        provider,
+        pricing,
+        caps,
+    })
+}
+
+/// The use cases over the stores and the provider, with the budgets and the warm pool.
+async fn build_threadbox(
+    args: &DevArgs,
+    chosen: &provider::ChosenProvider,
+    stores: &Stores,
+    provider: Arc<dyn SandboxProvider>,
+    pricing: Pricing,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Threadbox> {
+    let config = Config {
+        timers: Timers {
+            idle_pause: args.idle_pause,
+            retention: args.retention,
+            lease: args.lease,
+        },
+        record_retention: args.record_retention,
+        pricing,
+        network: args.network_defaults()?,
+        budgets: args.budgets(),
+        ..Config::default()
+    };
+    let budget_counter = SqliteWindowCounter::new(stores.database.clone())
+        .await
+        .context("opening the budget counters")?;
+    Ok(Threadbox::new(
+        stores.store.clone(),
+        provider,
+        stores.queue.clone(),
+        clock,
+        config,
+    )
+    .with_budget_counter(Arc::new(budget_counter))
+    .with_warm_pool(WarmPool {
+        store: stores.store.clone(),
+        size: args.warm_pool_size(chosen),
+        max_age: args.warm_pool_max_age,
+    }))
+}
+
+/// The API keys, and what the banner says about them.
+fn load_auth(args: &DevArgs) -> anyhow::Result<(ApiAuth, BannerAuth)> {
+    let keys_from_env = std::env::var(api_keys::KEYS_ENV).ok();
+    let auth = api_keys::load(keys_from_env.as_deref(), args.api_keys_file.as_deref())?;
+    let banner_auth = BannerAuth {
+        enabled: auth.is_enabled(),
+        client_export: api_keys::client_export(
+            keys_from_env.as_deref(),
+            args.api_keys_file.as_deref(),
+            &auth,
+        ),
+    };
+    if !auth.is_enabled() {
+        tracing::warn!(
+            "API authentication is off (no THREADBOX_API_KEYS): anything on this machine can \
+             use the API; requests must be addressed to loopback, and cross-site browser \
+             requests are refused"
+        );
+    }
+    Ok((auth, banner_auth))
+}
+
+/// The loops beside the HTTP API, each a task that stops between iterations on `shutdown`.
+type Loops = Vec<(&'static str, tokio::task::JoinHandle<()>)>;
+
+/// Start the janitor's timer, the process watcher and one queue loop per queue: the lifecycle
+/// queue to the fan-out `targets`, the transition queue the janitor hands its claims to, and the
+/// Slack work queue.
+async fn spawn_loops(
+    args: &DevArgs,
+    tb: &Threadbox,
+    stores: &Stores,
+    targets: Vec<Arc<dyn FanoutTarget>>,
+    slack_work: QueueLoop,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Loops> {
+    let transitions: Arc<dyn DurableQueue> = Arc::new(
+        SqliteQueue::new(
+            stores.database.clone(),
+            TRANSITION_QUEUE,
+            QueueConfig::default(),
+        )
+        .await
+        .context("opening the transition queue")?,
+    );
+    let janitor = janitor::run(
+        tb.clone().with_transition_queue(transitions.clone()),
+        stores.database.clone(),
+        args.janitor_interval,
+        shutdown.subscribe(),
+    );
+    let transition_loop = QueueLoop::new(
+        transitions,
+        queues::Transitions(tb.clone()),
+        LoopConfig::transitions(args.lease),
+    );
+    let process_watcher = processes::run(
+        tb.clone(),
+        processes::WATCH_INTERVAL,
+        processes::LOOK_DEADLINE,
+        shutdown.subscribe(),
+    );
+    let consumer = QueueLoop::new(
+        stores.queue.clone(),
+        FanoutHandler(Fanout::new(stores.dedupe.clone(), targets)),
+        LoopConfig::lifecycle(args.fanout_retry),
+    );
+    Ok(vec![
+        ("janitor", tokio::spawn(janitor)),
+        (
+            "transition loop",
+            tokio::spawn(transition_loop.run(shutdown.subscribe())),
+        ),
+        ("process watcher", tokio::spawn(process_watcher)),
+        ("consumer", tokio::spawn(consumer.run(shutdown.subscribe()))),
+        (
+            "Slack worker",
+            tokio::spawn(slack_work.run(shutdown.subscribe())),
+        ),
+    ])
+}
+
+/// Serve `app` (and Slack's `events`) until a stop is asked for, letting requests in flight
+/// finish.
+async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    slack_events: axum::Router,
+    auth: &ApiAuth,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
+    let port = listener.local_addr()?.port();
     let mut app = app.merge(dashboard::routes());
     if !auth.is_enabled() {
         // Every route, the dashboard and the WebSocket upgrade included: without keys, only
         // this machine's own tools, addressed to this server's own port.
         app = app.layer(axum::middleware::from_fn_with_state(
-            LocalOnly::on_port(addr.port()),
+            LocalOnly::on_port(port),
             require_local,
         ));
     }
@@ -642,24 +747,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         // The server only returns early on an accept error: stop the loops as well.
         stop.trigger();
     }
-    for (name, task) in [
-        ("janitor", janitor),
-        ("transition loop", transition_loop),
-        ("process watcher", process_watcher),
-        ("consumer", consumer),
-        ("Slack worker", work),
-    ] {
+    served
+}
+
+/// Wait for each loop to finish its iteration, at most [`STOP_GRACE`] each.
+async fn stop_loops(loops: Loops) {
+    for (name, task) in loops {
         match tokio::time::timeout(STOP_GRACE, task).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::error!(%error, "the {name} task failed"),
             Err(_) => tracing::warn!("the {name} did not stop within {STOP_GRACE:?}"),
         }
     }
-    served.context("serving the HTTP API")?;
-    tracing::info!(
-        "stopped; sandboxes of live threads keep running and will be found on the next start"
-    );
-    Ok(())
 }
 
 /// The banner's lines about sandboxes: the provider and what chose it, and runc's own limits.

@@ -39,7 +39,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsMessage};
 use futures::future::join_all;
 
 use threadbox_aws::sqs::SqsQueue;
-use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_core::ports::{DedupeStore, OutgoingMessage, QueueError};
 
 /// SQS system attributes a FIFO record carries.

@@ -14,8 +14,8 @@ use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
 use threadbox_core::domain::{Cause, Status, ThreadId};
-use threadbox_core::fanout::{FanoutTarget, RecordOutcome};
-use threadbox_core::ports::{DurableQueue, SystemClock};
+use threadbox_core::fanout::FanoutTarget;
+use threadbox_core::ports::{DurableQueue, RecordOutcome, SystemClock};
 use threadbox_core::usecases::Threadbox;
 use threadbox_slack::{
     router, IncomingMessage, SigningSecret, SlackIngress, SlackStatusTarget, SlackWorker,

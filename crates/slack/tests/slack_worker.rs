@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use threadbox_core::domain::{Status, ThreadId};
-use threadbox_core::fanout::RecordOutcome;
 use threadbox_core::ports::DurableQueue;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_core::usecases::{Threadbox, UseCaseError};
 use threadbox_slack::{IncomingMessage, SlackFile, SlackWorker, SlackWorkerConfig, WorkItem};
 use threadbox_sqlite::SqliteQueue;

@@ -25,7 +25,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use axum::Router;
 use lambda_runtime::LambdaEvent;
 use threadbox_api::http::{router_for, ApiAuth, RouteGroup};
-use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_core::usecases::{Threadbox, TransitionOutcome};
 use threadbox_lambda::batch::{
     invocation_deadline, process_fifo_batch, BatchOptions, BatchSettler,

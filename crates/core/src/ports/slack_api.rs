@@ -296,4 +296,3 @@ mod tests {
         .is_retryable());
     }
 }
-

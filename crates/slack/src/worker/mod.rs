@@ -44,7 +44,7 @@ use super::rate_limit::{MessageRates, Verdict};
 use super::thread::SlackPlace;
 use super::work::{IncomingMessage, PendingReply, WorkItem};
 use threadbox_core::domain::{RejectKind, Session, ThreadId};
-use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_core::ports::{
     DedupeStore, DurableQueue, ExecCommand, ExecRequest, FileKind, OutgoingMessage,
 };
