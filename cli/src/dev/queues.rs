@@ -321,7 +321,7 @@ mod tests {
     use std::sync::Mutex;
 
     use async_trait::async_trait;
-    use threadbox_core::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
+    use threadbox_core::domain::{Change, LifecycleEvent, Millis, Session, ThreadId, Timers};
     use threadbox_core::fanout::{DeliveryError, FanoutTarget};
     use threadbox_core::ports::{DedupeStore, OutgoingMessage};
     use threadbox_sqlite::{QueueConfig, SqliteDedupe, SqliteQueue};
@@ -366,19 +366,16 @@ mod tests {
         }
     }
 
+    /// The event a new thread's first write makes, under the id `id`.
     fn event(id: &str, seq: u64) -> LifecycleEvent {
-        LifecycleEvent {
+        let change = Change {
             event_id: id.to_owned(),
-            thread_id: ThreadId::parse("t1").unwrap(),
-            seq,
-            generation: 1,
-            from: Some(Status::Creating),
-            to: Status::Active,
-            cause: Cause::User,
-            at: Millis(0),
-            sandbox_id: Some("sb-1".into()),
+            now: Millis(0),
             detail: None,
-        }
+        };
+        let thread = ThreadId::parse("t1").unwrap();
+        let (_, event) = Session::new_creating(thread, "test", change, &Timers::default());
+        LifecycleEvent { seq, ..event }
     }
 
     fn message(group: &str, id: &str, body: String) -> OutgoingMessage {
