@@ -359,6 +359,7 @@ mod tests {
     use threadbox_core::domain::{Cause, LifecycleEvent, Pricing, Session, ThreadId, Window};
 
     use super::*;
+    use crate::threads::render::tests::session;
 
     const T0: i64 = 1_793_491_200_000;
     const HOUR: i64 = 3_600_000;
@@ -402,25 +403,13 @@ mod tests {
         let status = history.last().unwrap().0;
         ThreadView {
             session: Session {
-                thread_id,
                 provider: "e2b".into(),
-                sandbox_id: Some(format!("sb-{id}")),
-                provider_session_id: None,
-                status,
-                generation: 1,
                 version: 1,
                 last_seq: events.len() as u64,
-                holds: Vec::new(),
                 last_activity_at: Millis(T0),
                 next_action_at: None,
-                lease_until: None,
                 created_at: Millis(T0),
-                paused_at: None,
-                resumed_at: None,
-                destroyed_at: None,
-                last_error: None,
-                network: Default::default(),
-                pool_member: None,
+                ..session(id, status)
             },
             idle_seconds: 0,
             usage: Some(usage),

@@ -7,18 +7,16 @@
 //! sink's messages, dead letters) are deleted once older than the record retention.
 //!
 //! As in production, the sweep only claims pauses and destroys and hands each claim to the
-//! transition queue (a queue in the same SQLite file); [`TransitionLoop`] carries them out, a
-//! bounded number at once, through the same handler as the `pause` function's queue handler.
+//! transition queue (a queue in the same SQLite file); the queue loop with the
+//! [`Transitions`](super::queues::Transitions) handler carries them out, a bounded number at
+//! once, through the same use case as the `pause` function's queue handler.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use threadbox_core::domain::Millis;
-use threadbox_core::ports::{DurableQueue, ReceivedMessage};
-use threadbox_core::usecases::{SweepOptions, SweepReport, Threadbox, TransitionOutcome};
+use threadbox_core::usecases::{SweepOptions, SweepReport, Threadbox};
 use threadbox_sqlite::{delete_aged, Aged, Database};
-use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinSet;
+use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 /// Rows deleted per transaction by the aged-rows pass.
@@ -81,111 +79,6 @@ async fn delete_aged_rows(tb: &Threadbox, database: &Database, deadline: Instant
                 return total;
             }
         }
-    }
-}
-
-/// How the transition queue is drained.
-#[derive(Clone, Debug)]
-pub struct TransitionConfig {
-    /// Transitions carried out at once (each a provider pause or kill).
-    pub concurrency: usize,
-    /// How long a received item stays hidden: longer than a pause or kill takes. A retried
-    /// item comes back after it.
-    pub visibility: Duration,
-    /// Pause between receives that found nothing.
-    pub idle_wait: Duration,
-}
-
-impl Default for TransitionConfig {
-    fn default() -> Self {
-        Self {
-            concurrency: 8,
-            visibility: Duration::from_secs(60),
-            idle_wait: Duration::from_millis(200),
-        }
-    }
-}
-
-/// The transition queue's consumer: what the `pause` function's queue handler is in production.
-pub struct TransitionLoop {
-    tb: Threadbox,
-    queue: Arc<dyn DurableQueue>,
-    config: TransitionConfig,
-}
-
-impl TransitionLoop {
-    pub fn new(tb: Threadbox, queue: Arc<dyn DurableQueue>, config: TransitionConfig) -> Self {
-        Self { tb, queue, config }
-    }
-
-    /// Poll until `shutdown` turns true; transitions already running finish first.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let permits = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
-        let mut running = JoinSet::new();
-        // After a failed receive (a locked or unreachable store), wait longer each time, so a
-        // store that is stuck is not kept busier by this loop than by the requests it serves.
-        let mut failures = 0u32;
-        while !*shutdown.borrow() {
-            while running.try_join_next().is_some() {}
-            let free = permits.available_permits();
-            if free == 0 {
-                tokio::select! {
-                    _ = running.join_next() => {}
-                    _ = shutdown.changed() => {}
-                }
-                continue;
-            }
-            let messages = match self.queue.receive(free, self.config.visibility).await {
-                Ok(messages) => {
-                    failures = 0;
-                    messages
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "receiving transitions failed; retrying");
-                    failures = failures.saturating_add(1);
-                    Vec::new()
-                }
-            };
-            if messages.is_empty() {
-                let wait = self.config.idle_wait * 2u32.saturating_pow(failures.min(6));
-                tokio::select! {
-                    _ = tokio::time::sleep(wait.min(Duration::from_secs(30))) => {}
-                    _ = shutdown.changed() => {}
-                }
-                continue;
-            }
-            for message in messages {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    break;
-                };
-                let (tb, queue) = (self.tb.clone(), self.queue.clone());
-                running.spawn(async move {
-                    run_one(&tb, queue.as_ref(), &message).await;
-                    drop(permit);
-                });
-            }
-        }
-        while running.join_next().await.is_some() {}
-        tracing::debug!("transition loop stopped");
-    }
-}
-
-/// Carry out one handed-off transition and settle its message: done or stale is acked, a retry
-/// stays hidden for the visibility timeout (the back-off), poison is released so the queue
-/// dead-letters it after its last receive.
-pub async fn run_one(tb: &Threadbox, queue: &dyn DurableQueue, message: &ReceivedMessage) {
-    let outcome = tb.run_transition(&message.body).await;
-    let settled = match &outcome {
-        TransitionOutcome::Done(_) | TransitionOutcome::Stale => queue.ack(&message.receipt).await,
-        TransitionOutcome::Retry(_) => Ok(()),
-        TransitionOutcome::Poison(reason) => {
-            tracing::error!(message_id = %message.message_id, %reason, "transition cannot be carried out; it will be dead-lettered");
-            queue.release(&message.receipt).await
-        }
-    };
-    tracing::debug!(message_id = %message.message_id, ?outcome, "transition");
-    if let Err(error) = settled {
-        tracing::warn!(%error, message_id = %message.message_id, "settling a transition failed");
     }
 }
 
@@ -254,10 +147,12 @@ mod tests {
     use std::sync::Arc;
 
     use threadbox_core::domain::{Status, ThreadId};
+    use threadbox_core::ports::DurableQueue;
     use threadbox_core::usecases::Config;
     use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
     use threadbox_testing::{InMemoryProvider, ManualClock};
 
+    use super::super::queues::{LoopConfig, QueueLoop, Transitions};
     use super::*;
 
     #[test]
@@ -369,13 +264,13 @@ mod tests {
             stopped.clone(),
         ));
         let handlers = tokio::spawn(
-            TransitionLoop::new(
-                tb.clone(),
+            QueueLoop::new(
                 transitions,
-                TransitionConfig {
+                Transitions(tb.clone()),
+                LoopConfig {
                     concurrency: 2,
                     idle_wait: Duration::from_millis(10),
-                    ..TransitionConfig::default()
+                    ..LoopConfig::transitions(Duration::from_secs(60))
                 },
             )
             .run(stopped),

@@ -2,18 +2,20 @@
 //!
 //! One SQLite file holds the sessions, their events and the lifecycle queue; sandboxes are runc
 //! containers under the data directory; the HTTP API listens on loopback; the janitor runs on a
-//! timer; a consumer drains the lifecycle queue to its fan-out targets: the log, and the live-events
-//! WebSocket subscribers of `GET /v1/ws` (tokens from `POST /v1/tokens` or `threadbox token`), and
-//! the Slack status messages. The Slack app's `POST /slack/events` queues work that a worker loop
-//! runs in the threads' sandboxes (see `slack`).
+//! timer. One queue loop (`queues`) serves every queue in the file, each through its handler: the
+//! lifecycle queue to its fan-out targets (the log, the live-events WebSocket subscribers of
+//! `GET /v1/ws`, with tokens from `POST /v1/tokens` or `threadbox token`, and the Slack status
+//! messages); the transition queue the janitor hands its claimed pauses and destroys to; and the
+//! Slack work that the Slack app's `POST /slack/events` queues, run in the threads' sandboxes
+//! (see `slack`). `run` goes through the start-up a step at a time; the flags are in `args`.
 //!
 //! Stopping (Ctrl-C or SIGTERM) stops accepting requests and lets those in flight finish; the
-//! janitor and the consumer stop between iterations. Nothing is lost: messages not yet acked stay
+//! janitor and the queue loops stop between iterations. Nothing is lost: messages not yet acked stay
 //! in SQLite, and the containers of live threads keep running (they are the threads' sandboxes,
 //! and the next start finds them because runc's state is on disk).
 
 mod api_keys;
-mod consumer;
+mod args;
 mod dashboard;
 mod data_dir;
 mod egress_credentials;
@@ -21,37 +23,35 @@ mod janitor;
 mod preflight;
 mod processes;
 mod provider;
+mod queues;
 mod shutdown;
 mod slack;
-mod work;
 mod ws;
 mod ws_limits;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
-use threadbox_api::http::{require_local, router, LocalOnly};
+use anyhow::Context;
+use threadbox_api::http::{require_local, router, ApiAuth, LocalOnly};
 use threadbox_api::live::token_routes;
 use threadbox_api::live::{InProcessSender, LiveGateway, Subscribers, TokenKey};
-use threadbox_core::domain::{
-    parse_profile, Budgets, NetworkDefaults, NetworkProfile, Timers, SCOPE_COMPUTE_BUDGET_VAR,
-    SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR, WARM_POOL_VAR,
-};
+use threadbox_core::domain::{EgressCredentials, Pricing, Timers};
 use threadbox_core::fanout::{Fanout, FanoutTarget, LogTarget};
-use threadbox_core::ports::{Clock, DedupeStore, DurableQueue, IpNet, SystemClock};
-use threadbox_core::usecases::{Config, Threadbox, WarmPool, MAX_POOL_SIZE};
+use threadbox_core::ports::{Clock, DedupeStore, DurableQueue, SandboxProvider, SystemClock};
+use threadbox_core::usecases::{Config, Threadbox, WarmPool};
 use threadbox_providers::ProviderSetup;
-use threadbox_runc::{DiskQuota, RuncConfig};
+use threadbox_runc::RuncConfig;
 use threadbox_sqlite::{
-    QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
+    Database, QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
     SqliteWindowCounter,
 };
 use tokio::net::TcpListener;
 
-use self::consumer::{ConsumerConfig, LifecycleConsumer};
+pub use self::args::DevArgs;
+use self::queues::{FanoutHandler, LoopConfig, QueueLoop};
 use self::shutdown::Shutdown;
 use self::ws::LiveSocket;
 use crate::duration;
@@ -66,465 +66,28 @@ const TRANSITION_QUEUE: &str = "transitions";
 /// How long a stop waits for the janitor and the consumer to finish their iteration.
 const STOP_GRACE: Duration = Duration::from_secs(60);
 
-#[derive(clap::Args, Debug)]
-pub struct DevArgs {
-    /// Port for the HTTP API on 127.0.0.1 (0 picks a free one).
-    #[arg(long, env = "THREADBOX_PORT", default_value_t = 8787)]
-    pub port: u16,
-
-    /// Where the database and the sandboxes live.
-    #[arg(long, env = "THREADBOX_DATA_DIR", default_value = ".threadbox")]
-    pub data_dir: PathBuf,
-
-    /// Pause a sandbox after this long without activity.
-    #[arg(long, env = "THREADBOX_IDLE_PAUSE", default_value = "10m", value_parser = duration::parse)]
-    pub idle_pause: Duration,
-
-    /// Destroy a sandbox (and its files) after this long without activity.
-    #[arg(long, env = "THREADBOX_RETENTION", default_value = "7d", value_parser = duration::parse)]
-    pub retention: Duration,
-
-    /// Keep a destroyed or expired thread's record and events this long, then delete them.
-    #[arg(long, env = "THREADBOX_RECORD_RETENTION", default_value = "30d", value_parser = duration::parse)]
-    pub record_retention: Duration,
-
-    /// How often the janitor sweeps.
-    #[arg(long, env = "THREADBOX_JANITOR_INTERVAL", default_value = "60s", value_parser = duration::parse)]
-    pub janitor_interval: Duration,
-
-    /// How long one worker may keep a thread creating, pausing, resuming or deleting; past it the
-    /// janitor takes the worker for dead and recovers the thread.
-    #[arg(long, env = "THREADBOX_LEASE", default_value = "2m", value_parser = duration::parse)]
-    pub lease: Duration,
-
-    /// How long a lifecycle event waits before it is delivered again when a fan-out target asked
-    /// to retry or the process stopped mid-delivery (the lifecycle queue's visibility timeout).
-    #[arg(long, env = "THREADBOX_FANOUT_RETRY", default_value = "30s", value_parser = duration::parse)]
-    pub fanout_retry: Duration,
-
-    /// A file of API keys callers must present as `Authorization: Bearer <key>`, one per line
-    /// or comma-separated, each at least 32 characters. The keys may instead be given in
-    /// THREADBOX_API_KEYS. Neither means no authentication, for this machine only.
-    #[arg(long, env = "THREADBOX_API_KEYS_FILE")]
-    pub api_keys_file: Option<PathBuf>,
-
-    /// A JSON file of headers the egress proxy adds to networked sandboxes' requests, per host
-    /// (exact or *.suffix): {"api.github.com": {"Authorization": "Bearer ..."}}. Owner-only
-    /// (chmod 600); the sandboxes never see it. On E2B they become its egress rules.
-    #[arg(long, env = "THREADBOX_EGRESS_CREDENTIALS_FILE")]
-    pub egress_credentials_file: Option<PathBuf>,
-
-    /// Private or metadata networks (IPv4 CIDRs, comma-separated) that networked sandboxes may
-    /// still reach when their allowlist names them, e.g. an internal package mirror at
-    /// 10.1.2.0/24. Every other private, link-local and metadata address stays refused; no API
-    /// caller can open one.
-    #[arg(long, env = "THREADBOX_NETWORK_OPEN", default_value = "", value_parser = parse_open_networks)]
-    pub network_open: OpenNetworks,
-
-    /// Most live-events WebSocket connections one token may hold open at once.
-    #[arg(long, env = "THREADBOX_WS_MAX_PER_TOKEN", default_value_t = ws_limits::ConnectionLimits::default().per_token)]
-    pub ws_max_per_token: usize,
-
-    /// Most live-events WebSocket connections one client address may hold open at once.
-    #[arg(long, env = "THREADBOX_WS_MAX_PER_ADDRESS", default_value_t = ws_limits::ConnectionLimits::default().per_address)]
-    pub ws_max_per_address: usize,
-
-    /// Slack messages acted on per minute in one thread; past it the thread is told to slow
-    /// down, once a minute.
-    #[arg(long, env = "THREADBOX_SLACK_THREAD_RATE", default_value_t = threadbox_slack::RateLimits::default().per_thread)]
-    pub slack_thread_rate: u64,
-
-    /// Slack messages acted on per minute in one workspace (team), all threads together.
-    #[arg(long, env = "THREADBOX_SLACK_TEAM_RATE", default_value_t = threadbox_slack::RateLimits::default().per_team)]
-    pub slack_team_rate: u64,
-
-    /// Run sandboxes even on a runc that lacks the fix for a known container escape (by default
-    /// threadbox dev refuses to start on one, naming the CVE and the upgrade).
-    #[arg(long, env = "THREADBOX_ALLOW_UNPATCHED_RUNC")]
-    pub allow_unpatched_runc: bool,
-
-    /// Commands one thread's sandbox may run at once; past it exec answers 429
-    /// `too_many_commands_in_thread` with Retry-After.
-    #[arg(long, env = "THREADBOX_MAX_COMMANDS_PER_THREAD", default_value_t = 4)]
-    pub max_commands_per_thread: usize,
-
-    /// Commands all sandboxes may run at once (default: 32 per core); past it 503
-    /// `too_many_commands`.
-    #[arg(long, env = "THREADBOX_MAX_COMMANDS")]
-    pub max_commands: Option<usize>,
-
-    /// Sandboxes alive at once, paused ones included (default: as many as fit in memory at
-    /// 512 MiB each); past it 503 `too_many_sandboxes`.
-    #[arg(long, env = "THREADBOX_MAX_SANDBOXES")]
-    pub max_sandboxes: Option<usize>,
-
-    /// Where sandboxes run: runc (local containers; Linux, as root or rootless) or e2b (E2B's cloud,
-    /// with E2B_API_KEY and the other E2B_* settings). Default: THREADBOX_PROVIDER, else runc.
-    #[arg(long, value_parser = ["runc", "e2b"])]
-    pub provider: Option<String>,
-
-    /// The most one thread's /home/user may hold, e.g. 2GiB or 500MiB: the home is a filesystem
-    /// of its own that size, and writing past it gets "No space left on device" (the API's file
-    /// uploads too). `none` makes the home a plain directory on this machine's disk, unlimited.
-    /// Default: 2GiB as root; none rootless, where a quota cannot be had (it needs mounts).
-    #[arg(long, env = "THREADBOX_DISK_QUOTA", value_parser = parse_disk_quota)]
-    pub disk_quota: Option<DiskQuotaArg>,
-
-    /// The largest file a process in a sandbox may write (past it: "File too large"), and so the
-    /// largest upload through the file API (past it: 413), e.g. 1GiB or 100MiB.
-    #[arg(long, env = "THREADBOX_MAX_FILE_SIZE", default_value = "1GiB", value_parser = parse_size)]
-    pub max_file_size: u64,
-
-    /// The most files (and directories) one thread's /home/user may hold, with --disk-quota.
-    #[arg(long, env = "THREADBOX_DISK_FILES", default_value_t = DiskQuota::default().inodes)]
-    pub disk_files: u64,
-
-    /// The network profile of a new thread whose creator names none: restricted (no outbound
-    /// traffic), networked (every public address) or networked:ENTRY,ENTRY,... (domains,
-    /// *.suffix, IPs and CIDRs).
-    #[arg(long, env = "THREADBOX_NETWORK", default_value = "restricted", value_parser = parse_network)]
-    pub network: NetworkProfile,
-
-    /// Per Slack workspace or channel, the profile of its new threads:
-    /// 'T0123=networked:pypi.org;T0123/C0456=restricted' (a channel beats its workspace).
-    #[arg(long, env = "THREADBOX_SLACK_NETWORK", default_value = "", value_parser = parse_slack_network)]
-    pub slack_network: String,
-
-    /// Compute budget of one thread per UTC day, in vCPU-seconds (running seconds times the
-    /// sandbox's vCPUs); past it the thread is paused until the next day. 0: none.
-    #[arg(long, env = THREAD_COMPUTE_BUDGET_VAR, default_value_t = 0)]
-    pub thread_compute_budget: u64,
-
-    /// Compute budget of one Slack workspace or API key per UTC day, in vCPU-seconds, all its
-    /// threads together. 0: none.
-    #[arg(long, env = SCOPE_COMPUTE_BUDGET_VAR, default_value_t = 0)]
-    pub scope_compute_budget: u64,
-
-    /// New sandboxes one Slack workspace or API key may create per UTC clock hour; past it a
-    /// create is refused (429) before anything is made. 0: no cap.
-    #[arg(long, env = SCOPE_CREATES_PER_HOUR_VAR, default_value_t = 0)]
-    pub scope_creates_per_hour: u64,
-
-    /// Sandboxes kept created ahead, per network profile new threads get, so a new thread's first
-    /// command does not wait for a create; the janitor refills the pool each sweep. Default: 2
-    /// with runc, 0 with E2B (members there cost running time). 0: no pool.
-    #[arg(long, env = WARM_POOL_VAR, value_parser = parse_pool_size)]
-    pub warm_pool: Option<usize>,
-
-    /// A pool member unclaimed this long is replaced by a fresh one.
-    #[arg(long, env = "THREADBOX_WARM_POOL_MAX_AGE", default_value = "30m", value_parser = duration::parse)]
-    pub warm_pool_max_age: Duration,
-
-    /// While a compute budget is set, how often the janitor looks at a running thread.
-    #[arg(long, env = "THREADBOX_BUDGET_CHECK", default_value = "5m", value_parser = duration::parse)]
-    pub budget_check: Duration,
-
-    /// Refused: keys on the command line show in `ps` to every local user.
-    #[arg(long, hide = true)]
-    pub api_keys: Option<String>,
-}
-
-/// `--disk-quota`: a size, or none at all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DiskQuotaArg {
-    Bytes(u64),
-    None,
-}
-
-/// A size like 2GiB, 500MiB or 1000000 (bytes).
-fn parse_size(raw: &str) -> Result<u64, String> {
-    let bytes = raw
-        .trim()
-        .parse::<bytesize::ByteSize>()
-        .map_err(|e| format!("{raw:?} is not a size like 2GiB or 500MiB: {e}"))?
-        .as_u64();
-    if bytes == 0 {
-        return Err(format!(
-            "{raw:?}: a size of nothing leaves nothing to write"
-        ));
-    }
-    Ok(bytes)
-}
-
-/// `--warm-pool`: a count up to the pool's cap.
-fn parse_pool_size(raw: &str) -> Result<usize, String> {
-    match raw.trim().parse::<usize>() {
-        Ok(n) if n <= MAX_POOL_SIZE => Ok(n),
-        _ => Err(format!(
-            "{raw:?}: a warm pool is 0 to {MAX_POOL_SIZE} sandboxes per network profile"
-        )),
-    }
-}
-
-fn parse_network(raw: &str) -> Result<NetworkProfile, String> {
-    parse_profile(raw).map_err(|e| e.to_string())
-}
-
-/// `--network-open`: the operator's exceptions to the always-refused networks.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OpenNetworks(pub Vec<IpNet>);
-
-fn parse_open_networks(raw: &str) -> Result<OpenNetworks, String> {
-    let mut nets = Vec::new();
-    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let net: IpNet = entry.parse().map_err(|why| format!("{entry:?}: {why}"))?;
-        if !net.is_ipv4() {
-            return Err(format!(
-                "{entry:?}: only IPv4 networks can be opened (sandboxes have no IPv6)"
-            ));
-        }
-        nets.push(net);
-    }
-    Ok(OpenNetworks(nets))
-}
-
-fn parse_slack_network(raw: &str) -> Result<String, String> {
-    NetworkDefaults::default()
-        .with_slack_setting(raw)
-        .map(|_| raw.to_owned())
-        .map_err(|e| e.to_string())
-}
-
-impl DevArgs {
-    /// The budgets the flags set (0 is off).
-    fn budgets(&self) -> Budgets {
-        let limit = |n: u64| (n > 0).then_some(n);
-        Budgets {
-            thread_compute_per_day: limit(self.thread_compute_budget),
-            scope_compute_per_day: limit(self.scope_compute_budget),
-            scope_creates_per_hour: limit(self.scope_creates_per_hour),
-            // At least 10 s: shorter would have the janitor read running threads every sweep.
-            check_every: self.budget_check.max(Duration::from_secs(10)),
-        }
-    }
-
-    /// The warm pool's size per profile: the flag, else 2 for runc and 0 for E2B.
-    fn warm_pool_size(&self, provider: &provider::ChosenProvider) -> usize {
-        self.warm_pool
-            .unwrap_or(if provider.is_runc() { 2 } else { 0 })
-    }
-
-    /// The profiles new threads get (both settings were checked when the flags were read).
-    pub fn network_defaults(&self) -> anyhow::Result<NetworkDefaults> {
-        NetworkDefaults::new(self.network.clone())
-            .with_slack_setting(&self.slack_network)
-            .context("--slack-network")
-    }
-}
-
-fn parse_disk_quota(raw: &str) -> Result<DiskQuotaArg, String> {
-    if raw.trim().eq_ignore_ascii_case("none") {
-        return Ok(DiskQuotaArg::None);
-    }
-    let bytes = parse_size(raw).map_err(|e| format!("{e} (or none)"))?;
-    if bytes < DiskQuota::MIN_BYTES {
-        return Err(format!(
-            "{raw:?} is too small for a filesystem: at least {}",
-            bytesize::ByteSize::b(DiskQuota::MIN_BYTES).display().iec()
-        ));
-    }
-    Ok(DiskQuotaArg::Bytes(bytes))
-}
-
-impl DevArgs {
-    /// The sandboxes' disk quota, if they have one.
-    fn disk_quota(&self) -> Option<DiskQuota> {
-        self.disk_quota_for(preflight::rootless())
-    }
-
-    /// The quota asked for, else the default: 2 GiB, or none when the sandboxes run rootless.
-    fn disk_quota_for(&self, rootless: bool) -> Option<DiskQuota> {
-        let bytes = match self.disk_quota {
-            Some(DiskQuotaArg::Bytes(bytes)) => bytes,
-            Some(DiskQuotaArg::None) => return None,
-            None if rootless => return None,
-            None => DiskQuota::default().bytes,
-        };
-        Some(DiskQuota {
-            bytes,
-            inodes: self.disk_files,
-        })
-    }
-
-    fn validate(&self) -> anyhow::Result<()> {
-        if self.api_keys.is_some() {
-            bail!(
-                "--api-keys is not accepted: a command line shows in `ps` to every local user. \
-                 Put the keys in {} or in a file named by --api-keys-file",
-                api_keys::KEYS_ENV
-            );
-        }
-        if self.janitor_interval < Duration::from_secs(1) {
-            bail!("--janitor-interval must be at least 1s");
-        }
-        if self.lease < Duration::from_secs(1) || self.fanout_retry < Duration::from_secs(1) {
-            bail!("--lease and --fanout-retry must be at least 1s");
-        }
-        if self.slack_thread_rate == 0 || self.slack_team_rate == 0 {
-            bail!(
-                "--slack-thread-rate and --slack-team-rate must be at least 1 (messages a minute)"
-            );
-        }
-        if self.max_commands_per_thread == 0
-            || self.max_commands == Some(0)
-            || self.max_sandboxes == Some(0)
-        {
-            bail!(
-                "--max-commands-per-thread, --max-commands and --max-sandboxes must be at least 1"
-            );
-        }
-        if self.disk_files < DiskQuota::MIN_INODES {
-            bail!("--disk-files must be at least {}", DiskQuota::MIN_INODES);
-        }
-        if self.ws_max_per_token == 0 || self.ws_max_per_address == 0 {
-            bail!("--ws-max-per-token and --ws-max-per-address must be at least 1");
-        }
-        if self.idle_pause.is_zero() {
-            bail!("--idle-pause must be more than zero");
-        }
-        if self.idle_pause >= self.retention {
-            bail!(
-                "--idle-pause ({}) must be shorter than --retention ({}): a sandbox is paused \
-                 before it is destroyed",
-                duration::format(self.idle_pause),
-                duration::format(self.retention)
-            );
-        }
-        Ok(())
-    }
-}
-
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     args.validate()?;
-    let mut chosen = provider::choose(args.provider.as_deref())?;
-    let egress_credentials = egress_credentials::load(args.egress_credentials_file.as_deref())?;
-    if let threadbox_providers::ProviderConfig::E2b(e2b) = &mut chosen.config {
-        if !egress_credentials.is_empty() {
-            if !e2b.egress_credentials.is_empty() {
-                anyhow::bail!(
-                    "{} is set and so is --egress-credentials-file: give the credentials one way",
-                    threadbox_e2b::EGRESS_CREDENTIALS_VAR
-                );
-            }
-            e2b.egress_credentials = egress_credentials.clone();
-        }
-    }
-    if chosen.is_runc() {
-        preflight::check()?;
-    }
+    let (chosen, egress_credentials) = choose_provider(&args)?;
     let data_dir = data_dir::prepare(&args.data_dir)?;
-
     let db_path = data_dir.join("threadbox.db");
-    let store = SqliteSessionStore::open(&db_path)
-        .with_context(|| format!("opening {}", db_path.display()))?;
-    let queue: Arc<dyn DurableQueue> = Arc::new(
-        SqliteQueue::new(
-            store.database().clone(),
-            LIFECYCLE_QUEUE,
-            QueueConfig::default(),
-        )
-        .await
-        .context("opening the lifecycle queue")?,
-    );
-    // Live-events connections and their positions, in the same file. Connections recorded by an
-    // earlier run have no socket now: the first send to each finds it gone and removes it.
-    let subscriptions = Arc::new(
-        SqliteSubscriptionStore::new(store.database().clone())
-            .await
-            .context("opening the live-events subscriptions")?,
-    );
+    let stores = Stores::open(&db_path).await?;
     let (token_secret, secret_source) = token_secret::load(&data_dir)?;
     let token_key = TokenKey::new(token_secret);
-    // Fan-out remembers what each target has, in the same file, so a restart repeats nothing.
-    let dedupe: Arc<dyn DedupeStore> = Arc::new(
-        SqliteDedupe::open(&db_path).with_context(|| format!("opening {}", db_path.display()))?,
-    );
-    let mut runc_config = RuncConfig::new(data_dir.join("sandboxes"));
-    runc_config.network.credentials = egress_credentials;
-    runc_config.network.operator_allow = args.network_open.0.clone();
-    runc_config.allow_unpatched_runtime = args.allow_unpatched_runc;
-    runc_config.max_commands_per_sandbox = args.max_commands_per_thread;
-    if let Some(max) = args.max_commands {
-        runc_config.max_commands = max;
-    }
-    if let Some(max) = args.max_sandboxes {
-        runc_config.max_sandboxes = max;
-    }
-    runc_config.limits.disk = args.disk_quota();
-    runc_config.limits.file_size_bytes = args.max_file_size;
-    let pricing = chosen.pricing(&runc_config.limits)?;
-    // The caps and the quota are the runc provider's own; E2B applies its plan's limits.
-    let caps = chosen.is_runc().then_some((
-        runc_config.max_commands_per_sandbox,
-        runc_config.max_commands,
-        runc_config.max_sandboxes,
-    ));
-    let setup = ProviderSetup {
-        runc: runc_config,
-        on_refused_key: None,
-    };
-    let provider = threadbox_providers::open(&chosen.config, setup)
-        .await
-        .with_context(|| format!("starting the {} sandbox provider", chosen.config.name()))?;
-
-    let config = Config {
-        timers: Timers {
-            idle_pause: args.idle_pause,
-            retention: args.retention,
-            lease: args.lease,
-        },
-        record_retention: args.record_retention,
+    let Sandboxes {
+        provider,
         pricing,
-        network: args.network_defaults()?,
-        budgets: args.budgets(),
-        ..Config::default()
-    };
+        caps,
+    } = open_sandboxes(&args, &chosen, &data_dir, egress_credentials).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let database = store.database().clone();
-    let janitor_database = store.database().clone();
-    let store = Arc::new(store);
-    let pool_store = store.clone();
-    let budget_counter = SqliteWindowCounter::new(store.database().clone())
-        .await
-        .context("opening the budget counters")?;
-    let tb = Threadbox::new(store, provider, queue.clone(), clock.clone(), config)
-        .with_budget_counter(Arc::new(budget_counter))
-        .with_warm_pool(WarmPool {
-            store: pool_store,
-            size: args.warm_pool_size(&chosen),
-            max_age: args.warm_pool_max_age,
-        });
-    let sockets = Arc::new(InProcessSender::default());
-    let subscribers = Arc::new(Subscribers::new(
-        subscriptions,
-        sockets.clone(),
-        tb.store.clone(),
-        clock.clone(),
-    ));
-
-    let keys_from_env = std::env::var(api_keys::KEYS_ENV).ok();
-    let auth = api_keys::load(keys_from_env.as_deref(), args.api_keys_file.as_deref())?;
-    let banner_auth = BannerAuth {
-        enabled: auth.is_enabled(),
-        client_export: api_keys::client_export(
-            keys_from_env.as_deref(),
-            args.api_keys_file.as_deref(),
-            &auth,
-        ),
-    };
-    if !auth.is_enabled() {
-        tracing::warn!(
-            "API authentication is off (no THREADBOX_API_KEYS): anything on this machine can \
-             use the API; requests must be addressed to loopback, and cross-site browser \
-             requests are refused"
-        );
-    }
+    let tb = build_threadbox(&args, &chosen, &stores, provider, pricing, clock.clone()).await?;
+    let (auth, banner_auth) = load_auth(&args)?;
     let slack = slack::setup(slack::SlackDeps {
         data_dir: &data_dir,
         db_path: &db_path,
-        database,
+        database: stores.database.clone(),
         tb: tb.clone(),
-        dedupe: dedupe.clone(),
+        dedupe: stores.dedupe.clone(),
         auth: auth.clone(),
         clock: clock.clone(),
         rates: threadbox_slack::RateLimits {
@@ -553,55 +116,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     );
 
     let shutdown = Shutdown::install().context("installing signal handlers")?;
-    let transitions: Arc<dyn DurableQueue> = Arc::new(
-        SqliteQueue::new(
-            janitor_database.clone(),
-            TRANSITION_QUEUE,
-            QueueConfig::default(),
-        )
-        .await
-        .context("opening the transition queue")?,
-    );
-    let janitor = tokio::spawn(janitor::run(
-        tb.clone().with_transition_queue(transitions.clone()),
-        janitor_database,
-        args.janitor_interval,
-        shutdown.subscribe(),
-    ));
-    let transition_loop = tokio::spawn(
-        janitor::TransitionLoop::new(
-            tb.clone(),
-            transitions,
-            janitor::TransitionConfig {
-                visibility: args.lease,
-                ..janitor::TransitionConfig::default()
-            },
-        )
-        .run(shutdown.subscribe()),
-    );
-    let process_watcher = tokio::spawn(processes::run(
-        tb.clone(),
-        processes::WATCH_INTERVAL,
-        processes::LOOK_DEADLINE,
-        shutdown.subscribe(),
+    let sockets = Arc::new(InProcessSender::default());
+    let subscribers = Arc::new(Subscribers::new(
+        stores.subscriptions.clone(),
+        sockets.clone(),
+        tb.store.clone(),
+        clock.clone(),
     ));
     let targets: Vec<Arc<dyn FanoutTarget>> =
         vec![Arc::new(LogTarget), subscribers.clone(), slack.target];
-    let fanout = Fanout::new(dedupe, targets);
-    let consumer = tokio::spawn(
-        LifecycleConsumer::new(
-            queue,
-            fanout,
-            ConsumerConfig {
-                visibility: args.fanout_retry,
-                ..ConsumerConfig::default()
-            },
-        )
-        .run(shutdown.subscribe()),
-    );
-
-    let work = tokio::spawn(slack.work.run(shutdown.subscribe()));
-
+    let loops = spawn_loops(&args, &tb, &stores, targets, slack.work, &shutdown).await?;
     let live = ws::routes(LiveSocket {
         gateway: LiveGateway::new(subscribers, token_key.clone()),
         sender: sockets,
@@ -617,13 +141,265 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .merge(threadbox_mcp::routes(tb, auth.clone()))
         .merge(live)
         .merge(slack.routes);
-    let slack_events = slack.events;
+    let served = serve(listener, app, slack.events, &auth, shutdown).await;
+    stop_loops(loops).await;
+    served.context("serving the HTTP API")?;
+    tracing::info!(
+        "stopped; sandboxes of live threads keep running and will be found on the next start"
+    );
+    Ok(())
+}
+
+/// Which provider runs the sandboxes, with the egress credentials (given to E2B here, to runc in
+/// [`open_sandboxes`]); runc's host is checked first.
+fn choose_provider(
+    args: &DevArgs,
+) -> anyhow::Result<(provider::ChosenProvider, EgressCredentials)> {
+    let mut chosen = provider::choose(args.provider.as_deref())?;
+    let egress_credentials = egress_credentials::load(args.egress_credentials_file.as_deref())?;
+    if let threadbox_providers::ProviderConfig::E2b(e2b) = &mut chosen.config {
+        if !egress_credentials.is_empty() {
+            if !e2b.egress_credentials.is_empty() {
+                anyhow::bail!(
+                    "{} is set and so is --egress-credentials-file: give the credentials one way",
+                    threadbox_e2b::EGRESS_CREDENTIALS_VAR
+                );
+            }
+            e2b.egress_credentials = egress_credentials.clone();
+        }
+    }
+    if chosen.is_runc() {
+        preflight::check()?;
+    }
+    Ok((chosen, egress_credentials))
+}
+
+/// Everything kept in the one SQLite file, opened once.
+struct Stores {
+    store: Arc<SqliteSessionStore>,
+    database: Database,
+    /// The lifecycle queue.
+    queue: Arc<dyn DurableQueue>,
+    /// Live-events connections and their positions. Connections recorded by an earlier run have
+    /// no socket now: the first send to each finds it gone and removes it.
+    subscriptions: Arc<SqliteSubscriptionStore>,
+    /// What each fan-out target has, so a restart repeats nothing.
+    dedupe: Arc<dyn DedupeStore>,
+}
+
+impl Stores {
+    async fn open(db_path: &Path) -> anyhow::Result<Self> {
+        let store = SqliteSessionStore::open(db_path)
+            .with_context(|| format!("opening {}", db_path.display()))?;
+        let database = store.database().clone();
+        let queue: Arc<dyn DurableQueue> = Arc::new(
+            SqliteQueue::new(database.clone(), LIFECYCLE_QUEUE, QueueConfig::default())
+                .await
+                .context("opening the lifecycle queue")?,
+        );
+        let subscriptions = Arc::new(
+            SqliteSubscriptionStore::new(database.clone())
+                .await
+                .context("opening the live-events subscriptions")?,
+        );
+        let dedupe: Arc<dyn DedupeStore> = Arc::new(
+            SqliteDedupe::open(db_path)
+                .with_context(|| format!("opening {}", db_path.display()))?,
+        );
+        Ok(Self {
+            store: Arc::new(store),
+            database,
+            queue,
+            subscriptions,
+            dedupe,
+        })
+    }
+}
+
+/// The sandbox provider as the flags set it up, with its prices and, for runc, its caps.
+struct Sandboxes {
+    provider: Arc<dyn SandboxProvider>,
+    pricing: Pricing,
+    /// Commands per thread, commands in all, sandboxes: runc's own (E2B applies its plan's).
+    caps: Option<(usize, usize, usize)>,
+}
+
+async fn open_sandboxes(
+    args: &DevArgs,
+    chosen: &provider::ChosenProvider,
+    data_dir: &Path,
+    egress_credentials: EgressCredentials,
+) -> anyhow::Result<Sandboxes> {
+    let mut runc_config = RuncConfig::new(data_dir.join("sandboxes"));
+    runc_config.network.credentials = egress_credentials;
+    runc_config.network.operator_allow = args.network_open.0.clone();
+    runc_config.allow_unpatched_runtime = args.allow_unpatched_runc;
+    runc_config.max_commands_per_sandbox = args.max_commands_per_thread;
+    if let Some(max) = args.max_commands {
+        runc_config.max_commands = max;
+    }
+    if let Some(max) = args.max_sandboxes {
+        runc_config.max_sandboxes = max;
+    }
+    runc_config.limits.disk = args.disk_quota();
+    runc_config.limits.file_size_bytes = args.max_file_size;
+    let pricing = chosen.pricing(&runc_config.limits)?;
+    let caps = chosen.is_runc().then_some((
+        runc_config.max_commands_per_sandbox,
+        runc_config.max_commands,
+        runc_config.max_sandboxes,
+    ));
+    let setup = ProviderSetup {
+        runc: runc_config,
+        on_refused_key: None,
+    };
+    let provider = threadbox_providers::open(&chosen.config, setup)
+        .await
+        .with_context(|| format!("starting the {} sandbox provider", chosen.config.name()))?;
+    Ok(Sandboxes {
+        provider,
+        pricing,
+        caps,
+    })
+}
+
+/// The use cases over the stores and the provider, with the budgets and the warm pool.
+async fn build_threadbox(
+    args: &DevArgs,
+    chosen: &provider::ChosenProvider,
+    stores: &Stores,
+    provider: Arc<dyn SandboxProvider>,
+    pricing: Pricing,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Threadbox> {
+    let config = Config {
+        timers: Timers {
+            idle_pause: args.idle_pause,
+            retention: args.retention,
+            lease: args.lease,
+        },
+        record_retention: args.record_retention,
+        pricing,
+        network: args.network_defaults()?,
+        budgets: args.budgets(),
+        ..Config::default()
+    };
+    let budget_counter = SqliteWindowCounter::new(stores.database.clone())
+        .await
+        .context("opening the budget counters")?;
+    Ok(Threadbox::new(
+        stores.store.clone(),
+        provider,
+        stores.queue.clone(),
+        clock,
+        config,
+    )
+    .with_budget_counter(Arc::new(budget_counter))
+    .with_warm_pool(WarmPool {
+        store: stores.store.clone(),
+        size: args.warm_pool_size(chosen),
+        max_age: args.warm_pool_max_age,
+    }))
+}
+
+/// The API keys, and what the banner says about them.
+fn load_auth(args: &DevArgs) -> anyhow::Result<(ApiAuth, BannerAuth)> {
+    let keys_from_env = std::env::var(api_keys::KEYS_ENV).ok();
+    let auth = api_keys::load(keys_from_env.as_deref(), args.api_keys_file.as_deref())?;
+    let banner_auth = BannerAuth {
+        enabled: auth.is_enabled(),
+        client_export: api_keys::client_export(
+            keys_from_env.as_deref(),
+            args.api_keys_file.as_deref(),
+            &auth,
+        ),
+    };
+    if !auth.is_enabled() {
+        tracing::warn!(
+            "API authentication is off (no THREADBOX_API_KEYS): anything on this machine can \
+             use the API; requests must be addressed to loopback, and cross-site browser \
+             requests are refused"
+        );
+    }
+    Ok((auth, banner_auth))
+}
+
+/// The loops beside the HTTP API, each a task that stops between iterations on `shutdown`.
+type Loops = Vec<(&'static str, tokio::task::JoinHandle<()>)>;
+
+/// Start the janitor's timer, the process watcher and one queue loop per queue: the lifecycle
+/// queue to the fan-out `targets`, the transition queue the janitor hands its claims to, and the
+/// Slack work queue.
+async fn spawn_loops(
+    args: &DevArgs,
+    tb: &Threadbox,
+    stores: &Stores,
+    targets: Vec<Arc<dyn FanoutTarget>>,
+    slack_work: QueueLoop,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Loops> {
+    let transitions: Arc<dyn DurableQueue> = Arc::new(
+        SqliteQueue::new(
+            stores.database.clone(),
+            TRANSITION_QUEUE,
+            QueueConfig::default(),
+        )
+        .await
+        .context("opening the transition queue")?,
+    );
+    let janitor = janitor::run(
+        tb.clone().with_transition_queue(transitions.clone()),
+        stores.database.clone(),
+        args.janitor_interval,
+        shutdown.subscribe(),
+    );
+    let transition_loop = QueueLoop::new(
+        transitions,
+        queues::Transitions(tb.clone()),
+        LoopConfig::transitions(args.lease),
+    );
+    let process_watcher = processes::run(
+        tb.clone(),
+        processes::WATCH_INTERVAL,
+        processes::LOOK_DEADLINE,
+        shutdown.subscribe(),
+    );
+    let consumer = QueueLoop::new(
+        stores.queue.clone(),
+        FanoutHandler(Fanout::new(stores.dedupe.clone(), targets)),
+        LoopConfig::lifecycle(args.fanout_retry),
+    );
+    Ok(vec![
+        ("janitor", tokio::spawn(janitor)),
+        (
+            "transition loop",
+            tokio::spawn(transition_loop.run(shutdown.subscribe())),
+        ),
+        ("process watcher", tokio::spawn(process_watcher)),
+        ("consumer", tokio::spawn(consumer.run(shutdown.subscribe()))),
+        (
+            "Slack worker",
+            tokio::spawn(slack_work.run(shutdown.subscribe())),
+        ),
+    ])
+}
+
+/// Serve `app` (and Slack's `events`) until a stop is asked for, letting requests in flight
+/// finish.
+async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    slack_events: axum::Router,
+    auth: &ApiAuth,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
+    let port = listener.local_addr()?.port();
     let mut app = app.merge(dashboard::routes());
     if !auth.is_enabled() {
         // Every route, the dashboard and the WebSocket upgrade included: without keys, only
         // this machine's own tools, addressed to this server's own port.
         app = app.layer(axum::middleware::from_fn_with_state(
-            LocalOnly::on_port(addr.port()),
+            LocalOnly::on_port(port),
             require_local,
         ));
     }
@@ -642,24 +418,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         // The server only returns early on an accept error: stop the loops as well.
         stop.trigger();
     }
-    for (name, task) in [
-        ("janitor", janitor),
-        ("transition loop", transition_loop),
-        ("process watcher", process_watcher),
-        ("consumer", consumer),
-        ("Slack worker", work),
-    ] {
+    served
+}
+
+/// Wait for each loop to finish its iteration, at most [`STOP_GRACE`] each.
+async fn stop_loops(loops: Loops) {
+    for (name, task) in loops {
         match tokio::time::timeout(STOP_GRACE, task).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::error!(%error, "the {name} task failed"),
             Err(_) => tracing::warn!("the {name} did not stop within {STOP_GRACE:?}"),
         }
     }
-    served.context("serving the HTTP API")?;
-    tracing::info!(
-        "stopped; sandboxes of live threads keep running and will be found on the next start"
-    );
-    Ok(())
 }
 
 /// The banner's lines about sandboxes: the provider and what chose it, and runc's own limits.
@@ -810,175 +580,4 @@ fn print_banner(
     }
     println!("             threadbox slack send --url {base} --data-dir {} --thread slack:T1:C1 '```echo hello from a thread```'", data_dir.display());
     println!("Ctrl-C stops (sandboxes of live threads keep running).");
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    use super::*;
-
-    #[derive(Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        dev: DevArgs,
-    }
-
-    fn parse(args: &[&str]) -> Result<DevArgs, clap::Error> {
-        Wrapper::try_parse_from(std::iter::once("dev").chain(args.iter().copied())).map(|w| w.dev)
-    }
-
-    #[test]
-    fn open_networks_are_ipv4_cidrs_named_when_wrong() {
-        assert_eq!(parse(&[]).unwrap().network_open, OpenNetworks::default());
-        let open = parse(&["--network-open", "10.1.2.0/24, 172.16.0.9"])
-            .unwrap()
-            .network_open;
-        let shown: Vec<String> = open.0.iter().map(ToString::to_string).collect();
-        assert_eq!(shown, ["10.1.2.0/24", "172.16.0.9"]);
-        let err = parse(&["--network-open", "10.0.0.0/33"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("10.0.0.0/33"), "{err}");
-        let err = parse(&["--network-open", "fd00::/8"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("only IPv4"), "{err}");
-    }
-
-    #[test]
-    fn network_flags_are_checked_when_read() {
-        let default = parse(&[]).unwrap();
-        assert_eq!(
-            default.network_defaults().unwrap(),
-            NetworkDefaults::default()
-        );
-        let set = parse(&[
-            "--network",
-            "networked:pypi.org",
-            "--slack-network",
-            "T1=restricted",
-        ])
-        .unwrap();
-        assert_eq!(
-            set.network_defaults().unwrap().describe(),
-            "networked (allow: pypi.org); Slack T1: restricted"
-        );
-        let err = parse(&["--network", "networked:a.*.test"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("a.*.test"), "{err}");
-        let err = parse(&["--slack-network", "T1=open"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("Slack scope T1"), "{err}");
-    }
-
-    #[test]
-    fn the_disk_quota_is_a_size_or_none() {
-        let default = parse(&[]).unwrap();
-        assert_eq!(default.disk_quota_for(false), Some(DiskQuota::default()));
-        // Rootless there is no quota to have unless asked for (and then the provider refuses).
-        assert_eq!(default.disk_quota_for(true), None);
-        let small = parse(&["--disk-quota", "500MiB", "--disk-files", "1000"]).unwrap();
-        assert_eq!(
-            small.disk_quota(),
-            Some(DiskQuota {
-                bytes: 500 << 20,
-                inodes: 1000
-            })
-        );
-        assert_eq!(parse(&["--disk-quota", "none"]).unwrap().disk_quota(), None);
-        let too_small = parse(&["--disk-quota", "1MiB"]).err().unwrap().to_string();
-        assert!(too_small.contains("too small"), "{too_small}");
-        let garbage = parse(&["--disk-quota", "lots"]).err().unwrap().to_string();
-        assert!(garbage.contains("not a size"), "{garbage}");
-        let few_files = parse(&["--disk-files", "3"])
-            .unwrap()
-            .validate()
-            .unwrap_err();
-        assert!(
-            few_files.to_string().contains("--disk-files"),
-            "{few_files}"
-        );
-    }
-
-    #[test]
-    fn the_warm_pool_size_is_bounded() {
-        assert_eq!(parse(&["--warm-pool", "64"]).unwrap().warm_pool, Some(64));
-        assert_eq!(parse(&[]).unwrap().warm_pool, None);
-        let err = parse(&["--warm-pool", "65"]).unwrap_err().to_string();
-        assert!(err.contains("0 to 64"), "{err}");
-        assert!(parse(&["--warm-pool", "-1"]).is_err());
-    }
-
-    #[test]
-    fn budget_flags_are_off_by_default_and_zero_is_off() {
-        assert_eq!(parse(&[]).unwrap().budgets(), Budgets::default());
-        let set = parse(&[
-            "--thread-compute-budget",
-            "3600",
-            "--scope-compute-budget",
-            "0",
-            "--scope-creates-per-hour",
-            "20",
-            "--budget-check",
-            "2s",
-        ])
-        .unwrap()
-        .budgets();
-        assert_eq!(set.thread_compute_per_day, Some(3600));
-        assert_eq!(set.scope_compute_per_day, None);
-        assert_eq!(set.scope_creates_per_hour, Some(20));
-        assert_eq!(set.check_every, Duration::from_secs(10), "at least 10 s");
-    }
-
-    #[test]
-    fn flags_parse_durations_and_keys() {
-        let args = parse(&[
-            "--port",
-            "9000",
-            "--idle-pause",
-            "90s",
-            "--retention",
-            "1d",
-            "--janitor-interval",
-            "5s",
-            "--api-keys-file",
-            "/etc/threadbox/keys",
-        ])
-        .unwrap();
-        assert_eq!(args.port, 9000);
-        assert_eq!(args.idle_pause, Duration::from_secs(90));
-        assert_eq!(args.retention, Duration::from_secs(86_400));
-        assert_eq!(args.janitor_interval, Duration::from_secs(5));
-        assert_eq!(
-            args.api_keys_file.as_deref(),
-            Some(Path::new("/etc/threadbox/keys"))
-        );
-        args.validate().unwrap();
-    }
-
-    #[test]
-    fn keys_on_the_command_line_are_refused() {
-        let args = parse(&["--api-keys", "a-key-that-ps-would-show"]).unwrap();
-        let err = args.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("shows in `ps`") && err.contains("THREADBOX_API_KEYS"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn bad_values_are_refused_with_a_reason() {
-        let err = parse(&["--idle-pause", "10"]).err().unwrap().to_string();
-        assert!(err.contains("needs a unit"), "{err}");
-        let args = parse(&["--idle-pause", "8d"]).unwrap();
-        let err = args.validate().unwrap_err().to_string();
-        assert!(err.contains("shorter than --retention (7d)"), "{err}");
-        let args = parse(&["--janitor-interval", "100ms"]).unwrap();
-        assert!(args.validate().is_err());
-        let args = parse(&["--lease", "500ms"]).unwrap();
-        assert!(args.validate().is_err());
-    }
 }

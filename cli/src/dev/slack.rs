@@ -29,7 +29,7 @@ use threadbox_sqlite::{
     SqliteSlackUserThreads, SqliteWindowCounter,
 };
 
-use super::work::{WorkConfig, WorkLoop};
+use super::queues::{LoopConfig, QueueLoop};
 use crate::secret_file::SecretSource;
 use crate::slack::secret::{self, SECRET_ENV};
 
@@ -47,7 +47,8 @@ pub struct SlackParts {
     /// developer's machine).
     pub events: Router,
     pub target: Arc<dyn FanoutTarget>,
-    pub work: WorkLoop,
+    /// The Slack work queue's loop.
+    pub work: QueueLoop,
     pub secret: SecretSource,
     pub outgoing: Outgoing,
 }
@@ -118,7 +119,7 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
             .with_usage(deps.tb.store.clone(), deps.tb.config.pricing),
     );
     let worker_config = SlackWorkerConfig::default();
-    let work_config = WorkConfig::for_exec_timeout(worker_config.exec_timeout);
+    let work_config = LoopConfig::slack_work(worker_config.exec_timeout);
     let counter = SqliteWindowCounter::new(deps.database.clone())
         .await
         .context("opening the Slack rate counters")?;
@@ -148,7 +149,7 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
         routes,
         events,
         target,
-        work: WorkLoop::new(work_queue, worker, work_config),
+        work: QueueLoop::new(work_queue, worker, work_config),
         secret: secret_source,
         outgoing,
     })

@@ -450,12 +450,13 @@ pub fn utc(at: Millis) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use threadbox_core::domain::{Hold, Pricing, SandboxSize, Session, ThreadId, Window};
 
     use super::*;
 
-    fn session(id: &str, status: Status) -> Session {
+    /// A thread's record as the tests show it (`cost`'s too).
+    pub(crate) fn session(id: &str, status: Status) -> Session {
         Session {
             thread_id: ThreadId::parse(id).unwrap(),
             provider: "runc".into(),

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use threadbox_api::live::{InProcessSender, LiveGateway, Subscribers, TokenKey, TokenSecret};
 use threadbox_core::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId, ThreadScope};
-use threadbox_core::fanout::{Fanout, RecordOutcome};
-use threadbox_core::ports::{Clock, Frame};
+use threadbox_core::fanout::Fanout;
+use threadbox_core::ports::{Clock, Frame, RecordOutcome};
 use threadbox_core::usecases::Threadbox;
 use threadbox_sqlite::{
     QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use threadbox_core::domain::*;
 use threadbox_core::fanout::*;
-use threadbox_core::ports::{DedupeStore, DeliveryError, FanoutTarget};
+use threadbox_core::ports::{DedupeStore, DeliveryError, FanoutTarget, RecordOutcome};
 use threadbox_sqlite::SqliteDedupe;
 
 /// Records what it was given and answers with the queued results (then `Ok`).

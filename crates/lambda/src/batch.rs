@@ -42,7 +42,7 @@ use lambda_runtime::LambdaEvent;
 use tracing::Instrument;
 
 use threadbox_aws::sqs::SqsQueue;
-use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_core::ports::{DedupeStore, OutgoingMessage, QueueError};
 
 /// SQS system attributes a FIFO record carries.

@@ -760,7 +760,7 @@ mod slack_support;
 async fn a_refused_host_is_named_in_the_slack_reply() {
     use std::sync::Arc;
     use threadbox_core::domain::ThreadId;
-    use threadbox_core::fanout::RecordOutcome;
+    use threadbox_core::ports::RecordOutcome;
     use threadbox_core::usecases::ResolveOptions;
     use threadbox_slack::{IncomingMessage, SlackWorker, SlackWorkerConfig, WorkItem};
 

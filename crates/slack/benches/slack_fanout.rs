@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use threadbox_core::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
-use threadbox_core::fanout::{Fanout, RecordOutcome};
+use threadbox_core::fanout::Fanout;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_slack::SlackStatusTarget;
 use threadbox_slack_web::{BotToken, SlackClientConfig, SlackWebClient};
 use threadbox_sqlite::{SqliteDedupe, SqliteSlackStatusStore};

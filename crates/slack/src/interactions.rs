@@ -140,16 +140,22 @@ impl SlackIngress {
                 user: clicks.user.id.clone(),
                 answer_in: channel.map(|channel| answer_place(&thread_id, channel)),
             };
-            let queued = self
-                .queue_once(
-                    &format!("slack:action:{id}"),
-                    &WorkItem::Action(request),
-                    &id,
-                )
-                .await?;
+            let queued = self.queue_action(request).await?;
             tracing::info!(%thread_id, action = action.name(), queued, "Slack button click");
         }
         Ok(acknowledged())
+    }
+
+    /// Queue a control for the worker once per click (its id): Slack retries a click whose
+    /// answer was slow, and a retry must not pause or reset twice. `false` for a repeat.
+    async fn queue_action(&self, request: ActionRequest) -> Result<bool, ApiError> {
+        let id = request.id.clone();
+        self.queue_once(
+            &format!("slack:action:{id}"),
+            &WorkItem::Action(request),
+            &id,
+        )
+        .await
     }
 
     /// Open the modal that asks whether to reset, with the click's `trigger_id`.
@@ -209,13 +215,7 @@ impl SlackIngress {
                 .channel
                 .map(|channel| answer_place(&thread_id, channel)),
         };
-        let queued = self
-            .queue_once(
-                &format!("slack:action:{id}"),
-                &WorkItem::Action(request),
-                &id,
-            )
-            .await?;
+        let queued = self.queue_action(request).await?;
         tracing::info!(%thread_id, queued, "Slack reset confirmed");
         // An empty 200 closes the modal.
         Ok(acknowledged())

@@ -146,6 +146,24 @@ fn user_object(team: &str) -> Value {
     json!({ "id": LOCAL_USER, "username": "local", "name": "local", "team_id": team })
 }
 
+/// What every interaction payload carries (its type, the app, the team and the user who acted),
+/// with the `fields` of its kind.
+fn envelope(kind: &str, team: &str, fields: Value) -> Value {
+    let mut payload = json!({
+        "type": kind,
+        "token": "local",
+        "api_app_id": LOCAL_APP,
+        "is_enterprise_install": false,
+        "enterprise": null,
+        "team": team_object(team),
+        "user": user_object(team),
+    });
+    if let (Some(payload), Value::Object(fields)) = (payload.as_object_mut(), fields) {
+        payload.extend(fields);
+    }
+    payload
+}
+
 /// The `block_actions` payload of a click on `button` in `message`, at `now_micros`.
 pub fn block_actions(
     team: &str,
@@ -176,21 +194,18 @@ pub fn block_actions(
     if let Some(thread_ts) = message.thread_ts {
         container["thread_ts"] = json!(thread_ts);
     }
-    let mut payload = json!({
-        "type": "block_actions",
-        "token": "local",
-        "api_app_id": LOCAL_APP,
-        "is_enterprise_install": false,
-        "enterprise": null,
-        "team": team_object(team),
-        "user": user_object(team),
-        "container": container,
-        "trigger_id": trigger_id(now_micros),
-        "channel": { "id": message.channel, "name": message.channel },
-        "state": { "values": {} },
-        "response_url": RESPONSE_URL,
-        "actions": [action],
-    });
+    let mut payload = envelope(
+        "block_actions",
+        team,
+        json!({
+            "container": container,
+            "trigger_id": trigger_id(now_micros),
+            "channel": { "id": message.channel, "name": message.channel },
+            "state": { "values": {} },
+            "response_url": RESPONSE_URL,
+            "actions": [action],
+        }),
+    );
     if !message.ephemeral {
         let mut shown = json!({
             "type": "message",
@@ -249,33 +264,27 @@ pub fn view_submission(
     values: Option<&Value>,
     now_micros: u128,
 ) -> Value {
-    json!({
-        "type": "view_submission",
-        "token": "local",
-        "api_app_id": LOCAL_APP,
-        "is_enterprise_install": false,
-        "enterprise": null,
-        "team": team_object(team),
-        "user": user_object(team),
-        "trigger_id": trigger_id(now_micros),
-        "view": view_object(team, view_id, view, values),
-        "response_urls": [],
-    })
+    envelope(
+        "view_submission",
+        team,
+        json!({
+            "trigger_id": trigger_id(now_micros),
+            "view": view_object(team, view_id, view, values),
+            "response_urls": [],
+        }),
+    )
 }
 
 /// The `view_closed` payload (sent only for views opened with `notify_on_close`).
 pub fn view_closed(team: &str, view_id: &str, view: &Value) -> Value {
-    json!({
-        "type": "view_closed",
-        "token": "local",
-        "api_app_id": LOCAL_APP,
-        "is_enterprise_install": false,
-        "enterprise": null,
-        "team": team_object(team),
-        "user": user_object(team),
-        "view": view_object(team, view_id, view, None),
-        "is_cleared": false,
-    })
+    envelope(
+        "view_closed",
+        team,
+        json!({
+            "view": view_object(team, view_id, view, None),
+            "is_cleared": false,
+        }),
+    )
 }
 
 /// The team of a modal: from the thread id in its `private_metadata` (the metadata itself, or a

@@ -424,6 +424,11 @@ mod tests {
         call(app, "GET", uri, key, None).await
     }
 
+    /// What the local UI's buttons send: no key (the routes here have none), a JSON body.
+    async fn post_json(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
+        call(app, "POST", uri, None, Some(body)).await
+    }
+
     #[tokio::test]
     async fn lists_a_threads_messages_behind_the_api_key() {
         let dir = tempfile::tempdir().unwrap();
@@ -451,7 +456,7 @@ mod tests {
 
         let (status, _) = get_json(&app, "/v1/slack/sink", None).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
-        let (status, _) = call(&app, "POST", "/v1/slack/sink/click", None, Some(json!({}))).await;
+        let (status, _) = post_json(&app, "/v1/slack/sink/click", json!({})).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
 
         let (status, body) = get_json(
@@ -598,12 +603,10 @@ mod tests {
             }),
         );
 
-        let (status, body) = call(
+        let (status, body) = post_json(
             &app,
-            "POST",
             "/v1/slack/sink/click",
-            None,
-            Some(json!({"ts": posted.ts, "action_id": "pause"})),
+            json!({"ts": posted.ts, "action_id": "pause"}),
         )
         .await;
         assert_eq!(status, StatusCode::OK, "{body}");
@@ -640,23 +643,14 @@ mod tests {
                 "invalid_json",
             ),
         ] {
-            let (status, body) = call(
-                &app,
-                "POST",
-                "/v1/slack/sink/click",
-                None,
-                Some(request.clone()),
-            )
-            .await;
+            let (status, body) = post_json(&app, "/v1/slack/sink/click", request.clone()).await;
             assert_eq!(status, expected, "{request}: {body}");
             assert_eq!(body["error"]["code"], code, "{request}: {body}");
         }
-        let (_, body) = call(
+        let (_, body) = post_json(
             &app,
-            "POST",
             "/v1/slack/sink/click",
-            None,
-            Some(json!({"ts": posted.ts, "action_id": "resume"})),
+            json!({"ts": posted.ts, "action_id": "resume"}),
         )
         .await;
         assert!(
@@ -670,14 +664,8 @@ mod tests {
             "notify_on_close": true, "blocks": []});
         sink.open_view("1.2.3", &modal).await.unwrap();
         let view_id = sink.views(5).await.unwrap()[0].id.clone();
-        let (status, body) = call(
-            &app,
-            "POST",
-            "/v1/slack/sink/submit",
-            None,
-            Some(json!({"view_id": view_id})),
-        )
-        .await;
+        let (status, body) =
+            post_json(&app, "/v1/slack/sink/submit", json!({"view_id": view_id})).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(body["state"], "submitted");
         let payload = seen.lock().unwrap().pop().unwrap();
@@ -686,37 +674,19 @@ mod tests {
         assert_eq!(payload["view"]["id"], view_id.as_str());
         assert_eq!(payload["view"]["callback_id"], "reset_confirm");
         assert_eq!(payload["view"]["private_metadata"], thread);
-        let (status, body) = call(
-            &app,
-            "POST",
-            "/v1/slack/sink/submit",
-            None,
-            Some(json!({"view_id": view_id})),
-        )
-        .await;
+        let (status, body) =
+            post_json(&app, "/v1/slack/sink/submit", json!({"view_id": view_id})).await;
         assert_eq!(status, StatusCode::CONFLICT, "{body}");
         assert_eq!(body["error"]["code"], "view_not_open");
-        let (status, _) = call(
-            &app,
-            "POST",
-            "/v1/slack/sink/submit",
-            None,
-            Some(json!({"view_id": "VNOPE"})),
-        )
-        .await;
+        let (status, _) =
+            post_json(&app, "/v1/slack/sink/submit", json!({"view_id": "VNOPE"})).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
 
         // Closing one that asked to be told sends view_closed.
         sink.open_view("1.2.4", &modal).await.unwrap();
         let view_id = sink.views(5).await.unwrap()[0].id.clone();
-        let (status, body) = call(
-            &app,
-            "POST",
-            "/v1/slack/sink/close",
-            None,
-            Some(json!({"view_id": view_id})),
-        )
-        .await;
+        let (status, body) =
+            post_json(&app, "/v1/slack/sink/close", json!({"view_id": view_id})).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(body["state"], "closed");
         assert_eq!(seen.lock().unwrap().pop().unwrap()["type"], "view_closed");
@@ -755,14 +725,7 @@ mod tests {
             .unwrap();
         let view_id = sink.views(5).await.unwrap()[0].id.clone();
         let submit = json!({"view_id": view_id});
-        let (status, body) = call(
-            &wrong,
-            "POST",
-            "/v1/slack/sink/submit",
-            None,
-            Some(submit.clone()),
-        )
-        .await;
+        let (status, body) = post_json(&wrong, "/v1/slack/sink/submit", submit.clone()).await;
         assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
         assert_eq!(body["error"]["code"], "interaction_failed");
         assert!(
@@ -770,8 +733,7 @@ mod tests {
             "{body}"
         );
 
-        let (status, body) =
-            call(&right, "POST", "/v1/slack/sink/submit", None, Some(submit)).await;
+        let (status, body) = post_json(&right, "/v1/slack/sink/submit", submit).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(body["state"], "open", "errors keep the modal open");
         assert_eq!(body["body"]["errors"]["b"], "say why");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use threadbox_core::config::Env;
 use threadbox_core::domain::ThreadId;
-use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_core::ports::{DurableQueue, SystemClock};
 use threadbox_core::usecases::Threadbox;
 use threadbox_e2b::{E2bConfig, E2bProvider};

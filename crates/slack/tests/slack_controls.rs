@@ -14,8 +14,8 @@ use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
 use threadbox_core::domain::{Cause, Status, ThreadId};
-use threadbox_core::fanout::{FanoutTarget, RecordOutcome};
-use threadbox_core::ports::{DurableQueue, SystemClock};
+use threadbox_core::fanout::FanoutTarget;
+use threadbox_core::ports::{DurableQueue, RecordOutcome, SystemClock};
 use threadbox_core::usecases::Threadbox;
 use threadbox_slack::{
     router, IncomingMessage, SigningSecret, SlackIngress, SlackStatusTarget, SlackWorker,
@@ -44,39 +44,26 @@ struct World {
 }
 
 async fn world_with(config: SlackWorkerConfig) -> World {
-    let fake = fake().await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("c.db");
-    let support::Embedded {
-        tb,
-        provider,
-        work,
-        dedupe,
-    } = support::embedded(&db).await;
-    let worker = SlackWorker::new(
-        tb.clone(),
-        client(&fake),
-        dedupe.clone(),
-        work.clone(),
-        config,
-    )
-    .with_user_threads(Arc::new(SqliteSlackUserThreads::open(&db).unwrap()));
+    let s = support::worker_setup(config).await;
+    let worker = s
+        .worker
+        .with_user_threads(Arc::new(SqliteSlackUserThreads::open(&s.db).unwrap()));
     let ingress = SlackIngress::new(
         SigningSecret::new(SECRET),
-        dedupe,
-        work.clone(),
+        s.dedupe,
+        s.work.clone(),
         Arc::new(SystemClock),
     )
-    .with_api(client(&fake));
-    fake.set_members("C1", &["U1", "U3"]);
+    .with_api(client(&s.fake));
+    s.fake.set_members("C1", &["U1", "U3"]);
     World {
-        fake,
-        provider,
-        tb,
-        work,
+        fake: s.fake,
+        provider: s.provider,
+        tb: s.tb,
+        work: s.work,
         worker,
         app: router(ingress),
-        _dir: dir,
+        _dir: s.dir,
     }
 }
 
@@ -142,6 +129,17 @@ impl World {
         let status = response.status();
         let body = to_bytes(response.into_body(), 1 << 20).await.unwrap();
         (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// `/sandbox {text}` typed by `user`, signed as Slack sends it.
+    async fn command(&self, text: &str, user: &str, trigger: &str) -> (StatusCode, String) {
+        self.post(signed(
+            COMMANDS_PATH,
+            "application/x-www-form-urlencoded",
+            &slash(text, user, trigger),
+            SECRET,
+        ))
+        .await
     }
 
     async fn click(&self, payload: &Value) -> (StatusCode, String) {
@@ -438,14 +436,7 @@ async fn sandbox_list_shows_the_callers_threads_in_the_channel_with_their_button
     .await;
     w.tb.pause(&thread(THREAD)).await.unwrap();
 
-    let (status, body) = w
-        .post(signed(
-            COMMANDS_PATH,
-            "application/x-www-form-urlencoded",
-            &slash("list", "U1", "trig-1"),
-            SECRET,
-        ))
-        .await;
+    let (status, body) = w.command("list", "U1", "trig-1").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     w.drain().await;
     let answers = w.fake.ephemerals();
@@ -467,24 +458,11 @@ async fn sandbox_list_shows_the_callers_threads_in_the_channel_with_their_button
     );
 
     // Without a thread named, a command acts on the caller's latest thread.
-    w.post(signed(
-        COMMANDS_PATH,
-        "application/x-www-form-urlencoded",
-        &slash("pause", "U1", "trig-2"),
-        SECRET,
-    ))
-    .await;
+    w.command("pause", "U1", "trig-2").await;
     w.drain().await;
     assert_eq!(w.status(OTHER_THREAD).await, Status::Paused);
     // `help` is answered at once, in the HTTP response, seen only by the caller.
-    let (_, body) = w
-        .post(signed(
-            COMMANDS_PATH,
-            "application/x-www-form-urlencoded",
-            &slash("help", "U1", "trig-3"),
-            SECRET,
-        ))
-        .await;
+    let (_, body) = w.command("help", "U1", "trig-3").await;
     let help: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(help["response_type"], "ephemeral");
     assert!(w.fake.rejections().is_empty(), "{:?}", w.fake.rejections());

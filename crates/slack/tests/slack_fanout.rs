@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use threadbox_core::domain::{Cause, Status};
-use threadbox_core::fanout::{Fanout, RecordOutcome};
+use threadbox_core::fanout::Fanout;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_slack::SlackStatusTarget;
 use threadbox_sqlite::{SqliteDedupe, SqliteSlackStatusStore};
 use threadbox_testing::slack_fake::{Fault, SlackFake};

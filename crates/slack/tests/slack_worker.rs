@@ -10,46 +10,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use threadbox_core::domain::{Status, ThreadId};
-use threadbox_core::fanout::RecordOutcome;
 use threadbox_core::ports::DurableQueue;
-use threadbox_core::usecases::{Threadbox, UseCaseError};
+use threadbox_core::ports::RecordOutcome;
+use threadbox_core::usecases::UseCaseError;
 use threadbox_slack::{IncomingMessage, SlackFile, SlackWorker, SlackWorkerConfig, WorkItem};
-use threadbox_sqlite::SqliteQueue;
-use threadbox_testing::slack_fake::{Fault, SlackFake};
-use threadbox_testing::InMemoryProvider;
+use threadbox_testing::slack_fake::Fault;
 
 use support::{client, fake};
 
 const THREAD: &str = "slack:T1:C1:1767225600.000100";
 
-struct Setup {
-    fake: SlackFake,
-    provider: Arc<InMemoryProvider>,
-    tb: Threadbox,
-    work: Arc<SqliteQueue>,
-    worker: SlackWorker,
-    _dir: tempfile::TempDir,
-}
+/// The worker with its stores, provider and fake.
+type Setup = support::WorkerSetup;
 
 async fn setup_with(config: SlackWorkerConfig) -> Setup {
-    let fake = fake().await;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("w.db");
-    let support::Embedded {
-        tb,
-        provider,
-        work,
-        dedupe,
-    } = support::embedded(&db).await;
-    let worker = SlackWorker::new(tb.clone(), client(&fake), dedupe, work.clone(), config);
-    Setup {
-        fake,
-        provider,
-        tb,
-        work,
-        worker,
-        _dir: dir,
-    }
+    support::worker_setup(config).await
 }
 
 async fn setup() -> Setup {
@@ -74,15 +49,36 @@ fn mention(event_id: &str, ts: &str, text: &str) -> WorkItem {
     WorkItem::Message(message(event_id, ts, text, true))
 }
 
+/// `item` as the work queue hands it to `worker`.
+async fn handle_with(worker: SlackWorker, item: WorkItem) -> RecordOutcome {
+    worker
+        .handle_body(&serde_json::to_string(&item).unwrap())
+        .await
+}
+
 impl Setup {
     async fn handle(&self, item: &WorkItem) -> RecordOutcome {
-        self.worker
-            .handle_body(&serde_json::to_string(item).unwrap())
-            .await
+        handle_with(self.worker.clone(), item.clone()).await
+    }
+
+    /// The first reply to a message running `code` while the provider refuses `host` (the
+    /// command then exits with `exit`).
+    async fn reply_when_refused(&self, host: &str, exit: i32, code: &str) -> String {
+        self.provider.refuse_in_next_exec(host, exit);
+        let item = mention("Ev1", "1767225601.000001", code);
+        assert_eq!(self.handle(&item).await, RecordOutcome::Delivered);
+        self.replies()[0].clone()
     }
 
     fn replies(&self) -> Vec<String> {
         self.fake.messages().into_iter().map(|m| m.text).collect()
+    }
+}
+
+/// Each of `parts` is in `reply`.
+fn assert_says(reply: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(reply.contains(part), "no {part:?} in {reply}");
     }
 }
 
@@ -121,29 +117,20 @@ async fn a_block_that_fails_on_a_refused_host_says_which_and_how_to_allow_it() {
     )
     .await
     .unwrap();
-    s.provider.refuse_in_next_exec("pypi.org", 1);
-    let item = mention(
-        "Ev1",
-        "1767225601.000001",
-        "```bash\npip install requests\n```",
-    );
-    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
+    let reply = s
+        .reply_when_refused("pypi.org", 1, "```bash\npip install requests\n```")
+        .await;
     let replies = s.replies();
     assert_eq!(replies.len(), 1, "{replies:?}");
-    let reply = &replies[0];
-    assert!(reply.contains("exited 1"), "{reply}");
-    assert!(reply.contains("refused `pypi.org` (DNS)"), "{reply}");
-    assert!(
-        reply.contains("This thread's network: networked (allow: pkg.test)"),
-        "{reply}"
-    );
-    assert!(
-        reply.contains(&format!("PUT /v1/threads/{THREAD}/network")),
-        "{reply}"
-    );
-    assert!(
-        reply.contains(r#"{"network":{"networked":{"allow":["pkg.test","pypi.org"]}}}"#),
-        "{reply}"
+    assert_says(
+        &reply,
+        &[
+            "exited 1",
+            "refused `pypi.org` (DNS)",
+            "This thread's network: networked (allow: pkg.test)",
+            &format!("PUT /v1/threads/{THREAD}/network"),
+            r#"{"network":{"networked":{"allow":["pkg.test","pypi.org"]}}}"#,
+        ],
     );
 
     // A block that succeeds says nothing of it, though the refusal is still on record.
@@ -156,22 +143,16 @@ async fn a_block_that_fails_on_a_refused_host_says_which_and_how_to_allow_it() {
 #[tokio::test]
 async fn a_restricted_thread_that_fails_to_resolve_is_told_it_has_no_network() {
     let s = setup().await;
-    s.provider.refuse_in_next_exec("pypi.org", 6);
-    let item = mention(
-        "Ev1",
-        "1767225601.000001",
-        "```bash\ncurl https://pypi.org/\n```",
-    );
-    assert_eq!(s.handle(&item).await, RecordOutcome::Delivered);
-    let reply = &s.replies()[0];
-    assert!(reply.contains("exited 6"), "{reply}");
-    assert!(
-        reply.contains("has no network (profile `restricted`)"),
-        "{reply}"
-    );
-    assert!(
-        reply.contains(&format!("PUT /v1/threads/{THREAD}/network")),
-        "{reply}"
+    let reply = s
+        .reply_when_refused("pypi.org", 6, "```bash\ncurl https://pypi.org/\n```")
+        .await;
+    assert_says(
+        &reply,
+        &[
+            "exited 6",
+            "has no network (profile `restricted`)",
+            &format!("PUT /v1/threads/{THREAD}/network"),
+        ],
     );
 }
 
@@ -240,14 +221,7 @@ async fn messages_past_the_threads_rate_are_refused_and_told_once() {
         clock.clone(),
     );
     let worker = s.worker.clone().with_rates(rates);
-    let handle = |item: WorkItem| {
-        let worker = worker.clone();
-        async move {
-            worker
-                .handle_body(&serde_json::to_string(&item).unwrap())
-                .await
-        }
-    };
+    let handle = |item: WorkItem| handle_with(worker.clone(), item);
     for i in 0..5 {
         let item = mention(
             &format!("Ev{i}"),
@@ -592,14 +566,7 @@ async fn a_workspace_past_its_create_cap_is_told_so_in_the_thread() {
         work,
         SlackWorkerConfig::default(),
     );
-    let handle = |item: WorkItem| {
-        let worker = worker.clone();
-        async move {
-            worker
-                .handle_body(&serde_json::to_string(&item).unwrap())
-                .await
-        }
-    };
+    let handle = |item: WorkItem| handle_with(worker.clone(), item);
     assert_eq!(
         handle(mention("Ev1", "1767225600.000100", "```echo one```")).await,
         RecordOutcome::Delivered

@@ -27,7 +27,7 @@ use axum::Router;
 use lambda_runtime::LambdaEvent;
 use threadbox_api::http::{router_for, ApiAuth, RouteGroup};
 use threadbox_core::config::ConfigError;
-use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_core::usecases::{Threadbox, TransitionOutcome};
 use threadbox_lambda::batch::{BatchConsumer, BatchSettler};
 use threadbox_lambda::{Setup, SetupError};

@@ -11,8 +11,10 @@ use serde_json::Value;
 
 use super::*;
 use threadbox_core::domain::{LifecycleEvent, ThreadId, ThreadScope};
-use threadbox_core::fanout::{Fanout, FanoutTarget, RecordOutcome};
-use threadbox_core::ports::{Clock, ConnectionSender, Frame, SendError, SubscriptionStore};
+use threadbox_core::fanout::{Fanout, FanoutTarget};
+use threadbox_core::ports::{
+    Clock, ConnectionSender, Frame, RecordOutcome, SendError, SubscriptionStore,
+};
 use threadbox_core::usecases::{Config, Threadbox};
 use threadbox_sqlite::{
     QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,

@@ -238,67 +238,19 @@ mod tests {
     /// `ds`=Destroyed `ex`=Expired `er`=Error; `--` no-op; `B` busy; `X` illegal; `E` expired.
     /// Columns: Create CreateOk Pause PauseOk Resume ResumeOk Destroy DestroyOk Fail
     ///          Obs(Running) Obs(Paused) Obs(Gone,recreate) Obs(Gone,expire)
+    #[rustfmt::skip]
     const TABLE: &[(Option<Status>, [&str; 13])] = &[
-        (
-            None,
-            [
-                "cr", "X", "X", "X", "X", "X", "X", "X", "X", "X", "X", "X", "X",
-            ],
-        ),
-        (
-            Some(S::Creating),
-            [
-                "--", "ac", "B", "X", "B", "X", "B", "X", "er", "X", "X", "X", "X",
-            ],
-        ),
-        (
-            Some(S::Active),
-            [
-                "--", "--", "pg", "X", "--", "--", "dl", "X", "er", "--", "pd", "cr", "ex",
-            ],
-        ),
-        (
-            Some(S::Pausing),
-            [
-                "--", "X", "--", "pd", "B", "X", "B", "X", "er", "ac", "pd", "cr", "ex",
-            ],
-        ),
-        (
-            Some(S::Paused),
-            [
-                "--", "X", "--", "--", "rs", "X", "dl", "X", "er", "ac", "--", "cr", "ex",
-            ],
-        ),
-        (
-            Some(S::Resuming),
-            [
-                "--", "X", "B", "X", "--", "ac", "B", "X", "er", "ac", "pd", "cr", "ex",
-            ],
-        ),
-        (
-            Some(S::Deleting),
-            [
-                "B", "X", "X", "X", "X", "X", "--", "ds", "er", "--", "--", "ds", "ds",
-            ],
-        ),
-        (
-            Some(S::Destroyed),
-            [
-                "cr", "X", "X", "X", "X", "X", "--", "--", "X", "X", "X", "--", "--",
-            ],
-        ),
-        (
-            Some(S::Expired),
-            [
-                "E", "X", "X", "X", "E", "X", "dl", "X", "X", "X", "X", "--", "--",
-            ],
-        ),
-        (
-            Some(S::Error),
-            [
-                "cr", "X", "X", "X", "X", "X", "dl", "X", "--", "ac", "pd", "cr", "ex",
-            ],
-        ),
+        //                  Crt   CrOk  Pse   PsOk  Res   RsOk  Dst   DsOk  Fail  Run   Psd   Recr  Exp
+        (None,              ["cr", "X" , "X" , "X" , "X" , "X" , "X" , "X" , "X" , "X" , "X" , "X" , "X"]),
+        (Some(S::Creating), ["--", "ac", "B" , "X" , "B" , "X" , "B" , "X" , "er", "X" , "X" , "X" , "X"]),
+        (Some(S::Active),   ["--", "--", "pg", "X" , "--", "--", "dl", "X" , "er", "--", "pd", "cr", "ex"]),
+        (Some(S::Pausing),  ["--", "X" , "--", "pd", "B" , "X" , "B" , "X" , "er", "ac", "pd", "cr", "ex"]),
+        (Some(S::Paused),   ["--", "X" , "--", "--", "rs", "X" , "dl", "X" , "er", "ac", "--", "cr", "ex"]),
+        (Some(S::Resuming), ["--", "X" , "B" , "X" , "--", "ac", "B" , "X" , "er", "ac", "pd", "cr", "ex"]),
+        (Some(S::Deleting), ["B" , "X" , "X" , "X" , "X" , "X" , "--", "ds", "er", "--", "--", "ds", "ds"]),
+        (Some(S::Destroyed),["cr", "X" , "X" , "X" , "X" , "X" , "--", "--", "X" , "X" , "X" , "--", "--"]),
+        (Some(S::Expired),  ["E" , "X" , "X" , "X" , "E" , "X" , "dl", "X" , "X" , "X" , "X" , "--", "--"]),
+        (Some(S::Error),    ["cr", "X" , "X" , "X" , "X" , "X" , "dl", "X" , "--", "ac", "pd", "cr", "ex"]),
     ];
 
     fn code(result: Result<Transition, Rejected>) -> String {

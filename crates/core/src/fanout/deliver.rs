@@ -16,33 +16,12 @@ use std::time::Duration;
 use futures::future::join_all;
 
 use crate::domain::LifecycleEvent;
-use crate::ports::DedupeStore;
+use crate::ports::{DedupeStore, RecordOutcome};
 use crate::ports::{DeliveryError, FanoutTarget};
 
 /// How long a delivery is remembered. Redeliveries (visibility timeouts, janitor re-drives, DLQ
 /// re-drives by an operator) come within hours; a week leaves a wide margin.
 pub const DEFAULT_DEDUPE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// What the queue should do with one record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RecordOutcome {
-    /// Every target has the event (now or from an earlier delivery): ack / drop from the batch.
-    Delivered,
-    /// A target asked to try again later: leave the record in flight (report it in
-    /// `batchItemFailures`). `retry_after` is the longest wait a target asked for.
-    Retry { retry_after: Option<Duration> },
-    /// The record can never be delivered as it stands (not an event, or a target refused it for
-    /// good): send it towards the dead-letter queue.
-    Poison { reason: String },
-}
-
-impl RecordOutcome {
-    /// Whether an SQS handler reports this record in `batchItemFailures`. Poison records are
-    /// failures too: SQS moves a record to the DLQ only after it failed `maxReceiveCount` times.
-    pub fn is_failure(&self) -> bool {
-        !matches!(self, RecordOutcome::Delivered)
-    }
-}
 
 #[derive(Clone)]
 pub struct Fanout {

@@ -23,7 +23,7 @@ pub use fanout_target::{DeliveryError, FanoutTarget};
 /// The file operations a provider gets over its exec (used by E2B for its path checks too).
 pub use provider::exec_files;
 pub use provider::*;
-pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage};
+pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage, RecordOutcome};
 pub use session_store::{Page, Purged, SessionStore, StoreError, StoreStats};
 pub use slack_api::{
     is_ts, ApiErrorCode, EphemeralMessage, FileUpload, PostMessage, Posted, SlackApi, SlackError,

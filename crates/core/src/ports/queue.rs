@@ -101,6 +101,29 @@ pub struct ReceivedMessage {
     pub receive_count: u32,
 }
 
+/// What the queue should do with one received message: the one answer every handler gives
+/// (fan-out, the Slack worker, the pause queue's transitions), which each runtime turns into its
+/// queue's verbs (SQS `batchItemFailures`; the embedded queue's ack, leave in flight, release).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordOutcome {
+    /// Every target has the event (now or from an earlier delivery): ack / drop from the batch.
+    Delivered,
+    /// A target asked to try again later: leave the record in flight (report it in
+    /// `batchItemFailures`). `retry_after` is the longest wait a target asked for.
+    Retry { retry_after: Option<Duration> },
+    /// The record can never be delivered as it stands (not an event, or a target refused it for
+    /// good): send it towards the dead-letter queue.
+    Poison { reason: String },
+}
+
+impl RecordOutcome {
+    /// Whether an SQS handler reports this record in `batchItemFailures`. Poison records are
+    /// failures too: SQS moves a record to the DLQ only after it failed `maxReceiveCount` times.
+    pub fn is_failure(&self) -> bool {
+        !matches!(self, RecordOutcome::Delivered)
+    }
+}
+
 #[async_trait]
 pub trait DurableQueue: Send + Sync {
     /// Send messages; a dedup id already seen is accepted and dropped.

@@ -190,15 +190,6 @@ impl Threadbox {
         .await
     }
 
-    /// The provider refused to use the thread's sandbox (gone, or not running): fold its state
-    /// into the record (recreate or expire by policy, or mark paused) so the next resolve acts on
-    /// the truth.
-    async fn sync_with_provider(&self, thread_id: &ThreadId) -> Result<(), UseCaseError> {
-        let current = self.load(thread_id).await?;
-        self.observe(&current).await?;
-        Ok(())
-    }
-
     /// Run `op` on the thread's resolved sandbox (created or resumed first) under `hold`, so
     /// nothing pauses it meanwhile; the hold is released after. A sandbox the provider says is
     /// gone, or paused behind our back (E2B's autoPause), is folded into the record (resumed,
@@ -227,21 +218,8 @@ impl Threadbox {
                 Ok(value) => return Ok(value),
                 Err(error) => error,
             };
-            // Lost to a pause, reset or destroy of the thread: say so, and do not run it again
-            // in whatever the thread has now.
-            if let Some(lost) = self
-                .lost_race(thread_id, &handle.sandbox_id, Status::Active, &error)
-                .await
-            {
-                return Err(lost);
-            }
-            match error {
-                ProviderError::Gone(_) | ProviderError::Conflict(_) if !retried => {
-                    retried = true;
-                    self.sync_with_provider(thread_id).await?;
-                }
-                other => return Err(other.into()),
-            }
+            self.retry_once_after(thread_id, &handle.sandbox_id, error, &mut retried)
+                .await?;
         }
     }
 

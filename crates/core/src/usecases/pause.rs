@@ -2,7 +2,7 @@
 //! handler of the transitions the janitor claimed and handed to the transition queue.
 
 use crate::domain::{Cause, Command, RejectKind, Session, Status, ThreadId};
-use crate::ports::{OutgoingMessage, ProviderError};
+use crate::ports::{OutgoingMessage, ProviderError, RecordOutcome};
 
 use super::error::UseCaseError;
 use super::resolve::SandboxHandle;
@@ -298,6 +298,19 @@ pub enum TransitionOutcome {
     Retry(String),
     /// Not a work item: it can never succeed.
     Poison(String),
+}
+
+/// What the transition queue does with the message: done or stale is acked; a retry stays in
+/// flight (its visibility timeout is the back-off, and the lease recovers it should every retry
+/// fail); poison goes towards the dead-letter queue.
+impl From<TransitionOutcome> for RecordOutcome {
+    fn from(outcome: TransitionOutcome) -> Self {
+        match outcome {
+            TransitionOutcome::Done(_) | TransitionOutcome::Stale => RecordOutcome::Delivered,
+            TransitionOutcome::Retry(_) => RecordOutcome::Retry { retry_after: None },
+            TransitionOutcome::Poison(reason) => RecordOutcome::Poison { reason },
+        }
+    }
 }
 
 impl Threadbox {

@@ -135,20 +135,8 @@ impl Threadbox {
                     if let Err(e) = self.release_hold(thread_id, &hold_id(&id)).await {
                         tracing::warn!(error = %e, "releasing a process hold failed");
                     }
-                    if let Some(lost) = self
-                        .lost_race(thread_id, &handle.sandbox_id, Status::Active, &error)
-                        .await
-                    {
-                        return Err(lost);
-                    }
-                    match error {
-                        ProviderError::Gone(_) | ProviderError::Conflict(_) if !retried => {
-                            retried = true;
-                            let current = self.load(thread_id).await?;
-                            self.observe(&current).await?;
-                        }
-                        other => return Err(other.into()),
-                    }
+                    self.retry_once_after(thread_id, &handle.sandbox_id, error, &mut retried)
+                        .await?;
                 }
             }
         }

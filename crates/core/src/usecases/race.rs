@@ -33,6 +33,36 @@ impl Threadbox {
         }
     }
 
+    /// After a call on the thread's `sandbox_id` (found active) failed with `error`: whether to
+    /// make it again. A call that lost a race with a pause, reset or destroy is `Interrupted`,
+    /// and not made again in whatever the thread has now. A sandbox the provider says is gone or
+    /// not running (E2B's autoPause) is folded into the record (recreated or expired by policy,
+    /// or marked paused) and `Ok` says to try once more, so the next resolve acts on the truth;
+    /// `retried` keeps that to once. Anything else is the provider's error.
+    pub(crate) async fn retry_once_after(
+        &self,
+        thread_id: &ThreadId,
+        sandbox_id: &str,
+        error: ProviderError,
+        retried: &mut bool,
+    ) -> Result<(), UseCaseError> {
+        if let Some(lost) = self
+            .lost_race(thread_id, sandbox_id, Status::Active, &error)
+            .await
+        {
+            return Err(lost);
+        }
+        match error {
+            ProviderError::Gone(_) | ProviderError::Conflict(_) if !*retried => {
+                *retried = true;
+                let current = self.load(thread_id).await?;
+                self.observe(&current).await?;
+                Ok(())
+            }
+            other => Err(other.into()),
+        }
+    }
+
     /// `Interrupted` when `error` may come from the sandbox being taken away (not the request's
     /// own fault, nor a limit) and the record says it was since the call found the thread
     /// `started`.

@@ -8,7 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{
-    Cause, Command, NetworkProfile, Observed, RejectKind, Rejected, Session, Status, ThreadId,
+    Cause, Command, Millis, NetworkProfile, Observed, RejectKind, Rejected, Session, Status,
+    ThreadId,
 };
 use crate::ports::{CreateSandbox, ProviderError, SandboxOwner, SandboxState};
 
@@ -100,57 +101,18 @@ impl Threadbox {
         let mut settling = Settling::start(&self.config);
         let mut trail = Trail::default();
         let hold = options.hold.as_ref().map(HoldRequest::pending);
-        let command = if options.create {
-            Command::Create
-        } else {
-            Command::Resume
-        };
+        // Each step either answers or leaves the record changed (or contended): read it again.
         loop {
             let now = self.clock.now();
             let Some(current) = self.store.load(thread_id).await? else {
                 if !options.create {
                     return Err(UseCaseError::UnknownThread(thread_id.clone()));
                 }
-                // Budgets refuse before anything is written (`usecases::budget`).
-                if let Some(exceeded) = self.compute_exceeded(thread_id, None).await? {
-                    return Err(UseCaseError::Budget(exceeded));
-                }
-                let slot = self.take_create_slot(thread_id).await?;
-                let (mut session, event) = Session::new_creating(
-                    thread_id.clone(),
-                    self.provider.name(),
-                    self.change(None),
-                    &self.config.timers,
-                );
-                session.network = options
-                    .network
-                    .clone()
-                    .unwrap_or_else(|| self.config.network.for_thread(thread_id).clone());
-                match self
-                    .store
-                    .insert_new(&session, std::slice::from_ref(&event))
-                    .await
+                if let Some(handle) = self
+                    .create_thread(thread_id, &options, &hold, &mut trail)
+                    .await?
                 {
-                    Ok(()) => {
-                        self.publish(std::slice::from_ref(&event)).await;
-                        trail.created = true;
-                        if let Some(handle) = self
-                            .create_sandbox(session, Cause::User, &hold, &mut trail)
-                            .await?
-                        {
-                            return Ok(handle);
-                        }
-                    }
-                    Err(e) => {
-                        // Another resolve created the thread (or the write failed): the slot
-                        // made nothing.
-                        if let Some(slot) = slot {
-                            self.give_back(slot).await;
-                        }
-                        if !e.is_conflict() {
-                            return Err(e.into());
-                        }
-                    }
+                    return Ok(handle);
                 }
                 continue;
             };
@@ -163,80 +125,168 @@ impl Threadbox {
                 }
             }
 
-            match current.status {
-                Status::Active => {
-                    if let Some(exceeded) = self.compute_exceeded(thread_id, Some(&current)).await?
-                    {
-                        self.pause_for_budget(&current, &exceeded).await;
-                        return Err(UseCaseError::Budget(exceeded));
-                    }
-                    // The common case: one read, one conditional write recording the activity.
-                    let mut next = current.clone();
-                    next.touch(now, &self.config.timers);
-                    if let Some(h) = &hold {
-                        next.acquire_hold(h.at(now), now, &self.config.timers);
-                    }
-                    if let Step::Moved(s) = self.write(next, current.version, vec![]).await? {
-                        return Ok(handle(&s, &trail, &hold));
-                    }
-                }
-                Status::Paused => {
-                    if let Some(exceeded) = self.compute_exceeded(thread_id, Some(&current)).await?
-                    {
-                        return Err(UseCaseError::Budget(exceeded));
-                    }
-                    if let Step::Moved(s) = self
-                        .step(&current, Command::Resume, Cause::User, None, |_| {})
-                        .await?
-                    {
-                        if let Some(handle) = self.resume_sandbox(s, &hold, &mut trail).await? {
-                            return Ok(handle);
-                        }
-                    }
-                }
+            let answered = match current.status {
+                Status::Active => self.touch_active(&current, now, &hold, &trail).await?,
+                Status::Paused => self.resume_paused(&current, &hold, &mut trail).await?,
                 Status::Creating | Status::Pausing | Status::Resuming | Status::Deleting => {
                     if current.lease_expired(now) {
                         self.recover_stuck(&current).await?;
                     } else {
                         settling.wait(&self.config, &current).await?;
                     }
+                    None
                 }
                 Status::Error if current.sandbox_id.is_some() => {
                     // The sandbox may be fine: ask the provider before replacing it.
                     self.observe(&current).await?;
+                    None
                 }
                 Status::Destroyed | Status::Error | Status::Expired => {
-                    let mut slot = None;
-                    if command == Command::Create {
-                        if let Some(exceeded) =
-                            self.compute_exceeded(thread_id, Some(&current)).await?
-                        {
-                            return Err(UseCaseError::Budget(exceeded));
-                        }
-                        slot = self.take_create_slot(thread_id).await?;
-                    }
-                    let claimed = self
-                        .step(&current, command, Cause::User, None, |_| {})
-                        .await;
-                    if !matches!(claimed, Ok(Step::Moved(_))) {
-                        if let Some(slot) = slot {
-                            self.give_back(slot).await;
-                        }
-                    }
-                    match claimed? {
-                        Step::Moved(s) => {
-                            trail.created = true;
-                            if let Some(handle) = self
-                                .create_sandbox(s, Cause::User, &hold, &mut trail)
-                                .await?
-                            {
-                                return Ok(handle);
-                            }
-                        }
-                        Step::NoOp | Step::Conflict => {}
-                    }
+                    self.replace_retired(&current, options.create, &hold, &mut trail)
+                        .await?
                 }
+            };
+            if let Some(handle) = answered {
+                return Ok(handle);
             }
+        }
+    }
+
+    /// A thread with no record: insert one in `Creating` and create its sandbox. `None` when
+    /// another resolve created the thread first (read it again).
+    async fn create_thread(
+        &self,
+        thread_id: &ThreadId,
+        options: &ResolveOptions,
+        hold: &Option<PendingHold>,
+        trail: &mut Trail,
+    ) -> Result<Option<SandboxHandle>, UseCaseError> {
+        // Budgets refuse before anything is written (`usecases::budget`).
+        if let Some(exceeded) = self.compute_exceeded(thread_id, None).await? {
+            return Err(UseCaseError::Budget(exceeded));
+        }
+        let slot = self.take_create_slot(thread_id).await?;
+        let (mut session, event) = Session::new_creating(
+            thread_id.clone(),
+            self.provider.name(),
+            self.change(None),
+            &self.config.timers,
+        );
+        session.network = options
+            .network
+            .clone()
+            .unwrap_or_else(|| self.config.network.for_thread(thread_id).clone());
+        match self
+            .store
+            .insert_new(&session, std::slice::from_ref(&event))
+            .await
+        {
+            Ok(()) => {
+                self.publish(std::slice::from_ref(&event)).await;
+                trail.created = true;
+                self.create_sandbox(session, Cause::User, hold, trail).await
+            }
+            Err(e) => {
+                // Another resolve created the thread (or the write failed): the slot made
+                // nothing.
+                if let Some(slot) = slot {
+                    self.give_back(slot).await;
+                }
+                if !e.is_conflict() {
+                    return Err(e.into());
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// The common case, an active thread: one read, one conditional write recording the
+    /// activity (and the hold). `None` when the write lost a race.
+    async fn touch_active(
+        &self,
+        current: &Session,
+        now: Millis,
+        hold: &Option<PendingHold>,
+        trail: &Trail,
+    ) -> Result<Option<SandboxHandle>, UseCaseError> {
+        if let Some(exceeded) = self
+            .compute_exceeded(&current.thread_id, Some(current))
+            .await?
+        {
+            self.pause_for_budget(current, &exceeded).await;
+            return Err(UseCaseError::Budget(exceeded));
+        }
+        let mut next = current.clone();
+        next.touch(now, &self.config.timers);
+        if let Some(h) = hold {
+            next.acquire_hold(h.at(now), now, &self.config.timers);
+        }
+        Ok(match self.write(next, current.version, vec![]).await? {
+            Step::Moved(s) => Some(handle(&s, trail, hold)),
+            Step::NoOp | Step::Conflict => None,
+        })
+    }
+
+    /// A paused thread: claim the resume and wake the sandbox. `None` when someone else moved
+    /// the record first.
+    async fn resume_paused(
+        &self,
+        current: &Session,
+        hold: &Option<PendingHold>,
+        trail: &mut Trail,
+    ) -> Result<Option<SandboxHandle>, UseCaseError> {
+        if let Some(exceeded) = self
+            .compute_exceeded(&current.thread_id, Some(current))
+            .await?
+        {
+            return Err(UseCaseError::Budget(exceeded));
+        }
+        match self
+            .step(current, Command::Resume, Cause::User, None, |_| {})
+            .await?
+        {
+            Step::Moved(s) => self.resume_sandbox(s, hold, trail).await,
+            Step::NoOp | Step::Conflict => Ok(None),
+        }
+    }
+
+    /// A destroyed, expired or failed thread: with `create`, claim a new sandbox for it (budget
+    /// and create slot first); a plain resume claims `Resume`, which the state machine refuses.
+    /// `None` when the claim lost a race.
+    async fn replace_retired(
+        &self,
+        current: &Session,
+        create: bool,
+        hold: &Option<PendingHold>,
+        trail: &mut Trail,
+    ) -> Result<Option<SandboxHandle>, UseCaseError> {
+        let command = if create {
+            Command::Create
+        } else {
+            Command::Resume
+        };
+        let mut slot = None;
+        if create {
+            if let Some(exceeded) = self
+                .compute_exceeded(&current.thread_id, Some(current))
+                .await?
+            {
+                return Err(UseCaseError::Budget(exceeded));
+            }
+            slot = self.take_create_slot(&current.thread_id).await?;
+        }
+        let claimed = self.step(current, command, Cause::User, None, |_| {}).await;
+        if !matches!(claimed, Ok(Step::Moved(_))) {
+            if let Some(slot) = slot {
+                self.give_back(slot).await;
+            }
+        }
+        match claimed? {
+            Step::Moved(s) => {
+                trail.created = true;
+                self.create_sandbox(s, Cause::User, hold, trail).await
+            }
+            Step::NoOp | Step::Conflict => Ok(None),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::command::Interpreter;
 use crate::format;
 use crate::work::{BackgroundRun, WorkItem};
 use threadbox_core::domain::{Millis, ThreadId};
-use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_core::ports::{
     ExecCommand, ExecResult, OutgoingMessage, OutputChunk, PostMessage, ProcessChunk, ProcessInfo,
     ProcessSignal, ProcessState, OUTPUT_CHUNK_BYTES,

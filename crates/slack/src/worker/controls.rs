@@ -17,8 +17,8 @@ use crate::status::{buttons_for, state_words};
 use crate::thread::SlackPlace;
 use crate::work::{ActionRequest, SlashCommand};
 use threadbox_core::domain::{Session, Status, ThreadId};
-use threadbox_core::fanout::RecordOutcome;
 use threadbox_core::ports::EphemeralMessage;
+use threadbox_core::ports::RecordOutcome;
 
 /// Threads `/sandbox list` shows (two blocks each, within a message's 50).
 const LIST_LIMIT: usize = 10;

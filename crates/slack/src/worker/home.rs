@@ -7,7 +7,7 @@ use super::controls::{session_blocks, thread_words};
 use super::SlackWorker;
 use crate::blocks;
 use crate::format::escape;
-use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::RecordOutcome;
 
 /// Threads the Home lists (two blocks each, within a view's 100).
 const HOME_LIMIT: usize = 20;

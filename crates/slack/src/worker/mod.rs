@@ -31,9 +31,11 @@
 
 mod background;
 mod controls;
+mod files;
 mod home;
 mod live;
 mod refusals;
+mod replies;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,16 +44,17 @@ use super::command::{self, CodeBlock, Command, Language};
 use super::format::{self, escape, REPLY_BUDGET};
 use super::rate_limit::{MessageRates, Verdict};
 use super::thread::SlackPlace;
-use super::work::{IncomingMessage, PendingReply, WorkItem};
+use super::work::{IncomingMessage, WorkItem};
 use threadbox_core::domain::{RejectKind, Session, ThreadId};
-use threadbox_core::fanout::RecordOutcome;
+use threadbox_core::ports::RecordOutcome;
 use threadbox_core::ports::{
-    DedupeStore, DurableQueue, ExecCommand, ExecRequest, FileKind, OutgoingMessage,
-};
-use threadbox_core::ports::{
-    FileUpload, PostMessage, SlackApi, SlackError, SlackFile, SlackUserThreads, UpdateMessage,
+    DedupeStore, DurableQueue, ExecCommand, ExecRequest, SlackApi, SlackUserThreads,
 };
 use threadbox_core::usecases::{Threadbox, UseCaseError};
+
+pub use self::files::safe_file_name;
+use self::replies::{BlockReply, OutputFile, Replies};
+pub use self::replies::{MIN_BLOCK_TIME, REPLY_MARGIN};
 
 /// The sandbox user's home, where relative paths start.
 const HOME: &str = "/home/user";
@@ -551,138 +554,6 @@ impl SlackWorker {
             Err(error) => Outcome::Refused(failure(&error)),
         }
     }
-
-    async fn files(&self, thread_id: &ThreadId, path: Option<&str>) -> String {
-        match self.tb.session(thread_id).await {
-            Ok(Some(_)) => {}
-            Ok(None) => return NO_SANDBOX.to_owned(),
-            Err(error) => return failure(&error.into()),
-        }
-        let path = match path {
-            None => HOME.to_owned(),
-            Some(p) if p.starts_with('/') => p.to_owned(),
-            Some(p) => format!("{HOME}/{p}"),
-        };
-        match self.tb.list_dir(thread_id, &path).await {
-            Ok(mut entries) => {
-                if entries.is_empty() {
-                    return format!("`{}` is empty.", escape(&path));
-                }
-                entries.sort_by(|a, b| a.name.cmp(&b.name));
-                let shown = entries.len().min(self.config.max_listing);
-                let mut lines: Vec<String> = entries[..shown]
-                    .iter()
-                    .map(|e| match e.kind {
-                        FileKind::Dir => format!("{}/", e.name),
-                        FileKind::Symlink => format!("{} (link)", e.name),
-                        _ => format!("{}  {}", e.name, size_words(e.size)),
-                    })
-                    .collect();
-                if entries.len() > shown {
-                    lines.push(format!("… and {} more", entries.len() - shown));
-                }
-                format!(
-                    "`{}`:\n```\n{}\n```",
-                    escape(&path),
-                    escape(&lines.join("\n"))
-                )
-            }
-            Err(error) => failure(&error),
-        }
-    }
-
-    /// Copy shared files into the attachments directory; one line per file.
-    async fn copy_files(&self, thread_id: &ThreadId, files: &[SlackFile]) -> String {
-        let mut lines = Vec::new();
-        for file in files {
-            lines.push(self.copy_file(thread_id, file).await);
-        }
-        lines.join("\n")
-    }
-
-    async fn copy_file(&self, thread_id: &ThreadId, file: &SlackFile) -> String {
-        let limit = self.config.max_attachment_bytes;
-        let needs_info = file.url_private_download.is_none()
-            || file.file_access.as_deref() == Some("check_file_info");
-        let file = if needs_info {
-            match self.api.file_info(&file.id).await {
-                Ok(info) => info,
-                Err(error) => return format!(":x: Could not look up file {}: {error}", file.id),
-            }
-        } else {
-            file.clone()
-        };
-        let name = safe_file_name(file.name.as_deref(), &file.id);
-        let shown = escape(&name);
-        let too_big = |size: u64| {
-            format!(
-                ":warning: `{shown}` is {}; files over {} are not copied into the sandbox.",
-                size_words(size),
-                size_words(limit)
-            )
-        };
-        if let Some(size) = file.size.filter(|s| *s > limit) {
-            return too_big(size);
-        }
-        let Some(url) = file.url_private_download.as_deref() else {
-            return format!(":x: Slack gave no download link for `{shown}`.");
-        };
-        let bytes = match self.api.download_file(url, limit).await {
-            Ok(bytes) => bytes,
-            Err(SlackError::TooLarge { size, .. }) => return too_big(size),
-            Err(error) => return format!(":x: Could not download `{shown}`: {error}"),
-        };
-        let path = format!("{}/{name}", self.config.attachments_dir);
-        match self.tb.write_file(thread_id, &path, &bytes).await {
-            Ok(()) => format!(
-                ":paperclip: Saved `{shown}` ({}) to `{}`",
-                size_words(bytes.len() as u64),
-                escape(&path)
-            ),
-            Err(error) => format!(
-                ":x: Could not save `{shown}`: {}",
-                escape(&error.public_message())
-            ),
-        }
-    }
-
-    /// Post a reply that was queued after a rate limit, once: it is recorded as posted right
-    /// after Slack takes it, so a redelivery (the worker died before the queue heard) skips it.
-    async fn post_pending(&self, reply: PendingReply) -> RecordOutcome {
-        let posted_key = reply
-            .reply_id
-            .as_ref()
-            .map(|id| format!("slack:reply-posted:{id}"));
-        if let Some(key) = &posted_key {
-            match self.dedupe.contains(key).await {
-                Ok(true) => return RecordOutcome::Delivered,
-                Ok(false) => {}
-                Err(error) => return retry(format!("dedupe store: {error}")),
-            }
-        }
-        let post = PostMessage {
-            channel: reply.channel,
-            thread_ts: reply.thread_ts,
-            text: reply.text,
-            blocks: None,
-        };
-        match self.api.post_message(&post).await {
-            Ok(_) => {
-                if let Some(key) = &posted_key {
-                    if let Err(error) = self.dedupe.claim(key, self.config.message_memory).await {
-                        tracing::warn!(%error, "reply posted but not recorded as posted");
-                    }
-                }
-                RecordOutcome::Delivered
-            }
-            Err(error) if error.is_retryable() => RecordOutcome::Retry {
-                retry_after: error.retry_after(),
-            },
-            Err(error) => RecordOutcome::Poison {
-                reason: format!("reply refused by Slack: {error}"),
-            },
-        }
-    }
 }
 
 /// What a control (pause, resume, reset) came to, in words for the person who asked. A button's
@@ -700,23 +571,6 @@ impl Outcome {
     }
 }
 
-/// A code block's reply: text, or text with the whole output attached as a file.
-enum BlockReply {
-    Text(String),
-    WithFile {
-        text: String,
-        file: OutputFile,
-        /// Posted instead (the output cut to fit) if the file cannot be shared.
-        fallback: String,
-    },
-}
-
-struct OutputFile {
-    filename: String,
-    title: String,
-    bytes: Vec<u8>,
-}
-
 /// What a redelivered message's earlier run got to.
 enum EarlierRun {
     /// Another event for the same message (Slack's twin) took the claim.
@@ -732,165 +586,8 @@ const STARTED: &str = "started";
 const DONE: &str = "done";
 const INTERRUPTED: &str = "interrupted";
 
-/// Kept back from a deadline for posting the replies after the last command.
-pub const REPLY_MARGIN: Duration = Duration::from_secs(10);
-/// A code block with less time than this left is not started.
-pub const MIN_BLOCK_TIME: Duration = Duration::from_secs(5);
-
 const INTERRUPTED_REPLY: &str = ":warning: This message was interrupted: the worker stopped while it was running (a timeout or a crash), so it may have run in part or in full. It is not run again, so nothing runs twice. Check with `files` or `status`, and send it again if needed.";
 const OUT_OF_TIME_REPLY: &str = ":hourglass: This code block was not run: the worker ran out of time for this message. Send it again in a new message.";
-
-/// Posts the replies to one message, in order, each numbered for its queue dedup id; and marks
-/// the message started before its first effect.
-struct Replies<'a> {
-    worker: &'a SlackWorker,
-    message: &'a IncomingMessage,
-    key: &'a str,
-    deadline: Option<Instant>,
-    started: bool,
-    sent: usize,
-}
-
-impl<'a> Replies<'a> {
-    fn new(
-        worker: &'a SlackWorker,
-        message: &'a IncomingMessage,
-        key: &'a str,
-        deadline: Option<Instant>,
-    ) -> Self {
-        Self {
-            worker,
-            message,
-            key,
-            deadline,
-            started: false,
-            sent: 0,
-        }
-    }
-
-    /// Record, once, that the message is about to have effects (see the module docs).
-    async fn start(&mut self) {
-        if !self.started {
-            self.started = true;
-            self.worker.mark(self.key, STARTED).await;
-        }
-    }
-
-    /// The timeout the next code block gets: `limit`, cut to what is left before the deadline
-    /// (less the reply margin); `None` when too little is left to start it.
-    fn time_for_block(&self, limit: Duration) -> Option<Duration> {
-        let Some(deadline) = self.deadline else {
-            return Some(limit);
-        };
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(REPLY_MARGIN);
-        (left >= MIN_BLOCK_TIME).then(|| left.min(limit))
-    }
-
-    /// Post `text` with `file` attached (Slack's external upload: the file and the text arrive
-    /// as one message). When the upload fails, `fallback` is posted as an ordinary reply, so the
-    /// person always gets the result.
-    ///
-    /// With a live message (the command ran long), the file is shared on its own and the live
-    /// message is edited into the text.
-    async fn send_with_file(
-        &mut self,
-        text: String,
-        file: OutputFile,
-        fallback: String,
-        live_ts: Option<String>,
-    ) {
-        let upload = FileUpload {
-            channel: self.message.channel.clone(),
-            thread_ts: self.message.reply_thread_ts.clone(),
-            filename: file.filename,
-            title: file.title,
-            initial_comment: if live_ts.is_some() {
-                String::new()
-            } else {
-                text.clone()
-            },
-            bytes: file.bytes,
-        };
-        match self.worker.api.upload_file(&upload).await {
-            Ok(_) if live_ts.is_some() => self.finish(text, live_ts).await,
-            Ok(_) => self.sent += 1,
-            Err(error) => {
-                tracing::warn!(%error, "could not attach the output as a file; posting it cut");
-                self.finish(fallback, live_ts).await;
-            }
-        }
-    }
-
-    /// The reply to a code block: the live message edited into it when there is one (posted
-    /// anew if the edit fails), else posted.
-    async fn finish(&mut self, text: String, live_ts: Option<String>) {
-        if let Some(ts) = live_ts {
-            let update = UpdateMessage {
-                channel: self.message.channel.clone(),
-                ts,
-                text: text.clone(),
-                blocks: None,
-            };
-            match self.worker.api.update_message(&update).await {
-                Ok(()) => {
-                    self.sent += 1;
-                    return;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "could not edit the live message into the reply; posting it");
-                }
-            }
-        }
-        self.send(text).await;
-    }
-
-    async fn send(&mut self, text: String) {
-        self.sent += 1;
-        let post = PostMessage {
-            channel: self.message.channel.clone(),
-            thread_ts: self.message.reply_thread_ts.clone(),
-            text,
-            blocks: None,
-        };
-        let mut attempt = 0;
-        let error = loop {
-            attempt += 1;
-            match self.worker.api.post_message(&post).await {
-                Ok(_) => return,
-                Err(error) if !error.is_retryable() => {
-                    tracing::error!(%error, "reply refused by Slack; dropped");
-                    return;
-                }
-                Err(error) => {
-                    let wait = error.retry_after().unwrap_or(Duration::from_secs(attempt));
-                    if attempt >= 3 || wait > self.worker.config.max_inline_wait {
-                        break error;
-                    }
-                    tokio::time::sleep(wait).await;
-                }
-            }
-        };
-        tracing::info!(%error, "reply deferred to the work queue");
-        let reply_id = format!("{}:reply:{}", self.message.event_id, self.sent);
-        let item = WorkItem::Reply(PendingReply {
-            thread_id: self.message.thread_id.clone(),
-            channel: post.channel,
-            thread_ts: post.thread_ts,
-            text: post.text,
-            reply_id: Some(reply_id.clone()),
-        });
-        let queued = OutgoingMessage {
-            group_id: item.group_id(),
-            dedup_id: reply_id,
-            body: serde_json::to_string(&item).expect("work items serialise"),
-        };
-        if let Err(error) = self.worker.queue.send(&[queued]).await {
-            tracing::error!(%error, "could not queue the reply; it is lost");
-        }
-    }
-}
 
 fn retry(reason: String) -> RecordOutcome {
     tracing::warn!(%reason, "work item will be retried");
@@ -960,75 +657,5 @@ fn failure(error: &UseCaseError) -> String {
             retry_after.as_secs().max(1)
         ),
         other => format!(":x: {}", escape(&other.public_message())),
-    }
-}
-
-/// A shared file's name as a safe single path component: letters, digits, `.`, `_` and `-`
-/// (anything else becomes `_`), no leading dots, at most 100 characters; the file id when
-/// nothing is left.
-pub fn safe_file_name(name: Option<&str>, id: &str) -> String {
-    let cleaned: String = name
-        .unwrap_or_default()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let cleaned = cleaned.trim_start_matches('.');
-    let cleaned: String = cleaned.chars().take(100).collect();
-    if cleaned.trim_matches('_').is_empty() {
-        safe_file_name(Some(id), "file")
-            .trim_start_matches('.')
-            .to_owned()
-    } else {
-        cleaned
-    }
-}
-
-/// "512 B", "12.3 KB", "4.0 MB".
-fn size_words(bytes: u64) -> String {
-    const KB: f64 = 1024.0;
-    let b = bytes as f64;
-    if b < KB {
-        format!("{bytes} B")
-    } else if b < KB * KB {
-        format!("{:.1} KB", b / KB)
-    } else if b < KB * KB * KB {
-        format!("{:.1} MB", b / (KB * KB))
-    } else {
-        format!("{:.1} GB", b / (KB * KB * KB))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_names_become_one_safe_component() {
-        let cases = [
-            (Some("report.csv"), "report.csv"),
-            (Some("../../etc/passwd"), "_.._etc_passwd"),
-            (Some(".bashrc"), "bashrc"),
-            (Some("my file (1).txt"), "my_file__1_.txt"),
-            (Some("日本.txt"), "__.txt"),
-            (Some("///"), "F123"),
-            (None, "F123"),
-        ];
-        for (name, expected) in cases {
-            assert_eq!(safe_file_name(name, "F123"), expected, "{name:?}");
-        }
-        assert_eq!(safe_file_name(Some(&"a".repeat(300)), "F1").len(), 100);
-    }
-
-    #[test]
-    fn sizes_read_well() {
-        assert_eq!(size_words(512), "512 B");
-        assert_eq!(size_words(12_595), "12.3 KB");
-        assert_eq!(size_words(20 * 1024 * 1024), "20.0 MB");
     }
 }

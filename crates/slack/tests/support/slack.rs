@@ -2,14 +2,14 @@
 
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use threadbox_core::domain::{Cause, LifecycleEvent, Millis, Status, ThreadId};
 use threadbox_core::ports::{SandboxProvider, SystemClock};
 use threadbox_core::usecases::Threadbox;
-use threadbox_slack::SlackApi;
 use threadbox_slack::WORK_QUEUE;
+use threadbox_slack::{SlackApi, SlackWorker, SlackWorkerConfig};
 use threadbox_slack_web::{BotToken, SlackClientConfig, SlackWebClient};
 use threadbox_sqlite::{QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore};
 use threadbox_testing::lifecycle_conformance::test_config;
@@ -93,5 +93,47 @@ pub async fn embedded_with<P: SandboxProvider + 'static>(
         provider,
         work,
         dedupe: Arc::new(SqliteDedupe::open(db).unwrap()),
+    }
+}
+
+/// A Slack worker over [`embedded`] in a fresh directory, replying through a fresh fake.
+pub struct WorkerSetup {
+    pub fake: SlackFake,
+    pub provider: Arc<InMemoryProvider>,
+    pub tb: Threadbox,
+    pub work: Arc<SqliteQueue>,
+    pub dedupe: Arc<SqliteDedupe>,
+    pub worker: SlackWorker,
+    /// The SQLite file everything is in, for stores a test adds.
+    pub db: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+pub async fn worker_setup(config: SlackWorkerConfig) -> WorkerSetup {
+    let fake = fake().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let Embedded {
+        tb,
+        provider,
+        work,
+        dedupe,
+    } = embedded(&db).await;
+    let worker = SlackWorker::new(
+        tb.clone(),
+        client(&fake),
+        dedupe.clone(),
+        work.clone(),
+        config,
+    );
+    WorkerSetup {
+        fake,
+        provider,
+        tb,
+        work,
+        dedupe,
+        worker,
+        db,
+        dir,
     }
 }
