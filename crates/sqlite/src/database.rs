@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
+use threadbox_core::ports::{StoreError, StoreKind};
 use tokio::sync::Mutex;
 
 /// How long one call may wait in all before giving up: for its turn at this process's
@@ -41,6 +42,22 @@ pub enum DatabaseError {
     /// each of them is waiting for a write lock another process holds.
     #[error("SQLite database {path} is busy: database is locked (no turn at the connection within {waited:?})")]
     Busy { path: PathBuf, waited: Duration },
+}
+
+impl DatabaseError {
+    /// This failure as `store`'s: a file that is not a database holds corrupt records; anything
+    /// else (locked, busy, gone) leaves the store unavailable, worth another try.
+    pub fn in_store(self, store: StoreKind) -> StoreError {
+        match self {
+            DatabaseError::Corrupt { .. } => StoreError::corrupt(store, self.to_string()),
+            other => StoreError::unavailable(store, other.to_string()),
+        }
+    }
+}
+
+/// [`DatabaseError::in_store`] for `map_err`: every SQLite store maps its errors through this.
+pub(crate) fn store_error(store: StoreKind) -> impl Fn(DatabaseError) -> StoreError {
+    move |err| err.in_store(store)
 }
 
 /// A handle to one database file. Cheap to clone; calls run on Tokio's blocking pool so they

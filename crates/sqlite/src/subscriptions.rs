@@ -12,9 +12,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension, Row};
 
-use super::database::{Database, DatabaseError};
+use super::database::{store_error, Database};
 use threadbox_core::domain::{Millis, ThreadId, ThreadScope};
-use threadbox_core::ports::{Connection, StoreError, Subscription, SubscriptionStore};
+use threadbox_core::ports::{Connection, StoreError, StoreKind, Subscription, SubscriptionStore};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::Subscriptions;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS live_connections (
@@ -44,16 +47,9 @@ pub struct SqliteSubscriptionStore {
     connects: Arc<AtomicU64>,
 }
 
-fn store_error(err: DatabaseError) -> StoreError {
-    match err {
-        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
 impl SqliteSubscriptionStore {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let db = Database::open(path, SCHEMA).map_err(store_error)?;
+        let db = Database::open(path, SCHEMA).map_err(store_error(STORE))?;
         Ok(Self::build(db))
     }
 
@@ -61,7 +57,7 @@ impl SqliteSubscriptionStore {
     pub async fn new(db: Database) -> Result<Self, StoreError> {
         db.call(|conn| conn.execute_batch(SCHEMA))
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         Ok(Self::build(db))
     }
 
@@ -87,7 +83,12 @@ fn subscription(row: &Row<'_>) -> rusqlite::Result<Result<Subscription, StoreErr
             last_seq: last_seq as u64,
             expires_at: Millis(expires_at),
         })
-        .map_err(|e| StoreError::Corrupt(format!("subscription row with thread {thread:?}: {e}"))))
+        .map_err(|e| {
+            StoreError::corrupt(
+                STORE,
+                format!("subscription row with thread {thread:?}: {e}"),
+            )
+        }))
 }
 
 const SUBSCRIPTION_SELECT: &str = "
@@ -111,7 +112,7 @@ fn collect(
 impl SubscriptionStore for SqliteSubscriptionStore {
     async fn add_connection(&self, connection: &Connection) -> Result<(), StoreError> {
         let scope = serde_json::to_string(&connection.scope)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode scope: {e}")))?;
+            .map_err(|e| StoreError::corrupt(STORE, format!("cannot encode scope: {e}")))?;
         let c = connection.clone();
         let prune = self
             .connects
@@ -139,7 +140,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 tx.commit()
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     async fn connection(&self, connection_id: &str) -> Result<Option<Connection>, StoreError> {
@@ -156,14 +157,15 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 .optional()
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         let Some((scope, expires_at, connected_at)) = row else {
             return Ok(None);
         };
         let scope: ThreadScope = serde_json::from_str(&scope).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "connection {connection_id} has scope {scope:?}: {e}"
-            ))
+            StoreError::corrupt(
+                STORE,
+                format!("connection {connection_id} has scope {scope:?}: {e}"),
+            )
         })?;
         Ok(Some(Connection {
             connection_id: connection_id.to_owned(),
@@ -184,7 +186,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 .map(|_| ())
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     async fn subscribe(
@@ -208,7 +210,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 Ok(changed == 1)
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     async fn unsubscribe(
@@ -227,7 +229,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 .map(|n| n == 1)
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     async fn subscription(
@@ -250,7 +252,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 .optional()
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         found.transpose()
     }
 
@@ -265,7 +267,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 collect(rows)
             })
             .await
-            .map_err(store_error)?
+            .map_err(store_error(STORE))?
     }
 
     async fn subscribers(&self, thread_id: &ThreadId) -> Result<Vec<Subscription>, StoreError> {
@@ -279,7 +281,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 collect(rows)
             })
             .await
-            .map_err(store_error)?
+            .map_err(store_error(STORE))?
     }
 
     async fn advance(
@@ -301,7 +303,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 .map(|n| n == 1)
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     async fn advance_many(
@@ -316,8 +318,9 @@ impl SubscriptionStore for SqliteSubscriptionStore {
         }
         let thread = thread_id.as_str().to_owned();
         // The ids travel as one JSON array parameter, so the statement is the same for any count.
-        let ids = serde_json::to_string(connection_ids)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode connection ids: {e}")))?;
+        let ids = serde_json::to_string(connection_ids).map_err(|e| {
+            StoreError::corrupt(STORE, format!("cannot encode connection ids: {e}"))
+        })?;
         let mut moved = self
             .db
             .call(move |conn| {
@@ -333,7 +336,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 ids
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         moved.sort();
         Ok(moved)
     }

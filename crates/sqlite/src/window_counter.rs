@@ -6,9 +6,12 @@
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use super::database::{Database, DatabaseError};
+use super::database::{store_error, Database};
 use threadbox_core::domain::Millis;
-use threadbox_core::ports::{StoreError, WindowCounter};
+use threadbox_core::ports::{StoreError, StoreKind, WindowCounter};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::WindowCounter;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS window_counts (
@@ -28,19 +31,12 @@ pub struct SqliteWindowCounter {
     db: Database,
 }
 
-fn unavailable(err: DatabaseError) -> StoreError {
-    match err {
-        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
 impl SqliteWindowCounter {
     /// Counters in `db` (the process's one database file), creating their table if needed.
     pub async fn new(db: Database) -> Result<Self, StoreError> {
         db.call(|conn| conn.execute_batch(SCHEMA))
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error(STORE))?;
         Ok(Self { db })
     }
 }
@@ -66,7 +62,7 @@ impl WindowCounter for SqliteWindowCounter {
             })
             .await
             .map(|count| count as u64)
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn add(
@@ -90,7 +86,7 @@ impl WindowCounter for SqliteWindowCounter {
             })
             .await
             .map(|count| count as u64)
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn take_below(
@@ -120,7 +116,7 @@ impl WindowCounter for SqliteWindowCounter {
             })
             .await
             .map(|count| count.map(|c| c as u64))
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn raise(
@@ -156,7 +152,7 @@ impl WindowCounter for SqliteWindowCounter {
                 Ok((to - before) as u64)
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 }
 

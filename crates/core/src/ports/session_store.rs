@@ -4,6 +4,44 @@ use async_trait::async_trait;
 
 use crate::domain::{LifecycleEvent, Millis, Session, ThreadId};
 
+/// Which store an error came from, so its message names it: "dedupe store unavailable: …", not
+/// every port's failure read as the session store's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    Session,
+    WarmPool,
+    Dedupe,
+    /// The window counters budgets and rate limits count in.
+    WindowCounter,
+    Subscriptions,
+    SlackStatus,
+    SlackUserThreads,
+    SlackSink,
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StoreKind::Session => "session",
+            StoreKind::WarmPool => "warm pool",
+            StoreKind::Dedupe => "dedupe",
+            StoreKind::WindowCounter => "window counter",
+            StoreKind::Subscriptions => "subscription",
+            StoreKind::SlackStatus => "Slack status",
+            StoreKind::SlackUserThreads => "Slack user threads",
+            StoreKind::SlackSink => "Slack sink",
+        })
+    }
+}
+
+/// What failed, and in which store: the payload of `Unavailable` and `Corrupt`, so both keep
+/// one field and `StoreError::Unavailable(_)` matches as it always did.
+#[derive(Debug)]
+pub struct StoreFailure {
+    pub store: StoreKind,
+    pub detail: String,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// `insert_new` found a record already there: another caller won the race.
@@ -13,20 +51,74 @@ pub enum StoreError {
     #[error("thread {thread_id} changed since it was read (expected version {expected})")]
     VersionConflict { thread_id: ThreadId, expected: u64 },
     /// The store could not be reached or answered with an error; nothing was written.
-    #[error("session store unavailable: {0}")]
-    Unavailable(String),
-    /// A stored record could not be read back: the message names the thread or file.
-    #[error("session store holds a corrupt record: {0}")]
-    Corrupt(String),
+    #[error("{} store unavailable: {}", .0.store, .0.detail)]
+    Unavailable(StoreFailure),
+    /// A stored record could not be read back: the detail names the thread or file.
+    #[error("{} store holds a corrupt record: {}", .0.store, .0.detail)]
+    Corrupt(StoreFailure),
 }
 
 impl StoreError {
+    /// `store` could not do what was asked; nothing was written.
+    pub fn unavailable(store: StoreKind, detail: impl Into<String>) -> Self {
+        StoreError::Unavailable(StoreFailure {
+            store,
+            detail: detail.into(),
+        })
+    }
+
+    /// `store` holds a record that cannot be read back.
+    pub fn corrupt(store: StoreKind, detail: impl Into<String>) -> Self {
+        StoreError::Corrupt(StoreFailure {
+            store,
+            detail: detail.into(),
+        })
+    }
+
     /// A conflict means "re-read and decide again", never "give up".
     pub fn is_conflict(&self) -> bool {
         matches!(
             self,
             StoreError::AlreadyExists(_) | StoreError::VersionConflict { .. }
         )
+    }
+}
+
+/// What a session write is conditional on: the thread having no record yet (`insert_new`), or
+/// its record still at the version it was read at (`save`, a warm pool claim). Every store
+/// writes on one of these and turns a condition that did not hold into its conflict here, so
+/// `AlreadyExists` and `VersionConflict` mean the same whichever store answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// No record for the thread yet.
+    Absent,
+    /// The stored record is at this version.
+    Version(u64),
+}
+
+impl WriteCondition {
+    /// The condition of writing `session` over the record read at `expected_version`, whose
+    /// successor it must be.
+    pub fn read_at(session: &Session, expected_version: u64) -> Self {
+        debug_assert_eq!(
+            session.version,
+            expected_version + 1,
+            "save must bump the version by one"
+        );
+        WriteCondition::Version(expected_version)
+    }
+
+    /// `Ok` when the write of `thread_id`'s session held its condition, else the conflict that
+    /// condition failing means.
+    pub fn written(self, written: bool, thread_id: &ThreadId) -> Result<(), StoreError> {
+        match (written, self) {
+            (true, _) => Ok(()),
+            (false, WriteCondition::Absent) => Err(StoreError::AlreadyExists(thread_id.clone())),
+            (false, WriteCondition::Version(expected)) => Err(StoreError::VersionConflict {
+                thread_id: thread_id.clone(),
+                expected,
+            }),
+        }
     }
 }
 
@@ -134,5 +226,43 @@ pub trait SessionStore: Send + Sync {
     /// Work done so far; adapters that cannot count return zeros.
     fn stats(&self) -> StoreStats {
         StoreStats::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_names_the_store_it_came_from() {
+        let err = StoreError::unavailable(StoreKind::Dedupe, "DynamoDB GetItem: timed out");
+        assert_eq!(
+            err.to_string(),
+            "dedupe store unavailable: DynamoDB GetItem: timed out"
+        );
+        assert!(matches!(err, StoreError::Unavailable(_)));
+        let err = StoreError::corrupt(StoreKind::SlackStatus, "row of slack:T1:C1:1.2");
+        assert_eq!(
+            err.to_string(),
+            "Slack status store holds a corrupt record: row of slack:T1:C1:1.2"
+        );
+        assert_eq!(
+            StoreError::unavailable(StoreKind::Session, "locked").to_string(),
+            "session store unavailable: locked"
+        );
+    }
+
+    #[test]
+    fn a_condition_that_did_not_hold_is_its_conflict() {
+        let thread = ThreadId::parse("t1").unwrap();
+        assert!(WriteCondition::Absent.written(true, &thread).is_ok());
+        assert!(matches!(
+            WriteCondition::Absent.written(false, &thread),
+            Err(StoreError::AlreadyExists(t)) if t == thread
+        ));
+        assert!(matches!(
+            WriteCondition::Version(4).written(false, &thread),
+            Err(StoreError::VersionConflict { thread_id, expected: 4 }) if thread_id == thread
+        ));
     }
 }
