@@ -10,11 +10,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use threadbox_aws::dynamo::{create_tables, DynamoSessionStore};
+use threadbox_aws::dynamo::{create_tables, DynamoDedupe, DynamoSessionStore};
 use threadbox_aws::sdk::{load_config, ClientSettings};
 use threadbox_aws::sqs::{create_fifo_queue, SqsQueue};
 use threadbox_core::domain::ThreadId;
-use threadbox_core::ports::{DurableQueue, OutgoingMessage, QueueError, SessionStore, StoreError};
+use threadbox_core::ports::{
+    DedupeStore, DurableQueue, OutgoingMessage, QueueError, SessionStore, StoreError,
+};
 use threadbox_testing::lifecycle_conformance::Harness;
 use threadbox_testing::queue_conformance as queue;
 use threadbox_testing::store_conformance as store;
@@ -290,6 +292,20 @@ async fn an_unreachable_store_is_unavailable_quickly_and_writes_nothing() {
     eprintln!("unreachable DynamoDB answered Unavailable in {took:?}: {err}");
     let err = store.load(&session.thread_id).await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("session store unavailable: DynamoDB GetItem"),
+        "{err}"
+    );
+    // Every other store names itself, not the session store.
+    let dedupe = DynamoDedupe::new(store.client().clone(), "tb-unreachable-dedupe");
+    let err = dedupe.contains("k").await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("dedupe store unavailable: DynamoDB GetItem tb-unreachable-dedupe"),
+        "{err}"
+    );
 
     assert_eq!(reachable.load(&session.thread_id).await.unwrap(), None);
     assert!(reachable

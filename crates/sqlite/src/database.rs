@@ -219,6 +219,45 @@ mod tests {
         assert!(err.to_string().contains("garbage.db"), "{err}");
     }
 
+    /// Each store's errors name that store, not "session store" for all of them.
+    #[tokio::test]
+    async fn every_store_names_itself_in_its_errors() {
+        use crate::{
+            SqliteDedupe, SqliteSessionStore, SqliteSlackSink, SqliteSlackStatusStore,
+            SqliteSlackUserThreads, SqliteSubscriptionStore,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("garbage.db");
+        std::fs::write(&garbage, vec![0x42u8; 8192]).unwrap();
+        let missing = dir.path().join("missing-dir/threadbox.db");
+        let opens: [(&str, fn(&Path) -> Option<StoreError>); 6] = [
+            ("session", |p| SqliteSessionStore::open(p).err()),
+            ("dedupe", |p| SqliteDedupe::open(p).err()),
+            ("subscription", |p| SqliteSubscriptionStore::open(p).err()),
+            ("Slack status", |p| SqliteSlackStatusStore::open(p).err()),
+            ("Slack user threads", |p| {
+                SqliteSlackUserThreads::open(p).err()
+            }),
+            ("Slack sink", |p| SqliteSlackSink::open(p).err()),
+        ];
+        for (store, open) in opens {
+            let err = open(&garbage).expect("a corrupt file is refused");
+            assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("{store} store holds a corrupt record: ")),
+                "{err}"
+            );
+            let err = open(&missing).expect("a missing directory is refused");
+            assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("{store} store unavailable: ")),
+                "{err}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn a_missing_directory_names_its_path() {
         let err = Database::open("/nonexistent-dir/threadbox.db", "").unwrap_err();

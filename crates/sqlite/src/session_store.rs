@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, OptionalExtension, TransactionBehavior};
 
-use super::database::{has_table, store_error, Database};
+use super::database::{has_table, store_error, Database, DatabaseError};
 use threadbox_core::domain::{LifecycleEvent, Millis, Session, Status, ThreadId};
 use threadbox_core::ports::{
     Page, Purged, SessionStore, StoreError, StoreKind, StoreStats, WriteCondition,
@@ -184,6 +185,37 @@ impl SqliteSessionStore {
             .await
             .map_err(store_error(STORE))?;
         condition.written(written, &session.thread_id)
+    }
+
+    /// The one text column `sql` (with `args`) selects, row by row.
+    async fn select_text(
+        &self,
+        sql: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Vec<String>, DatabaseError> {
+        self.db
+            .call(move |conn| {
+                let mut stmt = conn.prepare_cached(sql)?;
+                let rows = stmt
+                    .query_map(params_from_iter(args), |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                Ok(rows)
+            })
+            .await
+    }
+
+    /// The events whose bodies `sql` (with `args`) selects, in its order: one counted read.
+    async fn select_events(
+        &self,
+        sql: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Vec<LifecycleEvent>, StoreError> {
+        let bodies = self
+            .select_text(sql, args)
+            .await
+            .map_err(store_error(STORE))?;
+        self.count_read(bodies.len());
+        bodies.iter().map(|b| decode(STORE, "event", b)).collect()
     }
 
     pub(super) fn shards(&self) -> u32 {
@@ -421,21 +453,13 @@ impl SessionStore for SqliteSessionStore {
         let Ok(after_seq) = i64::try_from(after_seq) else {
             return Ok(Vec::new());
         };
-        let bodies: Vec<String> = self
-            .db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT body FROM events WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-                )?;
-                let rows = stmt
-                    .query_map(params![id, after_seq, limit as i64], |r| r.get(0))?
-                    .collect::<rusqlite::Result<Vec<String>>>()?;
-                Ok(rows)
-            })
-            .await
-            .map_err(store_error(STORE))?;
-        self.count_read(bodies.len());
-        bodies.iter().map(|b| decode(STORE, "event", b)).collect()
+        let sql = "SELECT body FROM events WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+        let args = vec![
+            Value::from(id),
+            Value::from(after_seq),
+            Value::from(limit as i64),
+        ];
+        self.select_events(sql, args).await
     }
 
     async fn unsent_events(
@@ -443,22 +467,10 @@ impl SessionStore for SqliteSessionStore {
         written_before: Millis,
         limit: usize,
     ) -> Result<Vec<LifecycleEvent>, StoreError> {
-        let bodies: Vec<String> = self
-            .db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT body FROM events WHERE sent = 0 AND written_at <= ?1
-                     ORDER BY written_at, thread_id, seq LIMIT ?2",
-                )?;
-                let rows = stmt
-                    .query_map(params![written_before.0, limit as i64], |r| r.get(0))?
-                    .collect::<rusqlite::Result<Vec<String>>>()?;
-                Ok(rows)
-            })
-            .await
-            .map_err(store_error(STORE))?;
-        self.count_read(bodies.len());
-        bodies.iter().map(|b| decode(STORE, "event", b)).collect()
+        let sql = "SELECT body FROM events WHERE sent = 0 AND written_at <= ?1
+                   ORDER BY written_at, thread_id, seq LIMIT ?2";
+        let args = vec![Value::from(written_before.0), Value::from(limit as i64)];
+        self.select_events(sql, args).await
     }
 
     async fn mark_sent(&self, events: &[LifecycleEvent]) -> Result<(), StoreError> {
@@ -491,17 +503,9 @@ impl SessionStore for SqliteSessionStore {
         // Every thread id sorts after the empty string.
         let after = after.map(ThreadId::to_string).unwrap_or_default();
         let limit = limit.max(1);
-        let rows: Vec<String> = self
-            .db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT record FROM sessions WHERE thread_id > ?1 ORDER BY thread_id LIMIT ?2",
-                )?;
-                let rows = stmt
-                    .query_map(params![after, limit as i64], |r| r.get(0))?
-                    .collect::<rusqlite::Result<Vec<String>>>()?;
-                Ok(rows)
-            })
+        let sql = "SELECT record FROM sessions WHERE thread_id > ?1 ORDER BY thread_id LIMIT ?2";
+        let rows = self
+            .select_text(sql, vec![Value::from(after), Value::from(limit as i64)])
             .await
             .map_err(store_error(STORE))?;
         self.count_read(rows.len());

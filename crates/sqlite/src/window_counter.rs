@@ -4,7 +4,8 @@
 //! reads and writes in one immediate transaction, so it knows the count it rose from.
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, OptionalExtension, TransactionBehavior};
 
 use super::database::{store_error, Database};
 use threadbox_core::domain::Millis;
@@ -41,6 +42,32 @@ impl SqliteWindowCounter {
     }
 }
 
+impl SqliteWindowCounter {
+    /// Prune, then one upsert (`sql` with `args`) answering the new count; `None` when its
+    /// WHERE refused the update.
+    async fn upsert(
+        &self,
+        now: Millis,
+        sql: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Option<u64>, StoreError> {
+        self.db
+            .call(move |conn| {
+                prune(conn, now)?;
+                conn.query_row(sql, params_from_iter(args), |row| row.get::<_, i64>(0))
+                    .optional()
+            })
+            .await
+            .map(|count| count.map(|c| c as u64))
+            .map_err(store_error(STORE))
+    }
+}
+
+/// An unconditional upsert answered no count (it always returns one).
+fn no_count() -> StoreError {
+    StoreError::unavailable(STORE, "the upsert returned no count")
+}
+
 #[async_trait]
 impl WindowCounter for SqliteWindowCounter {
     async fn increment(
@@ -49,20 +76,10 @@ impl WindowCounter for SqliteWindowCounter {
         expires_at: Millis,
         now: Millis,
     ) -> Result<u64, StoreError> {
-        let key = key.to_owned();
-        self.db
-            .call(move |conn| {
-                prune(conn, now)?;
-                conn.query_row(
-                    "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, 1, ?2) \
-                     ON CONFLICT (key) DO UPDATE SET count = count + 1 RETURNING count",
-                    params![key, expires_at.0],
-                    |row| row.get::<_, i64>(0),
-                )
-            })
-            .await
-            .map(|count| count as u64)
-            .map_err(store_error(STORE))
+        let sql = "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, 1, ?2) \
+                   ON CONFLICT (key) DO UPDATE SET count = count + 1 RETURNING count";
+        let args = vec![Value::from(key.to_owned()), Value::from(expires_at.0)];
+        self.upsert(now, sql, args).await?.ok_or_else(no_count)
     }
 
     async fn add(
@@ -72,21 +89,16 @@ impl WindowCounter for SqliteWindowCounter {
         expires_at: Millis,
         now: Millis,
     ) -> Result<u64, StoreError> {
-        let key = key.to_owned();
-        self.db
-            .call(move |conn| {
-                prune(conn, now)?;
-                conn.query_row(
-                    "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, MAX(?2, 0), ?3) \
-                     ON CONFLICT (key) DO UPDATE SET count = CASE WHEN count + ?2 < 0 \
-                     THEN count ELSE count + ?2 END RETURNING count",
-                    params![key, amount, expires_at.0],
-                    |row| row.get::<_, i64>(0),
-                )
-            })
-            .await
-            .map(|count| count as u64)
-            .map_err(store_error(STORE))
+        let sql =
+            "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, MAX(?2, 0), ?3) \
+                   ON CONFLICT (key) DO UPDATE SET count = CASE WHEN count + ?2 < 0 \
+                   THEN count ELSE count + ?2 END RETURNING count";
+        let args = vec![
+            Value::from(key.to_owned()),
+            Value::from(amount),
+            Value::from(expires_at.0),
+        ];
+        self.upsert(now, sql, args).await?.ok_or_else(no_count)
     }
 
     async fn take_below(
@@ -99,24 +111,16 @@ impl WindowCounter for SqliteWindowCounter {
         if cap == 0 {
             return Ok(None);
         }
-        let key = key.to_owned();
-        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
-        self.db
-            .call(move |conn| {
-                prune(conn, now)?;
-                // The update's WHERE refuses at the cap: no row changes, none is returned.
-                conn.query_row(
-                    "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, 1, ?2) \
-                     ON CONFLICT (key) DO UPDATE SET count = count + 1 WHERE count < ?3 \
-                     RETURNING count",
-                    params![key, expires_at.0, cap],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()
-            })
-            .await
-            .map(|count| count.map(|c| c as u64))
-            .map_err(store_error(STORE))
+        // The update's WHERE refuses at the cap: no row changes, none is returned.
+        let sql = "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, 1, ?2) \
+                   ON CONFLICT (key) DO UPDATE SET count = count + 1 WHERE count < ?3 \
+                   RETURNING count";
+        let args = vec![
+            Value::from(key.to_owned()),
+            Value::from(expires_at.0),
+            Value::from(i64::try_from(cap).unwrap_or(i64::MAX)),
+        ];
+        self.upsert(now, sql, args).await
     }
 
     async fn raise(

@@ -32,7 +32,6 @@ use serde_dynamo::aws_sdk_dynamodb_1::to_item;
 use super::errors::{cancelled, Cancelled};
 use super::lost_answers::request_token;
 use super::table::{table_store, Item, Table};
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use threadbox_core::domain::{Millis, ThreadId, ThreadScope};
 use threadbox_core::ports::{Connection, StoreError, StoreKind, Subscription, SubscriptionStore};
 
@@ -450,11 +449,7 @@ impl SubscriptionStore for DynamoSubscriptionStore {
             .expression_attribute_values(":to", AttributeValue::N(to.to_string()))
             .send()
             .await;
-        self.table.condition_held(
-            "UpdateItem",
-            result,
-            UpdateItemError::is_conditional_check_failed_exception,
-        )
+        self.table.condition_held("UpdateItem", result)
     }
 
     async fn advance_many(

@@ -10,6 +10,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use serde::de::DeserializeOwned;
@@ -90,24 +91,15 @@ impl Table {
         from_item(item).map_err(|e| self.corrupt(what, e))
     }
 
-    /// A conditional write's outcome: `Ok(true)` written, `Ok(false)` when its condition failed
-    /// or a transaction holds the item (see `errors::condition_held`).
-    pub(super) fn condition_held<T, E, R>(
+    /// A conditional write's outcome (see `errors::condition_held`) for `operation` on this
+    /// table: `Ok(false)` when its condition failed.
+    pub(super) fn condition_held<T, E: ConditionFailed, R: std::fmt::Debug>(
         &self,
         operation: &str,
         result: Result<T, SdkError<E, R>>,
-        failed: impl Fn(&E) -> bool,
-    ) -> Result<bool, StoreError>
-    where
-        E: std::error::Error + ProvideErrorMetadata + 'static,
-        R: std::fmt::Debug,
-    {
-        condition_held(
-            self.store,
-            &format!("{operation} {}", self.name),
-            result,
-            failed,
-        )
+    ) -> Result<bool, StoreError> {
+        let operation = format!("{operation} {}", self.name);
+        condition_held(self.store, &operation, result, E::condition_failed)
     }
 
     /// The item under `key`, read strongly consistent.
@@ -145,11 +137,7 @@ impl Table {
         for (name, value) in values {
             request = request.expression_attribute_values(*name, value.clone());
         }
-        self.condition_held(
-            "PutItem",
-            request.send().await,
-            PutItemError::is_conditional_check_failed_exception,
-        )
+        self.condition_held("PutItem", request.send().await)
     }
 
     /// An `UpdateItem` of the item under `key`, for the caller to finish and send.
@@ -170,6 +158,25 @@ impl Table {
             .await
             .map_err(|e| self.unavailable("DeleteItem", e))?;
         Ok(())
+    }
+}
+
+/// A write operation's error that can say its condition failed.
+pub(super) trait ConditionFailed:
+    std::error::Error + ProvideErrorMetadata + 'static
+{
+    fn condition_failed(&self) -> bool;
+}
+
+impl ConditionFailed for PutItemError {
+    fn condition_failed(&self) -> bool {
+        self.is_conditional_check_failed_exception()
+    }
+}
+
+impl ConditionFailed for UpdateItemError {
+    fn condition_failed(&self) -> bool {
+        self.is_conditional_check_failed_exception()
     }
 }
 
