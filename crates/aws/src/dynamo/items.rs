@@ -349,18 +349,24 @@ mod tests {
         assert_eq!(decode_session(item).unwrap(), s);
     }
 
-    #[test]
-    fn an_event_round_trips_and_starts_unsent() {
+    /// The first event of thread `t-1`, created at 2,000 ms.
+    fn first_event(detail: Option<&str>) -> LifecycleEvent {
         let (_, e) = Session::new_creating(
             ThreadId::parse("t-1").unwrap(),
             "test",
             Change {
                 event_id: "ev-1".into(),
                 now: Millis(2_000),
-                detail: Some("why".into()),
+                detail: detail.map(Into::into),
             },
             &Timers::default(),
         );
+        e
+    }
+
+    #[test]
+    fn an_event_round_trips_and_starts_unsent() {
+        let e = first_event(Some("why"));
         let item = encode("event", &EventItem::unsent(&e, 4, Some(99))).unwrap();
         assert_eq!(
             item.get(attr::UNSENT_AT),
@@ -379,16 +385,7 @@ mod tests {
 
     #[test]
     fn a_guard_key_can_never_be_a_thread_id() {
-        let (_, e) = Session::new_creating(
-            ThreadId::parse("t-1").unwrap(),
-            "test",
-            Change {
-                event_id: "ev-1".into(),
-                now: Millis(2_000),
-                detail: None,
-            },
-            &Timers::default(),
-        );
+        let e = first_event(None);
         let guard = EventIdGuard::for_event(&e, None);
         assert!(ThreadId::parse(&guard.thread_id).is_err());
     }
