@@ -504,35 +504,22 @@ mod subscription_conformance {
     use std::sync::Arc;
 
     use threadbox_aws::dynamo::{create_subscriptions_table, DynamoSubscriptionStore};
-    use threadbox_testing::subscription_conformance as suite;
+    use threadbox_core::ports::SubscriptionStore;
     use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
 
-    macro_rules! subscription_suite {
-        ($($name:ident),* $(,)?) => {$(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                if !aws_configured(stringify!($name)) {
-                    return;
-                }
-                let table = unique_name("subscriptions");
-                let store = DynamoSubscriptionStore::from_sdk_config(&sdk_config().await, &table);
-                create_subscriptions_table(store.client(), &table)
-                    .await
-                    .expect("create the subscriptions table");
-                suite::$name(Arc::new(store)).await;
-            }
-        )*};
+    async fn store(test: &str) -> Option<(Arc<dyn SubscriptionStore>, ())> {
+        if !aws_configured(test) {
+            return None;
+        }
+        let table = unique_name("subscriptions");
+        let store = DynamoSubscriptionStore::from_sdk_config(&sdk_config().await, &table);
+        create_subscriptions_table(store.client(), &table)
+            .await
+            .expect("create the subscriptions table");
+        Some((Arc::new(store), ()))
     }
 
-    subscription_suite!(
-        connections_are_recorded_and_removed_with_their_subscriptions,
-        subscribe_needs_a_connection_and_resubscribing_moves_the_position,
-        subscribers_are_found_by_thread,
-        advance_is_a_compare_and_set,
-        advance_many_moves_only_the_named_and_up_to_date,
-        concurrent_advances_have_one_winner,
-        reusing_a_connection_id_starts_clean,
-    );
+    threadbox_testing::subscription_conformance_tests!(store);
 }
 
 /// `ApiGatewaySender` against moto's Management API: a post and a close reach it (moto answers

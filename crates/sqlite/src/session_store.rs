@@ -162,31 +162,6 @@ impl SqliteSessionStore {
 }
 
 impl SqliteSessionStore {
-    /// Write `session` and its `events` in one transaction, on `condition`; its conflict when
-    /// the condition failed or an event id was already used, and nothing is written then.
-    async fn write_conditionally(
-        &self,
-        session: &Session,
-        events: &[LifecycleEvent],
-        condition: WriteCondition,
-    ) -> Result<(), StoreError> {
-        let write = SessionWrite::prepare(session, events, self.shards)?;
-        self.count_write();
-        let written = self
-            .db
-            .call(move |conn| {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                if !write.apply(&tx, condition)? {
-                    return Ok(false);
-                }
-                tx.commit()?;
-                Ok(true)
-            })
-            .await
-            .map_err(store_error(STORE))?;
-        condition.written(written, &session.thread_id)
-    }
-
     /// The one text column `sql` (with `args`) selects, row by row.
     async fn select_text(
         &self,
@@ -224,7 +199,7 @@ impl SqliteSessionStore {
 }
 
 /// A session and its events, encoded and ready to be written inside a transaction: alone
-/// (`write_conditionally`) or with a warm pool member's claim (the `warm_pool` module).
+/// (`write_if`) or with a warm pool member's claim (the `warm_pool` module).
 pub(super) struct SessionWrite {
     session: Session,
     json: String,
@@ -381,23 +356,27 @@ impl SessionStore for SqliteSessionStore {
             .transpose()
     }
 
-    async fn insert_new(
+    /// One transaction on `condition`'s statement; false when the condition failed or an event
+    /// id was already used, and nothing is written then.
+    async fn write_if(
         &self,
         session: &Session,
         events: &[LifecycleEvent],
-    ) -> Result<(), StoreError> {
-        self.write_conditionally(session, events, WriteCondition::Absent)
+        condition: WriteCondition,
+    ) -> Result<bool, StoreError> {
+        let write = SessionWrite::prepare(session, events, self.shards)?;
+        self.count_write();
+        self.db
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                if !write.apply(&tx, condition)? {
+                    return Ok(false);
+                }
+                tx.commit()?;
+                Ok(true)
+            })
             .await
-    }
-
-    async fn save(
-        &self,
-        session: &Session,
-        expected_version: u64,
-        events: &[LifecycleEvent],
-    ) -> Result<(), StoreError> {
-        let condition = WriteCondition::read_at(session, expected_version);
-        self.write_conditionally(session, events, condition).await
+            .map_err(store_error(STORE))
     }
 
     async fn due(

@@ -349,53 +349,13 @@ mod tests {
     use super::*;
     use threadbox_testing::subscription_conformance as suite;
 
-    fn store() -> (Arc<SqliteSubscriptionStore>, tempfile::TempDir) {
+    async fn store(_test: &str) -> Option<(Arc<dyn SubscriptionStore>, tempfile::TempDir)> {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteSubscriptionStore::open(dir.path().join("live.db")).unwrap();
-        (Arc::new(store), dir)
+        Some((Arc::new(store), dir))
     }
 
-    #[tokio::test]
-    async fn connections_are_recorded_and_removed_with_their_subscriptions() {
-        let (s, _d) = store();
-        suite::connections_are_recorded_and_removed_with_their_subscriptions(s).await;
-    }
-
-    #[tokio::test]
-    async fn subscribe_needs_a_connection_and_resubscribing_moves_the_position() {
-        let (s, _d) = store();
-        suite::subscribe_needs_a_connection_and_resubscribing_moves_the_position(s).await;
-    }
-
-    #[tokio::test]
-    async fn subscribers_are_found_by_thread() {
-        let (s, _d) = store();
-        suite::subscribers_are_found_by_thread(s).await;
-    }
-
-    #[tokio::test]
-    async fn advance_is_a_compare_and_set() {
-        let (s, _d) = store();
-        suite::advance_is_a_compare_and_set(s).await;
-    }
-
-    #[tokio::test]
-    async fn advance_many_moves_only_the_named_and_up_to_date() {
-        let (s, _d) = store();
-        suite::advance_many_moves_only_the_named_and_up_to_date(s).await;
-    }
-
-    #[tokio::test]
-    async fn concurrent_advances_have_one_winner() {
-        let (s, _d) = store();
-        suite::concurrent_advances_have_one_winner(s).await;
-    }
-
-    #[tokio::test]
-    async fn reusing_a_connection_id_starts_clean() {
-        let (s, _d) = store();
-        suite::reusing_a_connection_id_starts_clean(s).await;
-    }
+    threadbox_testing::subscription_conformance_tests!(store);
 
     #[tokio::test]
     async fn shares_a_database_with_the_session_store() {

@@ -159,21 +159,10 @@ impl DynamoSessionStore {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
-    /// Write `session` under `condition`, alone or with its events in one transaction; the
-    /// condition's conflict when it (or an event's) failed: someone else wrote first. A write of
-    /// ours that landed but whose answer was lost reads as written (`lost_answers`).
+    /// Write `session` under `condition`, alone or with its events in one transaction. `Ok(false)`
+    /// when the condition (or an event's) failed: someone else wrote first. A write of ours that
+    /// landed but whose answer was lost reads as written (`lost_answers`).
     async fn conditional_write(
-        &self,
-        session: &Session,
-        events: &[LifecycleEvent],
-        condition: WriteCondition,
-    ) -> Result<(), StoreError> {
-        let written = self.write_landed(session, events, condition).await?;
-        condition.written(written, &session.thread_id)
-    }
-
-    /// [`Self::conditional_write`]'s write: `Ok(false)` when a condition failed.
-    async fn write_landed(
         &self,
         session: &Session,
         events: &[LifecycleEvent],
@@ -493,22 +482,12 @@ impl SessionStore for DynamoSessionStore {
         output.item.map(decode_session).transpose()
     }
 
-    async fn insert_new(
+    async fn write_if(
         &self,
         session: &Session,
         events: &[LifecycleEvent],
-    ) -> Result<(), StoreError> {
-        self.conditional_write(session, events, WriteCondition::Absent)
-            .await
-    }
-
-    async fn save(
-        &self,
-        session: &Session,
-        expected_version: u64,
-        events: &[LifecycleEvent],
-    ) -> Result<(), StoreError> {
-        let condition = WriteCondition::read_at(session, expected_version);
+        condition: WriteCondition,
+    ) -> Result<bool, StoreError> {
         self.conditional_write(session, events, condition).await
     }
 

@@ -86,8 +86,9 @@ impl StoreError {
 
 /// What a session write is conditional on: the thread having no record yet (`insert_new`), or
 /// its record still at the version it was read at (`save`, a warm pool claim). Every store
-/// writes on one of these and turns a condition that did not hold into its conflict here, so
-/// `AlreadyExists` and `VersionConflict` mean the same whichever store answered.
+/// writes on one of these (`SessionStore::write_if`), and a condition that did not hold becomes
+/// its conflict here, so `AlreadyExists` and `VersionConflict` mean the same whichever store
+/// answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteCondition {
     /// No record for the thread yet.
@@ -154,12 +155,27 @@ pub struct StoreStats {
 pub trait SessionStore: Send + Sync {
     async fn load(&self, thread_id: &ThreadId) -> Result<Option<Session>, StoreError>;
 
+    /// Write `session` and `events` in one atomic write, only if `condition` holds of the
+    /// thread's stored record and no event's seq or id is taken: `Ok(false)` when it does not,
+    /// and nothing is written then. What a store implements; callers use `insert_new` and
+    /// `save`, which turn a `false` into its conflict here, the same for every store.
+    async fn write_if(
+        &self,
+        session: &Session,
+        events: &[LifecycleEvent],
+        condition: WriteCondition,
+    ) -> Result<bool, StoreError>;
+
     /// Write a new session and its first events, only if the thread has no record yet.
     async fn insert_new(
         &self,
         session: &Session,
         events: &[LifecycleEvent],
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        let condition = WriteCondition::Absent;
+        let written = self.write_if(session, events, condition).await?;
+        condition.written(written, &session.thread_id)
+    }
 
     /// Write `session` and `events` in one atomic write, only if the stored version is still
     /// `expected_version`. `session.version` must be `expected_version + 1`.
@@ -168,7 +184,11 @@ pub trait SessionStore: Send + Sync {
         session: &Session,
         expected_version: u64,
         events: &[LifecycleEvent],
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        let condition = WriteCondition::read_at(session, expected_version);
+        let written = self.write_if(session, events, condition).await?;
+        condition.written(written, &session.thread_id)
+    }
 
     /// Sessions in `shard` whose next action is due at or before `due_by`, oldest first.
     /// Reads only due records (an index, never a scan).
