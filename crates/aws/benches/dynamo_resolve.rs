@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 mod support;
-use support::{percentile, sweep_record};
+use support::{percentile, resolve_runs, sweep_record};
 
 use threadbox_aws::dynamo::{create_tables, DynamoConfig, DynamoSessionStore};
 use threadbox_aws::sdk::{load_config, ClientSettings, SdkConfig};
@@ -83,36 +83,16 @@ async fn threadbox(
 
 async fn resolve_active(sdk: &SdkConfig) {
     let (tb, store, _, clock) = threadbox(sdk, "resolve").await;
-    let thread = ThreadId::parse("bench-active").unwrap();
-    tb.resolve(&thread).await.unwrap();
-    for _ in 0..20 {
-        tb.resolve(&thread).await.unwrap();
-    }
     let runs = 300;
-    let before = store.stats();
-    let mut samples = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        clock.advance(Duration::from_millis(1));
-        let started = Instant::now();
-        tb.resolve(&thread).await.unwrap();
-        samples.push(started.elapsed());
-    }
-    let after = store.stats();
-    samples.sort();
+    let (samples, cost) = resolve_runs(&tb, &clock, store.as_ref(), 20, runs).await;
     let per_call = |n: u64| n as f64 / runs as f64;
     println!("resolve of an active thread (DynamoDB store, {runs} runs)");
     println!(
         "  requests per call {:.2} (target: at most 2)",
-        per_call((after.reads - before.reads) + (after.writes - before.writes))
+        per_call(cost.reads + cost.writes)
     );
-    println!(
-        "  reads per call    {:.2}",
-        per_call(after.reads - before.reads)
-    );
-    println!(
-        "  writes per call   {:.2}",
-        per_call(after.writes - before.writes)
-    );
+    println!("  reads per call    {:.2}", per_call(cost.reads));
+    println!("  writes per call   {:.2}", per_call(cost.writes));
     println!("  median            {}", ms(percentile(&samples, 0.5)));
     println!("  p99               {}", ms(percentile(&samples, 0.99)));
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{percentile, sweep_record};
+use support::{percentile, resolve_runs, sweep_record};
 
 use threadbox_core::domain::{ThreadId, Timers};
 use threadbox_core::ports::{Clock, SessionStore};
@@ -57,33 +57,13 @@ async fn resolve_active(path: &std::path::Path) {
     let store = Arc::new(SqliteSessionStore::open(path).unwrap());
     let queue = SqliteQueue::open(path, "lifecycle", QueueConfig::default()).unwrap();
     let (tb, _, clock) = threadbox(store.clone(), queue);
-    let thread = ThreadId::parse("bench-active").unwrap();
-    tb.resolve(&thread).await.unwrap();
-    for _ in 0..100 {
-        tb.resolve(&thread).await.unwrap();
-    }
     let runs = 2_000;
-    let before = store.stats();
-    let mut samples = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        clock.advance(Duration::from_millis(1));
-        let started = Instant::now();
-        tb.resolve(&thread).await.unwrap();
-        samples.push(started.elapsed());
-    }
-    let after = store.stats();
-    samples.sort();
+    let (samples, cost) = resolve_runs(&tb, &clock, store.as_ref(), 100, runs).await;
     println!("resolve of an active thread (SQLite, {runs} runs)");
     println!("  median          {}", ms(percentile(&samples, 0.5)));
     println!("  p99             {}", ms(percentile(&samples, 0.99)));
-    println!(
-        "  reads per call  {:.2}",
-        (after.reads - before.reads) as f64 / runs as f64
-    );
-    println!(
-        "  writes per call {:.2}",
-        (after.writes - before.writes) as f64 / runs as f64
-    );
+    println!("  reads per call  {:.2}", cost.reads as f64 / runs as f64);
+    println!("  writes per call {:.2}", cost.writes as f64 / runs as f64);
 }
 
 async fn sweep_due(path: &std::path::Path, sessions: usize) {

@@ -6,7 +6,6 @@
 //! The warm pool's members share the file (`pool_members`, written by the `warm_pool` module).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -16,7 +15,7 @@ use rusqlite::{params, params_from_iter, OptionalExtension, TransactionBehavior}
 use super::database::{has_table, store_error, Database, DatabaseError};
 use threadbox_core::domain::{LifecycleEvent, Millis, Session, Status, ThreadId};
 use threadbox_core::ports::{
-    Page, Purged, SessionStore, StoreError, StoreKind, StoreStats, WriteCondition,
+    Page, Purged, SessionStore, StatsCounter, StoreError, StoreKind, StoreStats, WriteCondition,
 };
 
 /// The store this module's errors name.
@@ -74,18 +73,11 @@ const RETIRED_STATUSES: [Status; 2] = [Status::Destroyed, Status::Expired];
 /// Default number of janitor shards; enough to spread work, few enough to query cheaply.
 pub const DEFAULT_SHARDS: u32 = 8;
 
-#[derive(Default)]
-struct Counters {
-    reads: AtomicU64,
-    writes: AtomicU64,
-    rows_read: AtomicU64,
-}
-
 #[derive(Clone)]
 pub struct SqliteSessionStore {
     db: Database,
     shards: u32,
-    counters: Arc<Counters>,
+    counters: Arc<StatsCounter>,
 }
 
 impl SqliteSessionStore {
@@ -117,14 +109,11 @@ impl SqliteSessionStore {
     }
 
     pub(super) fn count_read(&self, rows: usize) {
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .rows_read
-            .fetch_add(rows as u64, Ordering::Relaxed);
+        self.counters.read(rows);
     }
 
     pub(super) fn count_write(&self) {
-        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters.write();
     }
 
     /// Insert many sessions in one transaction, bypassing the version checks; for benchmarks
@@ -555,11 +544,7 @@ impl SessionStore for SqliteSessionStore {
     }
 
     fn stats(&self) -> StoreStats {
-        StoreStats {
-            reads: self.counters.reads.load(Ordering::Relaxed),
-            writes: self.counters.writes.load(Ordering::Relaxed),
-            rows_read: self.counters.rows_read.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 }
 

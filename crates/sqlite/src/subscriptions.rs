@@ -95,6 +95,24 @@ const SUBSCRIPTION_SELECT: &str = "
     SELECT s.connection_id, s.thread_id, s.last_seq, c.expires_at
     FROM live_subscriptions s JOIN live_connections c USING (connection_id)";
 
+impl SqliteSubscriptionStore {
+    /// The subscriptions `filter` (a WHERE and ORDER BY clause on `s`, with `?1`) selects.
+    async fn select_subscriptions(
+        &self,
+        filter: &'static str,
+        arg: String,
+    ) -> Result<Vec<Subscription>, StoreError> {
+        self.db
+            .call(move |conn| {
+                let mut stmt = conn.prepare_cached(&format!("{SUBSCRIPTION_SELECT} {filter}"))?;
+                let rows = stmt.query_map([arg], subscription)?;
+                collect(rows)
+            })
+            .await
+            .map_err(store_error(STORE))?
+    }
+}
+
 fn collect(
     rows: impl Iterator<Item = rusqlite::Result<Result<Subscription, StoreError>>>,
 ) -> rusqlite::Result<Result<Vec<Subscription>, StoreError>> {
@@ -257,31 +275,19 @@ impl SubscriptionStore for SqliteSubscriptionStore {
     }
 
     async fn subscriptions_of(&self, connection_id: &str) -> Result<Vec<Subscription>, StoreError> {
-        let id = connection_id.to_owned();
-        self.db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(&format!(
-                    "{SUBSCRIPTION_SELECT} WHERE s.connection_id = ?1 ORDER BY s.thread_id"
-                ))?;
-                let rows = stmt.query_map([id], subscription)?;
-                collect(rows)
-            })
-            .await
-            .map_err(store_error(STORE))?
+        self.select_subscriptions(
+            "WHERE s.connection_id = ?1 ORDER BY s.thread_id",
+            connection_id.to_owned(),
+        )
+        .await
     }
 
     async fn subscribers(&self, thread_id: &ThreadId) -> Result<Vec<Subscription>, StoreError> {
-        let thread = thread_id.as_str().to_owned();
-        self.db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(&format!(
-                    "{SUBSCRIPTION_SELECT} WHERE s.thread_id = ?1 ORDER BY s.connection_id"
-                ))?;
-                let rows = stmt.query_map([thread], subscription)?;
-                collect(rows)
-            })
-            .await
-            .map_err(store_error(STORE))?
+        self.select_subscriptions(
+            "WHERE s.thread_id = ?1 ORDER BY s.connection_id",
+            thread_id.as_str().to_owned(),
+        )
+        .await
     }
 
     async fn advance(

@@ -1,10 +1,16 @@
 //! What the store benchmarks share: their percentiles and the records of a sweep's table.
 
-use std::time::Duration;
+// Each benchmark includes this module and uses a part of it.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
 
 use threadbox_core::domain::{Cause, Change, Command, Millis, Session, ThreadId, Timers};
-use threadbox_core::ports::{CreateSandbox, NetworkProfile, SandboxOwner, SandboxProvider};
-use threadbox_testing::InMemoryProvider;
+use threadbox_core::ports::{
+    CreateSandbox, NetworkProfile, SandboxOwner, SandboxProvider, SessionStore, StoreStats,
+};
+use threadbox_core::usecases::Threadbox;
+use threadbox_testing::{InMemoryProvider, ManualClock};
 
 /// The `p` quantile of `sorted` (zero for no samples).
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -60,4 +66,36 @@ pub async fn sweep_record(
             .unwrap();
     }
     s
+}
+
+/// Resolve the active thread `bench-active` `runs` times (after `warmup` resolves that create it
+/// and settle it), a millisecond apart on `clock`: the latencies, sorted, and the store work
+/// the measured runs cost.
+pub async fn resolve_runs(
+    tb: &Threadbox,
+    clock: &ManualClock,
+    store: &dyn SessionStore,
+    warmup: usize,
+    runs: usize,
+) -> (Vec<Duration>, StoreStats) {
+    let thread = ThreadId::parse("bench-active").unwrap();
+    for _ in 0..=warmup {
+        tb.resolve(&thread).await.unwrap();
+    }
+    let before = store.stats();
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        clock.advance(Duration::from_millis(1));
+        let started = Instant::now();
+        tb.resolve(&thread).await.unwrap();
+        samples.push(started.elapsed());
+    }
+    let after = store.stats();
+    samples.sort();
+    let cost = StoreStats {
+        reads: after.reads - before.reads,
+        writes: after.writes - before.writes,
+        rows_read: after.rows_read - before.rows_read,
+    };
+    (samples, cost)
 }

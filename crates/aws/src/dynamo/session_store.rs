@@ -8,7 +8,6 @@
 //! active thread at two requests: one `GetItem`, one `PutItem`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +29,7 @@ use super::schema::{attr, DUE_INDEX, LIST_INDEX, SESSION_KIND, UNSENT_INDEX};
 use super::ttl::{expiry_in, now_secs};
 use threadbox_core::domain::{LifecycleEvent, Millis, Session, ThreadId};
 use threadbox_core::ports::{
-    Page, SessionStore, StoreError, StoreKind, StoreStats, WriteCondition,
+    Page, SessionStore, StatsCounter, StoreError, StoreKind, StoreStats, WriteCondition,
 };
 
 /// The store this module's errors name.
@@ -43,19 +42,12 @@ const MAX_LIST_PAGE: usize = 100;
 /// How many `mark_sent` updates run at once.
 const MARK_SENT_CONCURRENCY: usize = 8;
 
-#[derive(Default)]
-struct Counters {
-    reads: AtomicU64,
-    writes: AtomicU64,
-    rows_read: AtomicU64,
-}
-
 /// The session store on DynamoDB. Cheap to clone; build one per process.
 #[derive(Clone)]
 pub struct DynamoSessionStore {
     client: Client,
     config: Arc<DynamoConfig>,
-    counters: Arc<Counters>,
+    counters: Arc<StatsCounter>,
 }
 
 impl DynamoSessionStore {
@@ -82,14 +74,11 @@ impl DynamoSessionStore {
     }
 
     pub(super) fn count_read(&self, rows: usize) {
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .rows_read
-            .fetch_add(rows as u64, Ordering::Relaxed);
+        self.counters.read(rows);
     }
 
     pub(super) fn count_write(&self) {
-        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters.write();
     }
 
     /// When history written now may be removed by TTL (epoch seconds), if ever.
@@ -670,10 +659,6 @@ impl SessionStore for DynamoSessionStore {
     }
 
     fn stats(&self) -> StoreStats {
-        StoreStats {
-            reads: self.counters.reads.load(Ordering::Relaxed),
-            writes: self.counters.writes.load(Ordering::Relaxed),
-            rows_read: self.counters.rows_read.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 }

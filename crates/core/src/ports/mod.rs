@@ -25,7 +25,8 @@ pub use provider::exec_files;
 pub use provider::*;
 pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage};
 pub use session_store::{
-    Page, Purged, SessionStore, StoreError, StoreFailure, StoreKind, StoreStats, WriteCondition,
+    Page, Purged, SessionStore, StatsCounter, StoreError, StoreFailure, StoreKind, StoreStats,
+    WriteCondition,
 };
 pub use slack_api::{
     is_ts, ApiErrorCode, EphemeralMessage, FileUpload, PostMessage, Posted, SlackApi, SlackError,

@@ -1,5 +1,7 @@
 //! The session store port: where session records and their lifecycle events live.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use async_trait::async_trait;
 
 use crate::domain::{LifecycleEvent, Millis, Session, ThreadId};
@@ -149,6 +151,36 @@ pub struct StoreStats {
     pub writes: u64,
     /// Records that queries returned or examined.
     pub rows_read: u64,
+}
+
+/// The counters behind [`SessionStore::stats`], for the stores that count their work. Shared
+/// by a store's clones; counting is relaxed (the figures are for benchmarks and tests).
+#[derive(Debug, Default)]
+pub struct StatsCounter {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    rows_read: AtomicU64,
+}
+
+impl StatsCounter {
+    /// One round trip that read, returning `rows` records.
+    pub fn read(&self, rows: usize) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.rows_read.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    /// One round trip that wrote.
+    pub fn write(&self) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            reads: self.reads.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            rows_read: self.rows_read.load(Ordering::Relaxed),
+        }
+    }
 }
 
 #[async_trait]
