@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension, Row};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, OptionalExtension, Row};
 
 use super::database::{store_error, Database};
 use threadbox_core::domain::{Millis, ThreadId, ThreadScope};
@@ -96,6 +97,26 @@ const SUBSCRIPTION_SELECT: &str = "
     FROM live_subscriptions s JOIN live_connections c USING (connection_id)";
 
 impl SqliteSubscriptionStore {
+    /// Run `sql` on one subscription (`?1` the connection, `?2` the thread, `more` from `?3`):
+    /// true when it changed that row.
+    async fn changes_one(
+        &self,
+        sql: &'static str,
+        connection_id: &str,
+        thread_id: &ThreadId,
+        more: Vec<Value>,
+    ) -> Result<bool, StoreError> {
+        let mut args = vec![
+            Value::from(connection_id.to_owned()),
+            Value::from(thread_id.as_str().to_owned()),
+        ];
+        args.extend(more);
+        self.db
+            .call(move |conn| conn.execute(sql, params_from_iter(args)).map(|n| n == 1))
+            .await
+            .map_err(store_error(STORE))
+    }
+
     /// The subscriptions `filter` (a WHERE and ORDER BY clause on `s`, with `?1`) selects.
     async fn select_subscriptions(
         &self,
@@ -236,18 +257,9 @@ impl SubscriptionStore for SqliteSubscriptionStore {
         connection_id: &str,
         thread_id: &ThreadId,
     ) -> Result<bool, StoreError> {
-        let id = connection_id.to_owned();
-        let thread = thread_id.as_str().to_owned();
-        self.db
-            .call(move |conn| {
-                conn.execute(
-                    "DELETE FROM live_subscriptions WHERE connection_id = ?1 AND thread_id = ?2",
-                    params![id, thread],
-                )
-                .map(|n| n == 1)
-            })
+        let sql = "DELETE FROM live_subscriptions WHERE connection_id = ?1 AND thread_id = ?2";
+        self.changes_one(sql, connection_id, thread_id, vec![])
             .await
-            .map_err(store_error(STORE))
     }
 
     async fn subscription(
@@ -297,19 +309,10 @@ impl SubscriptionStore for SqliteSubscriptionStore {
         from: u64,
         to: u64,
     ) -> Result<bool, StoreError> {
-        let id = connection_id.to_owned();
-        let thread = thread_id.as_str().to_owned();
-        self.db
-            .call(move |conn| {
-                conn.execute(
-                    "UPDATE live_subscriptions SET last_seq = ?4
-                     WHERE connection_id = ?1 AND thread_id = ?2 AND last_seq = ?3",
-                    params![id, thread, from as i64, to as i64],
-                )
-                .map(|n| n == 1)
-            })
-            .await
-            .map_err(store_error(STORE))
+        let sql = "UPDATE live_subscriptions SET last_seq = ?4
+                   WHERE connection_id = ?1 AND thread_id = ?2 AND last_seq = ?3";
+        let more = vec![Value::from(from as i64), Value::from(to as i64)];
+        self.changes_one(sql, connection_id, thread_id, more).await
     }
 
     async fn advance_many(
