@@ -230,7 +230,8 @@ mod tests {
         let garbage = dir.path().join("garbage.db");
         std::fs::write(&garbage, vec![0x42u8; 8192]).unwrap();
         let missing = dir.path().join("missing-dir/threadbox.db");
-        let opens: [(&str, fn(&Path) -> Option<StoreError>); 6] = [
+        type Open = fn(&Path) -> Option<StoreError>;
+        let opens: [(&str, Open); 6] = [
             ("session", |p| SqliteSessionStore::open(p).err()),
             ("dedupe", |p| SqliteDedupe::open(p).err()),
             ("subscription", |p| SqliteSubscriptionStore::open(p).err()),
