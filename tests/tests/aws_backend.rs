@@ -10,11 +10,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use threadbox_aws::dynamo::{create_tables, DynamoSessionStore};
+use threadbox_aws::dynamo::{create_tables, DynamoDedupe, DynamoSessionStore};
 use threadbox_aws::sdk::{load_config, ClientSettings};
 use threadbox_aws::sqs::{create_fifo_queue, SqsQueue};
 use threadbox_core::domain::ThreadId;
-use threadbox_core::ports::{DurableQueue, OutgoingMessage, QueueError, SessionStore, StoreError};
+use threadbox_core::ports::{
+    DedupeStore, DurableQueue, OutgoingMessage, QueueError, SessionStore, StoreError,
+};
 use threadbox_testing::lifecycle_conformance::Harness;
 use threadbox_testing::queue_conformance as queue;
 use threadbox_testing::store_conformance as store;
@@ -290,6 +292,20 @@ async fn an_unreachable_store_is_unavailable_quickly_and_writes_nothing() {
     eprintln!("unreachable DynamoDB answered Unavailable in {took:?}: {err}");
     let err = store.load(&session.thread_id).await.unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("session store unavailable: DynamoDB GetItem"),
+        "{err}"
+    );
+    // Every other store names itself, not the session store.
+    let dedupe = DynamoDedupe::new(store.client().clone(), "tb-unreachable-dedupe");
+    let err = dedupe.contains("k").await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("dedupe store unavailable: DynamoDB GetItem tb-unreachable-dedupe"),
+        "{err}"
+    );
 
     assert_eq!(reachable.load(&session.thread_id).await.unwrap(), None);
     assert!(reachable
@@ -488,35 +504,22 @@ mod subscription_conformance {
     use std::sync::Arc;
 
     use threadbox_aws::dynamo::{create_subscriptions_table, DynamoSubscriptionStore};
-    use threadbox_testing::subscription_conformance as suite;
+    use threadbox_core::ports::SubscriptionStore;
     use threadbox_tests::aws::{aws_configured, sdk_config, unique_name};
 
-    macro_rules! subscription_suite {
-        ($($name:ident),* $(,)?) => {$(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                if !aws_configured(stringify!($name)) {
-                    return;
-                }
-                let table = unique_name("subscriptions");
-                let store = DynamoSubscriptionStore::from_sdk_config(&sdk_config().await, &table);
-                create_subscriptions_table(store.client(), &table)
-                    .await
-                    .expect("create the subscriptions table");
-                suite::$name(Arc::new(store)).await;
-            }
-        )*};
+    async fn store(test: &str) -> Option<(Arc<dyn SubscriptionStore>, ())> {
+        if !aws_configured(test) {
+            return None;
+        }
+        let table = unique_name("subscriptions");
+        let store = DynamoSubscriptionStore::from_sdk_config(&sdk_config().await, &table);
+        create_subscriptions_table(store.client(), &table)
+            .await
+            .expect("create the subscriptions table");
+        Some((Arc::new(store), ()))
     }
 
-    subscription_suite!(
-        connections_are_recorded_and_removed_with_their_subscriptions,
-        subscribe_needs_a_connection_and_resubscribing_moves_the_position,
-        subscribers_are_found_by_thread,
-        advance_is_a_compare_and_set,
-        advance_many_moves_only_the_named_and_up_to_date,
-        concurrent_advances_have_one_winner,
-        reusing_a_connection_id_starts_clean,
-    );
+    threadbox_testing::subscription_conformance_tests!(store);
 }
 
 /// `ApiGatewaySender` against moto's Management API: a post and a close reach it (moto answers

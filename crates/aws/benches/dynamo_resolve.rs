@@ -17,21 +17,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+mod support;
+use support::{percentile, resolve_runs, sweep_record};
+
 use threadbox_aws::dynamo::{create_tables, DynamoConfig, DynamoSessionStore};
 use threadbox_aws::sdk::{load_config, ClientSettings, SdkConfig};
 use threadbox_aws::sqs::{create_fifo_queue, SqsQueue};
-use threadbox_core::domain::{Cause, Change, Command, Session, ThreadId, Timers};
-use threadbox_core::ports::{
-    Clock, CreateSandbox, NetworkProfile, SandboxOwner, SandboxProvider, SessionStore,
-};
+use threadbox_core::domain::{ThreadId, Timers};
+use threadbox_core::ports::{Clock, SessionStore};
 use threadbox_core::usecases::{SweepOptions, Threadbox};
 use threadbox_testing::lifecycle_conformance::test_config;
 use threadbox_testing::{InMemoryProvider, ManualClock};
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx]
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
@@ -87,36 +83,16 @@ async fn threadbox(
 
 async fn resolve_active(sdk: &SdkConfig) {
     let (tb, store, _, clock) = threadbox(sdk, "resolve").await;
-    let thread = ThreadId::parse("bench-active").unwrap();
-    tb.resolve(&thread).await.unwrap();
-    for _ in 0..20 {
-        tb.resolve(&thread).await.unwrap();
-    }
     let runs = 300;
-    let before = store.stats();
-    let mut samples = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        clock.advance(Duration::from_millis(1));
-        let started = Instant::now();
-        tb.resolve(&thread).await.unwrap();
-        samples.push(started.elapsed());
-    }
-    let after = store.stats();
-    samples.sort();
+    let (samples, cost) = resolve_runs(&tb, &clock, store.as_ref(), 20, runs).await;
     let per_call = |n: u64| n as f64 / runs as f64;
     println!("resolve of an active thread (DynamoDB store, {runs} runs)");
     println!(
         "  requests per call {:.2} (target: at most 2)",
-        per_call((after.reads - before.reads) + (after.writes - before.writes))
+        per_call(cost.reads + cost.writes)
     );
-    println!(
-        "  reads per call    {:.2}",
-        per_call(after.reads - before.reads)
-    );
-    println!(
-        "  writes per call   {:.2}",
-        per_call(after.writes - before.writes)
-    );
+    println!("  reads per call    {:.2}", per_call(cost.reads));
+    println!("  writes per call   {:.2}", per_call(cost.writes));
     println!("  median            {}", ms(percentile(&samples, 0.5)));
     println!("  p99               {}", ms(percentile(&samples, 0.99)));
 }
@@ -133,42 +109,7 @@ async fn sweep_due(sdk: &SdkConfig, sessions: usize) {
     let mut records = Vec::with_capacity(sessions);
     for i in 0..sessions {
         let thread = ThreadId::parse(&format!("bench-{i:07}")).unwrap();
-        let is_due = i % 100 == 0;
-        let at = if is_due {
-            now.minus(timers.idle_pause * 2)
-        } else {
-            now
-        };
-        let change = |n: u64| Change {
-            event_id: format!("bench-{i}-{n}"),
-            now: at,
-            detail: None,
-        };
-        let (mut s, _) = Session::new_creating(thread.clone(), "memory", change(1), &timers);
-        let sandbox_id = if is_due {
-            let owner = SandboxOwner {
-                thread_id: thread,
-                generation: s.generation,
-            };
-            let request = CreateSandbox {
-                owner,
-                network: NetworkProfile::Restricted,
-                timeout: Duration::from_secs(900),
-                env: Default::default(),
-            };
-            provider.create(request).await.unwrap().sandbox_id
-        } else {
-            format!("paused-{i}")
-        };
-        s.bind_sandbox(sandbox_id, None);
-        s.apply(Command::CreateSucceeded, Cause::User, change(2), &timers)
-            .unwrap();
-        if !is_due {
-            s.apply(Command::Pause, Cause::Idle, change(3), &timers)
-                .unwrap();
-            s.apply(Command::PauseSucceeded, Cause::Idle, change(4), &timers)
-                .unwrap();
-        }
+        let s = sweep_record(&provider, thread, i, i % 100 == 0, now, &timers).await;
         records.push(s);
     }
     let inserts: Vec<_> = records.iter().map(|s| store.insert_new(s, &[])).collect();

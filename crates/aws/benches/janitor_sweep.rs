@@ -28,10 +28,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
-use threadbox_core::domain::{Cause, Change, Command, Session, ThreadId, Timers};
-use threadbox_core::ports::{
-    Clock, CreateSandbox, DurableQueue, NetworkProfile, SandboxOwner, SandboxProvider, SessionStore,
-};
+mod support;
+use support::{percentile, sweep_record};
+
+use threadbox_core::domain::{ThreadId, Timers};
+use threadbox_core::ports::{Clock, DurableQueue, SessionStore};
 use threadbox_core::usecases::{SweepOptions, Threadbox, TransitionOutcome};
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
 use threadbox_testing::lifecycle_conformance::test_config;
@@ -42,13 +43,6 @@ fn env_number(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.replace('_', "").parse().ok())
         .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn ms(d: Duration) -> f64 {
@@ -92,41 +86,10 @@ async fn main() {
     for i in 0..sessions {
         let is_due = i % every == 0 && due_built < due;
         let thread = ThreadId::parse(&format!("slack:T0BENCH01:C0BENCH01:{i:010}.000100")).unwrap();
-        let at = if is_due {
-            now.minus(timers.idle_pause * 2)
-        } else {
-            now
-        };
-        let change = |n: u64| Change {
-            event_id: format!("bench-{i}-{n}"),
-            now: at,
-            detail: None,
-        };
-        let (mut s, _) = Session::new_creating(thread.clone(), "memory", change(1), &timers);
-        let sandbox_id = if is_due {
+        if is_due {
             due_built += 1;
-            let request = CreateSandbox {
-                owner: SandboxOwner {
-                    thread_id: thread,
-                    generation: s.generation,
-                },
-                network: NetworkProfile::Restricted,
-                timeout: Duration::from_secs(900),
-                env: Default::default(),
-            };
-            provider.create(request).await.unwrap().sandbox_id
-        } else {
-            format!("paused-{i}")
-        };
-        s.bind_sandbox(sandbox_id, None);
-        s.apply(Command::CreateSucceeded, Cause::User, change(2), &timers)
-            .unwrap();
-        if !is_due {
-            s.apply(Command::Pause, Cause::Idle, change(3), &timers)
-                .unwrap();
-            s.apply(Command::PauseSucceeded, Cause::Idle, change(4), &timers)
-                .unwrap();
         }
+        let mut s = sweep_record(&provider, thread, i, is_due, now, &timers).await;
         s.version = 1;
         if i == 0 {
             record_bytes = serde_json::to_string(&s).unwrap().len();

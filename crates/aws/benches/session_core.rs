@@ -12,19 +12,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use threadbox_core::domain::{Cause, Change, Command, Session, ThreadId, Timers};
-use threadbox_core::ports::{
-    Clock, CreateSandbox, NetworkProfile, SandboxOwner, SandboxProvider, SessionStore,
-};
+mod support;
+use support::{percentile, resolve_runs, sweep_record};
+
+use threadbox_core::domain::{ThreadId, Timers};
+use threadbox_core::ports::{Clock, SessionStore};
 use threadbox_core::usecases::{SweepOptions, Threadbox};
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
 use threadbox_testing::lifecycle_conformance::test_config;
 use threadbox_testing::{InMemoryProvider, ManualClock};
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx]
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
@@ -61,33 +57,13 @@ async fn resolve_active(path: &std::path::Path) {
     let store = Arc::new(SqliteSessionStore::open(path).unwrap());
     let queue = SqliteQueue::open(path, "lifecycle", QueueConfig::default()).unwrap();
     let (tb, _, clock) = threadbox(store.clone(), queue);
-    let thread = ThreadId::parse("bench-active").unwrap();
-    tb.resolve(&thread).await.unwrap();
-    for _ in 0..100 {
-        tb.resolve(&thread).await.unwrap();
-    }
     let runs = 2_000;
-    let before = store.stats();
-    let mut samples = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        clock.advance(Duration::from_millis(1));
-        let started = Instant::now();
-        tb.resolve(&thread).await.unwrap();
-        samples.push(started.elapsed());
-    }
-    let after = store.stats();
-    samples.sort();
+    let (samples, cost) = resolve_runs(&tb, &clock, store.as_ref(), 100, runs).await;
     println!("resolve of an active thread (SQLite, {runs} runs)");
     println!("  median          {}", ms(percentile(&samples, 0.5)));
     println!("  p99             {}", ms(percentile(&samples, 0.99)));
-    println!(
-        "  reads per call  {:.2}",
-        (after.reads - before.reads) as f64 / runs as f64
-    );
-    println!(
-        "  writes per call {:.2}",
-        (after.writes - before.writes) as f64 / runs as f64
-    );
+    println!("  reads per call  {:.2}", cost.reads as f64 / runs as f64);
+    println!("  writes per call {:.2}", cost.writes as f64 / runs as f64);
 }
 
 async fn sweep_due(path: &std::path::Path, sessions: usize) {
@@ -104,41 +80,7 @@ async fn sweep_due(path: &std::path::Path, sessions: usize) {
     let mut batch = Vec::with_capacity(10_000);
     for i in 0..sessions {
         let thread = ThreadId::parse(&format!("bench-{i:07}")).unwrap();
-        let idle_since = if i % 100 == 0 {
-            now.minus(timers.idle_pause * 2)
-        } else {
-            now
-        };
-        let change = |n: u64| Change {
-            event_id: format!("bench-{i}-{n}"),
-            now: idle_since,
-            detail: None,
-        };
-        let (mut s, _) = Session::new_creating(thread.clone(), "memory", change(1), &timers);
-        let sandbox_id = if i % 100 == 0 {
-            let owner = SandboxOwner {
-                thread_id: thread,
-                generation: s.generation,
-            };
-            let request = CreateSandbox {
-                owner,
-                network: NetworkProfile::Restricted,
-                timeout: Duration::from_secs(900),
-                env: Default::default(),
-            };
-            provider.create(request).await.unwrap().sandbox_id
-        } else {
-            format!("paused-{i}")
-        };
-        s.bind_sandbox(sandbox_id, None);
-        s.apply(Command::CreateSucceeded, Cause::User, change(2), &timers)
-            .unwrap();
-        if i % 100 != 0 {
-            s.apply(Command::Pause, Cause::Idle, change(3), &timers)
-                .unwrap();
-            s.apply(Command::PauseSucceeded, Cause::Idle, change(4), &timers)
-                .unwrap();
-        }
+        let mut s = sweep_record(&provider, thread, i, i % 100 == 0, now, &timers).await;
         s.version = 1;
         batch.push(s);
         if batch.len() == 10_000 {

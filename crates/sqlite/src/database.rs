@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
+use threadbox_core::ports::{StoreError, StoreKind};
 use tokio::sync::Mutex;
 
 /// How long one call may wait in all before giving up: for its turn at this process's
@@ -41,6 +42,22 @@ pub enum DatabaseError {
     /// each of them is waiting for a write lock another process holds.
     #[error("SQLite database {path} is busy: database is locked (no turn at the connection within {waited:?})")]
     Busy { path: PathBuf, waited: Duration },
+}
+
+impl DatabaseError {
+    /// This failure as `store`'s: a file that is not a database holds corrupt records; anything
+    /// else (locked, busy, gone) leaves the store unavailable, worth another try.
+    pub fn in_store(self, store: StoreKind) -> StoreError {
+        match self {
+            DatabaseError::Corrupt { .. } => StoreError::corrupt(store, self.to_string()),
+            other => StoreError::unavailable(store, other.to_string()),
+        }
+    }
+}
+
+/// [`DatabaseError::in_store`] for `map_err`: every SQLite store maps its errors through this.
+pub(crate) fn store_error(store: StoreKind) -> impl Fn(DatabaseError) -> StoreError {
+    move |err| err.in_store(store)
 }
 
 /// A handle to one database file. Cheap to clone; calls run on Tokio's blocking pool so they
@@ -200,6 +217,46 @@ mod tests {
         let err = Database::open(&path, "CREATE TABLE IF NOT EXISTS t (x)").unwrap_err();
         assert!(matches!(err, DatabaseError::Corrupt { .. }), "{err:?}");
         assert!(err.to_string().contains("garbage.db"), "{err}");
+    }
+
+    /// Each store's errors name that store, not "session store" for all of them.
+    #[tokio::test]
+    async fn every_store_names_itself_in_its_errors() {
+        use crate::{
+            SqliteDedupe, SqliteSessionStore, SqliteSlackSink, SqliteSlackStatusStore,
+            SqliteSlackUserThreads, SqliteSubscriptionStore,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("garbage.db");
+        std::fs::write(&garbage, vec![0x42u8; 8192]).unwrap();
+        let missing = dir.path().join("missing-dir/threadbox.db");
+        type Open = fn(&Path) -> Option<StoreError>;
+        let opens: [(&str, Open); 6] = [
+            ("session", |p| SqliteSessionStore::open(p).err()),
+            ("dedupe", |p| SqliteDedupe::open(p).err()),
+            ("subscription", |p| SqliteSubscriptionStore::open(p).err()),
+            ("Slack status", |p| SqliteSlackStatusStore::open(p).err()),
+            ("Slack user threads", |p| {
+                SqliteSlackUserThreads::open(p).err()
+            }),
+            ("Slack sink", |p| SqliteSlackSink::open(p).err()),
+        ];
+        for (store, open) in opens {
+            let err = open(&garbage).expect("a corrupt file is refused");
+            assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("{store} store holds a corrupt record: ")),
+                "{err}"
+            );
+            let err = open(&missing).expect("a missing directory is refused");
+            assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("{store} store unavailable: ")),
+                "{err}"
+            );
+        }
     }
 
     #[tokio::test]

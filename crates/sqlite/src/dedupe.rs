@@ -6,8 +6,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use rusqlite::params;
 
-use super::database::{Database, DatabaseError};
-use threadbox_core::ports::{DedupeStore, StoreError};
+use super::database::{store_error, Database};
+use threadbox_core::ports::{DedupeStore, StoreError, StoreKind};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::Dedupe;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS dedupe (
@@ -33,16 +36,9 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-fn unavailable(err: DatabaseError) -> StoreError {
-    match err {
-        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
 impl SqliteDedupe {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let db = Database::open(path, SCHEMA).map_err(unavailable)?;
+        let db = Database::open(path, SCHEMA).map_err(store_error(STORE))?;
         Ok(Self {
             db,
             claims: Default::default(),
@@ -75,7 +71,7 @@ impl DedupeStore for SqliteDedupe {
                 Ok(changed == 1)
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn contains(&self, key: &str) -> Result<bool, StoreError> {
@@ -90,7 +86,7 @@ impl DedupeStore for SqliteDedupe {
                 )
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn release(&self, key: &str) -> Result<(), StoreError> {
@@ -101,6 +97,6 @@ impl DedupeStore for SqliteDedupe {
                     .map(|_| ())
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 }

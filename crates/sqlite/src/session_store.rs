@@ -6,15 +6,20 @@
 //! The warm pool's members share the file (`pool_members`, written by the `warm_pool` module).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, OptionalExtension, TransactionBehavior};
 
-use super::database::{has_table, Database, DatabaseError};
+use super::database::{has_table, store_error, Database, DatabaseError};
 use threadbox_core::domain::{LifecycleEvent, Millis, Session, Status, ThreadId};
-use threadbox_core::ports::{Page, Purged, SessionStore, StoreError, StoreStats};
+use threadbox_core::ports::{
+    Page, Purged, SessionStore, StatsCounter, StoreError, StoreKind, StoreStats, WriteCondition,
+};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::Session;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS sessions (
@@ -68,18 +73,11 @@ const RETIRED_STATUSES: [Status; 2] = [Status::Destroyed, Status::Expired];
 /// Default number of janitor shards; enough to spread work, few enough to query cheaply.
 pub const DEFAULT_SHARDS: u32 = 8;
 
-#[derive(Default)]
-struct Counters {
-    reads: AtomicU64,
-    writes: AtomicU64,
-    rows_read: AtomicU64,
-}
-
 #[derive(Clone)]
 pub struct SqliteSessionStore {
     db: Database,
     shards: u32,
-    counters: Arc<Counters>,
+    counters: Arc<StatsCounter>,
 }
 
 impl SqliteSessionStore {
@@ -88,7 +86,7 @@ impl SqliteSessionStore {
     }
 
     pub fn open_with_shards(path: impl AsRef<Path>, shards: u32) -> Result<Self, StoreError> {
-        let db = Database::open(path, SCHEMA).map_err(store_error)?;
+        let db = Database::open(path, SCHEMA).map_err(store_error(STORE))?;
         db.call_blocking(|conn| {
             let has_retired_at = conn
                 .prepare("SELECT 1 FROM pragma_table_info('sessions') WHERE name = 'retired_at'")?
@@ -98,7 +96,7 @@ impl SqliteSessionStore {
             }
             conn.execute_batch(RETIRED_INDEX)
         })
-        .map_err(store_error)?;
+        .map_err(store_error(STORE))?;
         Ok(Self {
             db,
             shards: shards.max(1),
@@ -111,14 +109,11 @@ impl SqliteSessionStore {
     }
 
     pub(super) fn count_read(&self, rows: usize) {
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .rows_read
-            .fetch_add(rows as u64, Ordering::Relaxed);
+        self.counters.read(rows);
     }
 
     pub(super) fn count_write(&self) {
-        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters.write();
     }
 
     /// Insert many sessions in one transaction, bypassing the version checks; for benchmarks
@@ -127,7 +122,7 @@ impl SqliteSessionStore {
         let shards = self.shards;
         let rows = sessions
             .into_iter()
-            .map(|s| Ok((s.thread_id.shard(shards), encode(&s)?, s)))
+            .map(|s| Ok((s.thread_id.shard(shards), encode(STORE, &s)?, s)))
             .collect::<Result<Vec<_>, StoreError>>()?;
         self.db
             .call(move |conn| {
@@ -151,34 +146,40 @@ impl SqliteSessionStore {
                 tx.commit()
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 }
 
 impl SqliteSessionStore {
-    /// Write `session` and its `events` in one transaction, on the condition its statement
-    /// carries: no row yet (`expected_version` None, an insert) or the row still at
-    /// `expected_version` (an update). False when the condition failed or an event id was
-    /// already used; nothing is written then.
-    async fn write_conditionally(
+    /// The one text column `sql` (with `args`) selects, row by row.
+    async fn select_text(
         &self,
-        session: &Session,
-        events: &[LifecycleEvent],
-        expected_version: Option<u64>,
-    ) -> Result<bool, StoreError> {
-        let write = SessionWrite::prepare(session, events, self.shards)?;
-        self.count_write();
+        sql: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Vec<String>, DatabaseError> {
         self.db
             .call(move |conn| {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                if !write.apply(&tx, expected_version)? {
-                    return Ok(false);
-                }
-                tx.commit()?;
-                Ok(true)
+                let mut stmt = conn.prepare_cached(sql)?;
+                let rows = stmt
+                    .query_map(params_from_iter(args), |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                Ok(rows)
             })
             .await
-            .map_err(store_error)
+    }
+
+    /// The events whose bodies `sql` (with `args`) selects, in its order: one counted read.
+    async fn select_events(
+        &self,
+        sql: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Vec<LifecycleEvent>, StoreError> {
+        let bodies = self
+            .select_text(sql, args)
+            .await
+            .map_err(store_error(STORE))?;
+        self.count_read(bodies.len());
+        bodies.iter().map(|b| decode(STORE, "event", b)).collect()
     }
 
     pub(super) fn shards(&self) -> u32 {
@@ -187,7 +188,7 @@ impl SqliteSessionStore {
 }
 
 /// A session and its events, encoded and ready to be written inside a transaction: alone
-/// (`write_conditionally`) or with a warm pool member's claim (the `warm_pool` module).
+/// (`write_if`) or with a warm pool member's claim (the `warm_pool` module).
 pub(super) struct SessionWrite {
     session: Session,
     json: String,
@@ -203,10 +204,10 @@ impl SessionWrite {
         shards: u32,
     ) -> Result<Self, StoreError> {
         Ok(Self {
-            json: encode(session)?,
+            json: encode(STORE, session)?,
             events: events
                 .iter()
-                .map(|e| Ok((e.clone(), encode(e)?)))
+                .map(|e| Ok((e.clone(), encode(STORE, e)?)))
                 .collect::<Result<Vec<_>, StoreError>>()?,
             shard: session.thread_id.shard(shards),
             retired_at: retired_at(session, events),
@@ -214,13 +215,13 @@ impl SessionWrite {
         })
     }
 
-    /// Write inside `tx` on the condition: no row yet (`expected_version` None, an insert) or
-    /// the row still at `expected_version`. False when the condition failed or an event id was
+    /// Write inside `tx` on `condition`: no row yet (an insert) or the row still at the
+    /// expected version (an update). False when the condition failed or an event id was
     /// already used; the caller must then not commit.
     pub(super) fn apply(
         &self,
         tx: &rusqlite::Transaction<'_>,
-        expected_version: Option<u64>,
+        condition: WriteCondition,
     ) -> rusqlite::Result<bool> {
         let s = &self.session;
         let (id, version, status, due) = (
@@ -230,15 +231,15 @@ impl SessionWrite {
             s.next_action_at.map(|m| m.0),
         );
         let (shard, json, retired_at) = (self.shard, &self.json, self.retired_at);
-        let changed = match expected_version {
-            None => tx.execute(
+        let changed = match condition {
+            WriteCondition::Absent => tx.execute(
                 "INSERT INTO sessions (thread_id, version, status, shard, next_action_at, record, retired_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (thread_id) DO NOTHING",
                 params![id, version, status, shard, due, json, retired_at],
             )?,
             // A record that stays retired keeps the time it first became so; one that comes
             // back to life loses it.
-            Some(expected) => tx.execute(
+            WriteCondition::Version(expected) => tx.execute(
                 "UPDATE sessions SET version = ?2, status = ?3, shard = ?4, next_action_at = ?5, record = ?6,
                      retired_at = CASE WHEN ?8 IS NULL THEN NULL ELSE coalesce(retired_at, ?8) END
                  WHERE thread_id = ?1 AND version = ?7",
@@ -270,23 +271,20 @@ fn retired_at(session: &Session, events: &[LifecycleEvent]) -> Option<i64> {
     Some(at.0)
 }
 
-pub(super) fn store_error(err: DatabaseError) -> StoreError {
-    match err {
-        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
-pub(super) fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+pub(super) fn encode<T: serde::Serialize>(
+    store: StoreKind,
+    value: &T,
+) -> Result<String, StoreError> {
     serde_json::to_string(value)
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode record: {e}")))
+        .map_err(|e| StoreError::corrupt(store, format!("cannot encode record: {e}")))
 }
 
 pub(super) fn decode<T: serde::de::DeserializeOwned>(
+    store: StoreKind,
     what: &str,
     json: &str,
 ) -> Result<T, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+    serde_json::from_str(json).map_err(|e| StoreError::corrupt(store, format!("{what}: {e}")))
 }
 
 /// Insert events inside an open transaction. A repeated event id is a conflict, not a duplicate row.
@@ -318,12 +316,12 @@ fn parse_due_cursor(cursor: Option<String>) -> Result<(i64, String), StoreError>
     match cursor {
         None => Ok((i64::MIN, String::new())),
         Some(c) => {
-            let (at, id) = c
-                .split_once(':')
-                .ok_or_else(|| StoreError::Unavailable(format!("malformed due cursor {c:?}")))?;
-            let at = at
-                .parse()
-                .map_err(|_| StoreError::Unavailable(format!("malformed due cursor {c:?}")))?;
+            let (at, id) = c.split_once(':').ok_or_else(|| {
+                StoreError::unavailable(STORE, format!("malformed due cursor {c:?}"))
+            })?;
+            let at = at.parse().map_err(|_| {
+                StoreError::unavailable(STORE, format!("malformed due cursor {c:?}"))
+            })?;
             Ok((at, id.to_owned()))
         }
     }
@@ -341,46 +339,33 @@ impl SessionStore for SqliteSessionStore {
                     .optional()
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         self.count_read(usize::from(json.is_some()));
-        json.map(|j| decode(&format!("session {thread_id}"), &j))
+        json.map(|j| decode(STORE, &format!("session {thread_id}"), &j))
             .transpose()
     }
 
-    async fn insert_new(
+    /// One transaction on `condition`'s statement; false when the condition failed or an event
+    /// id was already used, and nothing is written then.
+    async fn write_if(
         &self,
         session: &Session,
         events: &[LifecycleEvent],
-    ) -> Result<(), StoreError> {
-        if self.write_conditionally(session, events, None).await? {
-            Ok(())
-        } else {
-            Err(StoreError::AlreadyExists(session.thread_id.clone()))
-        }
-    }
-
-    async fn save(
-        &self,
-        session: &Session,
-        expected_version: u64,
-        events: &[LifecycleEvent],
-    ) -> Result<(), StoreError> {
-        debug_assert_eq!(
-            session.version,
-            expected_version + 1,
-            "save must bump the version by one"
-        );
-        if self
-            .write_conditionally(session, events, Some(expected_version))
-            .await?
-        {
-            Ok(())
-        } else {
-            Err(StoreError::VersionConflict {
-                thread_id: session.thread_id.clone(),
-                expected: expected_version,
+        condition: WriteCondition,
+    ) -> Result<bool, StoreError> {
+        let write = SessionWrite::prepare(session, events, self.shards)?;
+        self.count_write();
+        self.db
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                if !write.apply(&tx, condition)? {
+                    return Ok(false);
+                }
+                tx.commit()?;
+                Ok(true)
             })
-        }
+            .await
+            .map_err(store_error(STORE))
     }
 
     async fn due(
@@ -410,12 +395,12 @@ impl SessionStore for SqliteSessionStore {
                 Ok(rows)
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         self.count_read(rows.len());
         let full_page = rows.len() == limit;
         let items = rows
             .iter()
-            .map(|(_, json)| decode::<Session>("due session", json))
+            .map(|(_, json)| decode::<Session>(STORE, "due session", json))
             .collect::<Result<Vec<_>, _>>()?;
         let next = match (full_page, rows.last(), items.last()) {
             (true, Some((at, _)), Some(last)) => Some(format!("{at}:{}", last.thread_id)),
@@ -436,21 +421,13 @@ impl SessionStore for SqliteSessionStore {
         let Ok(after_seq) = i64::try_from(after_seq) else {
             return Ok(Vec::new());
         };
-        let bodies: Vec<String> = self
-            .db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT body FROM events WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-                )?;
-                let rows = stmt
-                    .query_map(params![id, after_seq, limit as i64], |r| r.get(0))?
-                    .collect::<rusqlite::Result<Vec<String>>>()?;
-                Ok(rows)
-            })
-            .await
-            .map_err(store_error)?;
-        self.count_read(bodies.len());
-        bodies.iter().map(|b| decode("event", b)).collect()
+        let sql = "SELECT body FROM events WHERE thread_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+        let args = vec![
+            Value::from(id),
+            Value::from(after_seq),
+            Value::from(limit as i64),
+        ];
+        self.select_events(sql, args).await
     }
 
     async fn unsent_events(
@@ -458,22 +435,10 @@ impl SessionStore for SqliteSessionStore {
         written_before: Millis,
         limit: usize,
     ) -> Result<Vec<LifecycleEvent>, StoreError> {
-        let bodies: Vec<String> = self
-            .db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT body FROM events WHERE sent = 0 AND written_at <= ?1
-                     ORDER BY written_at, thread_id, seq LIMIT ?2",
-                )?;
-                let rows = stmt
-                    .query_map(params![written_before.0, limit as i64], |r| r.get(0))?
-                    .collect::<rusqlite::Result<Vec<String>>>()?;
-                Ok(rows)
-            })
-            .await
-            .map_err(store_error)?;
-        self.count_read(bodies.len());
-        bodies.iter().map(|b| decode("event", b)).collect()
+        let sql = "SELECT body FROM events WHERE sent = 0 AND written_at <= ?1
+                   ORDER BY written_at, thread_id, seq LIMIT ?2";
+        let args = vec![Value::from(written_before.0), Value::from(limit as i64)];
+        self.select_events(sql, args).await
     }
 
     async fn mark_sent(&self, events: &[LifecycleEvent]) -> Result<(), StoreError> {
@@ -495,7 +460,7 @@ impl SessionStore for SqliteSessionStore {
                 tx.commit()
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     async fn list(
@@ -506,23 +471,15 @@ impl SessionStore for SqliteSessionStore {
         // Every thread id sorts after the empty string.
         let after = after.map(ThreadId::to_string).unwrap_or_default();
         let limit = limit.max(1);
-        let rows: Vec<String> = self
-            .db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT record FROM sessions WHERE thread_id > ?1 ORDER BY thread_id LIMIT ?2",
-                )?;
-                let rows = stmt
-                    .query_map(params![after, limit as i64], |r| r.get(0))?
-                    .collect::<rusqlite::Result<Vec<String>>>()?;
-                Ok(rows)
-            })
+        let sql = "SELECT record FROM sessions WHERE thread_id > ?1 ORDER BY thread_id LIMIT ?2";
+        let rows = self
+            .select_text(sql, vec![Value::from(after), Value::from(limit as i64)])
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         self.count_read(rows.len());
         let items = rows
             .iter()
-            .map(|j| decode::<Session>("session", j))
+            .map(|j| decode::<Session>(STORE, "session", j))
             .collect::<Result<Vec<_>, _>>()?;
         let next = (items.len() == limit)
             .then(|| items.last().map(|s| s.thread_id.to_string()))
@@ -579,7 +536,7 @@ impl SessionStore for SqliteSessionStore {
                 })
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     fn shard_count(&self) -> u32 {
@@ -587,11 +544,7 @@ impl SessionStore for SqliteSessionStore {
     }
 
     fn stats(&self) -> StoreStats {
-        StoreStats {
-            reads: self.counters.reads.load(Ordering::Relaxed),
-            writes: self.counters.writes.load(Ordering::Relaxed),
-            rows_read: self.counters.rows_read.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 }
 

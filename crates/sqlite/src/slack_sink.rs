@@ -15,14 +15,17 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use super::database::{Database, DatabaseError};
+use super::database::{store_error, Database, DatabaseError};
 use threadbox_core::domain::Millis;
-use threadbox_core::ports::StoreError;
 use threadbox_core::ports::{
     ApiErrorCode, EphemeralMessage, FileUpload, PostMessage, Posted, SinkFile, SinkMessage,
     SinkQuery, SinkView, SinkViewKind, SinkViewState, SlackApi, SlackError, SlackFile, SlackSink,
     UpdateMessage, FILE_PREVIEW_BYTES,
 };
+use threadbox_core::ports::{StoreError, StoreKind};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::SlackSink;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS slack_sink (
@@ -92,13 +95,6 @@ const VIEW_COLUMNS: &str = "id, kind, trigger_id, user, view, state, opened_ms, 
 #[derive(Clone, Debug)]
 pub struct SqliteSlackSink {
     db: Database,
-}
-
-fn unavailable(err: DatabaseError) -> StoreError {
-    match err {
-        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
-    }
 }
 
 fn sink_error(method: &str, err: DatabaseError) -> SlackError {
@@ -247,8 +243,8 @@ fn insert_message(
 
 impl SqliteSlackSink {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let db = Database::open(path, SCHEMA).map_err(unavailable)?;
-        db.call_blocking(migrate).map_err(unavailable)?;
+        let db = Database::open(path, SCHEMA).map_err(store_error(STORE))?;
+        db.call_blocking(migrate).map_err(store_error(STORE))?;
         Ok(Self { db })
     }
 }
@@ -274,7 +270,7 @@ impl SlackSink for SqliteSlackSink {
                 Ok(messages)
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn message(&self, ts: &str) -> Result<Option<SinkMessage>, StoreError> {
@@ -289,7 +285,7 @@ impl SlackSink for SqliteSlackSink {
                 .optional()
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn views(&self, limit: usize) -> Result<Vec<SinkView>, StoreError> {
@@ -310,7 +306,7 @@ impl SlackSink for SqliteSlackSink {
                 Ok(views)
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn view(&self, id: &str) -> Result<Option<SinkView>, StoreError> {
@@ -325,7 +321,7 @@ impl SlackSink for SqliteSlackSink {
                 .optional()
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn finish_view(&self, id: &str, to: SinkViewState) -> Result<bool, StoreError> {
@@ -340,7 +336,7 @@ impl SlackSink for SqliteSlackSink {
                 )
             })
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error(STORE))?;
         Ok(changed == 1)
     }
 
@@ -356,7 +352,7 @@ impl SlackSink for SqliteSlackSink {
                 )
             })
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error(STORE))?;
         Ok(changed == 1)
     }
 }

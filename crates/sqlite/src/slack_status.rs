@@ -5,10 +5,13 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 
-use super::database::{Database, DatabaseError};
+use super::database::{store_error, Database};
 use threadbox_core::domain::ThreadId;
-use threadbox_core::ports::StoreError;
 use threadbox_core::ports::{SlackStatusStore, StatusMessage};
+use threadbox_core::ports::{StoreError, StoreKind};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::SlackStatus;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS slack_status (
@@ -24,17 +27,10 @@ pub struct SqliteSlackStatusStore {
     db: Database,
 }
 
-fn unavailable(err: DatabaseError) -> StoreError {
-    match err {
-        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
 impl SqliteSlackStatusStore {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Ok(Self {
-            db: Database::open(path, SCHEMA).map_err(unavailable)?,
+            db: Database::open(path, SCHEMA).map_err(store_error(STORE))?,
         })
     }
 }
@@ -59,7 +55,7 @@ impl SlackStatusStore for SqliteSlackStatusStore {
                 .optional()
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn put(&self, thread_id: &ThreadId, message: &StatusMessage) -> Result<bool, StoreError> {
@@ -79,7 +75,7 @@ impl SlackStatusStore for SqliteSlackStatusStore {
                 Ok(changed == 1)
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 }
 

@@ -9,10 +9,13 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{params, TransactionBehavior};
 
-use super::database::{Database, DatabaseError};
+use super::database::{store_error, Database};
 use threadbox_core::domain::{Millis, ThreadId};
-use threadbox_core::ports::StoreError;
 use threadbox_core::ports::{check_slack_user, SlackUserThreads, UserThread, MAX_USER_THREADS};
+use threadbox_core::ports::{StoreError, StoreKind};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::SlackUserThreads;
 
 /// The index serves `recent` and the trim: a user's rows, newest first (ties by thread id, the
 /// order the port documents).
@@ -33,17 +36,10 @@ pub struct SqliteSlackUserThreads {
     db: Database,
 }
 
-fn unavailable(err: DatabaseError) -> StoreError {
-    match err {
-        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
 impl SqliteSlackUserThreads {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Ok(Self {
-            db: Database::open(path, SCHEMA).map_err(unavailable)?,
+            db: Database::open(path, SCHEMA).map_err(store_error(STORE))?,
         })
     }
 }
@@ -83,7 +79,7 @@ impl SlackUserThreads for SqliteSlackUserThreads {
                 tx.commit()
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 
     async fn recent(
@@ -112,15 +108,16 @@ impl SlackUserThreads for SqliteSlackUserThreads {
                 Ok(rows)
             })
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error(STORE))?;
         // Parsed outside the closure so a bad row is reported as corrupt data, naming it,
         // rather than as an SQL failure.
         rows.into_iter()
             .map(|(id, last_used)| {
                 let thread_id = ThreadId::parse(&id).map_err(|e| {
-                    StoreError::Corrupt(format!(
-                        "slack_user_threads holds an invalid thread id {id:?}: {e}"
-                    ))
+                    StoreError::corrupt(
+                        STORE,
+                        format!("slack_user_threads holds an invalid thread id {id:?}: {e}"),
+                    )
                 })?;
                 Ok(UserThread {
                     thread_id,

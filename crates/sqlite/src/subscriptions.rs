@@ -10,11 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension, Row};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, OptionalExtension, Row};
 
-use super::database::{Database, DatabaseError};
+use super::database::{store_error, Database};
 use threadbox_core::domain::{Millis, ThreadId, ThreadScope};
-use threadbox_core::ports::{Connection, StoreError, Subscription, SubscriptionStore};
+use threadbox_core::ports::{Connection, StoreError, StoreKind, Subscription, SubscriptionStore};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::Subscriptions;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS live_connections (
@@ -44,16 +48,9 @@ pub struct SqliteSubscriptionStore {
     connects: Arc<AtomicU64>,
 }
 
-fn store_error(err: DatabaseError) -> StoreError {
-    match err {
-        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
 impl SqliteSubscriptionStore {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let db = Database::open(path, SCHEMA).map_err(store_error)?;
+        let db = Database::open(path, SCHEMA).map_err(store_error(STORE))?;
         Ok(Self::build(db))
     }
 
@@ -61,7 +58,7 @@ impl SqliteSubscriptionStore {
     pub async fn new(db: Database) -> Result<Self, StoreError> {
         db.call(|conn| conn.execute_batch(SCHEMA))
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         Ok(Self::build(db))
     }
 
@@ -87,12 +84,55 @@ fn subscription(row: &Row<'_>) -> rusqlite::Result<Result<Subscription, StoreErr
             last_seq: last_seq as u64,
             expires_at: Millis(expires_at),
         })
-        .map_err(|e| StoreError::Corrupt(format!("subscription row with thread {thread:?}: {e}"))))
+        .map_err(|e| {
+            StoreError::corrupt(
+                STORE,
+                format!("subscription row with thread {thread:?}: {e}"),
+            )
+        }))
 }
 
 const SUBSCRIPTION_SELECT: &str = "
     SELECT s.connection_id, s.thread_id, s.last_seq, c.expires_at
     FROM live_subscriptions s JOIN live_connections c USING (connection_id)";
+
+impl SqliteSubscriptionStore {
+    /// Run `sql` on one subscription (`?1` the connection, `?2` the thread, `more` from `?3`):
+    /// true when it changed that row.
+    async fn changes_one(
+        &self,
+        sql: &'static str,
+        connection_id: &str,
+        thread_id: &ThreadId,
+        more: Vec<Value>,
+    ) -> Result<bool, StoreError> {
+        let mut args = vec![
+            Value::from(connection_id.to_owned()),
+            Value::from(thread_id.as_str().to_owned()),
+        ];
+        args.extend(more);
+        self.db
+            .call(move |conn| conn.execute(sql, params_from_iter(args)).map(|n| n == 1))
+            .await
+            .map_err(store_error(STORE))
+    }
+
+    /// The subscriptions `filter` (a WHERE and ORDER BY clause on `s`, with `?1`) selects.
+    async fn select_subscriptions(
+        &self,
+        filter: &'static str,
+        arg: String,
+    ) -> Result<Vec<Subscription>, StoreError> {
+        self.db
+            .call(move |conn| {
+                let mut stmt = conn.prepare_cached(&format!("{SUBSCRIPTION_SELECT} {filter}"))?;
+                let rows = stmt.query_map([arg], subscription)?;
+                collect(rows)
+            })
+            .await
+            .map_err(store_error(STORE))?
+    }
+}
 
 fn collect(
     rows: impl Iterator<Item = rusqlite::Result<Result<Subscription, StoreError>>>,
@@ -111,7 +151,7 @@ fn collect(
 impl SubscriptionStore for SqliteSubscriptionStore {
     async fn add_connection(&self, connection: &Connection) -> Result<(), StoreError> {
         let scope = serde_json::to_string(&connection.scope)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode scope: {e}")))?;
+            .map_err(|e| StoreError::corrupt(STORE, format!("cannot encode scope: {e}")))?;
         let c = connection.clone();
         let prune = self
             .connects
@@ -139,7 +179,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 tx.commit()
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     async fn connection(&self, connection_id: &str) -> Result<Option<Connection>, StoreError> {
@@ -156,14 +196,15 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 .optional()
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         let Some((scope, expires_at, connected_at)) = row else {
             return Ok(None);
         };
         let scope: ThreadScope = serde_json::from_str(&scope).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "connection {connection_id} has scope {scope:?}: {e}"
-            ))
+            StoreError::corrupt(
+                STORE,
+                format!("connection {connection_id} has scope {scope:?}: {e}"),
+            )
         })?;
         Ok(Some(Connection {
             connection_id: connection_id.to_owned(),
@@ -184,7 +225,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 .map(|_| ())
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     async fn subscribe(
@@ -208,7 +249,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 Ok(changed == 1)
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 
     async fn unsubscribe(
@@ -216,18 +257,9 @@ impl SubscriptionStore for SqliteSubscriptionStore {
         connection_id: &str,
         thread_id: &ThreadId,
     ) -> Result<bool, StoreError> {
-        let id = connection_id.to_owned();
-        let thread = thread_id.as_str().to_owned();
-        self.db
-            .call(move |conn| {
-                conn.execute(
-                    "DELETE FROM live_subscriptions WHERE connection_id = ?1 AND thread_id = ?2",
-                    params![id, thread],
-                )
-                .map(|n| n == 1)
-            })
+        let sql = "DELETE FROM live_subscriptions WHERE connection_id = ?1 AND thread_id = ?2";
+        self.changes_one(sql, connection_id, thread_id, vec![])
             .await
-            .map_err(store_error)
     }
 
     async fn subscription(
@@ -250,36 +282,24 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 .optional()
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         found.transpose()
     }
 
     async fn subscriptions_of(&self, connection_id: &str) -> Result<Vec<Subscription>, StoreError> {
-        let id = connection_id.to_owned();
-        self.db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(&format!(
-                    "{SUBSCRIPTION_SELECT} WHERE s.connection_id = ?1 ORDER BY s.thread_id"
-                ))?;
-                let rows = stmt.query_map([id], subscription)?;
-                collect(rows)
-            })
-            .await
-            .map_err(store_error)?
+        self.select_subscriptions(
+            "WHERE s.connection_id = ?1 ORDER BY s.thread_id",
+            connection_id.to_owned(),
+        )
+        .await
     }
 
     async fn subscribers(&self, thread_id: &ThreadId) -> Result<Vec<Subscription>, StoreError> {
-        let thread = thread_id.as_str().to_owned();
-        self.db
-            .call(move |conn| {
-                let mut stmt = conn.prepare_cached(&format!(
-                    "{SUBSCRIPTION_SELECT} WHERE s.thread_id = ?1 ORDER BY s.connection_id"
-                ))?;
-                let rows = stmt.query_map([thread], subscription)?;
-                collect(rows)
-            })
-            .await
-            .map_err(store_error)?
+        self.select_subscriptions(
+            "WHERE s.thread_id = ?1 ORDER BY s.connection_id",
+            thread_id.as_str().to_owned(),
+        )
+        .await
     }
 
     async fn advance(
@@ -289,19 +309,10 @@ impl SubscriptionStore for SqliteSubscriptionStore {
         from: u64,
         to: u64,
     ) -> Result<bool, StoreError> {
-        let id = connection_id.to_owned();
-        let thread = thread_id.as_str().to_owned();
-        self.db
-            .call(move |conn| {
-                conn.execute(
-                    "UPDATE live_subscriptions SET last_seq = ?4
-                     WHERE connection_id = ?1 AND thread_id = ?2 AND last_seq = ?3",
-                    params![id, thread, from as i64, to as i64],
-                )
-                .map(|n| n == 1)
-            })
-            .await
-            .map_err(store_error)
+        let sql = "UPDATE live_subscriptions SET last_seq = ?4
+                   WHERE connection_id = ?1 AND thread_id = ?2 AND last_seq = ?3";
+        let more = vec![Value::from(from as i64), Value::from(to as i64)];
+        self.changes_one(sql, connection_id, thread_id, more).await
     }
 
     async fn advance_many(
@@ -316,8 +327,9 @@ impl SubscriptionStore for SqliteSubscriptionStore {
         }
         let thread = thread_id.as_str().to_owned();
         // The ids travel as one JSON array parameter, so the statement is the same for any count.
-        let ids = serde_json::to_string(connection_ids)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode connection ids: {e}")))?;
+        let ids = serde_json::to_string(connection_ids).map_err(|e| {
+            StoreError::corrupt(STORE, format!("cannot encode connection ids: {e}"))
+        })?;
         let mut moved = self
             .db
             .call(move |conn| {
@@ -333,7 +345,7 @@ impl SubscriptionStore for SqliteSubscriptionStore {
                 ids
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         moved.sort();
         Ok(moved)
     }
@@ -346,53 +358,13 @@ mod tests {
     use super::*;
     use threadbox_testing::subscription_conformance as suite;
 
-    fn store() -> (Arc<SqliteSubscriptionStore>, tempfile::TempDir) {
+    async fn store(_test: &str) -> Option<(Arc<dyn SubscriptionStore>, tempfile::TempDir)> {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteSubscriptionStore::open(dir.path().join("live.db")).unwrap();
-        (Arc::new(store), dir)
+        Some((Arc::new(store), dir))
     }
 
-    #[tokio::test]
-    async fn connections_are_recorded_and_removed_with_their_subscriptions() {
-        let (s, _d) = store();
-        suite::connections_are_recorded_and_removed_with_their_subscriptions(s).await;
-    }
-
-    #[tokio::test]
-    async fn subscribe_needs_a_connection_and_resubscribing_moves_the_position() {
-        let (s, _d) = store();
-        suite::subscribe_needs_a_connection_and_resubscribing_moves_the_position(s).await;
-    }
-
-    #[tokio::test]
-    async fn subscribers_are_found_by_thread() {
-        let (s, _d) = store();
-        suite::subscribers_are_found_by_thread(s).await;
-    }
-
-    #[tokio::test]
-    async fn advance_is_a_compare_and_set() {
-        let (s, _d) = store();
-        suite::advance_is_a_compare_and_set(s).await;
-    }
-
-    #[tokio::test]
-    async fn advance_many_moves_only_the_named_and_up_to_date() {
-        let (s, _d) = store();
-        suite::advance_many_moves_only_the_named_and_up_to_date(s).await;
-    }
-
-    #[tokio::test]
-    async fn concurrent_advances_have_one_winner() {
-        let (s, _d) = store();
-        suite::concurrent_advances_have_one_winner(s).await;
-    }
-
-    #[tokio::test]
-    async fn reusing_a_connection_id_starts_clean() {
-        let (s, _d) = store();
-        suite::reusing_a_connection_id_starts_clean(s).await;
-    }
+    threadbox_testing::subscription_conformance_tests!(store);
 
     #[tokio::test]
     async fn shares_a_database_with_the_session_store() {

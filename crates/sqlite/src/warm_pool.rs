@@ -4,9 +4,13 @@
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use super::session_store::{decode, encode, store_error, SessionWrite, SqliteSessionStore};
+use super::database::store_error;
+use super::session_store::{decode, encode, SessionWrite, SqliteSessionStore};
 use threadbox_core::domain::{LifecycleEvent, MemberState, PoolMember, Session};
-use threadbox_core::ports::{PoolClaim, StoreError, WarmPoolStore};
+use threadbox_core::ports::{PoolClaim, StoreError, StoreKind, WarmPoolStore, WriteCondition};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::WarmPool;
 
 impl SqliteSessionStore {
     /// The members `query` selects (`member_id, record`) with `?1` the pool and `?2` a limit.
@@ -28,10 +32,10 @@ impl SqliteSessionStore {
                 Ok(rows)
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         self.count_read(rows.len());
         rows.iter()
-            .map(|(id, json)| decode(&format!("pool member {id}"), json))
+            .map(|(id, json)| decode(STORE, &format!("pool member {id}"), json))
             .collect()
     }
 }
@@ -39,7 +43,7 @@ impl SqliteSessionStore {
 #[async_trait]
 impl WarmPoolStore for SqliteSessionStore {
     async fn add_member(&self, member: &PoolMember) -> Result<(), StoreError> {
-        let json = encode(member)?;
+        let json = encode(STORE, member)?;
         let m = member.clone();
         self.count_write();
         self.database()
@@ -51,7 +55,7 @@ impl WarmPoolStore for SqliteSessionStore {
                 )
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         Ok(())
     }
 
@@ -60,7 +64,7 @@ impl WarmPoolStore for SqliteSessionStore {
         member: &PoolMember,
         expected: MemberState,
     ) -> Result<bool, StoreError> {
-        let json = encode(member)?;
+        let json = encode(STORE, member)?;
         let m = member.clone();
         self.count_write();
         let changed = self
@@ -73,7 +77,7 @@ impl WarmPoolStore for SqliteSessionStore {
                 )
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         Ok(changed == 1)
     }
 
@@ -93,7 +97,7 @@ impl WarmPoolStore for SqliteSessionStore {
                 )
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         Ok(changed == 1)
     }
 
@@ -110,9 +114,9 @@ impl WarmPoolStore for SqliteSessionStore {
                 .optional()
             })
             .await
-            .map_err(store_error)?;
+            .map_err(store_error(STORE))?;
         self.count_read(usize::from(row.is_some()));
-        row.map(|json| decode(&format!("pool member {member_id}"), &json))
+        row.map(|json| decode(STORE, &format!("pool member {member_id}"), &json))
             .transpose()
     }
 
@@ -145,7 +149,7 @@ impl WarmPoolStore for SqliteSessionStore {
         events: &[LifecycleEvent],
     ) -> Result<PoolClaim, StoreError> {
         debug_assert_eq!(member.state, MemberState::Claimed);
-        let json = encode(member)?;
+        let json = encode(STORE, member)?;
         let member_id = member.member_id.clone();
         let write = SessionWrite::prepare(session, events, self.shards())?;
         self.count_write();
@@ -160,13 +164,13 @@ impl WarmPoolStore for SqliteSessionStore {
                 if claimed == 0 {
                     return Ok(PoolClaim::MemberTaken);
                 }
-                if !write.apply(&tx, Some(expected_version))? {
+                if !write.apply(&tx, WriteCondition::Version(expected_version))? {
                     return Ok(PoolClaim::SessionChanged);
                 }
                 tx.commit()?;
                 Ok(PoolClaim::Bound)
             })
             .await
-            .map_err(store_error)
+            .map_err(store_error(STORE))
     }
 }

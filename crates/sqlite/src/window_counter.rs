@@ -4,11 +4,15 @@
 //! reads and writes in one immediate transaction, so it knows the count it rose from.
 
 use async_trait::async_trait;
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, OptionalExtension, TransactionBehavior};
 
-use super::database::{Database, DatabaseError};
+use super::database::{store_error, Database};
 use threadbox_core::domain::Millis;
-use threadbox_core::ports::{StoreError, WindowCounter};
+use threadbox_core::ports::{StoreError, StoreKind, WindowCounter};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::WindowCounter;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS window_counts (
@@ -28,21 +32,40 @@ pub struct SqliteWindowCounter {
     db: Database,
 }
 
-fn unavailable(err: DatabaseError) -> StoreError {
-    match err {
-        DatabaseError::Corrupt { .. } => StoreError::Corrupt(err.to_string()),
-        other => StoreError::Unavailable(other.to_string()),
-    }
-}
-
 impl SqliteWindowCounter {
     /// Counters in `db` (the process's one database file), creating their table if needed.
     pub async fn new(db: Database) -> Result<Self, StoreError> {
         db.call(|conn| conn.execute_batch(SCHEMA))
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error(STORE))?;
         Ok(Self { db })
     }
+}
+
+impl SqliteWindowCounter {
+    /// Prune, then one upsert (`sql` with `args`) answering the new count; `None` when its
+    /// WHERE refused the update.
+    async fn upsert(
+        &self,
+        now: Millis,
+        sql: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Option<u64>, StoreError> {
+        self.db
+            .call(move |conn| {
+                prune(conn, now)?;
+                conn.query_row(sql, params_from_iter(args), |row| row.get::<_, i64>(0))
+                    .optional()
+            })
+            .await
+            .map(|count| count.map(|c| c as u64))
+            .map_err(store_error(STORE))
+    }
+}
+
+/// An unconditional upsert answered no count (it always returns one).
+fn no_count() -> StoreError {
+    StoreError::unavailable(STORE, "the upsert returned no count")
 }
 
 #[async_trait]
@@ -53,20 +76,10 @@ impl WindowCounter for SqliteWindowCounter {
         expires_at: Millis,
         now: Millis,
     ) -> Result<u64, StoreError> {
-        let key = key.to_owned();
-        self.db
-            .call(move |conn| {
-                prune(conn, now)?;
-                conn.query_row(
-                    "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, 1, ?2) \
-                     ON CONFLICT (key) DO UPDATE SET count = count + 1 RETURNING count",
-                    params![key, expires_at.0],
-                    |row| row.get::<_, i64>(0),
-                )
-            })
-            .await
-            .map(|count| count as u64)
-            .map_err(unavailable)
+        let sql = "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, 1, ?2) \
+                   ON CONFLICT (key) DO UPDATE SET count = count + 1 RETURNING count";
+        let args = vec![Value::from(key.to_owned()), Value::from(expires_at.0)];
+        self.upsert(now, sql, args).await?.ok_or_else(no_count)
     }
 
     async fn add(
@@ -76,21 +89,16 @@ impl WindowCounter for SqliteWindowCounter {
         expires_at: Millis,
         now: Millis,
     ) -> Result<u64, StoreError> {
-        let key = key.to_owned();
-        self.db
-            .call(move |conn| {
-                prune(conn, now)?;
-                conn.query_row(
-                    "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, MAX(?2, 0), ?3) \
-                     ON CONFLICT (key) DO UPDATE SET count = CASE WHEN count + ?2 < 0 \
-                     THEN count ELSE count + ?2 END RETURNING count",
-                    params![key, amount, expires_at.0],
-                    |row| row.get::<_, i64>(0),
-                )
-            })
-            .await
-            .map(|count| count as u64)
-            .map_err(unavailable)
+        let sql =
+            "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, MAX(?2, 0), ?3) \
+                   ON CONFLICT (key) DO UPDATE SET count = CASE WHEN count + ?2 < 0 \
+                   THEN count ELSE count + ?2 END RETURNING count";
+        let args = vec![
+            Value::from(key.to_owned()),
+            Value::from(amount),
+            Value::from(expires_at.0),
+        ];
+        self.upsert(now, sql, args).await?.ok_or_else(no_count)
     }
 
     async fn take_below(
@@ -103,24 +111,16 @@ impl WindowCounter for SqliteWindowCounter {
         if cap == 0 {
             return Ok(None);
         }
-        let key = key.to_owned();
-        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
-        self.db
-            .call(move |conn| {
-                prune(conn, now)?;
-                // The update's WHERE refuses at the cap: no row changes, none is returned.
-                conn.query_row(
-                    "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, 1, ?2) \
-                     ON CONFLICT (key) DO UPDATE SET count = count + 1 WHERE count < ?3 \
-                     RETURNING count",
-                    params![key, expires_at.0, cap],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()
-            })
-            .await
-            .map(|count| count.map(|c| c as u64))
-            .map_err(unavailable)
+        // The update's WHERE refuses at the cap: no row changes, none is returned.
+        let sql = "INSERT INTO window_counts (key, count, expires_at_ms) VALUES (?1, 1, ?2) \
+                   ON CONFLICT (key) DO UPDATE SET count = count + 1 WHERE count < ?3 \
+                   RETURNING count";
+        let args = vec![
+            Value::from(key.to_owned()),
+            Value::from(expires_at.0),
+            Value::from(i64::try_from(cap).unwrap_or(i64::MAX)),
+        ];
+        self.upsert(now, sql, args).await
     }
 
     async fn raise(
@@ -156,7 +156,7 @@ impl WindowCounter for SqliteWindowCounter {
                 Ok((to - before) as u64)
             })
             .await
-            .map_err(unavailable)
+            .map_err(store_error(STORE))
     }
 }
 

@@ -14,6 +14,7 @@ use threadbox_core::domain::{
 };
 use threadbox_core::ports::{
     DurableQueue, ExecRequest, Page, ProviderError, Purged, SessionStore, StoreError,
+    WriteCondition,
 };
 use threadbox_core::usecases::{
     Config, HoldRequest, SweepOptions, Threadbox, TransitionOutcome, UseCaseError,
@@ -762,11 +763,13 @@ impl SessionStore for RacingStore {
     async fn load(&self, thread_id: &ThreadId) -> Result<Option<Session>, StoreError> {
         self.inner.load(thread_id).await
     }
-    async fn insert_new(&self, s: &Session, e: &[LifecycleEvent]) -> Result<(), StoreError> {
-        self.inner.insert_new(s, e).await
-    }
-    async fn save(&self, s: &Session, v: u64, e: &[LifecycleEvent]) -> Result<(), StoreError> {
-        self.inner.save(s, v, e).await
+    async fn write_if(
+        &self,
+        s: &Session,
+        e: &[LifecycleEvent],
+        condition: WriteCondition,
+    ) -> Result<bool, StoreError> {
+        self.inner.write_if(s, e, condition).await
     }
     async fn due(
         &self,

@@ -265,3 +265,28 @@ macro_rules! provider_conformance_tests {
         }
     )*};
 }
+
+/// Every function of `subscription_conformance`; `$make(test_name)` gives the store to test and
+/// whatever must live as long as the test (a temporary directory), or `None` to skip:
+/// `Option<(Arc<dyn SubscriptionStore>, impl Any)>`.
+#[macro_export]
+macro_rules! subscription_conformance_tests {
+    ($make:path) => {
+        $crate::subscription_conformance_tests!(@each $make,
+            connections_are_recorded_and_removed_with_their_subscriptions,
+            subscribe_needs_a_connection_and_resubscribing_moves_the_position,
+            subscribers_are_found_by_thread,
+            advance_is_a_compare_and_set,
+            advance_many_moves_only_the_named_and_up_to_date,
+            concurrent_advances_have_one_winner,
+            reusing_a_connection_id_starts_clean,
+        );
+    };
+    (@each $make:path, $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some((store, _keep)) = $make(stringify!($name)).await else { return };
+            $crate::subscription_conformance::$name(store).await;
+        }
+    )*};
+}

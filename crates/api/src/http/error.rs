@@ -232,6 +232,7 @@ mod tests {
 
     use super::*;
     use threadbox_core::domain::{Command, RejectKind, Rejected, Status, ThreadId};
+    use threadbox_core::ports::StoreKind;
 
     fn status_and_code(error: UseCaseError) -> (StatusCode, &'static str, Option<u64>) {
         let api = ApiError::from(error);
@@ -321,7 +322,7 @@ mod tests {
                 (StatusCode::BAD_GATEWAY, "provider_error", None),
             ),
             (
-                StoreError::Unavailable("locked".into()).into(),
+                StoreError::unavailable(StoreKind::Session, "locked").into(),
                 (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "store_unavailable",
@@ -329,7 +330,7 @@ mod tests {
                 ),
             ),
             (
-                StoreError::Corrupt("row 1".into()).into(),
+                StoreError::corrupt(StoreKind::Session, "row 1").into(),
                 (StatusCode::INTERNAL_SERVER_ERROR, "store_unavailable", None),
             ),
         ];

@@ -9,20 +9,18 @@
 //! "now" in conditions and reads is rounded down. A record therefore lives between its TTL and one
 //! second more, which is nothing against the days a dedupe window lasts.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use aws_sdk_dynamodb::Client;
 use serde::{Deserialize, Serialize};
-use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
+use serde_dynamo::aws_sdk_dynamodb_1::to_item;
 
-use super::errors::unavailable;
 use super::lost_answers::{put_landed, stamped};
 use super::schema::{attr, DEDUPE_KEY};
+use super::table::{table_store, Item, Table};
 use super::ttl::{expiry_in, now_secs};
-use threadbox_core::ports::{DedupeStore, StoreError};
+use threadbox_core::ports::{DedupeStore, StoreError, StoreKind};
 
 /// One row: a key and when it stops counting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,36 +33,17 @@ struct DedupeItem {
 /// The dedupe store on DynamoDB. Cheap to clone; build one per process.
 #[derive(Clone, Debug)]
 pub struct DynamoDedupe {
-    client: Client,
-    table: Arc<str>,
+    table: Table,
 }
+
+table_store!(DynamoDedupe, StoreKind::Dedupe);
 
 impl DynamoDedupe {
     /// The variable naming the table in a deployed function's environment.
     pub const TABLE_VAR: &'static str = "THREADBOX_DEDUPE_TABLE";
 
-    pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self {
-            client,
-            table: Arc::from(table.into()),
-        }
-    }
-
-    /// A store whose client is built from the SDK configuration (see `adapters::aws::load_config`).
-    pub fn from_sdk_config(sdk: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
-        Self::new(Client::new(sdk), table)
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    fn key(key: &str) -> (String, AttributeValue) {
-        (DEDUPE_KEY.to_owned(), AttributeValue::S(key.to_owned()))
+    fn key(key: &str) -> Item {
+        Item::from([(DEDUPE_KEY.to_owned(), AttributeValue::S(key.to_owned()))])
     }
 }
 
@@ -75,14 +54,18 @@ impl DedupeStore for DynamoDedupe {
             dedupe_key: key.to_owned(),
             expires_at: expiry_in(ttl),
         })
-        .map_err(|e| StoreError::Unavailable(format!("encoding dedupe key {key:?}: {e}")))?;
+        .map_err(|e| {
+            self.table
+                .failed(format!("encoding dedupe key {key:?}: {e}"))
+        })?;
         // Stamped, so a resend that finds the claim knows whether it is its own: two claims of
         // one key in the same second would otherwise be the same item.
         let item = stamped(item);
         let result = self
-            .client
+            .table
+            .client()
             .put_item()
-            .table_name(self.table.as_ref())
+            .table_name(self.table.name())
             .set_item(Some(item.clone()))
             .condition_expression("attribute_not_exists(#key) OR #expires <= :now")
             .expression_attribute_names("#key", DEDUPE_KEY)
@@ -91,42 +74,24 @@ impl DedupeStore for DynamoDedupe {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        put_landed(&format!("PutItem {}", self.table), &item, result)
+        put_landed(
+            StoreKind::Dedupe,
+            &format!("PutItem {}", self.table.name()),
+            &item,
+            result,
+        )
     }
 
     async fn contains(&self, key: &str) -> Result<bool, StoreError> {
-        let (name, value) = Self::key(key);
-        let output = self
-            .client
-            .get_item()
-            .table_name(self.table.as_ref())
-            .key(name, value)
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| unavailable(&format!("GetItem {}", self.table), e))?;
-        let Some(item) = output.item else {
+        let Some(item) = self.table.get(Self::key(key)).await? else {
             return Ok(false);
         };
-        let record: DedupeItem = from_item(item).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "dedupe item {key:?} in {} is malformed: {e}",
-                self.table
-            ))
-        })?;
+        let record: DedupeItem = self.table.decode(&format!("dedupe item {key:?}"), item)?;
         Ok(record.expires_at > now_secs())
     }
 
     async fn release(&self, key: &str) -> Result<(), StoreError> {
-        let (name, value) = Self::key(key);
-        self.client
-            .delete_item()
-            .table_name(self.table.as_ref())
-            .key(name, value)
-            .send()
-            .await
-            .map_err(|e| unavailable(&format!("DeleteItem {}", self.table), e))?;
-        Ok(())
+        self.table.delete(Self::key(key)).await
     }
 }
 

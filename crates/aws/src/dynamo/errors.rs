@@ -5,19 +5,23 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkErro
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::CancellationReason;
 
-use threadbox_core::ports::StoreError;
+use threadbox_core::ports::{StoreError, StoreKind};
 
 /// Any failure that is not a conflict: the store could not do what was asked, and nothing that
 /// call would have written was written (every write here is a single item or one transaction).
-pub(super) fn unavailable<E, R>(operation: &str, err: SdkError<E, R>) -> StoreError
+pub(super) fn unavailable<E, R>(
+    store: StoreKind,
+    operation: &str,
+    err: SdkError<E, R>,
+) -> StoreError
 where
     E: std::error::Error + 'static,
     R: std::fmt::Debug,
 {
-    StoreError::Unavailable(format!(
-        "DynamoDB {operation}: {}",
-        DisplayErrorContext(&err)
-    ))
+    StoreError::unavailable(
+        store,
+        format!("DynamoDB {operation}: {}", DisplayErrorContext(&err)),
+    )
 }
 
 /// A single conditional write's outcome: `Ok(true)` written, `Ok(false)` when its condition
@@ -26,6 +30,7 @@ where
 /// `Err` for every other failure. `failed` is the operation error's own
 /// `is_conditional_check_failed_exception`.
 pub(super) fn condition_held<T, E, R>(
+    store: StoreKind,
     operation: &str,
     result: Result<T, SdkError<E, R>>,
     failed: impl Fn(&E) -> bool,
@@ -42,7 +47,7 @@ where
         {
             Ok(false)
         }
-        Err(e) => Err(unavailable(operation, e)),
+        Err(e) => Err(unavailable(store, operation, e)),
     }
 }
 
@@ -65,26 +70,28 @@ pub(super) enum Cancelled {
 /// Classify a failed `TransactWriteItems`: `Ok(Cancelled)` when DynamoDB cancelled it, with the
 /// reasons read, `Err` for every other failure.
 pub(super) fn cancelled<R: std::fmt::Debug>(
+    store: StoreKind,
     err: SdkError<TransactWriteItemsError, R>,
 ) -> Result<Cancelled, StoreError> {
     match err.as_service_error() {
         Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
             Ok(classify(e.cancellation_reasons()))
         }
-        _ => Err(unavailable("TransactWriteItems", err)),
+        _ => Err(unavailable(store, "TransactWriteItems", err)),
     }
 }
 
 /// The reasons of a cancelled `TransactWriteItems`, one per item in the order they were sent;
 /// `Err` for every other failure.
 pub(super) fn cancellation_reasons<R: std::fmt::Debug>(
+    store: StoreKind,
     err: SdkError<TransactWriteItemsError, R>,
 ) -> Result<Vec<CancellationReason>, StoreError> {
     match err.as_service_error() {
         Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
             Ok(e.cancellation_reasons().to_vec())
         }
-        _ => Err(unavailable("TransactWriteItems", err)),
+        _ => Err(unavailable(store, "TransactWriteItems", err)),
     }
 }
 

@@ -16,7 +16,10 @@ use super::schema::{attr, EVENT_ID_GUARD_PREFIX, SESSION_KIND};
 use threadbox_core::domain::{
     Cause, Hold, LifecycleEvent, Millis, NetworkProfile, Session, Status, ThreadId,
 };
-use threadbox_core::ports::StoreError;
+use threadbox_core::ports::{StoreError, StoreKind};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::Session;
 
 pub(super) type Item = HashMap<String, AttributeValue>;
 
@@ -233,7 +236,7 @@ impl EventIdGuard {
 }
 
 pub(super) fn encode<T: Serialize>(what: &str, value: &T) -> Result<Item, StoreError> {
-    to_item(value).map_err(|e| StoreError::Corrupt(format!("cannot encode {what}: {e}")))
+    to_item(value).map_err(|e| StoreError::corrupt(STORE, format!("cannot encode {what}: {e}")))
 }
 
 /// The thread an item belongs to, for error messages about items that failed to decode.
@@ -248,7 +251,7 @@ pub(super) fn decode_session(item: Item) -> Result<Session, StoreError> {
     let thread = named_thread(&item);
     from_item::<SessionItem>(item)
         .map(SessionItem::into_session)
-        .map_err(|e| StoreError::Corrupt(format!("session item of thread {thread}: {e}")))
+        .map_err(|e| StoreError::corrupt(STORE, format!("session item of thread {thread}: {e}")))
 }
 
 pub(super) fn decode_event(item: Item) -> Result<LifecycleEvent, StoreError> {
@@ -259,7 +262,9 @@ pub(super) fn decode_event(item: Item) -> Result<LifecycleEvent, StoreError> {
     };
     from_item::<EventItem>(item)
         .map(EventItem::into_event)
-        .map_err(|e| StoreError::Corrupt(format!("event item {seq} of thread {thread}: {e}")))
+        .map_err(|e| {
+            StoreError::corrupt(STORE, format!("event item {seq} of thread {thread}: {e}"))
+        })
 }
 
 #[cfg(test)]
@@ -344,18 +349,24 @@ mod tests {
         assert_eq!(decode_session(item).unwrap(), s);
     }
 
-    #[test]
-    fn an_event_round_trips_and_starts_unsent() {
+    /// The first event of thread `t-1`, created at 2,000 ms.
+    fn first_event(detail: Option<&str>) -> LifecycleEvent {
         let (_, e) = Session::new_creating(
             ThreadId::parse("t-1").unwrap(),
             "test",
             Change {
                 event_id: "ev-1".into(),
                 now: Millis(2_000),
-                detail: Some("why".into()),
+                detail: detail.map(Into::into),
             },
             &Timers::default(),
         );
+        e
+    }
+
+    #[test]
+    fn an_event_round_trips_and_starts_unsent() {
+        let e = first_event(Some("why"));
         let item = encode("event", &EventItem::unsent(&e, 4, Some(99))).unwrap();
         assert_eq!(
             item.get(attr::UNSENT_AT),
@@ -374,16 +385,7 @@ mod tests {
 
     #[test]
     fn a_guard_key_can_never_be_a_thread_id() {
-        let (_, e) = Session::new_creating(
-            ThreadId::parse("t-1").unwrap(),
-            "test",
-            Change {
-                event_id: "ev-1".into(),
-                now: Millis(2_000),
-                detail: None,
-            },
-            &Timers::default(),
-        );
+        let e = first_event(None);
         let guard = EventIdGuard::for_event(&e, None);
         assert!(ThreadId::parse(&guard.thread_id).is_err());
     }

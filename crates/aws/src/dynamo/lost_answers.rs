@@ -26,7 +26,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason};
 
 use super::errors::unavailable;
-use threadbox_core::ports::StoreError;
+use threadbox_core::ports::{StoreError, StoreKind};
 
 /// An item as the SDK holds it (`items::Item`; named here so this module imports nothing but
 /// the errors it maps).
@@ -55,6 +55,7 @@ pub(super) fn request_token() -> String {
 /// attempt whose answer was lost), `Ok(false)` when another write holds the item or a
 /// transaction is writing it (re-read and decide again), `Err` for every other failure.
 pub(super) fn put_landed<T, R: std::fmt::Debug>(
+    store: StoreKind,
     operation: &str,
     sent: &Item,
     result: Result<T, SdkError<PutItemError, R>>,
@@ -66,7 +67,7 @@ pub(super) fn put_landed<T, R: std::fmt::Debug>(
                 Ok(failed.item().is_some_and(|found| found == sent))
             }
             Some(PutItemError::TransactionConflictException(_)) => Ok(false),
-            _ => Err(unavailable(operation, e)),
+            _ => Err(unavailable(store, operation, e)),
         },
     }
 }

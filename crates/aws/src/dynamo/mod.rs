@@ -131,6 +131,7 @@ mod session_store;
 mod slack_status;
 mod slack_user_threads;
 mod subscriptions;
+mod table;
 mod ttl;
 mod warm_pool;
 mod window_counter;

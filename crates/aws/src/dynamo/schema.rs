@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::Client;
 
 use super::config::DynamoConfig;
 use super::errors::unavailable;
-use threadbox_core::ports::StoreError;
+use threadbox_core::ports::{StoreError, StoreKind};
 
 /// Attribute names, shared by the item structs and the expressions.
 pub(super) mod attr {
@@ -50,15 +50,18 @@ pub(super) const EVENT_ID_GUARD_PREFIX: &str = "#event_id#";
 pub async fn create_tables(client: &Client, config: &DynamoConfig) -> Result<(), StoreError> {
     create(
         client,
+        StoreKind::Session,
         &config.sessions_table,
         &[(attr::THREAD_ID, KeyType::Hash)],
         &[
             index(
+                StoreKind::Session,
                 DUE_INDEX,
                 (attr::DUE_SHARD, attr::DUE_AT),
                 ProjectionType::All,
             )?,
             index(
+                StoreKind::Session,
                 LIST_INDEX,
                 (attr::KIND, attr::THREAD_ID),
                 ProjectionType::KeysOnly,
@@ -74,12 +77,14 @@ pub async fn create_tables(client: &Client, config: &DynamoConfig) -> Result<(),
     .await?;
     create(
         client,
+        StoreKind::Session,
         &config.events_table,
         &[
             (attr::THREAD_ID, KeyType::Hash),
             (attr::SEQ, KeyType::Range),
         ],
         &[index(
+            StoreKind::Session,
             UNSENT_INDEX,
             (attr::UNSENT_SHARD, attr::UNSENT_AT),
             ProjectionType::All,
@@ -92,10 +97,10 @@ pub async fn create_tables(client: &Client, config: &DynamoConfig) -> Result<(),
         ],
     )
     .await?;
-    wait_active(client, &config.sessions_table).await?;
-    wait_active(client, &config.events_table).await?;
-    enable_ttl(client, &config.sessions_table).await?;
-    enable_ttl(client, &config.events_table).await
+    wait_active(client, StoreKind::Session, &config.sessions_table).await?;
+    wait_active(client, StoreKind::Session, &config.events_table).await?;
+    enable_ttl(client, StoreKind::Session, &config.sessions_table).await?;
+    enable_ttl(client, StoreKind::Session, &config.events_table).await
 }
 
 /// Create the dedupe table (partition key `dedupe_key`, on-demand billing) with TTL on
@@ -103,14 +108,15 @@ pub async fn create_tables(client: &Client, config: &DynamoConfig) -> Result<(),
 pub async fn create_dedupe_table(client: &Client, table: &str) -> Result<(), StoreError> {
     create(
         client,
+        StoreKind::Dedupe,
         table,
         &[(DEDUPE_KEY, KeyType::Hash)],
         &[],
         &[(DEDUPE_KEY, ScalarAttributeType::S)],
     )
     .await?;
-    wait_active(client, table).await?;
-    enable_ttl(client, table).await
+    wait_active(client, StoreKind::Dedupe, table).await?;
+    enable_ttl(client, StoreKind::Dedupe, table).await
 }
 
 /// Create the Slack status table (partition key `thread_id`, on-demand billing) with TTL on
@@ -118,14 +124,15 @@ pub async fn create_dedupe_table(client: &Client, table: &str) -> Result<(), Sto
 pub async fn create_slack_status_table(client: &Client, table: &str) -> Result<(), StoreError> {
     create(
         client,
+        StoreKind::SlackStatus,
         table,
         &[(attr::THREAD_ID, KeyType::Hash)],
         &[],
         &[(attr::THREAD_ID, ScalarAttributeType::S)],
     )
     .await?;
-    wait_active(client, table).await?;
-    enable_ttl(client, table).await
+    wait_active(client, StoreKind::SlackStatus, table).await?;
+    enable_ttl(client, StoreKind::SlackStatus, table).await
 }
 
 /// Create the live-events subscriptions table (partition `pk`, sort `sk`, the sparse
@@ -136,9 +143,11 @@ pub async fn create_subscriptions_table(client: &Client, table: &str) -> Result<
     use super::subscriptions::{attr as sub, SUBSCRIBERS_INDEX};
     create(
         client,
+        StoreKind::Subscriptions,
         table,
         &[(sub::PK, KeyType::Hash), (sub::SK, KeyType::Range)],
         &[index(
+            StoreKind::Subscriptions,
             SUBSCRIBERS_INDEX,
             (sub::THREAD_ID, sub::CONNECTION_ID),
             ProjectionType::All,
@@ -151,38 +160,40 @@ pub async fn create_subscriptions_table(client: &Client, table: &str) -> Result<
         ],
     )
     .await?;
-    wait_active(client, table).await?;
-    enable_ttl_on(client, table, sub::TTL).await
+    wait_active(client, StoreKind::Subscriptions, table).await?;
+    enable_ttl_on(client, StoreKind::Subscriptions, table, sub::TTL).await
 }
 
-fn build_error(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("cannot build a table definition: {e}"))
+fn build_error(store: StoreKind) -> impl Fn(aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    move |e| StoreError::unavailable(store, format!("cannot build a table definition: {e}"))
 }
 
 fn index(
+    store: StoreKind,
     name: &str,
     (hash, range): (&str, &str),
     projection: ProjectionType,
 ) -> Result<GlobalSecondaryIndex, StoreError> {
     GlobalSecondaryIndex::builder()
         .index_name(name)
-        .key_schema(key(hash, KeyType::Hash)?)
-        .key_schema(key(range, KeyType::Range)?)
+        .key_schema(key(store, hash, KeyType::Hash)?)
+        .key_schema(key(store, range, KeyType::Range)?)
         .projection(Projection::builder().projection_type(projection).build())
         .build()
-        .map_err(build_error)
+        .map_err(build_error(store))
 }
 
-fn key(name: &str, key_type: KeyType) -> Result<KeySchemaElement, StoreError> {
+fn key(store: StoreKind, name: &str, key_type: KeyType) -> Result<KeySchemaElement, StoreError> {
     KeySchemaElement::builder()
         .attribute_name(name)
         .key_type(key_type)
         .build()
-        .map_err(build_error)
+        .map_err(build_error(store))
 }
 
 async fn create(
     client: &Client,
+    store: StoreKind,
     table: &str,
     keys: &[(&str, KeyType)],
     indexes: &[GlobalSecondaryIndex],
@@ -195,7 +206,7 @@ async fn create(
         // DynamoDB refuses an empty index list; a table without indexes sends none.
         .set_global_secondary_indexes((!indexes.is_empty()).then(|| indexes.to_vec()));
     for (name, key_type) in keys {
-        request = request.key_schema(key(name, key_type.clone())?);
+        request = request.key_schema(key(store, name, key_type.clone())?);
     }
     for (name, attribute_type) in attributes {
         request = request.attribute_definitions(
@@ -203,7 +214,7 @@ async fn create(
                 .attribute_name(*name)
                 .attribute_type(attribute_type.clone())
                 .build()
-                .map_err(build_error)?,
+                .map_err(build_error(store))?,
         );
     }
     match request.send().await {
@@ -214,11 +225,11 @@ async fn create(
         {
             Ok(())
         }
-        Err(e) => Err(unavailable(&format!("CreateTable {table}"), e)),
+        Err(e) => Err(unavailable(store, &format!("CreateTable {table}"), e)),
     }
 }
 
-async fn wait_active(client: &Client, table: &str) -> Result<(), StoreError> {
+async fn wait_active(client: &Client, store: StoreKind, table: &str) -> Result<(), StoreError> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let described = client
@@ -226,33 +237,39 @@ async fn wait_active(client: &Client, table: &str) -> Result<(), StoreError> {
             .table_name(table)
             .send()
             .await
-            .map_err(|e| unavailable(&format!("DescribeTable {table}"), e))?;
+            .map_err(|e| unavailable(store, &format!("DescribeTable {table}"), e))?;
         let status = described.table().and_then(|t| t.table_status());
         if status == Some(&TableStatus::Active) {
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(StoreError::Unavailable(format!(
-                "table {table} is still {status:?} after two minutes"
-            )));
+            return Err(StoreError::unavailable(
+                store,
+                format!("table {table} is still {status:?} after two minutes"),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
 /// TTL removes old events (garbage), never anything the state machine times by.
-async fn enable_ttl(client: &Client, table: &str) -> Result<(), StoreError> {
-    enable_ttl_on(client, table, attr::EXPIRES_AT).await
+async fn enable_ttl(client: &Client, store: StoreKind, table: &str) -> Result<(), StoreError> {
+    enable_ttl_on(client, store, table, attr::EXPIRES_AT).await
 }
 
 /// Turn on TTL on `attribute` (epoch seconds), unless it is already on.
-async fn enable_ttl_on(client: &Client, table: &str, attribute: &str) -> Result<(), StoreError> {
+async fn enable_ttl_on(
+    client: &Client,
+    store: StoreKind,
+    table: &str,
+    attribute: &str,
+) -> Result<(), StoreError> {
     let described = client
         .describe_time_to_live()
         .table_name(table)
         .send()
         .await
-        .map_err(|e| unavailable(&format!("DescribeTimeToLive {table}"), e))?;
+        .map_err(|e| unavailable(store, &format!("DescribeTimeToLive {table}"), e))?;
     let status = described
         .time_to_live_description()
         .and_then(|d| d.time_to_live_status());
@@ -270,10 +287,10 @@ async fn enable_ttl_on(client: &Client, table: &str, attribute: &str) -> Result<
                 .enabled(true)
                 .attribute_name(attribute)
                 .build()
-                .map_err(build_error)?,
+                .map_err(build_error(store))?,
         )
         .send()
         .await
-        .map_err(|e| unavailable(&format!("UpdateTimeToLive {table}"), e))?;
+        .map_err(|e| unavailable(store, &format!("UpdateTimeToLive {table}"), e))?;
     Ok(())
 }

@@ -8,7 +8,6 @@
 //! active thread at two requests: one `GetItem`, one `PutItem`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +28,12 @@ use super::lost_answers::{put_landed, request_token, stamped, transaction_landed
 use super::schema::{attr, DUE_INDEX, LIST_INDEX, SESSION_KIND, UNSENT_INDEX};
 use super::ttl::{expiry_in, now_secs};
 use threadbox_core::domain::{LifecycleEvent, Millis, Session, ThreadId};
-use threadbox_core::ports::{Page, SessionStore, StoreError, StoreStats};
+use threadbox_core::ports::{
+    Page, SessionStore, StatsCounter, StoreError, StoreKind, StoreStats, WriteCondition,
+};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::Session;
 
 /// `TransactWriteItems` takes at most 100 items: the session plus two per event.
 const MAX_EVENTS_PER_WRITE: usize = 49;
@@ -38,19 +42,12 @@ const MAX_LIST_PAGE: usize = 100;
 /// How many `mark_sent` updates run at once.
 const MARK_SENT_CONCURRENCY: usize = 8;
 
-#[derive(Default)]
-struct Counters {
-    reads: AtomicU64,
-    writes: AtomicU64,
-    rows_read: AtomicU64,
-}
-
 /// The session store on DynamoDB. Cheap to clone; build one per process.
 #[derive(Clone)]
 pub struct DynamoSessionStore {
     client: Client,
     config: Arc<DynamoConfig>,
-    counters: Arc<Counters>,
+    counters: Arc<StatsCounter>,
 }
 
 impl DynamoSessionStore {
@@ -77,14 +74,11 @@ impl DynamoSessionStore {
     }
 
     pub(super) fn count_read(&self, rows: usize) {
-        self.counters.reads.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .rows_read
-            .fetch_add(rows as u64, Ordering::Relaxed);
+        self.counters.read(rows);
     }
 
     pub(super) fn count_write(&self) {
-        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters.write();
     }
 
     /// When history written now may be removed by TTL (epoch seconds), if ever.
@@ -115,7 +109,7 @@ impl DynamoSessionStore {
         events: &[LifecycleEvent],
     ) -> Result<Vec<TransactWriteItem>, StoreError> {
         if events.len() > MAX_EVENTS_PER_WRITE {
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::unavailable(STORE, format!(
                 "{} events in one write; DynamoDB's transaction limit allows {MAX_EVENTS_PER_WRITE}",
                 events.len()
             )));
@@ -150,7 +144,7 @@ impl DynamoSessionStore {
             .expression_attribute_names("#e", attr::EXPIRES_AT)
             .expression_attribute_values(":now", number(now_secs()))
             .build()
-            .map_err(|e| StoreError::Unavailable(format!("cannot build a put: {e}")))?;
+            .map_err(|e| StoreError::unavailable(STORE, format!("cannot build a put: {e}")))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
@@ -161,10 +155,10 @@ impl DynamoSessionStore {
         &self,
         session: &Session,
         events: &[LifecycleEvent],
-        condition: Condition,
+        condition: WriteCondition,
     ) -> Result<bool, StoreError> {
         let item = self.session_item(session)?;
-        let (expression, names, values) = condition.parts();
+        let (expression, names, values) = condition_parts(condition);
         self.count_write();
         if events.is_empty() {
             let result = self
@@ -180,7 +174,7 @@ impl DynamoSessionStore {
                 )
                 .send()
                 .await;
-            return put_landed("PutItem", &item, result);
+            return put_landed(STORE, "PutItem", &item, result);
         }
         let mut items = vec![conditional_put(
             &self.config.sessions_table,
@@ -199,16 +193,19 @@ impl DynamoSessionStore {
         {
             Ok(_) => Ok(true),
             Err(e) => {
-                let reasons = cancellation_reasons(e)?;
+                let reasons = cancellation_reasons(STORE, e)?;
                 if transaction_landed(&reasons, &sent_refs(&sent)) {
                     return Ok(true);
                 }
                 match classify(&reasons) {
                     Cancelled::Conflict => Ok(false),
-                    Cancelled::Other(codes) => Err(StoreError::Unavailable(format!(
-                        "DynamoDB cancelled the write of thread {} ({codes})",
-                        session.thread_id
-                    ))),
+                    Cancelled::Other(codes) => Err(StoreError::unavailable(
+                        STORE,
+                        format!(
+                            "DynamoDB cancelled the write of thread {} ({codes})",
+                            session.thread_id
+                        ),
+                    )),
                 }
             }
         }
@@ -218,12 +215,12 @@ impl DynamoSessionStore {
     pub(super) fn session_put(
         &self,
         session: &Session,
-        condition: Condition,
+        condition: WriteCondition,
     ) -> Result<TransactWriteItem, StoreError> {
         conditional_put(
             &self.config.sessions_table,
             self.session_item(session)?,
-            condition.parts(),
+            condition_parts(condition),
         )
     }
 
@@ -247,7 +244,10 @@ impl DynamoSessionStore {
             // Base-table reads can be strongly consistent; index reads cannot.
             None => request = request.consistent_read(true),
         }
-        let output = request.send().await.map_err(|e| unavailable("Query", e))?;
+        let output = request
+            .send()
+            .await
+            .map_err(|e| unavailable(STORE, "Query", e))?;
         self.count_read(usize::try_from(output.scanned_count).unwrap_or(0));
         Ok((output.items.unwrap_or_default(), output.last_evaluated_key))
     }
@@ -277,7 +277,7 @@ impl DynamoSessionStore {
             {
                 Ok(())
             }
-            Err(e) => Err(unavailable("UpdateItem", e)),
+            Err(e) => Err(unavailable(STORE, "UpdateItem", e)),
         }
     }
 
@@ -305,14 +305,16 @@ impl DynamoSessionStore {
                 .set_keys(Some(std::mem::take(&mut pending)))
                 .consistent_read(true)
                 .build()
-                .map_err(|e| StoreError::Unavailable(format!("cannot build a batch get: {e}")))?;
+                .map_err(|e| {
+                    StoreError::unavailable(STORE, format!("cannot build a batch get: {e}"))
+                })?;
             let output = self
                 .client
                 .batch_get_item()
                 .request_items(&self.config.sessions_table, keys)
                 .send()
                 .await
-                .map_err(|e| unavailable("BatchGetItem", e))?;
+                .map_err(|e| unavailable(STORE, "BatchGetItem", e))?;
             let items = output
                 .responses
                 .and_then(|mut r| r.remove(&self.config.sessions_table))
@@ -332,10 +334,13 @@ impl DynamoSessionStore {
                 // DynamoDB throttled part of the batch: back off before asking for the rest.
                 attempt += 1;
                 if attempt > 5 {
-                    return Err(StoreError::Unavailable(format!(
+                    return Err(StoreError::unavailable(
+                        STORE,
+                        format!(
                         "DynamoDB left {} keys of a batch get unprocessed after {attempt} tries",
                         pending.len()
-                    )));
+                    ),
+                    ));
                 }
                 tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
             }
@@ -344,31 +349,22 @@ impl DynamoSessionStore {
     }
 }
 
-/// What a conditional session write requires of the stored item.
-pub(super) enum Condition {
-    /// No session for the thread yet.
-    Absent,
-    /// The stored version is this one.
-    Version(u64),
-}
-
 pub(super) type Names = HashMap<String, String>;
 pub(super) type Values = Option<HashMap<String, AttributeValue>>;
 
-impl Condition {
-    pub(super) fn parts(&self) -> (&'static str, Names, Values) {
-        match self {
-            Condition::Absent => (
-                "attribute_not_exists(#t)",
-                HashMap::from([("#t".to_owned(), attr::THREAD_ID.to_owned())]),
-                None,
-            ),
-            Condition::Version(expected) => (
-                "#v = :expected",
-                HashMap::from([("#v".to_owned(), attr::VERSION.to_owned())]),
-                Some(HashMap::from([(":expected".to_owned(), number(*expected))])),
-            ),
-        }
+/// A session write's condition as DynamoDB's condition expression, names and values.
+pub(super) fn condition_parts(condition: WriteCondition) -> (&'static str, Names, Values) {
+    match condition {
+        WriteCondition::Absent => (
+            "attribute_not_exists(#t)",
+            HashMap::from([("#t".to_owned(), attr::THREAD_ID.to_owned())]),
+            None,
+        ),
+        WriteCondition::Version(expected) => (
+            "#v = :expected",
+            HashMap::from([("#v".to_owned(), attr::VERSION.to_owned())]),
+            Some(HashMap::from([(":expected".to_owned(), number(expected))])),
+        ),
     }
 }
 
@@ -397,7 +393,7 @@ pub(super) fn conditional_put(
         .set_expression_attribute_values(values)
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
         .build()
-        .map_err(|e| StoreError::Unavailable(format!("cannot build a put: {e}")))?;
+        .map_err(|e| StoreError::unavailable(STORE, format!("cannot build a put: {e}")))?;
     Ok(TransactWriteItem::builder().put(put).build())
 }
 
@@ -441,7 +437,7 @@ pub(super) fn names(pairs: &[(&str, &str)]) -> Names {
 }
 
 fn bad_cursor(cursor: &str) -> StoreError {
-    StoreError::Unavailable(format!("malformed cursor {cursor:?}"))
+    StoreError::unavailable(STORE, format!("malformed cursor {cursor:?}"))
 }
 
 /// Keyset cursor for the due index, "next_action_at:thread_id", as in the SQLite store. It is
@@ -470,48 +466,18 @@ impl SessionStore for DynamoSessionStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| unavailable("GetItem", e))?;
+            .map_err(|e| unavailable(STORE, "GetItem", e))?;
         self.count_read(usize::from(output.item.is_some()));
         output.item.map(decode_session).transpose()
     }
 
-    async fn insert_new(
+    async fn write_if(
         &self,
         session: &Session,
         events: &[LifecycleEvent],
-    ) -> Result<(), StoreError> {
-        if self
-            .conditional_write(session, events, Condition::Absent)
-            .await?
-        {
-            Ok(())
-        } else {
-            Err(StoreError::AlreadyExists(session.thread_id.clone()))
-        }
-    }
-
-    async fn save(
-        &self,
-        session: &Session,
-        expected_version: u64,
-        events: &[LifecycleEvent],
-    ) -> Result<(), StoreError> {
-        debug_assert_eq!(
-            session.version,
-            expected_version + 1,
-            "save must bump the version by one"
-        );
-        if self
-            .conditional_write(session, events, Condition::Version(expected_version))
-            .await?
-        {
-            Ok(())
-        } else {
-            Err(StoreError::VersionConflict {
-                thread_id: session.thread_id.clone(),
-                expected: expected_version,
-            })
-        }
+        condition: WriteCondition,
+    ) -> Result<bool, StoreError> {
+        self.conditional_write(session, events, condition).await
     }
 
     async fn due(
@@ -693,10 +659,6 @@ impl SessionStore for DynamoSessionStore {
     }
 
     fn stats(&self) -> StoreStats {
-        StoreStats {
-            reads: self.counters.reads.load(Ordering::Relaxed),
-            writes: self.counters.writes.load(Ordering::Relaxed),
-            rows_read: self.counters.rows_read.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 }

@@ -10,23 +10,18 @@
 //! absent (read as none, replaced by any seq) before DynamoDB deletes it: the thread's record
 //! has gone by then too, and its next life counts seqs from 1 again.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_dynamodb::Client;
 use serde::{Deserialize, Serialize};
-use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
+use serde_dynamo::aws_sdk_dynamodb_1::to_item;
 
-use super::config::DEFAULT_RETENTION;
-use super::errors::{condition_held, unavailable};
 use super::schema::attr;
-use super::ttl::{expiry_in, now_secs};
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use super::table::{table_store, Table};
+use super::ttl::now_secs;
 use threadbox_core::domain::ThreadId;
-use threadbox_core::ports::StoreError;
-use threadbox_core::ports::{SlackStatusStore, StatusMessage};
+use threadbox_core::ports::{SlackStatusStore, StatusMessage, StoreError, StoreKind};
 
 /// One row: the thread and its status message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,64 +37,29 @@ struct StatusItem {
 /// The Slack status store on DynamoDB. Cheap to clone; build one per process.
 #[derive(Clone, Debug)]
 pub struct DynamoSlackStatusStore {
-    client: Client,
-    table: Arc<str>,
-    retention: Option<Duration>,
+    table: Table,
 }
+
+table_store!(DynamoSlackStatusStore, StoreKind::SlackStatus, retention);
 
 impl DynamoSlackStatusStore {
     /// The variable naming the table in a deployed function's environment.
     pub const TABLE_VAR: &'static str = "THREADBOX_SLACK_STATUS_TABLE";
-
-    pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self {
-            client,
-            table: Arc::from(table.into()),
-            retention: Some(DEFAULT_RETENTION),
-        }
-    }
-
-    /// Keep rows `retention` after their last write (`None`: forever); see the module docs.
-    pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
-        self.retention = retention;
-        self
-    }
-
-    /// A store whose client is built from the SDK configuration (see `adapters::aws::load_config`).
-    pub fn from_sdk_config(sdk: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
-        Self::new(Client::new(sdk), table)
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
-    pub fn table(&self) -> &str {
-        &self.table
-    }
 }
 
 #[async_trait]
 impl SlackStatusStore for DynamoSlackStatusStore {
     async fn get(&self, thread_id: &ThreadId) -> Result<Option<StatusMessage>, StoreError> {
-        let output = self
-            .client
-            .get_item()
-            .table_name(self.table.as_ref())
-            .key(attr::THREAD_ID, AttributeValue::S(thread_id.to_string()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| unavailable(&format!("GetItem {}", self.table), e))?;
-        let Some(item) = output.item else {
+        let key = HashMap::from([(
+            attr::THREAD_ID.to_owned(),
+            AttributeValue::S(thread_id.to_string()),
+        )]);
+        let Some(item) = self.table.get(key).await? else {
             return Ok(None);
         };
-        let row: StatusItem = from_item(item).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "Slack status item of {thread_id} in {} is malformed: {e}",
-                self.table
-            ))
-        })?;
+        let row: StatusItem = self
+            .table
+            .decode(&format!("Slack status item of {thread_id}"), item)?;
         if row.expires_at.is_some_and(|at| at < now_secs()) {
             return Ok(None);
         }
@@ -116,28 +76,26 @@ impl SlackStatusStore for DynamoSlackStatusStore {
             channel: message.channel.clone(),
             ts: message.ts.clone(),
             seq: message.seq,
-            expires_at: self.retention.map(expiry_in),
+            expires_at: self.table.expiry(),
         })
-        .map_err(|e| StoreError::Unavailable(format!("encoding {thread_id}'s status: {e}")))?;
-        let result = self
-            .client
-            .put_item()
-            .table_name(self.table.as_ref())
-            .set_item(Some(item))
-            .condition_expression(
+        .map_err(|e| {
+            self.table
+                .failed(format!("encoding {thread_id}'s status: {e}"))
+        })?;
+        self.table
+            .put_if(
+                item,
                 "attribute_not_exists(#thread) OR #seq <= :seq OR #expires < :now",
+                &[
+                    ("#thread", attr::THREAD_ID),
+                    ("#seq", attr::SEQ),
+                    ("#expires", attr::EXPIRES_AT),
+                ],
+                &[
+                    (":seq", AttributeValue::N(message.seq.to_string())),
+                    (":now", AttributeValue::N(now_secs().to_string())),
+                ],
             )
-            .expression_attribute_names("#thread", attr::THREAD_ID)
-            .expression_attribute_names("#seq", attr::SEQ)
-            .expression_attribute_names("#expires", attr::EXPIRES_AT)
-            .expression_attribute_values(":seq", AttributeValue::N(message.seq.to_string()))
-            .expression_attribute_values(":now", AttributeValue::N(now_secs().to_string()))
-            .send()
-            .await;
-        condition_held(
-            &format!("PutItem {}", self.table),
-            result,
-            PutItemError::is_conditional_check_failed_exception,
-        )
+            .await
     }
 }

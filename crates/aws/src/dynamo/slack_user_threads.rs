@@ -25,26 +25,22 @@
 //! item, `ReturnValues::AllNew`), or a read that finds more, removes the oldest in one
 //! `UpdateItem`, conditional on each removed entry not having been touched since it was read.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use aws_sdk_dynamodb::Client;
 use serde::{Deserialize, Serialize};
-use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
+use serde_dynamo::aws_sdk_dynamodb_1::to_item;
 
-use super::config::DEFAULT_RETENTION;
-use super::errors::{condition_held, unavailable};
 use super::schema::attr;
 use super::slack_status::DynamoSlackStatusStore;
-use super::ttl::{expiry_in, now_secs};
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use super::table::{table_store, Item, Table};
+use super::ttl::now_secs;
 use threadbox_core::domain::{Millis, ThreadId};
-use threadbox_core::ports::StoreError;
-use threadbox_core::ports::{check_slack_user, SlackUserThreads, UserThread, MAX_USER_THREADS};
+use threadbox_core::ports::{
+    check_slack_user, SlackUserThreads, StoreError, StoreKind, UserThread, MAX_USER_THREADS,
+};
 
 /// The prefix of a user item's partition key.
 const KEY_PREFIX: &str = "slack-user:";
@@ -77,10 +73,14 @@ impl UserItem {
 /// The recent-threads store on DynamoDB. Cheap to clone; build one per process.
 #[derive(Clone, Debug)]
 pub struct DynamoSlackUserThreads {
-    client: Client,
-    table: Arc<str>,
-    retention: Option<Duration>,
+    table: Table,
 }
+
+table_store!(
+    DynamoSlackUserThreads,
+    StoreKind::SlackUserThreads,
+    retention
+);
 
 /// What a conditional touch update found.
 enum Updated {
@@ -94,45 +94,8 @@ impl DynamoSlackUserThreads {
     /// The variable naming the table: the Slack status table, which this store shares.
     pub const TABLE_VAR: &'static str = DynamoSlackStatusStore::TABLE_VAR;
 
-    pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self {
-            client,
-            table: Arc::from(table.into()),
-            retention: Some(DEFAULT_RETENTION),
-        }
-    }
-
-    /// Keep a user's item `retention` after its last write (`None`: forever); see the module
-    /// docs. Use the status store's retention, since both share the table's TTL.
-    pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
-        self.retention = retention;
-        self
-    }
-
-    /// A store whose client is built from the SDK configuration (see `adapters::aws::load_config`).
-    pub fn from_sdk_config(sdk: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
-        Self::new(Client::new(sdk), table)
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    fn decode(
-        &self,
-        key: &str,
-        item: HashMap<String, AttributeValue>,
-    ) -> Result<UserItem, StoreError> {
-        from_item(item).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "Slack user item {key} in {} is malformed: {e}",
-                self.table
-            ))
-        })
+    fn decode(&self, key: &str, item: Item) -> Result<UserItem, StoreError> {
+        self.table.decode(&format!("Slack user item {key}"), item)
     }
 
     /// Set the entry if the item exists, is live, and holds no later use of the thread.
@@ -142,15 +105,14 @@ impl DynamoSlackUserThreads {
         thread_id: &ThreadId,
         at: Millis,
     ) -> Result<Updated, StoreError> {
-        let update = match self.retention {
+        let expires = self.table.expiry();
+        let update = match expires {
             Some(_) => "SET #threads.#tid = :at, #expires = :expires",
             None => "SET #threads.#tid = :at REMOVE #expires",
         };
         let mut request = self
-            .client
-            .update_item()
-            .table_name(self.table.as_ref())
-            .key(attr::THREAD_ID, AttributeValue::S(key.to_owned()))
+            .table
+            .update(user_item_key(key))
             .update_expression(update)
             .condition_expression(
                 "attribute_exists(#pk) \
@@ -165,11 +127,9 @@ impl DynamoSlackUserThreads {
             .expression_attribute_values(":now", AttributeValue::N(now_secs().to_string()))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        if let Some(retention) = self.retention {
-            request = request.expression_attribute_values(
-                ":expires",
-                AttributeValue::N(expiry_in(retention).to_string()),
-            );
+        if let Some(expires) = expires {
+            request = request
+                .expression_attribute_values(":expires", AttributeValue::N(expires.to_string()));
         }
         match request.send().await {
             Ok(output) => {
@@ -184,7 +144,7 @@ impl DynamoSlackUserThreads {
                     };
                     Ok(Updated::Rejected(old))
                 }
-                _ => Err(unavailable(&format!("UpdateItem {}", self.table), e)),
+                _ => Err(self.table.unavailable("UpdateItem", e)),
             },
         }
     }
@@ -200,25 +160,20 @@ impl DynamoSlackUserThreads {
         let item = to_item(UserItem {
             thread_id: key.to_owned(),
             threads: BTreeMap::from([(thread_id.to_string(), at.0)]),
-            expires_at: self.retention.map(expiry_in),
+            expires_at: self.table.expiry(),
         })
-        .map_err(|e| StoreError::Unavailable(format!("encoding Slack user item {key}: {e}")))?;
-        let result = self
-            .client
-            .put_item()
-            .table_name(self.table.as_ref())
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk) OR #expires < :now")
-            .expression_attribute_names("#pk", attr::THREAD_ID)
-            .expression_attribute_names("#expires", attr::EXPIRES_AT)
-            .expression_attribute_values(":now", AttributeValue::N(now_secs().to_string()))
-            .send()
-            .await;
-        condition_held(
-            &format!("PutItem {}", self.table),
-            result,
-            PutItemError::is_conditional_check_failed_exception,
-        )
+        .map_err(|e| {
+            self.table
+                .failed(format!("encoding Slack user item {key}: {e}"))
+        })?;
+        self.table
+            .put_if(
+                item,
+                "attribute_not_exists(#pk) OR #expires < :now",
+                &[("#pk", attr::THREAD_ID), ("#expires", attr::EXPIRES_AT)],
+                &[(":now", AttributeValue::N(now_secs().to_string()))],
+            )
+            .await
     }
 
     /// Remove the entries beyond the newest `MAX_USER_THREADS` of `item`, each only if it has
@@ -236,10 +191,8 @@ impl DynamoSlackUserThreads {
         // Oldest first, so a trim cut short by a failed batch has dropped the right ones.
         for batch in excess.rchunks(TRIM_BATCH) {
             let mut request = self
-                .client
-                .update_item()
-                .table_name(self.table.as_ref())
-                .key(attr::THREAD_ID, AttributeValue::S(key.to_owned()))
+                .table
+                .update(user_item_key(key))
                 .expression_attribute_names("#pk", attr::THREAD_ID)
                 .expression_attribute_names("#threads", THREADS);
             let mut removes = Vec::with_capacity(batch.len());
@@ -269,7 +222,7 @@ impl DynamoSlackUserThreads {
                 {
                     return Ok(());
                 }
-                Err(e) => return Err(unavailable(&format!("UpdateItem {}", self.table), e)),
+                Err(e) => return Err(self.table.unavailable("UpdateItem", e)),
             }
         }
         Ok(())
@@ -278,6 +231,14 @@ impl DynamoSlackUserThreads {
 
 fn user_key(team: &str, user: &str) -> String {
     format!("{KEY_PREFIX}{team}:{user}")
+}
+
+/// The key of the item under `user_key`.
+fn user_item_key(key: &str) -> Item {
+    Item::from([(
+        attr::THREAD_ID.to_owned(),
+        AttributeValue::S(key.to_owned()),
+    )])
 }
 
 #[async_trait]
@@ -319,10 +280,10 @@ impl SlackUserThreads for DynamoSlackUserThreads {
                 }
             }
         }
-        Err(StoreError::Unavailable(format!(
+        Err(self.table.failed(format!(
             "recording {thread_id} for Slack user {team}/{user} in {}: the item kept changing \
              under {TOUCH_ATTEMPTS} attempts",
-            self.table
+            self.table.name()
         )))
     }
 
@@ -334,16 +295,7 @@ impl SlackUserThreads for DynamoSlackUserThreads {
     ) -> Result<Vec<UserThread>, StoreError> {
         check_slack_user(team, user)?;
         let key = user_key(team, user);
-        let output = self
-            .client
-            .get_item()
-            .table_name(self.table.as_ref())
-            .key(attr::THREAD_ID, AttributeValue::S(key.clone()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| unavailable(&format!("GetItem {}", self.table), e))?;
-        let Some(raw) = output.item else {
+        let Some(raw) = self.table.get(user_item_key(&key)).await? else {
             return Ok(Vec::new());
         };
         let item = self.decode(&key, raw)?;
@@ -362,10 +314,13 @@ impl SlackUserThreads for DynamoSlackUserThreads {
             .iter()
             .map(|(id, &last_used)| {
                 let thread_id = ThreadId::parse(id).map_err(|e| {
-                    StoreError::Corrupt(format!(
-                        "Slack user item {key} in {} holds an invalid thread id {id:?}: {e}",
-                        self.table
-                    ))
+                    StoreError::corrupt(
+                        StoreKind::SlackUserThreads,
+                        format!(
+                            "Slack user item {key} in {} holds an invalid thread id {id:?}: {e}",
+                            self.table.name()
+                        ),
+                    )
                 })?;
                 Ok(UserThread {
                     thread_id,

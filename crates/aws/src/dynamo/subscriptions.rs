@@ -18,8 +18,6 @@
 //! Compare-and-set failures are read from the SDK's typed `ConditionalCheckFailedException` and a
 //! transaction's cancellation reasons, never from message text.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,16 +25,15 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, DeleteRequest, Put, ReturnValue, TransactWriteItem,
     WriteRequest,
 };
-use aws_sdk_dynamodb::Client;
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
-use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
+use serde_dynamo::aws_sdk_dynamodb_1::to_item;
 
-use super::errors::{cancelled, condition_held, unavailable, Cancelled};
+use super::errors::{cancelled, Cancelled};
 use super::lost_answers::request_token;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use super::table::{table_store, Item, Table};
 use threadbox_core::domain::{Millis, ThreadId, ThreadScope};
-use threadbox_core::ports::{Connection, StoreError, Subscription, SubscriptionStore};
+use threadbox_core::ports::{Connection, StoreError, StoreKind, Subscription, SubscriptionStore};
 
 /// Subscriptions table: every subscription of a thread, by connection id (sparse: only
 /// subscription items carry `thread_id`).
@@ -110,61 +107,27 @@ impl From<SubscriptionItem> for Subscription {
     }
 }
 
-type Item = HashMap<String, AttributeValue>;
-
 /// The subscription store on DynamoDB. Cheap to clone; build one per process.
 #[derive(Clone, Debug)]
 pub struct DynamoSubscriptionStore {
-    client: Client,
-    table: Arc<str>,
+    table: Table,
 }
+
+table_store!(DynamoSubscriptionStore, StoreKind::Subscriptions);
 
 impl DynamoSubscriptionStore {
     /// The variable naming the table in a deployed function's environment.
     pub const TABLE_VAR: &'static str = "THREADBOX_SUBSCRIPTIONS_TABLE";
 
-    pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self {
-            client,
-            table: Arc::from(table.into()),
-        }
-    }
-
-    /// A store whose client is built from the SDK configuration (see `adapters::aws::load_config`).
-    pub fn from_sdk_config(sdk: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
-        Self::new(Client::new(sdk), table)
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    fn corrupt(&self, what: &str, e: impl std::fmt::Display) -> StoreError {
-        StoreError::Corrupt(format!("{what} in {} is malformed: {e}", self.table))
-    }
-
     fn key(connection_id: &str, sk: String) -> Item {
-        HashMap::from([
+        Item::from([
             (attr::PK.to_owned(), AttributeValue::S(pk(connection_id))),
             (attr::SK.to_owned(), AttributeValue::S(sk)),
         ])
     }
 
     async fn get(&self, connection_id: &str, sk: String) -> Result<Option<Item>, StoreError> {
-        let output = self
-            .client
-            .get_item()
-            .table_name(self.table.as_ref())
-            .set_key(Some(Self::key(connection_id, sk)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| unavailable(&format!("GetItem {}", self.table), e))?;
-        Ok(output.item)
+        self.table.get(Self::key(connection_id, sk)).await
     }
 
     /// Every item of one connection's partition (whose sort key starts with `prefix`, when
@@ -178,9 +141,10 @@ impl DynamoSubscriptionStore {
         let mut start = None;
         loop {
             let mut query = self
-                .client
+                .table
+                .client()
                 .query()
-                .table_name(self.table.as_ref())
+                .table_name(self.table.name())
                 .expression_attribute_names("#pk", attr::PK)
                 .expression_attribute_values(":pk", AttributeValue::S(pk(connection_id)));
             query = match prefix {
@@ -196,7 +160,7 @@ impl DynamoSubscriptionStore {
                 .set_exclusive_start_key(start)
                 .send()
                 .await
-                .map_err(|e| unavailable(&format!("Query {}", self.table), e))?;
+                .map_err(|e| self.table.unavailable("Query", e))?;
             items.extend(output.items.unwrap_or_default());
             start = output.last_evaluated_key;
             if start.is_none() {
@@ -215,29 +179,30 @@ impl DynamoSubscriptionStore {
                         .set_key(Some(key.clone()))
                         .build()
                         .map(|d| WriteRequest::builder().delete_request(d).build())
-                        .map_err(|e| StoreError::Unavailable(format!("building a delete: {e}")))
+                        .map_err(|e| self.table.failed(format!("building a delete: {e}")))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let mut backoff = Duration::from_millis(25);
             for attempt in 0.. {
                 let output = self
-                    .client
+                    .table
+                    .client()
                     .batch_write_item()
-                    .request_items(self.table.as_ref(), requests)
+                    .request_items(self.table.name(), requests)
                     .send()
                     .await
-                    .map_err(|e| unavailable(&format!("BatchWriteItem {}", self.table), e))?;
+                    .map_err(|e| self.table.unavailable("BatchWriteItem", e))?;
                 requests = output
                     .unprocessed_items
-                    .and_then(|mut left| left.remove(self.table.as_ref()))
+                    .and_then(|mut left| left.remove(self.table.name()))
                     .unwrap_or_default();
                 if requests.is_empty() {
                     break;
                 }
                 if attempt >= 5 {
-                    return Err(StoreError::Unavailable(format!(
+                    return Err(self.table.failed(format!(
                         "BatchWriteItem {}: {} deletes still unprocessed",
-                        self.table,
+                        self.table.name(),
                         requests.len()
                     )));
                 }
@@ -261,9 +226,9 @@ impl DynamoSubscriptionStore {
     }
 
     fn subscription_from(&self, item: Item) -> Result<Subscription, StoreError> {
-        from_item(item)
-            .map(|row: SubscriptionItem| Subscription::from(row))
-            .map_err(|e| self.corrupt("a subscription item", e))
+        self.table
+            .decode::<SubscriptionItem>("a subscription item", item)
+            .map(Subscription::from)
     }
 }
 
@@ -278,8 +243,12 @@ fn key_of(item: &Item) -> Item {
 #[async_trait]
 impl SubscriptionStore for DynamoSubscriptionStore {
     async fn add_connection(&self, connection: &Connection) -> Result<(), StoreError> {
-        let scope = serde_json::to_string(&connection.scope)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode scope: {e}")))?;
+        let scope = serde_json::to_string(&connection.scope).map_err(|e| {
+            StoreError::corrupt(
+                StoreKind::Subscriptions,
+                format!("cannot encode scope: {e}"),
+            )
+        })?;
         // A reused id starts clean: whatever its partition holds goes first.
         self.remove_connection(&connection.connection_id).await?;
         let item = to_item(ConnectionItem {
@@ -291,14 +260,15 @@ impl SubscriptionStore for DynamoSubscriptionStore {
             connected_at: connection.connected_at.0,
             ttl: ttl(connection.expires_at),
         })
-        .map_err(|e| StoreError::Unavailable(format!("encoding a connection: {e}")))?;
-        self.client
+        .map_err(|e| self.table.failed(format!("encoding a connection: {e}")))?;
+        self.table
+            .client()
             .put_item()
-            .table_name(self.table.as_ref())
+            .table_name(self.table.name())
             .set_item(Some(item))
             .send()
             .await
-            .map_err(|e| unavailable(&format!("PutItem {}", self.table), e))?;
+            .map_err(|e| self.table.unavailable("PutItem", e))?;
         Ok(())
     }
 
@@ -306,10 +276,9 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         let Some(item) = self.get(connection_id, CONNECTION_SK.to_owned()).await? else {
             return Ok(None);
         };
-        let row: ConnectionItem =
-            from_item(item).map_err(|e| self.corrupt("a connection item", e))?;
+        let row: ConnectionItem = self.table.decode("a connection item", item)?;
         let scope: ThreadScope = serde_json::from_str(&row.scope)
-            .map_err(|e| self.corrupt("a connection's scope", e))?;
+            .map_err(|e| self.table.corrupt("a connection's scope", e))?;
         Ok(Some(Connection {
             connection_id: row.connection_id,
             scope,
@@ -342,24 +311,25 @@ impl SubscriptionStore for DynamoSubscriptionStore {
                 expires_at: connection.expires_at.0,
                 ttl: ttl(connection.expires_at),
             })
-            .map_err(|e| StoreError::Unavailable(format!("encoding a subscription: {e}")))?;
+            .map_err(|e| self.table.failed(format!("encoding a subscription: {e}")))?;
             let build = |e: aws_sdk_dynamodb::error::BuildError| {
-                StoreError::Unavailable(format!("building a transaction: {e}"))
+                self.table.failed(format!("building a transaction: {e}"))
             };
             let check = ConditionCheck::builder()
-                .table_name(self.table.as_ref())
+                .table_name(self.table.name())
                 .set_key(Some(Self::key(connection_id, CONNECTION_SK.to_owned())))
                 .condition_expression("attribute_exists(#pk)")
                 .expression_attribute_names("#pk", attr::PK)
                 .build()
                 .map_err(build)?;
             let put = Put::builder()
-                .table_name(self.table.as_ref())
+                .table_name(self.table.name())
                 .set_item(Some(item))
                 .build()
                 .map_err(build)?;
             let result = self
-                .client
+                .table
+                .client()
                 .transact_write_items()
                 .transact_items(TransactWriteItem::builder().condition_check(check).build())
                 .transact_items(TransactWriteItem::builder().put(put).build())
@@ -372,18 +342,18 @@ impl SubscriptionStore for DynamoSubscriptionStore {
                 Ok(_) => return Ok(true),
                 // The connection went away (read again: false), or another transaction was
                 // writing the same items (read again: try again).
-                Err(e) => match cancelled(e)? {
+                Err(e) => match cancelled(StoreKind::Subscriptions, e)? {
                     Cancelled::Conflict => continue,
                     Cancelled::Other(codes) => {
-                        return Err(StoreError::Unavailable(format!(
+                        return Err(self.table.failed(format!(
                             "TransactWriteItems {} cancelled: {codes}",
-                            self.table
+                            self.table.name()
                         )))
                     }
                 },
             }
         }
-        Err(StoreError::Unavailable(format!(
+        Err(self.table.failed(format!(
             "subscribing {connection_id} to {thread_id}: still conflicting after \
              {SUBSCRIBE_ATTEMPTS} attempts"
         )))
@@ -395,14 +365,15 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         thread_id: &ThreadId,
     ) -> Result<bool, StoreError> {
         let output = self
-            .client
+            .table
+            .client()
             .delete_item()
-            .table_name(self.table.as_ref())
+            .table_name(self.table.name())
             .set_key(Some(Self::key(connection_id, subscription_sk(thread_id))))
             .return_values(ReturnValue::AllOld)
             .send()
             .await
-            .map_err(|e| unavailable(&format!("DeleteItem {}", self.table), e))?;
+            .map_err(|e| self.table.unavailable("DeleteItem", e))?;
         Ok(output.attributes.is_some_and(|a| !a.is_empty()))
     }
 
@@ -433,9 +404,10 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         let mut start = None;
         loop {
             let output = self
-                .client
+                .table
+                .client()
                 .query()
-                .table_name(self.table.as_ref())
+                .table_name(self.table.name())
                 .index_name(SUBSCRIBERS_INDEX)
                 .key_condition_expression("#thread = :thread")
                 .expression_attribute_names("#thread", attr::THREAD_ID)
@@ -444,7 +416,8 @@ impl SubscriptionStore for DynamoSubscriptionStore {
                 .send()
                 .await
                 .map_err(|e| {
-                    unavailable(&format!("Query {} {SUBSCRIBERS_INDEX}", self.table), e)
+                    self.table
+                        .unavailable(&format!("Query {SUBSCRIBERS_INDEX}"), e)
                 })?;
             for item in output.items.unwrap_or_default() {
                 subs.push(self.subscription_from(item)?);
@@ -466,10 +439,8 @@ impl SubscriptionStore for DynamoSubscriptionStore {
         to: u64,
     ) -> Result<bool, StoreError> {
         let result = self
-            .client
-            .update_item()
-            .table_name(self.table.as_ref())
-            .set_key(Some(Self::key(connection_id, subscription_sk(thread_id))))
+            .table
+            .update(Self::key(connection_id, subscription_sk(thread_id)))
             .update_expression("SET #seq = :to")
             .condition_expression("attribute_exists(#pk) AND #seq = :from")
             .expression_attribute_names("#pk", attr::PK)
@@ -478,11 +449,7 @@ impl SubscriptionStore for DynamoSubscriptionStore {
             .expression_attribute_values(":to", AttributeValue::N(to.to_string()))
             .send()
             .await;
-        condition_held(
-            &format!("UpdateItem {}", self.table),
-            result,
-            UpdateItemError::is_conditional_check_failed_exception,
-        )
+        self.table.condition_held("UpdateItem", result)
     }
 
     async fn advance_many(

@@ -30,13 +30,15 @@ use super::items::{encode, Item};
 use super::lost_answers::{put_landed, request_token, stamped, transaction_landed};
 use super::schema::{attr, LIST_INDEX};
 use super::session_store::{
-    conditional_put, names, sent_items, sent_refs, string, Condition, DynamoSessionStore, Names,
-    QueryPage,
+    conditional_put, names, sent_items, sent_refs, string, DynamoSessionStore, Names, QueryPage,
 };
 use threadbox_core::domain::{
     LifecycleEvent, MemberClaim, MemberState, Millis, NetworkProfile, PoolMember, Session, ThreadId,
 };
-use threadbox_core::ports::{PoolClaim, StoreError, WarmPoolStore};
+use threadbox_core::ports::{PoolClaim, StoreError, StoreKind, WarmPoolStore, WriteCondition};
+
+/// The store this module's errors name.
+const STORE: StoreKind = StoreKind::WarmPool;
 
 /// Partition-key prefix of a member's item in the sessions table.
 const MEMBER_KEY_PREFIX: &str = "#pool#";
@@ -135,7 +137,7 @@ fn decode_member(item: Item) -> Result<PoolMember, StoreError> {
     };
     from_item::<PoolMemberItem>(item)
         .map(PoolMemberItem::into_member)
-        .map_err(|e| StoreError::Corrupt(format!("pool member item {key}: {e}")))
+        .map_err(|e| StoreError::corrupt(STORE, format!("pool member item {key}: {e}")))
 }
 
 /// The condition "the stored state is `state`" (as `#state = :state`).
@@ -161,10 +163,13 @@ fn claim_outcome(reasons: &[CancellationReason]) -> Result<PoolClaim, StoreError
     match first_failure(reasons) {
         Some((0, "ConditionalCheckFailed")) => Ok(PoolClaim::MemberTaken),
         Some((_, "ConditionalCheckFailed")) => Ok(PoolClaim::SessionChanged),
-        _ => Err(StoreError::Unavailable(format!(
-            "DynamoDB cancelled a warm pool claim ({})",
-            reason_codes(reasons)
-        ))),
+        _ => Err(StoreError::unavailable(
+            STORE,
+            format!(
+                "DynamoDB cancelled a warm pool claim ({})",
+                reason_codes(reasons)
+            ),
+        )),
     }
 }
 
@@ -189,7 +194,7 @@ impl DynamoSessionStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        put_landed("PutItem", &item, result)
+        put_landed(STORE, "PutItem", &item, result)
     }
 
     /// Every key in the partition of the listing index of `pool`'s members in `state`, in
@@ -237,10 +242,10 @@ impl WarmPoolStore for DynamoSessionStore {
         if fresh {
             Ok(())
         } else {
-            Err(StoreError::Unavailable(format!(
-                "pool member {} already has a record",
-                member.member_id
-            )))
+            Err(StoreError::unavailable(
+                STORE,
+                format!("pool member {} already has a record", member.member_id),
+            ))
         }
     }
 
@@ -270,6 +275,7 @@ impl WarmPoolStore for DynamoSessionStore {
             .send()
             .await;
         condition_held(
+            STORE,
             "DeleteItem",
             result,
             DeleteItemError::is_conditional_check_failed_exception,
@@ -285,7 +291,7 @@ impl WarmPoolStore for DynamoSessionStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| unavailable("GetItem", e))?;
+            .map_err(|e| unavailable(STORE, "GetItem", e))?;
         self.count_read(usize::from(output.item.is_some()));
         output.item.map(decode_member).transpose()
     }
@@ -341,7 +347,6 @@ impl WarmPoolStore for DynamoSessionStore {
         events: &[LifecycleEvent],
     ) -> Result<PoolClaim, StoreError> {
         debug_assert_eq!(member.state, MemberState::Claimed);
-        debug_assert_eq!(session.version, expected_version + 1);
         let (expression, names, values) = state_is(MemberState::Ready);
         let mut items = vec![
             conditional_put(
@@ -349,7 +354,7 @@ impl WarmPoolStore for DynamoSessionStore {
                 encode_member(member)?,
                 (expression, names, Some(values)),
             )?,
-            self.session_put(session, Condition::Version(expected_version))?,
+            self.session_put(session, WriteCondition::read_at(session, expected_version))?,
         ];
         items.extend(self.event_puts(events)?);
         let sent = sent_items(&items);
@@ -364,7 +369,7 @@ impl WarmPoolStore for DynamoSessionStore {
         {
             Ok(_) => Ok(PoolClaim::Bound),
             Err(e) => {
-                let reasons = cancellation_reasons(e)?;
+                let reasons = cancellation_reasons(STORE, e)?;
                 // An earlier attempt of this very claim landed and its answer was lost.
                 if transaction_landed(&reasons, &sent_refs(&sent)) {
                     return Ok(PoolClaim::Bound);
@@ -410,7 +415,7 @@ mod tests {
         );
         let err = claim_outcome(&[reason("ThrottlingError"), none()]).unwrap_err();
         assert!(
-            matches!(&err, StoreError::Unavailable(m) if m.contains("ThrottlingError, None")),
+            matches!(&err, StoreError::Unavailable(m) if m.detail.contains("ThrottlingError, None")),
             "{err:?}"
         );
     }

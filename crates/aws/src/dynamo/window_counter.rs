@@ -7,42 +7,28 @@
 //!
 //! Counter keys start with `count:`, which no dedupe key does, so the two never meet.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use aws_sdk_dynamodb::Client;
 
-use super::errors::unavailable;
 use super::schema::{attr, DEDUPE_KEY};
+use super::table::{table_store, Table};
 use threadbox_core::domain::Millis;
-use threadbox_core::ports::{StoreError, WindowCounter};
+use threadbox_core::ports::{StoreError, StoreKind, WindowCounter};
 
 const COUNT: &str = "count";
 
 /// Window counters on the dedupe table. Cheap to clone; build one per process.
 #[derive(Clone, Debug)]
 pub struct DynamoWindowCounter {
-    client: Client,
-    table: Arc<str>,
+    table: Table,
 }
 
+table_store!(DynamoWindowCounter, StoreKind::WindowCounter);
+
 impl DynamoWindowCounter {
-    pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self {
-            client,
-            table: Arc::from(table.into()),
-        }
-    }
-
-    /// Counters whose client is built from the SDK configuration.
-    pub fn from_sdk_config(sdk: &aws_config::SdkConfig, table: impl Into<String>) -> Self {
-        Self::new(Client::new(sdk), table)
-    }
-
     /// One conditional update of the count under `key` (its expiry set with it). `Ok(Ok(new))`
     /// with the attributes `returned` asks for, `Ok(Err(old))` with the count as it was when the
     /// condition failed (`None`: no count yet).
@@ -55,11 +41,13 @@ impl DynamoWindowCounter {
         expires_at: Millis,
         returned: ReturnValue,
     ) -> Result<Result<Option<u64>, Option<u64>>, StoreError> {
+        let counter = [(
+            DEDUPE_KEY.to_owned(),
+            AttributeValue::S(format!("count:{key}")),
+        )];
         let mut request = self
-            .client
-            .update_item()
-            .table_name(self.table.as_ref())
-            .key(DEDUPE_KEY, AttributeValue::S(format!("count:{key}")))
+            .table
+            .update(counter.into())
             .update_expression(update)
             .expression_attribute_names("#count", COUNT)
             .expression_attribute_names("#expires", attr::EXPIRES_AT)
@@ -82,15 +70,15 @@ impl DynamoWindowCounter {
                 Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
                     Ok(Err(failed.item().and_then(count_in)))
                 }
-                _ => Err(unavailable(&format!("UpdateItem {}", self.table), e)),
+                _ => Err(self.table.unavailable("UpdateItem", e)),
             },
         }
     }
 
     fn missing_count(&self) -> StoreError {
-        StoreError::Unavailable(format!(
+        self.table.failed(format!(
             "UpdateItem {} answered without the new count",
-            self.table
+            self.table.name()
         ))
     }
 }
@@ -116,33 +104,18 @@ impl WindowCounter for DynamoWindowCounter {
         expires_at: Millis,
         _now: Millis,
     ) -> Result<u64, StoreError> {
-        let expires_secs = expires_secs(expires_at);
-        let output = self
-            .client
-            .update_item()
-            .table_name(self.table.as_ref())
-            .key(DEDUPE_KEY, AttributeValue::S(format!("count:{key}")))
-            .update_expression("ADD #count :one SET #expires = :expires")
-            .expression_attribute_names("#count", COUNT)
-            .expression_attribute_names("#expires", attr::EXPIRES_AT)
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .expression_attribute_values(":expires", AttributeValue::N(expires_secs.to_string()))
-            .return_values(ReturnValue::UpdatedNew)
-            .send()
-            .await
-            .map_err(|e| unavailable(&format!("UpdateItem {}", self.table), e))?;
-        let count = output
-            .attributes()
-            .and_then(|a| a.get(COUNT))
-            .and_then(|v| v.as_n().ok())
-            .and_then(|n| n.parse::<u64>().ok())
-            .ok_or_else(|| {
-                StoreError::Unavailable(format!(
-                    "UpdateItem {} answered without the new count",
-                    self.table
-                ))
-            })?;
-        Ok(count)
+        // Unconditional, so it is always written and answers the new count.
+        let written = self
+            .update(
+                key,
+                "ADD #count :one SET #expires = :expires",
+                None,
+                &[(":one", 1)],
+                expires_at,
+                ReturnValue::UpdatedNew,
+            )
+            .await?;
+        written.ok().flatten().ok_or_else(|| self.missing_count())
     }
 
     async fn add(

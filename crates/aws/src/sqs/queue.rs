@@ -218,6 +218,26 @@ fn received(message: Message) -> Result<ReceivedMessage, QueueError> {
 /// Whether SQS said the receipt is not (or no longer) valid. Matched on error codes: the modelled
 /// ones, and `InvalidParameterValue`, which SQS returns for an expired receipt and which ack and
 /// release can only mean about the receipt (the URL and visibility are ours and fixed).
+/// The outcome of `operation` on one received message: a receipt SQS calls invalid is
+/// `StaleReceipt`, any other failure `Unavailable`.
+fn by_receipt<T, E, R>(
+    receipt: &str,
+    operation: &str,
+    result: Result<T, SdkError<E, R>>,
+) -> Result<(), QueueError>
+where
+    E: std::error::Error + ProvideErrorMetadata + 'static,
+    R: std::fmt::Debug,
+{
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if e.as_service_error().is_some_and(is_stale) => {
+            Err(QueueError::StaleReceipt(receipt.to_owned()))
+        }
+        Err(e) => Err(unavailable(operation, e)),
+    }
+}
+
 fn is_stale<E: ProvideErrorMetadata>(err: &E) -> bool {
     matches!(
         err.code(),
@@ -303,42 +323,19 @@ impl DurableQueue for SqsQueue {
         if receipt.is_empty() {
             return Err(QueueError::StaleReceipt(String::new()));
         }
-        match self
+        let result = self
             .client
             .delete_message()
             .queue_url(&self.urls.queue_url)
             .receipt_handle(receipt)
             .send()
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(is_stale) => {
-                Err(QueueError::StaleReceipt(receipt.to_owned()))
-            }
-            Err(e) => Err(unavailable("DeleteMessage", e)),
-        }
+            .await;
+        by_receipt(receipt, "DeleteMessage", result)
     }
 
     /// Visible again at once (visibility 0); the receive count stays.
     async fn release(&self, receipt: &str) -> Result<(), QueueError> {
-        if receipt.is_empty() {
-            return Err(QueueError::StaleReceipt(String::new()));
-        }
-        match self
-            .client
-            .change_message_visibility()
-            .queue_url(&self.urls.queue_url)
-            .receipt_handle(receipt)
-            .visibility_timeout(0)
-            .send()
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(is_stale) => {
-                Err(QueueError::StaleReceipt(receipt.to_owned()))
-            }
-            Err(e) => Err(unavailable("ChangeMessageVisibility", e)),
-        }
+        self.change_visibility(receipt, Duration::ZERO).await
     }
 
     /// Messages in the dead-letter queue, oldest sent first. They are listed, not taken: each is
@@ -389,37 +386,46 @@ impl SqsQueue {
         if receipt.is_empty() {
             return Err(QueueError::StaleReceipt(String::new()));
         }
-        match self
+        let result = self
             .client
             .change_message_visibility()
             .queue_url(&self.urls.queue_url)
             .receipt_handle(receipt)
             .visibility_timeout(visibility_secs(visibility))
             .send()
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(is_stale) => {
-                Err(QueueError::StaleReceipt(receipt.to_owned()))
-            }
-            Err(e) => Err(unavailable("ChangeMessageVisibility", e)),
-        }
+            .await;
+        by_receipt(receipt, "ChangeMessageVisibility", result)
     }
 
     /// Send one message straight to the dead-letter queue (same group, body and deduplication
     /// id), for a record that can never be handled: it need not wait out `maxReceiveCount`
     /// receives, holding its thread's later records back each time.
     pub async fn send_to_dead_letter(&self, message: &OutgoingMessage) -> Result<(), QueueError> {
+        self.send_one(
+            &self.urls.dead_letter_url,
+            message,
+            "SendMessage (dead-letter queue)",
+        )
+        .await
+    }
+
+    /// Validate and send one message to `queue_url`; `operation` names it in an error.
+    async fn send_one(
+        &self,
+        queue_url: &str,
+        message: &OutgoingMessage,
+        operation: &str,
+    ) -> Result<(), QueueError> {
         message.validate()?;
         self.client
             .send_message()
-            .queue_url(&self.urls.dead_letter_url)
+            .queue_url(queue_url)
             .message_body(&message.body)
             .message_group_id(&message.group_id)
             .message_deduplication_id(&message.dedup_id)
             .send()
             .await
-            .map_err(|e| unavailable("SendMessage (dead-letter queue)", e))?;
+            .map_err(|e| unavailable(operation, e))?;
         Ok(())
     }
 
@@ -454,16 +460,8 @@ impl SqsQueue {
                     dedup_id: format!("redrive:{}", dead.message_id),
                     body: dead.body,
                 };
-                outgoing.validate()?;
-                self.client
-                    .send_message()
-                    .queue_url(&self.urls.queue_url)
-                    .message_body(&outgoing.body)
-                    .message_group_id(&outgoing.group_id)
-                    .message_deduplication_id(&outgoing.dedup_id)
-                    .send()
-                    .await
-                    .map_err(|e| unavailable("SendMessage (redrive)", e))?;
+                self.send_one(&self.urls.queue_url, &outgoing, "SendMessage (redrive)")
+                    .await?;
                 self.client
                     .delete_message()
                     .queue_url(&self.urls.dead_letter_url)

@@ -114,12 +114,9 @@ impl Fanout {
         match self.dedupe.contains(&key).await {
             Ok(true) => return Ok(()),
             Ok(false) => {}
-            // Without knowing, delivering could repeat: wait for the store instead.
-            Err(error) => {
-                return Err(DeliveryError::retry(format!(
-                    "dedupe store unavailable: {error}"
-                )))
-            }
+            // Without knowing, delivering could repeat: wait for the store instead. The error
+            // names the dedupe store itself.
+            Err(error) => return Err(DeliveryError::retry(error.to_string())),
         }
         if let Err(error) = target.deliver(event).await {
             tracing::warn!(

@@ -24,7 +24,10 @@ pub use fanout_target::{DeliveryError, FanoutTarget};
 pub use provider::exec_files;
 pub use provider::*;
 pub use queue::{DurableQueue, OutgoingMessage, QueueError, ReceivedMessage, RecordOutcome};
-pub use session_store::{Page, Purged, SessionStore, StoreError, StoreStats};
+pub use session_store::{
+    Page, Purged, SessionStore, StatsCounter, StoreError, StoreFailure, StoreKind, StoreStats,
+    WriteCondition,
+};
 pub use slack_api::{
     is_ts, ApiErrorCode, EphemeralMessage, FileUpload, PostMessage, Posted, SlackApi, SlackError,
     SlackFile, UpdateMessage,

@@ -1,8 +1,48 @@
 //! The session store port: where session records and their lifecycle events live.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use async_trait::async_trait;
 
 use crate::domain::{LifecycleEvent, Millis, Session, ThreadId};
+
+/// Which store an error came from, so its message names it: "dedupe store unavailable: …", not
+/// every port's failure read as the session store's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    Session,
+    WarmPool,
+    Dedupe,
+    /// The window counters budgets and rate limits count in.
+    WindowCounter,
+    Subscriptions,
+    SlackStatus,
+    SlackUserThreads,
+    SlackSink,
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StoreKind::Session => "session",
+            StoreKind::WarmPool => "warm pool",
+            StoreKind::Dedupe => "dedupe",
+            StoreKind::WindowCounter => "window counter",
+            StoreKind::Subscriptions => "subscription",
+            StoreKind::SlackStatus => "Slack status",
+            StoreKind::SlackUserThreads => "Slack user threads",
+            StoreKind::SlackSink => "Slack sink",
+        })
+    }
+}
+
+/// What failed, and in which store: the payload of `Unavailable` and `Corrupt`, so both keep
+/// one field and `StoreError::Unavailable(_)` matches as it always did.
+#[derive(Debug)]
+pub struct StoreFailure {
+    pub store: StoreKind,
+    pub detail: String,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -13,20 +53,75 @@ pub enum StoreError {
     #[error("thread {thread_id} changed since it was read (expected version {expected})")]
     VersionConflict { thread_id: ThreadId, expected: u64 },
     /// The store could not be reached or answered with an error; nothing was written.
-    #[error("session store unavailable: {0}")]
-    Unavailable(String),
-    /// A stored record could not be read back: the message names the thread or file.
-    #[error("session store holds a corrupt record: {0}")]
-    Corrupt(String),
+    #[error("{} store unavailable: {}", .0.store, .0.detail)]
+    Unavailable(StoreFailure),
+    /// A stored record could not be read back: the detail names the thread or file.
+    #[error("{} store holds a corrupt record: {}", .0.store, .0.detail)]
+    Corrupt(StoreFailure),
 }
 
 impl StoreError {
+    /// `store` could not do what was asked; nothing was written.
+    pub fn unavailable(store: StoreKind, detail: impl Into<String>) -> Self {
+        StoreError::Unavailable(StoreFailure {
+            store,
+            detail: detail.into(),
+        })
+    }
+
+    /// `store` holds a record that cannot be read back.
+    pub fn corrupt(store: StoreKind, detail: impl Into<String>) -> Self {
+        StoreError::Corrupt(StoreFailure {
+            store,
+            detail: detail.into(),
+        })
+    }
+
     /// A conflict means "re-read and decide again", never "give up".
     pub fn is_conflict(&self) -> bool {
         matches!(
             self,
             StoreError::AlreadyExists(_) | StoreError::VersionConflict { .. }
         )
+    }
+}
+
+/// What a session write is conditional on: the thread having no record yet (`insert_new`), or
+/// its record still at the version it was read at (`save`, a warm pool claim). Every store
+/// writes on one of these (`SessionStore::write_if`), and a condition that did not hold becomes
+/// its conflict here, so `AlreadyExists` and `VersionConflict` mean the same whichever store
+/// answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// No record for the thread yet.
+    Absent,
+    /// The stored record is at this version.
+    Version(u64),
+}
+
+impl WriteCondition {
+    /// The condition of writing `session` over the record read at `expected_version`, whose
+    /// successor it must be.
+    pub fn read_at(session: &Session, expected_version: u64) -> Self {
+        debug_assert_eq!(
+            session.version,
+            expected_version + 1,
+            "save must bump the version by one"
+        );
+        WriteCondition::Version(expected_version)
+    }
+
+    /// `Ok` when the write of `thread_id`'s session held its condition, else the conflict that
+    /// condition failing means.
+    pub fn written(self, written: bool, thread_id: &ThreadId) -> Result<(), StoreError> {
+        match (written, self) {
+            (true, _) => Ok(()),
+            (false, WriteCondition::Absent) => Err(StoreError::AlreadyExists(thread_id.clone())),
+            (false, WriteCondition::Version(expected)) => Err(StoreError::VersionConflict {
+                thread_id: thread_id.clone(),
+                expected,
+            }),
+        }
     }
 }
 
@@ -58,16 +153,61 @@ pub struct StoreStats {
     pub rows_read: u64,
 }
 
+/// The counters behind [`SessionStore::stats`], for the stores that count their work. Shared
+/// by a store's clones; counting is relaxed (the figures are for benchmarks and tests).
+#[derive(Debug, Default)]
+pub struct StatsCounter {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    rows_read: AtomicU64,
+}
+
+impl StatsCounter {
+    /// One round trip that read, returning `rows` records.
+    pub fn read(&self, rows: usize) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.rows_read.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    /// One round trip that wrote.
+    pub fn write(&self) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            reads: self.reads.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            rows_read: self.rows_read.load(Ordering::Relaxed),
+        }
+    }
+}
+
 #[async_trait]
 pub trait SessionStore: Send + Sync {
     async fn load(&self, thread_id: &ThreadId) -> Result<Option<Session>, StoreError>;
+
+    /// Write `session` and `events` in one atomic write, only if `condition` holds of the
+    /// thread's stored record and no event's seq or id is taken: `Ok(false)` when it does not,
+    /// and nothing is written then. What a store implements; callers use `insert_new` and
+    /// `save`, which turn a `false` into its conflict here, the same for every store.
+    async fn write_if(
+        &self,
+        session: &Session,
+        events: &[LifecycleEvent],
+        condition: WriteCondition,
+    ) -> Result<bool, StoreError>;
 
     /// Write a new session and its first events, only if the thread has no record yet.
     async fn insert_new(
         &self,
         session: &Session,
         events: &[LifecycleEvent],
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        let condition = WriteCondition::Absent;
+        let written = self.write_if(session, events, condition).await?;
+        condition.written(written, &session.thread_id)
+    }
 
     /// Write `session` and `events` in one atomic write, only if the stored version is still
     /// `expected_version`. `session.version` must be `expected_version + 1`.
@@ -76,7 +216,11 @@ pub trait SessionStore: Send + Sync {
         session: &Session,
         expected_version: u64,
         events: &[LifecycleEvent],
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        let condition = WriteCondition::read_at(session, expected_version);
+        let written = self.write_if(session, events, condition).await?;
+        condition.written(written, &session.thread_id)
+    }
 
     /// Sessions in `shard` whose next action is due at or before `due_by`, oldest first.
     /// Reads only due records (an index, never a scan).
@@ -134,5 +278,43 @@ pub trait SessionStore: Send + Sync {
     /// Work done so far; adapters that cannot count return zeros.
     fn stats(&self) -> StoreStats {
         StoreStats::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_names_the_store_it_came_from() {
+        let err = StoreError::unavailable(StoreKind::Dedupe, "DynamoDB GetItem: timed out");
+        assert_eq!(
+            err.to_string(),
+            "dedupe store unavailable: DynamoDB GetItem: timed out"
+        );
+        assert!(matches!(err, StoreError::Unavailable(_)));
+        let err = StoreError::corrupt(StoreKind::SlackStatus, "row of slack:T1:C1:1.2");
+        assert_eq!(
+            err.to_string(),
+            "Slack status store holds a corrupt record: row of slack:T1:C1:1.2"
+        );
+        assert_eq!(
+            StoreError::unavailable(StoreKind::Session, "locked").to_string(),
+            "session store unavailable: locked"
+        );
+    }
+
+    #[test]
+    fn a_condition_that_did_not_hold_is_its_conflict() {
+        let thread = ThreadId::parse("t1").unwrap();
+        assert!(WriteCondition::Absent.written(true, &thread).is_ok());
+        assert!(matches!(
+            WriteCondition::Absent.written(false, &thread),
+            Err(StoreError::AlreadyExists(t)) if t == thread
+        ));
+        assert!(matches!(
+            WriteCondition::Version(4).written(false, &thread),
+            Err(StoreError::VersionConflict { thread_id, expected: 4 }) if thread_id == thread
+        ));
     }
 }

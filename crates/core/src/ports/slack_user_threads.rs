@@ -9,7 +9,7 @@
 use async_trait::async_trait;
 
 use crate::domain::{Millis, ThreadId};
-use crate::ports::StoreError;
+use crate::ports::{StoreError, StoreKind};
 
 /// How many threads a user's record keeps; also the largest `limit` `recent` honours.
 pub const MAX_USER_THREADS: usize = 100;
@@ -55,9 +55,12 @@ pub fn check_slack_user(team: &str, user: &str) -> Result<(), StoreError> {
                 .chars()
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
         if !valid {
-            return Err(StoreError::Unavailable(format!(
-                "Slack {what} id {id:?} is not a Slack id (1 to 64 upper-case letters and digits)"
-            )));
+            return Err(StoreError::unavailable(
+                StoreKind::SlackUserThreads,
+                format!(
+                    "Slack {what} id {id:?} is not a Slack id (1 to 64 upper-case letters and digits)"
+                ),
+            ));
         }
     }
     Ok(())
