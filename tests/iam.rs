@@ -45,6 +45,7 @@ use threadbox_aws::sqs::{create_fifo_queue, SqsQueueUrls};
 use threadbox_lambda::{Env, SecretSet};
 
 use crate::aws::{aws_configured, sdk_config, unique_name};
+pub use crate::repo;
 
 /// The account and region the template is resolved in, and every recorded ARN names.
 pub const ACCOUNT: &str = "123456789012";
@@ -211,14 +212,6 @@ impl HttpConnector for RecordingConnector {
             }));
         self.inner.call(request)
     }
-}
-
-/// The repository's root.
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
 }
 
 /// A venv's python: `$var` when set, else `target/<venv>/bin/python` under the repository (or

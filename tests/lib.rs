@@ -11,10 +11,25 @@ pub mod lambda;
 #[cfg(feature = "aws")]
 pub mod warm_pool;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use threadbox_core::ports::{DurableQueue, SessionStore, WarmPoolStore};
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+
+/// The repository's root, for the tests that read its files as text.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The repository's file at `relative` (from its root), as text; a panic names a missing one.
+pub fn read_repo_file(relative: &str) -> String {
+    let path = repo().join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
 
 /// A fresh SQLite store and lifecycle queue in one temporary database file.
 pub struct SqliteBackend {

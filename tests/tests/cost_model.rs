@@ -7,22 +7,11 @@
 //! figure the model gives now.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn read(relative: &str) -> String {
-    let path = repo().join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use threadbox_tests::{read_repo_file as read, repo};
 
 /// The model's output with `args`, or `None` when there is no python3 to run it.
 fn model(args: &[&str]) -> Option<String> {

@@ -8,17 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn read(relative: &str) -> String {
-    let path = repo().join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use threadbox_tests::{read_repo_file as read, repo};
 
 /// Routes the router serves only in `threadbox dev` (never deployed), with why.
 const DEV_ONLY: &[(&str, &str)] = &[
