@@ -9,6 +9,7 @@ pub mod dashboard;
 pub mod e2b;
 pub mod live;
 pub mod load;
+pub mod mcp;
 pub mod transfer;
 pub mod webdriver;
 
