@@ -10,6 +10,7 @@ pub mod e2b;
 pub mod live;
 pub mod load;
 pub mod mcp;
+pub mod slack;
 pub mod transfer;
 pub mod webdriver;
 
@@ -70,6 +71,17 @@ pub fn dev_missing() -> Vec<String> {
     missing
 }
 
+/// How the tests start `threadbox dev`, its data directory to follow: a free port, and the
+/// janitor every second.
+pub const DEV_ARGS: [&str; 6] = [
+    "dev",
+    "--port",
+    "0",
+    "--janitor-interval",
+    "1s",
+    "--data-dir",
+];
+
 /// A running `threadbox dev`, stopped and its containers deleted on drop.
 pub struct DevServer {
     child: Child,
@@ -121,14 +133,7 @@ impl DevServer {
             };
         }
         let mut child = command
-            .args([
-                "dev",
-                "--port",
-                "0",
-                "--janitor-interval",
-                "1s",
-                "--data-dir",
-            ])
+            .args(DEV_ARGS)
             .arg(&data_dir)
             .args(args)
             .env("RUST_LOG", "info")
