@@ -517,6 +517,19 @@ impl IamStack {
         (sdk, env, secrets)
     }
 
+    /// `start`, and the use cases `function` wires from what it was given, as its Lambda does.
+    pub async fn start_threadbox(
+        &self,
+        function: &str,
+        overrides: &[(String, String)],
+    ) -> (SdkConfig, Env, threadbox_core::usecases::Threadbox) {
+        let (sdk, env, secrets) = self.start(function, overrides).await;
+        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+            .await
+            .unwrap_or_else(|e| panic!("{function}'s wiring: {e}"));
+        (sdk, env, tb)
+    }
+
     /// Every call recorded so far.
     pub fn calls(&self) -> Vec<Call> {
         let mut calls = self.calls.lock().unwrap().clone();

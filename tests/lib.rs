@@ -31,6 +31,31 @@ pub fn read_repo_file(relative: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// `infra/template.yaml`'s resources, as `(logical id, its block of text)`: every
+/// two-space-indented key under `Resources:`, up to the next one (the template read as text).
+pub fn template_resources(template: &str) -> Vec<(String, String)> {
+    let body = template
+        .split_once("\nResources:\n")
+        .expect("a Resources section")
+        .1;
+    let body = body.split("\nOutputs:\n").next().unwrap();
+    let mut resources: Vec<(String, String)> = Vec::new();
+    for line in body.lines() {
+        let is_key = line.len() > 2
+            && line.starts_with("  ")
+            && !line.starts_with("   ")
+            && !line.trim_start().starts_with('#')
+            && line.ends_with(':');
+        if is_key {
+            resources.push((line.trim().trim_end_matches(':').to_owned(), String::new()));
+        } else if let Some((_, block)) = resources.last_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    resources
+}
+
 /// A fresh SQLite store and lifecycle queue in one temporary database file.
 pub struct SqliteBackend {
     pub store: Arc<dyn SessionStore>,

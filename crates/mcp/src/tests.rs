@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use serde_json::{json, Value};
@@ -122,8 +122,15 @@ async fn the_backend_runs_commands_and_files_with_the_apis_checks_and_codes() {
     backend.resume("t1").await.unwrap();
 }
 
-async fn post(router: &Router, key: Option<&str>, body: Value) -> (StatusCode, String, Value) {
-    let mut request = Request::post("/v1/threads/t2/mcp")
+/// POST `body` to `thread`'s endpoint as an MCP client does (with `key` as a bearer token, if
+/// any): the status, the content type and the answer's bytes.
+async fn post_to(
+    router: &Router,
+    thread: &str,
+    key: Option<&str>,
+    body: Body,
+) -> (StatusCode, String, Bytes) {
+    let mut request = Request::post(format!("/v1/threads/{thread}/mcp"))
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-06-18");
@@ -132,7 +139,7 @@ async fn post(router: &Router, key: Option<&str>, body: Value) -> (StatusCode, S
     }
     let response = router
         .clone()
-        .oneshot(request.body(Body::from(body.to_string())).unwrap())
+        .oneshot(request.body(body).unwrap())
         .await
         .unwrap();
     let status = response.status();
@@ -144,6 +151,13 @@ async fn post(router: &Router, key: Option<&str>, body: Value) -> (StatusCode, S
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
         .unwrap();
+    (status, kind, bytes)
+}
+
+/// A JSON-RPC message to thread t2's endpoint: status, content type and the answer (its text
+/// when it is not JSON).
+async fn post(router: &Router, key: Option<&str>, body: Value) -> (StatusCode, String, Value) {
+    let (status, kind, bytes) = post_to(router, "t2", key, Body::from(body.to_string())).await;
     let json = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()));
     (status, kind, json)
@@ -367,23 +381,7 @@ async fn the_endpoint_lists_the_process_tools_and_answers_bad_calls_as_tool_erro
 
 /// A raw body to the endpoint: status, content type and the JSON answer (`Null` if not JSON).
 async fn post_raw(router: &Router, body: impl Into<Body>) -> (StatusCode, String, Value) {
-    let request = Request::post("/v1/threads/t3/mcp")
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .header(header::AUTHORIZATION, format!("Bearer {KEY}"))
-        .body(body.into())
-        .unwrap();
-    let response = router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let kind = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
+    let (status, kind, bytes) = post_to(router, "t3", Some(KEY), body.into()).await;
     (
         status,
         kind,
