@@ -289,7 +289,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // ---- resolve-session: resolve (a new thread takes a pool member), network, list, show,
     // events, reset.
     {
-        let (sdk, env, tb) = stack
+        let (_, env, tb) = stack
             .start_threadbox("ResolveSessionFunction", &overrides)
             .await;
         let router = resolve_session::app(tb, threadbox_lambda::api_auth(&env).unwrap());
@@ -319,7 +319,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     assert!(report.is_ok(), "refill: {report:?}");
     let token;
     {
-        let (sdk, env, tb) = stack
+        let (_, env, tb) = stack
             .start_threadbox("SandboxApiFunction", &overrides)
             .await;
         let router = sandbox_api::app(
@@ -623,7 +623,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     if pool {
         let mut drained = overrides.clone();
         drained.push(("THREADBOX_WARM_POOL".into(), "0".into()));
-        let (sdk, env, tb) = stack.start_threadbox("JanitorFunction", &drained).await;
+        let (_, env, tb) = stack.start_threadbox("JanitorFunction", &drained).await;
         let janitor = janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap());
         let report = janitor.handle(scheduled_now()).await;
         assert!(report.is_ok(), "drain: {report:?}");
