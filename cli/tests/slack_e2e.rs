@@ -180,7 +180,7 @@ async fn post_signed(dev: &DevServer, body: &str, retry: u32) -> Value {
         .post(format!("{}/slack/events", dev.url))
         .header("content-type", "application/json")
         .header("x-slack-request-timestamp", ts.to_string())
-        .header("x-slack-signature", signature(ts, &body))
+        .header("x-slack-signature", signature(ts, body))
         .body(body.to_owned());
     if retry > 0 {
         request = request
