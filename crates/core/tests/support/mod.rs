@@ -1,6 +1,9 @@
 //! What the use-case tests here share: a `Threadbox` over a real store and queue (SQLite, in a
 //! temporary file), the in-memory provider and a manual clock.
 
+// Each test crate uses a different part of this module.
+#![allow(dead_code)]
+
 use std::sync::Arc;
 
 use threadbox_core::usecases::{Config, Threadbox};
