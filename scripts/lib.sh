@@ -47,24 +47,34 @@ ensure_chromium() {
   apt_install chromium chromium-driver
 }
 
+# fresh_venv DIR: an empty virtualenv at DIR, whatever was there before.
+fresh_venv() {
+  rm -rf "$1"
+  if ! python3 -m venv "$1" >/dev/null 2>&1; then
+    # Debian ships venv's bootstrap separately.
+    rm -rf "$1"
+    apt_install python3-venv
+    python3 -m venv "$1"
+  fi
+}
+
+# pinned_venv DIR CHECK SPEC: a virtualenv at DIR with pip's SPEC in it, kept while its python
+# passes CHECK (a Python snippet that exits 0 when the pinned version is there), else made afresh.
+pinned_venv() {
+  "$1/bin/python" -c "$2" 2>/dev/null && return 0
+  say "installing $3 into $1"
+  fresh_venv "$1"
+  "$1/bin/pip" install --quiet --disable-pip-version-check "$3"
+}
+
 # moto's server stands in for DynamoDB and SQS in the tests. Pinned, installed from PyPI into a
 # virtualenv under target/ (so `cargo clean` removes it), and reused while the version matches.
 MOTO_VERSION="5.2.5"
 MOTO_VENV="target/moto-venv"
 
 ensure_moto() {
-  if "$MOTO_VENV/bin/python" -c "import sys, moto; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
-    return 0
-  fi
-  say "installing moto[server]==$MOTO_VERSION into $MOTO_VENV"
-  rm -rf "$MOTO_VENV"
-  if ! python3 -m venv "$MOTO_VENV" >/dev/null 2>&1; then
-    # Debian ships venv's bootstrap separately.
-    rm -rf "$MOTO_VENV"
-    apt_install python3-venv
-    python3 -m venv "$MOTO_VENV"
-  fi
-  "$MOTO_VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+  pinned_venv "$MOTO_VENV" "import sys, moto; sys.exit(moto.__version__ != '$MOTO_VERSION')" \
+    "moto[server]==$MOTO_VERSION"
 }
 
 # The official MCP Python SDK, pinned, in a virtualenv of its own: the client the `threadbox mcp`
@@ -72,17 +82,8 @@ ensure_moto() {
 MCP_SDK_VERSION="2.3.0"
 MCP_VENV="target/mcp-venv"
 ensure_mcp_sdk() {
-  if "$MCP_VENV/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('mcp') != '$MCP_SDK_VERSION')" 2>/dev/null; then
-    return 0
-  fi
-  say "installing the MCP Python SDK (mcp==$MCP_SDK_VERSION) into $MCP_VENV"
-  rm -rf "$MCP_VENV"
-  if ! python3 -m venv "$MCP_VENV" >/dev/null 2>&1; then
-    rm -rf "$MCP_VENV"
-    apt_install python3-venv
-    python3 -m venv "$MCP_VENV"
-  fi
-  "$MCP_VENV/bin/pip" install --quiet --disable-pip-version-check "mcp==$MCP_SDK_VERSION"
+  pinned_venv "$MCP_VENV" "import sys, importlib.metadata as m; sys.exit(m.version('mcp') != '$MCP_SDK_VERSION')" \
+    "mcp==$MCP_SDK_VERSION"
 }
 
 # A TCP port on 127.0.0.1 that nothing listens on right now.
@@ -150,12 +151,7 @@ import importlib.metadata as m, sys
 sys.exit(m.version('cargo-lambda') != '$CARGO_LAMBDA_VERSION' or m.version('aws-sam-cli') != '$SAM_CLI_VERSION')
 " 2>/dev/null; then
     say "installing cargo-lambda==$CARGO_LAMBDA_VERSION and aws-sam-cli==$SAM_CLI_VERSION into $LAMBDA_VENV (a few minutes, once)"
-    rm -rf "$LAMBDA_VENV"
-    if ! python3 -m venv "$LAMBDA_VENV" >/dev/null 2>&1; then
-      rm -rf "$LAMBDA_VENV"
-      apt_install python3-venv
-      python3 -m venv "$LAMBDA_VENV"
-    fi
+    fresh_venv "$LAMBDA_VENV"
     "$LAMBDA_VENV/bin/pip" install --disable-pip-version-check --progress-bar off \
       "cargo-lambda==$CARGO_LAMBDA_VERSION" "aws-sam-cli==$SAM_CLI_VERSION" 2>&1 \
       | grep -E '^(Collecting|Successfully)' >&2 || true

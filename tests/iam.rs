@@ -45,6 +45,7 @@ use threadbox_aws::sqs::{create_fifo_queue, SqsQueueUrls};
 use threadbox_lambda::{Env, SecretSet};
 
 use crate::aws::{aws_configured, sdk_config, unique_name};
+pub use crate::repo;
 
 /// The account and region the template is resolved in, and every recorded ARN names.
 pub const ACCOUNT: &str = "123456789012";
@@ -211,14 +212,6 @@ impl HttpConnector for RecordingConnector {
             }));
         self.inner.call(request)
     }
-}
-
-/// The repository's root.
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
 }
 
 /// A venv's python: `$var` when set, else `target/<venv>/bin/python` under the repository (or
@@ -522,6 +515,19 @@ impl IamStack {
             .unwrap_or_else(|e| panic!("{function}'s secrets: {e}"));
         let env = secrets.env_over(self.env_for(function, overrides));
         (sdk, env, secrets)
+    }
+
+    /// `start`, and the use cases `function` wires from what it was given, as its Lambda does.
+    pub async fn start_threadbox(
+        &self,
+        function: &str,
+        overrides: &[(String, String)],
+    ) -> (SdkConfig, Env, threadbox_core::usecases::Threadbox) {
+        let (sdk, env, secrets) = self.start(function, overrides).await;
+        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
+            .await
+            .unwrap_or_else(|e| panic!("{function}'s wiring: {e}"));
+        (sdk, env, tb)
     }
 
     /// Every call recorded so far.

@@ -194,15 +194,7 @@ async fn processes_per_sandbox(dev: &DevServer) {
             started += 1;
         }
         let begun = Instant::now();
-        let listed: Value = dev
-            .http
-            .get(format!("{}/v1/threads/{thread}/processes", dev.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listed = dev.get(&format!("/v1/threads/{thread}/processes")).await;
         let list_ms = begun.elapsed().as_secs_f64() * 1000.0;
         starts.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!(

@@ -13,23 +13,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::live::{connect, next, send};
-use support::{dev_missing, prerequisites_met, DevServer};
+use support::{dev_missing, prerequisites_met, slack, DevServer};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const KEY: &str = "budget-doors-api-key-0123456789abcdef0123456789";
 const SECRET: &str = "budget-doors-signing-secret";
 
 async fn start(limit_flag: &str) -> DevServer {
-    DevServer::start_with_env(
-        &[limit_flag, "1"],
-        &[
-            ("THREADBOX_API_KEYS", Some(KEY)),
-            ("SLACK_SIGNING_SECRET", Some(SECRET)),
-            ("SLACK_BOT_TOKEN", None),
-            ("SLACK_API_URL", None),
-        ],
-    )
-    .await
+    DevServer::start_with_env(&[limit_flag, "1"], &slack::sink_env(KEY, SECRET)).await
 }
 
 /// POST with the key; the status and the JSON answer (`Null` when it is not JSON).
@@ -248,51 +239,28 @@ async fn every_door(dev: &DevServer) -> Vec<(String, String)> {
 
 /// `threadbox slack send`: post a signed mention; returns the thread it landed in.
 fn slack_send(dev: &DevServer, thread: &str, text: &str) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["slack", "send", "--url", &dev.url, "--thread", thread, text])
-        .env("SLACK_SIGNING_SECRET", SECRET)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run threadbox slack send");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "slack send failed: {stdout}");
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("sent ").and_then(|r| r.split(" to ").nth(1)))
-        .expect("the thread id is printed")
-        .trim()
-        .to_owned()
+    slack::send(dev, SECRET, thread, text).1
 }
 
 /// Wait for a reply in a Slack thread's sink containing `want`; return its text.
 async fn slack_reply(dev: &DevServer, thread: &str, want: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let response = dev
-            .http
-            .get(format!("{}/v1/slack/sink", dev.url))
-            .query(&[("thread_id", thread)])
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap();
-        let body: Value = response.json().await.unwrap();
-        let texts: Vec<String> = body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|m| m["text"].as_str().map(str::to_owned))
-            .collect();
-        if let Some(text) = texts.iter().find(|t| t.contains(want)) {
-            return text.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no reply containing {want:?} in {thread}: {texts:#?}\nstderr:\n{}",
-            dev.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let query = [("thread_id", thread)];
+    let what = format!("reply containing {want:?}");
+    slack::wait_for_sink(
+        dev,
+        KEY,
+        &query,
+        Duration::from_secs(90),
+        &what,
+        |messages| {
+            messages
+                .iter()
+                .filter_map(|m| m["text"].as_str())
+                .find(|t| t.contains(want))
+                .map(str::to_owned)
+        },
+    )
+    .await
 }
 
 /// Every door refused with `code`, and no sandbox was made meanwhile.

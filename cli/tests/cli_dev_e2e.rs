@@ -9,12 +9,11 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::{dev_missing, follow_until_paused, prerequisites_met, threads, DevServer};
+use support::{
+    assert_exec_passes_through, dev_missing, follow_until_paused, prerequisites_met,
+    resume_with_cli, text, threads, DevServer,
+};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-fn text(bytes: &[u8]) -> &str {
-    std::str::from_utf8(bytes).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_runs_code_and_watches_the_idle_pause_on_runc() {
@@ -27,14 +26,7 @@ async fn the_cli_runs_code_and_watches_the_idle_pause_on_runc() {
     let dev = DevServer::start(&["--idle-pause", "3s"]).await;
 
     // Output is passed through raw, stdout and stderr apart, and the status is the command's.
-    let run = threads(
-        &dev,
-        &["exec", "tour", "-c", "echo out; echo err >&2; exit 7"],
-    )
-    .await;
-    assert_eq!(run.status.code(), Some(7), "{}", text(&run.stderr));
-    assert_eq!(text(&run.stdout), "out\n");
-    assert_eq!(text(&run.stderr), "err\n");
+    assert_exec_passes_through(&dev, "tour").await;
     let run = threads(&dev, &["exec", "tour", "--", "cat", "/etc/hostname"]).await;
     assert!(run.status.success(), "{}", text(&run.stderr));
     assert!(
@@ -57,14 +49,11 @@ async fn the_cli_runs_code_and_watches_the_idle_pause_on_runc() {
         text(&list.stdout)
     );
 
-    let resumed = threads(&dev, &["resume", "tour"]).await;
-    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let resumed = resume_with_cli(&dev, "tour").await;
     assert!(
-        text(&resumed.stdout).starts_with("tour: active, sandbox rc-"),
-        "{}",
-        text(&resumed.stdout)
+        resumed.starts_with("tour: active, sandbox rc-"),
+        "{resumed}"
     );
-    assert!(text(&resumed.stdout).ends_with(", resumed\n"));
 
     let shown = threads(&dev, &["show", "tour"]).await;
     let shown = text(&shown.stdout);

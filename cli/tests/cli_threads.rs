@@ -3,7 +3,8 @@
 //! is needed). Checks what people see (tables, timelines, raw exec output), what scripts see
 //! (`--json`), and the exit status of every kind of failure.
 
-use std::process::Stdio;
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,20 +59,7 @@ impl Api {
 
     /// A command of its own rather than under `threads` (`cost`), against this API.
     async fn cli_run(&self, args: &[&str]) -> Run {
-        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-            .args(args)
-            .env("THREADBOX_URL", &self.url)
-            .env_remove("THREADBOX_API_KEY")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .expect("run threadbox");
-        Run {
-            code: output.status.code().expect("exited, not killed"),
-            stdout: String::from_utf8(output.stdout).unwrap(),
-            stderr: String::from_utf8(output.stderr).unwrap(),
-        }
+        Run::of(support::cli_command(&self.url, args)).await
     }
 }
 
@@ -82,6 +70,16 @@ struct Run {
 }
 
 impl Run {
+    /// Run `command` to its end.
+    async fn of(mut command: tokio::process::Command) -> Run {
+        let output = command.output().await.expect("run threadbox");
+        Run {
+            code: output.status.code().expect("exited, not killed"),
+            stdout: String::from_utf8(output.stdout).unwrap(),
+            stderr: String::from_utf8(output.stderr).unwrap(),
+        }
+    }
+
     #[track_caller]
     fn ok(self) -> Run {
         assert_eq!(
@@ -111,23 +109,9 @@ impl Run {
 }
 
 async fn cli(url: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"));
-    command
-        .arg("threads")
-        .args(args)
-        .env("THREADBOX_URL", url)
-        .env_remove("THREADBOX_API_KEY")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let output = command.output().await.expect("run threadbox");
-    Run {
-        code: output.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
+    let mut command = support::cli_command(url, &[&["threads"], args].concat());
+    command.envs(env.iter().copied());
+    Run::of(command).await
 }
 
 fn tid(id: &str) -> ThreadId {
@@ -415,24 +399,7 @@ async fn api_keys_come_from_the_flag_or_the_environment() {
 async fn follow_prints_new_events_as_they_happen() {
     let api = Api::start(ApiAuth::disabled()).await;
     api.run(&["resolve", "watched"]).await.ok();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args([
-            "threads",
-            "events",
-            "watched",
-            "--follow",
-            "--interval",
-            "100ms",
-            "--json",
-            "--url",
-            &api.url,
-        ])
-        .env_remove("THREADBOX_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = support::follow_events(&api.url, "watched", "100ms");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(next_event(&mut lines).await, (1, "creating".to_owned()));
     assert_eq!(next_event(&mut lines).await, (2, "active".to_owned()));

@@ -20,47 +20,19 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::webdriver::{Browser, Chromedriver};
-use support::{dev_missing, find_program, prerequisites_met, target_dir, DevServer};
+use support::dashboard::{self, slack_cli, slack_send, Dashboard, WAIT};
+use support::webdriver::Browser;
+use support::{dev_missing, DevServer};
 
 const THREAD: &str = "browser-demo";
-const WAIT: Duration = Duration::from_secs(30);
 
-/// A browser beside a running `threadbox dev`. Fields drop in order: the browser quits before
-/// its driver stops, and both before the server and the temporary files go.
-struct Dashboard {
-    browser: Browser,
-    _driver: Chromedriver,
-    dev: DevServer,
-    _tmp: tempfile::TempDir,
-}
-
-/// Start `threadbox dev` with `dev_args` and a browser, or `None` when the machine cannot (see
+/// Start `threadbox dev` with `env` and a browser, or `None` when the machine cannot (see
 /// `prerequisites_met`).
 async fn start(test: &str, env: &[(&str, Option<&str>)]) -> Option<Dashboard> {
-    let chromium = find_program("chromium");
-    let chromedriver = find_program("chromedriver");
-    let mut missing = dev_missing();
-    if chromium.is_none() {
-        missing.push("chromium (apt-get install chromium)".to_owned());
-    }
-    if chromedriver.is_none() {
-        missing.push("chromedriver (apt-get install chromium-driver)".to_owned());
-    }
-    if !prerequisites_met(test, &missing) {
-        return None;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let dev = DevServer::start_with_env(&[], env).await;
-    let driver =
-        Chromedriver::start(&chromedriver.unwrap(), &tmp.path().join("chromedriver.log")).await;
-    let browser = Browser::open(&driver, &chromium.unwrap(), &tmp.path().join("profile")).await;
-    Some(Dashboard {
-        browser,
-        _driver: driver,
-        dev,
-        _tmp: tmp,
+    dashboard::start(test, dev_missing(), || async {
+        (DevServer::start_with_env(&[], env).await, ())
     })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,16 +46,10 @@ async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
         return;
     };
     let Dashboard { browser, dev, .. } = &dashboard;
-    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+    let context = || dashboard.context();
 
-    browser.goto(&format!("{}/", dev.url)).await;
-    browser
-        .wait_for_text("h1", "threadbox dev dashboard", WAIT, context)
-        .await;
     // threadbox dev offers live events, so the page takes them over the WebSocket.
-    browser
-        .wait_for_text("#connection", "live over WebSocket", WAIT, context)
-        .await;
+    dashboard.open_live().await;
 
     // Activity through the API: the first command creates the thread's sandbox.
     let ran = dev
@@ -127,33 +93,11 @@ async fn dashboard_shows_a_thread_go_active_and_pause_from_a_click() {
         browser.attribute_of(&badge_css, "class").await.as_deref(),
         Some("badge badge-paused")
     );
-    // The timeline has the pause, newest first, with its cause.
-    browser
-        .wait_for_text("#event-rows tr:first-child .badge", "paused", WAIT, context)
-        .await;
-    assert_eq!(
-        browser.text_of("#event-rows tr:first-child td.cause").await,
-        "user"
-    );
+    // The timeline has the pause, newest first, with its cause; Resume is offered, Pause is not.
+    dashboard.assert_paused_by_user(&row).await;
     let newest = browser.text_of("#event-rows tr:first-child").await;
     assert!(newest.contains("pausing →"), "{newest}");
-
-    // Paused: Resume is offered, Pause is not.
-    let resume_css = format!("{row} button[data-action=\"resume\"]");
-    assert_eq!(browser.attribute_of(&resume_css, "disabled").await, None);
-    assert_eq!(
-        browser
-            .attribute_of(&pause_css, "disabled")
-            .await
-            .as_deref(),
-        Some("true")
-    );
-
-    let png = browser.screenshot().await;
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
-    let path = target_dir().join("dashboard.png");
-    std::fs::write(&path, &png).unwrap();
-    eprintln!("saved {}", path.display());
+    dashboard.save_screenshot("dashboard.png").await;
 
     // A change made elsewhere reaches the open timeline over the WebSocket: while the socket
     // carries the selected thread, the page does not poll its events.
@@ -179,7 +123,7 @@ async fn dashboard_asks_for_the_api_key_when_the_api_requires_one() {
         return;
     };
     let Dashboard { browser, dev, .. } = &dashboard;
-    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+    let context = || dashboard.context();
     let made = dev
         .http
         .post(format!("{}/v1/threads/keyed/resolve", dev.url))
@@ -228,7 +172,7 @@ async fn without_the_websocket_the_dashboard_polls() {
         return;
     };
     let Dashboard { browser, dev, .. } = &dashboard;
-    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+    let context = || dashboard.context();
     dev.post("/v1/threads/polled/resolve", None).await;
 
     // `?live=off` keeps the page off the WebSocket, as when a proxy breaks it.
@@ -264,29 +208,17 @@ async fn dashboard_shows_what_slack_would_have_been_sent() {
         return;
     };
     let Dashboard { browser, dev, .. } = &dashboard;
-    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
-    browser.goto(&format!("{}/", dev.url)).await;
-    browser
-        .wait_for_text("#sink-empty", "Nothing posted yet.", WAIT, context)
-        .await;
+    let context = || dashboard.context();
+    dashboard.open_sink().await;
 
     // A message in a Slack thread, through the signed ingress, as Slack would post it; the
     // reply goes to the local sink (dev has no bot token).
-    let sent = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["slack", "send", "--url", &dev.url, "--data-dir"])
-        .arg(dev.data_dir())
-        .args(["--thread", "slack:T1:C42:1700000000.000100"])
-        .arg("```\necho hello from the sink\n```")
-        .env_remove("SLACK_SIGNING_SECRET")
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        sent.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sent.stderr)
-    );
+    slack_send(
+        dev,
+        "slack:T1:C42:1700000000.000100",
+        "```\necho hello from the sink\n```",
+    )
+    .await;
 
     // The reply shows in the sink panel, and the Slack thread in the thread list.
     let deadline = std::time::Instant::now() + WAIT;
@@ -352,21 +284,6 @@ async fn wait_for(
     }
 }
 
-/// `threadbox slack <args>` against `dev`, with its data directory (for the signing secret).
-async fn slack_cli(dev: &DevServer, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .arg("slack")
-        .args(args)
-        .args(["--url", &dev.url, "--data-dir"])
-        .arg(dev.data_dir())
-        .env_remove("SLACK_SIGNING_SECRET")
-        .env_remove("THREADBOX_API_KEY")
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sink_shows_the_status_card_and_its_buttons_work() {
     let Some(dashboard) = start("the_sink_shows_the_status_card_and_its_buttons_work", &[]).await
@@ -374,25 +291,13 @@ async fn the_sink_shows_the_status_card_and_its_buttons_work() {
         return;
     };
     let Dashboard { browser, dev, .. } = &dashboard;
-    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+    let context = || dashboard.context();
     const SLACK_THREAD: &str = "slack:T1:C77:1700000100.000100";
-    browser.goto(&format!("{}/", dev.url)).await;
-    browser
-        .wait_for_text("#sink-empty", "Nothing posted yet.", WAIT, context)
-        .await;
+    dashboard.open_sink().await;
 
     // A code block in a Slack thread creates its sandbox; the fan-out posts the thread's status
     // card (Block Kit) to the sink and edits it as the state changes.
-    let sent = slack_cli(
-        dev,
-        &["send", "--thread", SLACK_THREAD, "```\necho card\n```"],
-    )
-    .await;
-    assert!(
-        sent.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sent.stderr)
-    );
+    slack_send(dev, SLACK_THREAD, "```\necho card\n```").await;
 
     // The card: the message with a Pause button. Rendered, it names the state and offers
     // Pause and Reset, as buttons, not as text.
@@ -480,21 +385,12 @@ async fn the_sink_shows_the_status_card_and_its_buttons_work() {
         .await;
 
     // Command output is hostile: markup in it shows as text and never becomes elements.
-    let hostile = slack_cli(
+    slack_send(
         dev,
-        &[
-            "send",
-            "--thread",
-            SLACK_THREAD,
-            "```\necho '<img src=x id=pwned onerror=alert(1)> *not bold* <https://evil.example|x>'\n```",
-        ],
+        SLACK_THREAD,
+        "```\necho '<img src=x id=pwned onerror=alert(1)> *not bold* <https://evil.example|x>'\n```",
     )
     .await;
-    assert!(
-        hostile.status.success(),
-        "{}",
-        String::from_utf8_lossy(&hostile.stderr)
-    );
     wait_for(
         browser,
         "#sink-messages",
@@ -535,8 +431,5 @@ async fn the_sink_shows_the_status_card_and_its_buttons_work() {
     }
     let page = browser.text_of("body").await;
     assert!(!page.contains("<!date^"), "raw mrkdwn on the page:\n{page}");
-    let png = browser.screenshot().await;
-    let path = target_dir().join("dashboard-slack.png");
-    std::fs::write(&path, &png).unwrap();
-    eprintln!("saved {}", path.display());
+    dashboard.save_screenshot("dashboard-slack.png").await;
 }

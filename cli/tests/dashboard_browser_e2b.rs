@@ -19,11 +19,11 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::webdriver::{Browser, Chromedriver};
-use support::{find_program, prerequisites_met, target_dir, DevServer};
+use support::dashboard::{self, slack_send, Dashboard, WAIT};
+use support::e2b::{e2b_missing, start_on_e2b};
+use support::webdriver::Browser;
 use threadbox_testing::e2b_fake::{E2bFake, FakeState};
 
-const WAIT: Duration = Duration::from_secs(30);
 /// How long the fake takes over a pause: long enough for the page to show the pausing badge.
 const PAUSE_DELAY: Duration = Duration::from_secs(5);
 /// How soon after the click the page must show it, leaving E2B pausing still.
@@ -34,58 +34,14 @@ const GREEN: &str = "rgb(26, 127, 55)";
 const YELLOW: &str = "rgb(154, 103, 0)";
 const GREY: &str = "rgb(89, 99, 110)";
 
-/// A browser beside a running `threadbox dev` on the E2B fake. Fields drop in order: the browser
-/// quits before its driver stops, both before the server, and the server before the fake it uses.
-struct Dashboard {
-    browser: Browser,
-    _driver: Chromedriver,
-    dev: DevServer,
-    fake: E2bFake,
-    _tmp: tempfile::TempDir,
-}
-
 /// Start the E2B fake, `threadbox dev` on it and a browser, or `None` when the machine cannot
 /// (see `prerequisites_met`).
-async fn start(test: &str) -> Option<Dashboard> {
-    let chromium = find_program("chromium");
-    let chromedriver = find_program("chromedriver");
-    let mut missing = Vec::new();
-    if find_program("unshare").is_none() {
-        missing.push("unshare (util-linux), for the E2B fake".to_owned());
-    }
-    if chromium.is_none() {
-        missing.push("chromium (apt-get install chromium)".to_owned());
-    }
-    if chromedriver.is_none() {
-        missing.push("chromedriver (apt-get install chromium-driver)".to_owned());
-    }
-    if !prerequisites_met(test, &missing) {
-        return None;
-    }
-    let fake = E2bFake::start().await;
-    let vars: Vec<(String, String)> = fake.env_vars().into_iter().collect();
-    let mut env: Vec<(&str, Option<&str>)> = vars
-        .iter()
-        .map(|(k, v)| (k.as_str(), Some(v.as_str())))
-        .collect();
-    env.push(("THREADBOX_PROVIDER", Some("e2b")));
-    let dev = DevServer::start_with_env(&[], &env).await;
-    let banner = dev.stdout_lines();
-    assert!(
-        banner.iter().any(|l| l.contains("provider   e2b (")),
-        "not on E2B: {banner:#?}"
-    );
-    let tmp = tempfile::tempdir().unwrap();
-    let driver =
-        Chromedriver::start(&chromedriver.unwrap(), &tmp.path().join("chromedriver.log")).await;
-    let browser = Browser::open(&driver, &chromium.unwrap(), &tmp.path().join("profile")).await;
-    Some(Dashboard {
-        browser,
-        _driver: driver,
-        dev,
-        fake,
-        _tmp: tmp,
+async fn start(test: &str) -> Option<Dashboard<E2bFake>> {
+    dashboard::start(test, e2b_missing(), || async {
+        let fake = E2bFake::start().await;
+        (start_on_e2b(&fake, &[]).await, fake)
     })
+    .await
 }
 
 /// A status badge as the page shows it at one instant.
@@ -186,6 +142,31 @@ async fn wait_for_fake(fake: &E2bFake, sandbox_id: &str, state: FakeState) {
     }
 }
 
+/// Open the timeline of the thread in `row`, which must name its E2B sandbox.
+async fn open_timeline(
+    browser: &Browser,
+    row: &str,
+    sandbox_id: &str,
+    context: impl Fn() -> String,
+) {
+    browser
+        .click_on(&format!("{row} button[data-action=\"select\"]"))
+        .await;
+    wait_for_detail(browser, sandbox_id, context).await;
+}
+
+/// The open timeline names `sandbox_id` on E2B, its first generation.
+async fn wait_for_detail(browser: &Browser, sandbox_id: &str, context: impl Fn() -> String) {
+    browser
+        .wait_for_text(
+            "#detail-sandbox",
+            &format!("{sandbox_id} (e2b, generation 1)"),
+            WAIT,
+            context,
+        )
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_follows_an_e2b_sandbox_through_pause_and_resume() {
     const THREAD: &str = "browser-e2b";
@@ -193,18 +174,10 @@ async fn dashboard_follows_an_e2b_sandbox_through_pause_and_resume() {
     else {
         return;
     };
-    let Dashboard {
-        browser, dev, fake, ..
-    } = &dashboard;
-    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
+    let (browser, dev, fake) = (&dashboard.browser, &dashboard.dev, &dashboard.backing);
+    let context = || dashboard.context();
 
-    browser.goto(&format!("{}/", dev.url)).await;
-    browser
-        .wait_for_text("h1", "threadbox dev dashboard", WAIT, context)
-        .await;
-    browser
-        .wait_for_text("#connection", "live over WebSocket", WAIT, context)
-        .await;
+    dashboard.open_live().await;
 
     // A thread made through the API: its first command creates its E2B sandbox, and the list
     // poll finds it.
@@ -235,17 +208,7 @@ async fn dashboard_follows_an_e2b_sandbox_through_pause_and_resume() {
     assert_eq!(active.dot_animation, "none", "{active:?}");
 
     // The timeline names the sandbox and its provider.
-    browser
-        .click_on(&format!("{row} button[data-action=\"select\"]"))
-        .await;
-    browser
-        .wait_for_text(
-            "#detail-sandbox",
-            &format!("{sandbox_id} (e2b, generation 1)"),
-            WAIT,
-            context,
-        )
-        .await;
+    open_timeline(browser, &row, sandbox_id.as_str(), context).await;
 
     // Pause from the page. E2B takes PAUSE_DELAY over it: meanwhile the badge pulses yellow.
     fake.set_pause_delay(PAUSE_DELAY);
@@ -266,27 +229,9 @@ async fn dashboard_follows_an_e2b_sandbox_through_pause_and_resume() {
     assert_eq!(paused.color, GREY, "{paused:?}");
     assert_eq!(paused.dot_animation, "none", "{paused:?}");
     wait_for_fake(fake, &sandbox_id, FakeState::Paused).await;
-    browser
-        .wait_for_text("#event-rows tr:first-child .badge", "paused", WAIT, context)
-        .await;
-    assert_eq!(
-        browser.text_of("#event-rows tr:first-child td.cause").await,
-        "user"
-    );
-    // Paused: Resume is offered, Pause is not.
-    assert_eq!(browser.attribute_of(&resume_css, "disabled").await, None);
-    assert_eq!(
-        browser
-            .attribute_of(&pause_css, "disabled")
-            .await
-            .as_deref(),
-        Some("true")
-    );
-    let png = browser.screenshot().await;
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
-    let path = target_dir().join("dashboard-e2b.png");
-    std::fs::write(&path, &png).unwrap();
-    eprintln!("saved {}", path.display());
+    // The timeline has the pause by the user; Resume is offered, Pause is not.
+    dashboard.assert_paused_by_user(&row).await;
+    dashboard.save_screenshot("dashboard-e2b.png").await;
 
     // Resume from the page: E2B resumes the same sandbox, and the badge is green again.
     browser.click_on(&resume_css).await;
@@ -294,14 +239,7 @@ async fn dashboard_follows_an_e2b_sandbox_through_pause_and_resume() {
     assert_eq!(resumed.class, "badge badge-active", "{resumed:?}");
     assert_eq!(resumed.color, GREEN, "{resumed:?}");
     wait_for_fake(fake, &sandbox_id, FakeState::Running).await;
-    browser
-        .wait_for_text(
-            "#detail-sandbox",
-            &format!("{sandbox_id} (e2b, generation 1)"),
-            WAIT,
-            context,
-        )
-        .await;
+    wait_for_detail(browser, &sandbox_id, context).await;
 
     // The timeline, newest first: every transition, the last four the clicks'.
     let deadline = std::time::Instant::now() + WAIT;
@@ -358,33 +296,13 @@ async fn dashboard_sink_shows_output_of_a_command_run_on_e2b() {
     let Some(dashboard) = start("dashboard_sink_shows_output_of_a_command_run_on_e2b").await else {
         return;
     };
-    let Dashboard {
-        browser, dev, fake, ..
-    } = &dashboard;
-    let context = || format!("threadbox dev's stderr:\n{}", dev.stderr());
-    browser.goto(&format!("{}/", dev.url)).await;
-    browser
-        .wait_for_text("#sink-empty", "Nothing posted yet.", WAIT, context)
-        .await;
+    let (browser, dev, fake) = (&dashboard.browser, &dashboard.dev, &dashboard.backing);
+    let context = || dashboard.context();
+    dashboard.open_sink().await;
 
     // A code block in a Slack thread, through the signed ingress; the worker runs it in the
     // thread's E2B sandbox and replies to the local sink. Only the sandbox can print "sum=42".
-    let sent = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["slack", "send", "--url", &dev.url, "--data-dir"])
-        .arg(dev.data_dir())
-        .args(["--thread", SLACK_THREAD])
-        .arg("```\necho sum=$((6 * 7))\n```")
-        .env_remove("SLACK_SIGNING_SECRET")
-        .env_remove("THREADBOX_API_KEY")
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        sent.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sent.stderr)
-    );
+    slack_send(dev, SLACK_THREAD, "```\necho sum=$((6 * 7))\n```").await;
 
     let deadline = std::time::Instant::now() + WAIT;
     loop {
@@ -414,15 +332,5 @@ async fn dashboard_sink_shows_output_of_a_command_run_on_e2b() {
     assert_eq!(sandboxes.len(), 1, "{sandboxes:#?}");
     assert_eq!(sandboxes[0].state, FakeState::Running, "{sandboxes:#?}");
     let sandbox_id = &sandboxes[0].sandbox_id;
-    browser
-        .click_on(&format!("{row} button[data-action=\"select\"]"))
-        .await;
-    browser
-        .wait_for_text(
-            "#detail-sandbox",
-            &format!("{sandbox_id} (e2b, generation 1)"),
-            WAIT,
-            context,
-        )
-        .await;
+    open_timeline(browser, &row, sandbox_id.as_str(), context).await;
 }

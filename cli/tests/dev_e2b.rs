@@ -10,31 +10,20 @@ mod support;
 
 use std::time::Duration;
 
-use support::{find_program, follow_until_paused, prerequisites_met, threads, DevServer};
+use support::e2b::{e2b_missing, start_on_e2b};
+use support::{
+    assert_exec_passes_through, follow_until_paused, prerequisites_met, resume_with_cli, text,
+    threads,
+};
 use threadbox_testing::e2b_fake::{E2bFake, FakeState};
-
-fn text(bytes: &[u8]) -> &str {
-    std::str::from_utf8(bytes).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threadbox_dev_runs_its_sandboxes_on_e2b() {
-    let missing: Vec<String> = find_program("unshare")
-        .is_none()
-        .then(|| "unshare (util-linux), for the E2B fake".to_owned())
-        .into_iter()
-        .collect();
-    if !prerequisites_met("threadbox_dev_runs_its_sandboxes_on_e2b", &missing) {
+    if !prerequisites_met("threadbox_dev_runs_its_sandboxes_on_e2b", &e2b_missing()) {
         return;
     }
     let fake = E2bFake::start().await;
-    let vars: Vec<(String, String)> = fake.env_vars().into_iter().collect();
-    let mut env: Vec<(&str, Option<&str>)> = vars
-        .iter()
-        .map(|(k, v)| (k.as_str(), Some(v.as_str())))
-        .collect();
-    env.push(("THREADBOX_PROVIDER", Some("e2b")));
-    let dev = DevServer::start_with_env(&["--idle-pause", "3s"], &env).await;
+    let dev = start_on_e2b(&fake, &["--idle-pause", "3s"]).await;
     let banner = dev.stdout_lines();
     assert!(
         banner
@@ -48,14 +37,7 @@ async fn threadbox_dev_runs_its_sandboxes_on_e2b() {
     );
 
     // Output and status pass through raw, from a command run in an E2B sandbox.
-    let run = threads(
-        &dev,
-        &["exec", "tour", "-c", "echo out; echo err >&2; exit 7"],
-    )
-    .await;
-    assert_eq!(run.status.code(), Some(7), "{}", text(&run.stderr));
-    assert_eq!(text(&run.stdout), "out\n");
-    assert_eq!(text(&run.stderr), "err\n");
+    assert_exec_passes_through(&dev, "tour").await;
     let shown = threads(&dev, &["show", "tour"]).await;
     assert!(
         text(&shown.stdout).contains("(e2b, generation 1)"),
@@ -74,13 +56,7 @@ async fn threadbox_dev_runs_its_sandboxes_on_e2b() {
         "E2B holds {sandbox_id} paused"
     );
 
-    let resumed = threads(&dev, &["resume", "tour"]).await;
-    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
-    assert!(
-        text(&resumed.stdout).ends_with(", resumed\n"),
-        "{}",
-        text(&resumed.stdout)
-    );
+    resume_with_cli(&dev, "tour").await;
 
     // E2B pauses a sandbox whose timeout passes on its own (autoPause); the next command
     // wakes it, files intact.

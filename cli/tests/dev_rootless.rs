@@ -6,6 +6,8 @@
 //! the server as it through `runuser`; every process of that account is killed at the end, so
 //! the account is this test's alone. Without root it skips: it needs to become another user.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -65,14 +67,7 @@ async fn an_ordinary_user_runs_threadbox_dev_with_rootless_sandboxes() {
     let mut server = Command::new("runuser")
         .args(["-u", USER, "--"])
         .arg(env!("CARGO_BIN_EXE_threadbox"))
-        .args([
-            "dev",
-            "--port",
-            "0",
-            "--janitor-interval",
-            "1s",
-            "--data-dir",
-        ])
+        .args(support::DEV_ARGS)
         .arg(home.join("data"))
         .env("HOME", home)
         .env("RUST_LOG", "warn")

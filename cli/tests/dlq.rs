@@ -81,14 +81,18 @@ async fn dead_letters_are_listed_and_redriven_in_order() {
         "a header and three rows:\n{table}"
     );
 
-    let redriven = stdout(&threadbox(&[
-        "dlq",
-        "redrive",
-        "--dlq-url",
-        &urls.dead_letter_url,
-        "--queue-url",
-        &urls.queue_url,
-    ]));
+    let redrive = || {
+        let (dlq, queue) = (&urls.dead_letter_url, &urls.queue_url);
+        stdout(&threadbox(&[
+            "dlq",
+            "redrive",
+            "--dlq-url",
+            dlq,
+            "--queue-url",
+            queue,
+        ]))
+    };
+    let redriven = redrive();
     assert!(redriven.starts_with("moved 3 message(s)"), "{redriven}");
     assert!(queue.dead_letters(10).await.unwrap().is_empty());
 
@@ -118,14 +122,7 @@ async fn dead_letters_are_listed_and_redriven_in_order() {
     );
     assert_eq!(back.len(), 3, "{back:?}");
 
-    let again = stdout(&threadbox(&[
-        "dlq",
-        "redrive",
-        "--dlq-url",
-        &urls.dead_letter_url,
-        "--queue-url",
-        &urls.queue_url,
-    ]));
+    let again = redrive();
     assert!(again.starts_with("moved 0 message(s)"), "{again}");
 }
 

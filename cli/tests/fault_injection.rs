@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{dev_missing, prerequisites_met, DevServer};
+use support::{dev_missing, prerequisites_met, slack, DevServer};
 
 /// Short enough that recovery happens within the test: the janitor (every second) takes a
 /// transition older than the lease for dead, and an event in flight when the process died is
@@ -37,12 +37,10 @@ async fn start(data: &Path, fault: Option<&str>, extra: &[&str]) -> DevServer {
         Some(data),
         &args,
         &[
-            ("THREADBOX_API_KEYS", Some(API_KEY)),
-            ("THREADBOX_FAULT", fault),
-            ("SLACK_SIGNING_SECRET", Some(SLACK_SECRET)),
-            ("SLACK_BOT_TOKEN", None),
-            ("SLACK_API_URL", None),
-        ],
+            &slack::sink_env(API_KEY, SLACK_SECRET)[..],
+            &[("THREADBOX_FAULT", fault)],
+        ]
+        .concat(),
     )
     .await
 }
@@ -85,24 +83,6 @@ async fn post(dev: &DevServer, path: &str, body: Value) -> Value {
     let text = response.text().await.unwrap();
     assert!(status.is_success(), "POST {path}: {status} {text}");
     serde_json::from_str(&text).unwrap()
-}
-
-/// `threadbox slack send`, as a person mentioning the app; returns the thread id.
-fn slack_send(dev: &DevServer, thread: &str, text: &str) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["slack", "send", "--url", &dev.url, "--thread", thread, text])
-        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run threadbox slack send");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "slack send failed: {stdout}");
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("sent ").and_then(|r| r.split(" to ").nth(1)))
-        .expect("the thread id is printed")
-        .trim()
-        .to_owned()
 }
 
 /// What a crashed server left for the next one: how it died and its log.
@@ -410,35 +390,29 @@ async fn killed_after_a_slack_post_no_message_appears_twice() {
     }
     let data = tempfile::tempdir().unwrap();
     let dev = start(data.path(), Some("after-deliver:slack"), &[]).await;
-    let thread = slack_send(&dev, "slack:T1:C1", "```echo hello```");
+    let (_, thread) = slack::send(&dev, SLACK_SECRET, "slack:T1:C1", "```echo hello```");
     let logs = crashed(dev, "after-deliver:slack");
 
     let dev = start(data.path(), None, &[]).await;
     settles(&dev, data.path(), &logs).await;
     // Slack has caught up with the thread's last state, in one status message.
     let last = events(&dev, &thread).await.last().cloned().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let messages = loop {
-        let sink = get(&dev, &format!("/v1/slack/sink?thread_id={thread}")).await;
-        let messages = sink["messages"].as_array().unwrap().clone();
-        let status: Vec<&Value> = messages
-            .iter()
-            .filter(|m| m["text"].as_str().unwrap_or_default().contains("Sandbox *"))
-            .collect();
-        let shows_last = status.len() == 1
-            && status[0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .contains(&format!("*{}", last["to"].as_str().unwrap()));
-        if shows_last {
-            break messages;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Slack never showed {last} in one status message: {messages:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let query = [("thread_id", thread.as_str())];
+    let what = format!("{last} in one status message");
+    let messages =
+        slack::wait_for_sink(&dev, API_KEY, &query, Duration::from_secs(30), &what, |m| {
+            let status: Vec<&Value> = m
+                .iter()
+                .filter(|m| m["text"].as_str().unwrap_or_default().contains("Sandbox *"))
+                .collect();
+            let shows_last = status.len() == 1
+                && status[0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(&format!("*{}", last["to"].as_str().unwrap()));
+            shows_last.then(|| m.to_vec())
+        })
+        .await;
     let texts: Vec<&str> = messages
         .iter()
         .map(|m| m["text"].as_str().unwrap_or_default())

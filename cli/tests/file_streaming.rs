@@ -8,6 +8,28 @@ use serde_json::json;
 use support::transfer::{get_zeros, put_chunked, rss, PeakRss};
 use support::{dev_missing, prerequisites_met, DevServer};
 
+/// The server's resident memory at its `peak` grew from `before` by less than 64 MiB while
+/// `doing` something with far more bytes than that.
+fn assert_grew_little(before: u64, peak: u64, doing: &str) {
+    let growth = peak.saturating_sub(before);
+    assert!(
+        growth < 64 * 1024 * 1024,
+        "the server grew by {} MiB {doing}",
+        growth / (1024 * 1024)
+    );
+}
+
+/// The names in the directory at `route` (a files route), as its listing gives them.
+async fn listed(dev: &DevServer, route: &str) -> Vec<String> {
+    let listing = dev.get(&format!("{route}?list=true")).await;
+    listing["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_over_the_old_cap_streams_out_in_bounded_memory() {
     if !prerequisites_met(
@@ -32,12 +54,10 @@ async fn a_file_over_the_old_cap_streams_out_in_bounded_memory() {
     let received = get_zeros(&dev.http, &url).await;
     let peak = peak.stop();
     assert_eq!(received, SIZE, "the whole file");
-    let growth = peak.saturating_sub(before);
-    assert!(
-        growth < 64 * 1024 * 1024,
-        "the server grew by {} MiB streaming a {} MiB file",
-        growth / (1024 * 1024),
-        SIZE / (1024 * 1024)
+    assert_grew_little(
+        before,
+        peak,
+        &format!("streaming a {} MiB file", SIZE >> 20),
     );
 }
 
@@ -67,13 +87,7 @@ async fn uploads_stream_in_and_an_oversized_one_changes_nothing() {
         .get("/v1/threads/uploads/files/home/user/in/big.bin?stat=true")
         .await;
     assert_eq!(stat["size"], SIZE);
-    let growth = peak.saturating_sub(before);
-    assert!(
-        growth < 64 * 1024 * 1024,
-        "the server grew by {} MiB taking a {} MiB upload",
-        growth / (1024 * 1024),
-        SIZE / (1024 * 1024)
-    );
+    assert_grew_little(before, peak, &format!("taking a {} MiB upload", SIZE >> 20));
 
     let kept = dev
         .http
@@ -88,15 +102,7 @@ async fn uploads_stream_in_and_an_oversized_one_changes_nothing() {
     assert!(answer.contains("payload_too_large"), "{answer}");
     let now = dev.http.get(url("in/kept.txt")).send().await.unwrap();
     assert_eq!(now.text().await.unwrap(), "old contents");
-    let listing = dev
-        .get("/v1/threads/uploads/files/home/user/in?list=true")
-        .await;
-    let names: Vec<&str> = listing["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
+    let names = listed(&dev, "/v1/threads/uploads/files/home/user/in").await;
     assert_eq!(
         names,
         ["big.bin", "kept.txt"],
@@ -151,15 +157,7 @@ async fn uploads_reach_tmp_and_a_full_one_says_so_and_leaves_nothing() {
     assert_eq!(status, 507, "{answer}");
     assert!(answer.contains("\"no_space\""), "{answer}");
     assert!(answer.contains("/tmp/in/big.bin"), "{answer}");
-    let listing = dev
-        .get("/v1/threads/tmp-uploads/files/tmp/in?list=true")
-        .await;
-    let names: Vec<&str> = listing["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
+    let names = listed(&dev, "/v1/threads/tmp-uploads/files/tmp/in").await;
     assert_eq!(names, ["a.txt"], "no partial upload left behind");
     let used = dev
         .post(

@@ -7,70 +7,22 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use support::live::{mint_with_cli, next, send, try_connect, Socket};
 use support::{dev_missing, prerequisites_met, DevServer};
 use threadbox_api::live::{TokenKey, TokenSecret};
 use threadbox_core::domain::{Millis, ThreadId, ThreadScope};
-use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_tungstenite::{client_async, WebSocketStream};
+use tokio_tungstenite::tungstenite::Message;
 
-const WAIT: Duration = Duration::from_secs(30);
-
-type Socket = WebSocketStream<TcpStream>;
 type Dev = DevServer;
-
-/// Open `/v1/ws` with `token`: the socket, or the refusal's status and JSON body.
-async fn connect(dev: &Dev, token: Option<&str>) -> Result<Socket, (u16, Value)> {
-    let addr = dev.url.trim_start_matches("http://");
-    let url = match token {
-        Some(t) => format!("ws://{addr}/v1/ws?token={t}"),
-        None => format!("ws://{addr}/v1/ws"),
-    };
-    let stream = TcpStream::connect(addr).await.unwrap();
-    match client_async(url, stream).await {
-        Ok((socket, _)) => Ok(socket),
-        Err(tungstenite::Error::Http(response)) => {
-            let status = response.status().as_u16();
-            let body = response.into_body().unwrap_or_default();
-            Err((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
-        }
-        Err(e) => panic!("WebSocket handshake failed: {e}"),
-    }
-}
 
 /// The key the server signs with: the secret it generated in its data directory.
 fn server_key(dev: &Dev) -> TokenKey {
     let secret = std::fs::read_to_string(dev.data_dir().join("token-secret")).unwrap();
     TokenKey::new(TokenSecret::new(secret).unwrap())
-}
-
-async fn send(socket: &mut Socket, message: Value) {
-    socket
-        .send(Message::Text(message.to_string().into()))
-        .await
-        .unwrap();
-}
-
-/// The next JSON frame from the server.
-async fn next(socket: &mut Socket, dev: &Dev) -> Value {
-    loop {
-        let message = tokio::time::timeout(WAIT, socket.next())
-            .await
-            .unwrap_or_else(|_| panic!("no frame within {WAIT:?}; stderr:\n{}", dev.stderr()))
-            .expect("the server closed the socket")
-            .unwrap();
-        match message {
-            Message::Text(text) => return serde_json::from_str(text.as_str()).unwrap(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("unexpected frame {other:?}"),
-        }
-    }
 }
 
 /// The seqs of the next `n` frames, each of which must be an event of `thread`.
@@ -97,21 +49,6 @@ async fn expect_nothing_more(socket: &mut Socket, dev: &Dev, quiet: Duration) {
     assert_eq!(next(socket, dev).await["type"], "pong");
 }
 
-fn mint_with_cli(data_dir: &Path, thread: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["token", "--thread", thread, "--ttl", "10m", "--data-dir"])
-        .arg(data_dir)
-        .env_remove("THREADBOX_TOKEN_SECRET")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_reconnects_gets_exactly_what_it_missed_then_live_events() {
     if !prerequisites_met(
@@ -132,7 +69,7 @@ async fn a_subscriber_that_reconnects_gets_exactly_what_it_missed_then_live_even
         .await;
     let token = minted["token"].as_str().unwrap().to_owned();
 
-    let mut ws = connect(&dev, Some(&token)).await.unwrap();
+    let mut ws = try_connect(&dev, Some(&token)).await.unwrap();
     send(
         &mut ws,
         json!({"action": "subscribe", "thread_id": thread, "after_seq": 0}),
@@ -171,8 +108,8 @@ async fn a_subscriber_that_reconnects_gets_exactly_what_it_missed_then_live_even
     }
 
     // Reconnect (a token from the CLI this time) and pick up after the last seq seen.
-    let token = mint_with_cli(dev.data_dir(), thread);
-    let mut ws = connect(&dev, Some(&token)).await.unwrap();
+    let token = mint_with_cli(dev.data_dir(), thread, false);
+    let mut ws = try_connect(&dev, Some(&token)).await.unwrap();
     send(
         &mut ws,
         json!({"action": "subscribe", "thread_id": thread, "after_seq": last_seen}),
@@ -246,7 +183,7 @@ async fn bad_tokens_and_bad_messages_are_refused_clearly() {
         (Some(forged.as_str()), "token_bad_signature"),
         (Some(expired.as_str()), "token_expired"),
     ] {
-        let (status, body) = connect(&dev, token).await.expect_err("refused");
+        let (status, body) = try_connect(&dev, token).await.expect_err("refused");
         assert_eq!(status, 401, "{token:?}: {body}");
         assert_eq!(body["error"]["code"], code, "{token:?}: {body}");
         assert!(body["error"]["message"]
@@ -260,7 +197,7 @@ async fn bad_tokens_and_bad_messages_are_refused_clearly() {
         .mint(only("mine"), Duration::from_secs(600), now)
         .unwrap()
         .token;
-    let mut ws = connect(&dev, Some(&token)).await.unwrap();
+    let mut ws = try_connect(&dev, Some(&token)).await.unwrap();
     send(
         &mut ws,
         json!({"action": "subscribe", "thread_id": "someone-else", "after_seq": 0}),

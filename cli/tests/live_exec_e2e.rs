@@ -7,12 +7,10 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::live::{connect, next, send, Socket};
+use support::live::{connect, mint_with_cli, next, send, Socket};
 use support::{dev_missing, prerequisites_met, DevServer};
 
 /// What one command sent: its output frames with when each arrived, and its last frame.
@@ -74,24 +72,6 @@ fn uuid_ish() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos()
-}
-
-fn mint_with_cli(data_dir: &Path, thread: &str, exec: bool) -> String {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_threadbox"));
-    command
-        .args(["token", "--thread", thread, "--ttl", "10m", "--data-dir"])
-        .arg(data_dir)
-        .env_remove("THREADBOX_TOKEN_SECRET");
-    if exec {
-        command.arg("--exec");
-    }
-    let out = command.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

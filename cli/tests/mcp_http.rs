@@ -11,100 +11,36 @@
 mod support;
 
 use serde_json::Value;
+use support::mcp::{self, check_list, check_missing, check_run, mcp_prerequisites, run_client};
 use support::{dev_missing, prerequisites_met, DevServer};
-
-/// The Python with the MCP SDK: `THREADBOX_MCP_PYTHON`, or the test script's virtualenv.
-fn mcp_python() -> Option<std::path::PathBuf> {
-    let from_env = std::env::var_os("THREADBOX_MCP_PYTHON").map(std::path::PathBuf::from);
-    let venv = support::target_dir().join("mcp-venv/bin/python");
-    from_env
-        .or_else(|| venv.exists().then_some(venv))
-        .filter(|python| {
-            std::process::Command::new(python)
-                .args(["-c", "import mcp"])
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-}
 
 const KEY: &str = "mcp-http-test-key-0123456789abcdef0123";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint() {
-    let mut missing = dev_missing();
-    let python = mcp_python();
-    if python.is_none() {
-        missing.push("the MCP Python SDK (scripts/test.sh installs it)".to_owned());
-    }
-    if !prerequisites_met(
-        "an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint",
-        &missing,
-    ) {
+    let Some(python) =
+        mcp_prerequisites("an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint")
+    else {
         return;
-    }
+    };
     let dev = DevServer::start_with_env(&[], &[("THREADBOX_API_KEYS", Some(KEY))]).await;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/http_client.py");
     let url = format!("{}/v1/threads/agent-http/mcp", dev.url);
-    let out = tokio::process::Command::new(python.unwrap())
-        .arg(script)
-        .args([&url, KEY])
-        .output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the MCP client failed:\n{stderr}");
-    let seen: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    let seen = run_client(python, "http_client.py", &[&url, KEY]).await;
 
-    assert_eq!(seen["server"], "threadbox");
-    let tools = seen["tools"].as_object().unwrap();
+    let tools = mcp::tools(&seen);
     let mut names: Vec<&str> = tools.keys().map(String::as_str).collect();
     names.sort_unstable();
-    assert_eq!(
-        names,
-        [
-            "glob",
-            "grep",
-            "list_dir",
-            "list_processes",
-            "make_dir",
-            "pause",
-            "read_file",
-            "read_process_output",
-            "remove",
-            "resume",
-            "run_command",
-            "start_process",
-            "stat",
-            "status",
-            "stop_process",
-            "write_file",
-            "write_process_input",
-        ]
-    );
-    let run_params = tools["run_command"].as_array().unwrap();
-    for param in ["argv", "command", "cwd", "env", "stdin", "timeout_seconds"] {
-        assert!(run_params.contains(&Value::from(param)), "{run_params:?}");
-    }
+    assert_eq!(names, mcp::TOOLS);
 
     let run = &seen["run"];
-    assert_eq!(run["error"], false, "{run}");
-    assert_eq!(run["result"]["exit_code"], 3, "{run}");
-    assert_eq!(run["result"]["stdout"], "one\n");
-    assert_eq!(run["result"]["stderr"], "two\n");
+    check_run(run);
     // Stateless HTTP answers in one piece: no progress notifications.
     assert_eq!(run["progress"], serde_json::json!([]), "{run}");
 
     assert_eq!(seen["write"]["error"], false, "{}", seen["write"]);
     assert_eq!(seen["write"]["result"]["size"], 16);
     assert_eq!(seen["read"]["result"]["text"], "hello over http\n");
-    let listed: Vec<&str> = seen["list"]["result"]["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["name"].as_str())
-        .collect();
-    assert_eq!(listed, ["a.txt"]);
+    check_list(&seen["list"]);
 
     // Arguments that do not fit the schema are tool errors the model can read.
     for case in ["bad_type", "unknown_field", "both"] {
@@ -120,19 +56,7 @@ async fn an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint() {
     assert_eq!(relative["error"], true, "{relative}");
     assert_eq!(relative["result"]["error"]["code"], "invalid_path");
     assert_eq!(relative["result"]["error"]["status"], 400);
-    let missing = &seen["missing"];
-    assert_eq!(missing["error"], true, "{missing}");
-    assert_eq!(missing["result"]["error"]["status"], 404, "{missing}");
-    assert_eq!(
-        missing["result"]["error"]["code"], "file_not_found",
-        "{missing}"
-    );
-    assert!(
-        missing["result"]["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("/home/user/nope")),
-        "{missing}"
-    );
+    check_missing(&seen["missing"]);
     assert_eq!(seen["status"]["result"]["session"]["status"], "active");
 
     // Stateless and JSON: no session id, no event stream.
@@ -156,70 +80,20 @@ async fn an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint() {
         );
     }
 
-    check_processes(&seen["processes"]);
-}
-
-/// A background process started, listed, read until ready, killed (and seen ended); an unknown
-/// one a tool error with the API's code.
-fn check_processes(seen: &Value) {
-    let start = &seen["start"];
-    assert_eq!(start["error"], false, "{start}");
-    let id = start["result"]["id"].as_str().unwrap();
-    let listed = seen["list"]["result"]["processes"].as_array().unwrap();
-    assert!(listed.iter().any(|p| p["id"] == id), "{}", seen["list"]);
-    let read = &seen["read"];
-    assert_eq!(read["text"], "ready\n", "{read}");
-    assert_eq!(read["last"]["result"]["state"], "running", "{read}");
-    let stop = &seen["stop"];
-    assert_eq!(stop["error"], false, "{stop}");
-    assert_eq!(stop["result"]["signal"], "KILL", "{stop}");
-    assert_eq!(stop["result"]["state"], "exited", "{stop}");
-    assert_eq!(stop["result"]["exit_code"], 137, "{stop}");
-    let after = seen["list_after_stop"]["result"]["processes"]
-        .as_array()
-        .unwrap();
-    assert!(
-        after
-            .iter()
-            .any(|p| p["id"] == id && p["state"] == "exited"),
-        "{}",
-        seen["list_after_stop"]
-    );
-    let unknown = &seen["unknown"];
-    assert_eq!(unknown["error"], true, "{unknown}");
-    assert_eq!(unknown["result"]["error"]["code"], "unknown_process");
-    assert_eq!(unknown["result"]["error"]["status"], 404);
+    // A background process killed: it ends with 128 + 9.
+    mcp::check_processes(&seen["processes"], "KILL", 137);
 }
 
 /// POST `body` to the MCP endpoint with `Transfer-Encoding: chunked` (so the server cannot know
-/// its size up front) over a plain socket, in 256 KiB chunks; the answer's status and body.
-/// Sending stops early if the server answers and closes first.
+/// its size up front), in 256 KiB chunks; the answer's status and body.
 async fn post_mcp_chunked(dev: &DevServer, thread: &str, body: &[u8]) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let address = dev.url.trim_start_matches("http://");
-    let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
-    let head = format!(
-        "POST /v1/threads/{thread}/mcp HTTP/1.1\r\nHost: {address}\r\n\
-         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
-         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-    );
-    socket.write_all(head.as_bytes()).await.unwrap();
-    for chunk in body.chunks(256 * 1024) {
-        let frame = [format!("{:x}\r\n", chunk.len()).as_bytes(), chunk, b"\r\n"].concat();
-        if socket.write_all(&frame).await.is_err() {
-            break;
-        }
-    }
-    let _ = socket.write_all(b"0\r\n\r\n").await;
-    let mut answer = Vec::new();
-    let _ = socket.read_to_end(&mut answer).await;
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {answer:?}"));
-    (status, answer)
+    support::transfer::send_chunked(
+        &dev.url,
+        &format!("POST /v1/threads/{thread}/mcp"),
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
+        body.chunks(256 * 1024),
+    )
+    .await
 }
 
 /// Eight 6 MiB MCP requests at once, their size not declared: each is refused with a JSON-RPC

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use support::{dev_missing, find_program, prerequisites_met, stop, unmount_all_under};
+use support::{dev_missing, find_program, prerequisites_met, remove_sandboxes, stop};
 
 const KEY: &str = "newcomer-key-0123456789abcdef0123456789";
 
@@ -42,22 +42,7 @@ impl Drop for Newcomer {
         let Ok(state) = std::fs::canonicalize(self.data.join("sandboxes")) else {
             return;
         };
-        let root = state.join("runc");
-        if let Ok(listed) = Command::new("runc")
-            .arg("--root")
-            .arg(&root)
-            .args(["list", "-q"])
-            .output()
-        {
-            for id in String::from_utf8_lossy(&listed.stdout).lines() {
-                let _ = Command::new("runc")
-                    .arg("--root")
-                    .arg(&root)
-                    .args(["delete", "-f", id])
-                    .status();
-            }
-        }
-        unmount_all_under(&state);
+        remove_sandboxes(&state.join("runc"), &state);
         if !state.starts_with(self.home.path()) {
             let _ = std::fs::remove_dir_all(&state);
         }

@@ -6,9 +6,10 @@
 mod support;
 
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
+use support::slack::{self, wait_for_sink};
 use support::{dev_missing, prerequisites_met, DevServer};
 use threadbox_slack::SigningSecret;
 
@@ -16,53 +17,18 @@ const SECRET: &str = "e2e-signing-secret";
 const API_KEY: &str = "e2e-api-key-0123456789abcdef0123456789";
 
 async fn start() -> DevServer {
-    DevServer::start_with_env(
-        &[],
-        &[
-            ("THREADBOX_API_KEYS", Some(API_KEY)),
-            ("SLACK_SIGNING_SECRET", Some(SECRET)),
-            ("SLACK_BOT_TOKEN", None),
-            ("SLACK_API_URL", None),
-        ],
-    )
-    .await
+    DevServer::start_with_env(&[], &slack::sink_env(API_KEY, SECRET)).await
 }
 
-/// `threadbox slack send`; returns the thread the message landed in.
+/// `threadbox slack send`, which must be accepted; returns the thread the message landed in.
 fn send(dev: &DevServer, thread: &str, text: &str) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["slack", "send", "--url", &dev.url, "--thread", thread, text])
-        .env("SLACK_SIGNING_SECRET", SECRET)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run threadbox slack send");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "slack send failed: {stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (stdout, landed) = slack::send(dev, SECRET, thread, text);
     assert!(stdout.contains("\"outcome\":\"accepted\""), "{stdout}");
-    stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("sent ").and_then(|r| r.split(" to ").nth(1)))
-        .expect("the thread id is printed")
-        .trim()
-        .to_owned()
+    landed
 }
 
 async fn sink(dev: &DevServer, thread: &str) -> Vec<Value> {
-    let response = dev
-        .http
-        .get(format!("{}/v1/slack/sink", dev.url))
-        .query(&[("thread_id", thread)])
-        .bearer_auth(API_KEY)
-        .send()
-        .await
-        .unwrap();
-    assert!(response.status().is_success(), "{}", response.status());
-    let body: Value = response.json().await.unwrap();
-    body["messages"].as_array().unwrap().clone()
+    slack::sink(dev, API_KEY, &[("thread_id", thread)]).await
 }
 
 /// Wait until a message in the thread satisfies `want`; return all the thread's messages then.
@@ -72,22 +38,21 @@ async fn wait_for(
     what: &str,
     want: impl Fn(&str) -> bool,
 ) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let messages = sink(dev, thread).await;
-        if messages
-            .iter()
-            .any(|m| want(m["text"].as_str().unwrap_or_default()))
-        {
-            return messages;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {what} in {thread}: {messages:#?}\nstderr:\n{}",
-            dev.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let query = [("thread_id", thread)];
+    wait_for_sink(
+        dev,
+        API_KEY,
+        &query,
+        Duration::from_secs(90),
+        what,
+        |messages| {
+            messages
+                .iter()
+                .any(|m| want(m["text"].as_str().unwrap_or_default()))
+                .then(|| messages.to_vec())
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,6 +142,13 @@ async fn a_code_block_runs_in_a_real_sandbox_and_the_reply_comes_back() {
     assert_eq!(forged.status(), 401);
 }
 
+/// What Slack signs `body` sent at `ts` with: the secret the server has.
+fn signature(ts: i64, body: &str) -> String {
+    SigningSecret::new(SECRET)
+        .unwrap()
+        .sign(ts, body.as_bytes())
+}
+
 fn now_secs() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -208,12 +180,7 @@ async fn post_signed(dev: &DevServer, body: &str, retry: u32) -> Value {
         .post(format!("{}/slack/events", dev.url))
         .header("content-type", "application/json")
         .header("x-slack-request-timestamp", ts.to_string())
-        .header(
-            "x-slack-signature",
-            SigningSecret::new(SECRET)
-                .unwrap()
-                .sign(ts, body.as_bytes()),
-        )
+        .header("x-slack-signature", signature(ts, body))
         .body(body.to_owned());
     if retry > 0 {
         request = request
@@ -242,13 +209,7 @@ async fn a_message_with_forty_code_blocks_runs_nothing_and_gets_one_reply() {
     let messages_after = sink(&dev, &thread).await;
     assert_eq!(messages_after.len(), messages.len(), "{messages_after:#?}");
     assert_eq!(messages.len(), 1, "one reply: {messages:#?}");
-    let shown = dev
-        .http
-        .get(format!("{}/v1/threads/{thread}", dev.url))
-        .bearer_auth(API_KEY)
-        .send()
-        .await
-        .unwrap();
+    let shown = get_thread(&dev, &thread).await;
     assert_eq!(shown.status(), 404, "no thread, no sandbox was made for it");
 }
 
@@ -329,12 +290,7 @@ async fn signed_events_arrive_through_a_tunnel_without_keys() {
             .header("x-slack-request-timestamp", ts.to_string())
             .body(body.clone());
         if signed {
-            request = request.header(
-                "x-slack-signature",
-                SigningSecret::new(SECRET)
-                    .unwrap()
-                    .sign(ts, body.as_bytes()),
-            );
+            request = request.header("x-slack-signature", signature(ts, &body));
         }
         request.send()
     };
@@ -356,6 +312,16 @@ async fn signed_events_arrive_through_a_tunnel_without_keys() {
     assert_eq!(api.status(), 403);
 }
 
+/// A thread in channel C1 made by a mention with `code`, once its status card says active.
+async fn active_thread(dev: &DevServer, code: &str) -> String {
+    let thread = send(dev, "slack:T1:C1", code);
+    wait_for(dev, &thread, "an active card", |t| {
+        t.contains("Sandbox *active*")
+    })
+    .await;
+    thread
+}
+
 /// `threadbox slack click`; returns its one line.
 fn click(dev: &DevServer, thread: &str, what: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_threadbox"))
@@ -375,15 +341,18 @@ fn click(dev: &DevServer, thread: &str, what: &[&str]) -> String {
     stdout
 }
 
-async fn generation(dev: &DevServer, thread: &str) -> u64 {
-    let response = dev
-        .http
+/// `GET /v1/threads/{thread}` with the key, whatever it answers.
+async fn get_thread(dev: &DevServer, thread: &str) -> reqwest::Response {
+    dev.http
         .get(format!("{}/v1/threads/{thread}", dev.url))
         .bearer_auth(API_KEY)
         .send()
         .await
-        .unwrap();
-    let body: Value = response.json().await.unwrap();
+        .unwrap()
+}
+
+async fn generation(dev: &DevServer, thread: &str) -> u64 {
+    let body: Value = get_thread(dev, thread).await.json().await.unwrap();
     body["session"]["generation"]
         .as_u64()
         .unwrap_or_else(|| panic!("{body}"))
@@ -397,11 +366,7 @@ async fn reset_from_the_card_asks_first_then_starts_a_fresh_sandbox() {
         return;
     }
     let dev = start().await;
-    let thread = send(&dev, "slack:T1:C1", "```echo kept > note.txt```");
-    wait_for(&dev, &thread, "an active card", |t| {
-        t.contains("Sandbox *active*")
-    })
-    .await;
+    let thread = active_thread(&dev, "```echo kept > note.txt```").await;
     assert_eq!(generation(&dev, &thread).await, 1);
 
     let line = click(&dev, &thread, &["reset"]);
@@ -433,11 +398,7 @@ async fn sandbox_list_answers_the_caller_with_their_threads() {
         return;
     }
     let dev = start().await;
-    let thread = send(&dev, "slack:T1:C1", "```echo hi```");
-    wait_for(&dev, &thread, "an active card", |t| {
-        t.contains("Sandbox *active*")
-    })
-    .await;
+    let thread = active_thread(&dev, "```echo hi```").await;
     let body = serde_urlencoded::to_string([
         ("team_id", "T1"),
         ("channel_id", "C1"),
@@ -448,49 +409,29 @@ async fn sandbox_list_answers_the_caller_with_their_threads() {
     ])
     .unwrap();
     let ts = now_secs();
-    let signature = SigningSecret::new(SECRET)
-        .unwrap()
-        .sign(ts, body.as_bytes());
     let response = dev
         .http
         .post(format!("{}/slack/commands", dev.url))
         .header("content-type", "application/x-www-form-urlencoded")
         .header("x-slack-request-timestamp", ts.to_string())
-        .header("x-slack-signature", signature)
+        .header("x-slack-signature", signature(ts, &body))
         .body(body)
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let response = dev
-            .http
-            .get(format!("{}/v1/slack/sink", dev.url))
-            .query(&[("channel", "C1")])
-            .bearer_auth(API_KEY)
-            .send()
-            .await
-            .unwrap();
-        let body: Value = response.json().await.unwrap();
-        let answer = body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["ephemeral_to"] == "ULOCAL")
-            .cloned();
-        if let Some(answer) = answer {
-            let ts = thread.rsplit(':').next().unwrap();
-            assert!(answer["blocks"].to_string().contains(ts), "{answer:#}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no answer: {body:#}\n{}",
-            dev.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let query = [("channel", "C1")];
+    let answer = wait_for_sink(
+        &dev,
+        API_KEY,
+        &query,
+        Duration::from_secs(30),
+        "answer",
+        |m| m.iter().find(|m| m["ephemeral_to"] == "ULOCAL").cloned(),
+    )
+    .await;
+    let ts = thread.rsplit(':').next().unwrap();
+    assert!(answer["blocks"].to_string().contains(ts), "{answer:#}");
 }
 
 /// A block that runs for seconds shows its output as it comes: the reply is posted while it

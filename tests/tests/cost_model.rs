@@ -7,22 +7,11 @@
 //! model gives now.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn read(relative: &str) -> String {
-    let path = repo().join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use threadbox_tests::{read_repo_file as read, repo, template_resources};
 
 /// The model's output with `args`, or `None` when there is no python3 to run it.
 fn model(args: &[&str]) -> Option<String> {
@@ -61,34 +50,20 @@ fn the_default_thread_month_keeps_the_control_plane_under_one_percent() {
     assert!(percent > 0.0 && percent < 1.0, "{stdout}");
 }
 
-/// The template's resources, as `(logical id, type, block of text)`.
+/// The template's resources, as `(logical id, type, block of text)`: the type is the first
+/// `Type:` line of the resource's own properties.
 fn resources(template: &str) -> Vec<(String, String, String)> {
-    let body = template
-        .split_once("\nResources:\n")
-        .expect("a Resources section")
-        .1;
-    let body = body.split("\nOutputs:\n").next().unwrap();
-    let mut resources: Vec<(String, String, String)> = Vec::new();
-    for line in body.lines() {
-        let is_key = line.len() > 2
-            && line.starts_with("  ")
-            && !line.starts_with("   ")
-            && !line.trim_start().starts_with('#')
-            && line.ends_with(':');
-        if is_key {
-            let name = line.trim().trim_end_matches(':').to_owned();
-            resources.push((name, String::new(), String::new()));
-        } else if let Some((_, kind, block)) = resources.last_mut() {
-            if let Some(t) = line.strip_prefix("    Type: ") {
-                if kind.is_empty() {
-                    *kind = t.trim().to_owned();
-                }
-            }
-            block.push_str(line);
-            block.push('\n');
-        }
-    }
-    resources
+    template_resources(template)
+        .into_iter()
+        .map(|(name, block)| {
+            let kind = block
+                .lines()
+                .find_map(|line| line.strip_prefix("    Type: "))
+                .map(|t| t.trim().to_owned())
+                .unwrap_or_default();
+            (name, kind, block)
+        })
+        .collect()
 }
 
 /// Each function's memory in the template (its own `MemorySize`, else the `Globals` one), by

@@ -239,6 +239,20 @@ async fn every_functions_calls_are_allowed_by_its_role_with_them_off() {
 
 /// Every function's paths under `parameters`, then the check. `pool`: whether the warm pool
 /// is on, so its own paths must have run.
+/// `function` (`who`) looked for a warm pool member for a new thread, and dropped the member's
+/// record when its sandbox was lost and replaced.
+fn assert_replaced_a_member(stack: &IamStack, function: &str, who: &str) {
+    assert!(
+        stack.made(function, "dynamodb:Query", "/index/by_thread"),
+        "{who} never looked for a warm pool member"
+    );
+    let sessions = format!("table/{}", stack.sessions_table);
+    assert!(
+        stack.made(function, "dynamodb:DeleteItem", &sessions),
+        "{who} never dropped the lost sandbox's member"
+    );
+}
+
 async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     let e2b = E2bFake::start().await;
     let slack = SlackFake::start(BOT_TOKEN).await;
@@ -263,10 +277,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
 
     // ---- janitor: tends the warm pool (makes its members), reconciles.
     let janitor = {
-        let (sdk, env, secrets) = stack.start("JanitorFunction", &overrides).await;
-        let mut tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
-            .await
-            .unwrap();
+        let (sdk, env, mut tb) = stack.start_threadbox("JanitorFunction", &overrides).await;
         if let Some(queue) = threadbox_lambda::transition_queue(&sdk, &env).unwrap() {
             tb = tb.with_transition_queue(Arc::new(queue));
         }
@@ -278,10 +289,9 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // ---- resolve-session: resolve (a new thread takes a pool member), network, list, show,
     // events, reset.
     {
-        let (sdk, env, secrets) = stack.start("ResolveSessionFunction", &overrides).await;
-        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
-            .await
-            .unwrap();
+        let (_, env, tb) = stack
+            .start_threadbox("ResolveSessionFunction", &overrides)
+            .await;
         let router = resolve_session::app(tb, threadbox_lambda::api_auth(&env).unwrap());
         let t = "/v1/threads/iam-resolve";
         for (method, path, query, body) in [
@@ -309,26 +319,18 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     assert!(report.is_ok(), "refill: {report:?}");
     let token;
     {
-        let (sdk, env, secrets) = stack.start("SandboxApiFunction", &overrides).await;
-        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
-            .await
-            .unwrap();
+        let (_, env, tb) = stack
+            .start_threadbox("SandboxApiFunction", &overrides)
+            .await;
         let router = sandbox_api::app(
             tb.clone(),
             threadbox_lambda::api_auth(&env).unwrap(),
             threadbox_lambda::token_key(&env).unwrap(),
         );
         let t = "/v1/threads/iam-api";
-        let answer = invoke_http(
-            router.clone(),
-            &http_event(
-                "POST",
-                &format!("{t}/exec"),
-                "",
-                Some(json!({"cmd": "echo hi"})),
-            ),
-        )
-        .await;
+        let exec =
+            |cmd: &str| http_event("POST", &format!("{t}/exec"), "", Some(json!({"cmd": cmd})));
+        let answer = invoke_http(router.clone(), &exec("echo hi")).await;
         ok(&answer, "exec");
         let mut put = http_event("PUT", &format!("{t}/files/tmp/notes.txt"), "", None);
         put["body"] = json!("some text");
@@ -378,16 +380,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
             .kill(session.sandbox_id.as_deref().unwrap())
             .await
             .unwrap();
-        let answer = invoke_http(
-            router.clone(),
-            &http_event(
-                "POST",
-                &format!("{t}/exec"),
-                "",
-                Some(json!({"cmd": "echo again"})),
-            ),
-        )
-        .await;
+        let answer = invoke_http(router.clone(), &exec("echo again")).await;
         ok(&answer, "exec after the sandbox was lost");
         let mut mcp = http_event(
             "POST",
@@ -418,14 +411,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         token = answer.json()["token"].as_str().unwrap().to_owned();
     }
     if pool {
-        assert!(
-            stack.made("SandboxApiFunction", "dynamodb:Query", "/index/by_thread"),
-            "sandbox-api never looked for a warm pool member"
-        );
-        assert!(
-            stack.made("SandboxApiFunction", "dynamodb:DeleteItem", &sessions),
-            "sandbox-api never dropped the lost sandbox's member"
-        );
+        assert_replaced_a_member(&stack, "SandboxApiFunction", "sandbox-api");
     }
 
     // ---- ws: connect with the token, subscribe (replay); the fan-out posts the pause and
@@ -452,31 +438,15 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     }
 
     // ---- pause and resume, on request.
-    {
-        let (sdk, env, secrets) = stack.start("PauseFunction", &overrides).await;
-        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
-            .await
-            .unwrap();
-        let router = pause::app(tb, threadbox_lambda::api_auth(&env).unwrap());
-        let answer = invoke_http(
-            router,
-            &http_event("POST", "/v1/threads/iam-api/pause", "", Some(json!({}))),
-        )
-        .await;
-        ok(&answer, "pause");
-    }
-    {
-        let (sdk, env, secrets) = stack.start("ResumeFunction", &overrides).await;
-        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
-            .await
-            .unwrap();
-        let router = resume::app(tb, threadbox_lambda::api_auth(&env).unwrap());
-        let answer = invoke_http(
-            router,
-            &http_event("POST", "/v1/threads/iam-api/resume", "", Some(json!({}))),
-        )
-        .await;
-        ok(&answer, "resume");
+    for (function, action, app) in [
+        ("PauseFunction", "pause", pause::app as fn(_, _) -> _),
+        ("ResumeFunction", "resume", resume::app),
+    ] {
+        let (_, env, tb) = stack.start_threadbox(function, &overrides).await;
+        let router = app(tb, threadbox_lambda::api_auth(&env).unwrap());
+        let path = format!("/v1/threads/iam-api/{action}");
+        let answer = invoke_http(router, &http_event("POST", &path, "", Some(json!({})))).await;
+        ok(&answer, action);
     }
 
     // ---- slack-events and worker, twice in one Slack thread: a signed mention is deduped and
@@ -575,14 +545,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
     if pool {
-        assert!(
-            stack.made("WorkerFunction", "dynamodb:Query", "/index/by_thread"),
-            "the worker never looked for a warm pool member"
-        );
-        assert!(
-            stack.made("WorkerFunction", "dynamodb:DeleteItem", &sessions),
-            "the worker never dropped the lost sandbox's member"
-        );
+        assert_replaced_a_member(&stack, "WorkerFunction", "the worker");
     }
 
     // ---- fanout: every lifecycle event so far, to the log, Slack and live targets.
@@ -638,10 +601,9 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     let report = janitor.handle(scheduled_now()).await;
     assert!(report.is_ok(), "second sweep: {report:?}");
     {
-        let (sdk, env, secrets) = stack.start("PauseQueueFunction", &overrides).await;
-        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
-            .await
-            .unwrap();
+        let (sdk, env, tb) = stack
+            .start_threadbox("PauseQueueFunction", &overrides)
+            .await;
         let queue = threadbox_lambda::transition_queue(&sdk, &env)
             .unwrap()
             .unwrap();
@@ -661,10 +623,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     if pool {
         let mut drained = overrides.clone();
         drained.push(("THREADBOX_WARM_POOL".into(), "0".into()));
-        let (sdk, env, secrets) = stack.start("JanitorFunction", &drained).await;
-        let tb = threadbox_lambda::threadbox(&sdk, &env, &secrets)
-            .await
-            .unwrap();
+        let (_, env, tb) = stack.start_threadbox("JanitorFunction", &drained).await;
         let janitor = janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap());
         let report = janitor.handle(scheduled_now()).await;
         assert!(report.is_ok(), "drain: {report:?}");

@@ -8,17 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn read(relative: &str) -> String {
-    let path = repo().join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use threadbox_tests::{read_repo_file as read, repo, template_resources as resources};
 
 /// Routes the router serves only in `threadbox dev` (never deployed), with why.
 const DEV_ONLY: &[(&str, &str)] = &[
@@ -229,31 +219,6 @@ fn the_aws_pages_deploy_steps_match_the_templates_parameters() {
             "docs/aws.md's row for {secret} names none of the secrets its steps create: {row}"
         );
     }
-}
-
-/// The template's resources, as `(logical id, its block of text)`: every two-space-indented key
-/// under `Resources:`, up to the next one.
-fn resources(template: &str) -> Vec<(String, String)> {
-    let body = template
-        .split_once("\nResources:\n")
-        .expect("a Resources section")
-        .1;
-    let body = body.split("\nOutputs:\n").next().unwrap();
-    let mut resources: Vec<(String, String)> = Vec::new();
-    for line in body.lines() {
-        let is_key = line.len() > 2
-            && line.starts_with("  ")
-            && !line.starts_with("   ")
-            && !line.trim_start().starts_with('#')
-            && line.ends_with(':');
-        if is_key {
-            resources.push((line.trim().trim_end_matches(':').to_owned(), String::new()));
-        } else if let Some((_, block)) = resources.last_mut() {
-            block.push_str(line);
-            block.push('\n');
-        }
-    }
-    resources
 }
 
 fn of_type<'a>(resources: &'a [(String, String)], kind: &str) -> Vec<&'a (String, String)> {

@@ -5,11 +5,16 @@
 // Each test crate uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod dashboard;
+pub mod e2b;
 pub mod live;
 pub mod load;
+pub mod mcp;
+pub mod slack;
 pub mod transfer;
 pub mod webdriver;
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -66,6 +71,17 @@ pub fn dev_missing() -> Vec<String> {
     missing
 }
 
+/// How the tests start `threadbox dev`, its data directory to follow: a free port, and the
+/// janitor every second.
+pub const DEV_ARGS: [&str; 6] = [
+    "dev",
+    "--port",
+    "0",
+    "--janitor-interval",
+    "1s",
+    "--data-dir",
+];
+
 /// A running `threadbox dev`, stopped and its containers deleted on drop.
 pub struct DevServer {
     child: Child,
@@ -117,14 +133,7 @@ impl DevServer {
             };
         }
         let mut child = command
-            .args([
-                "dev",
-                "--port",
-                "0",
-                "--janitor-interval",
-                "1s",
-                "--data-dir",
-            ])
+            .args(DEV_ARGS)
             .arg(&data_dir)
             .args(args)
             .env("RUST_LOG", "info")
@@ -228,22 +237,24 @@ impl DevServer {
     }
 
     /// The ids of the server's runc containers, as `runc list` shows them.
-    pub fn containers(&self) -> std::collections::BTreeSet<String> {
-        let output = Command::new("runc")
-            .arg("--root")
-            .arg(self.runc_root())
-            .args(["list", "-q"])
-            .output()
-            .expect("runc list");
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect()
+    pub fn containers(&self) -> BTreeSet<String> {
+        runc_ids(&self.runc_root()).expect("runc list")
     }
 
     /// The server's process id, to read its `/proc` entries.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGTERM, and wait (up to ten seconds) for it to exit, leaving its sandboxes for the next
+    /// start as a live thread's outlive the process. Returns how it ended and its stderr.
+    pub fn terminate(self) -> (std::process::ExitStatus, String) {
+        let signalled = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(signalled.success());
+        self.wait_for_death(Duration::from_secs(10))
     }
 
     /// Wait (up to `timeout`) for the process to die on its own, as a fault point makes it, and
@@ -273,26 +284,35 @@ impl Drop for DevServer {
         }
         // The sandboxes of live threads outlive the process by design; a test must not leave
         // them behind.
-        let root = self.runc_root();
-        let listed = Command::new("runc")
-            .arg("--root")
-            .arg(&root)
-            .args(["list", "-q"])
-            .output();
-        if let Ok(listed) = listed {
-            for id in String::from_utf8_lossy(&listed.stdout).lines() {
-                let _ = Command::new("runc")
-                    .arg("--root")
-                    .arg(&root)
-                    .args(["delete", "-f", id])
-                    .status();
-            }
-        }
-        // Each sandbox has mounts next to runc's state (its user namespace pin, its root tmpfs
-        // and its home volume); the provider removes them with the sandbox, and here the
-        // sandboxes went behind its back.
-        unmount_all_under(&self.data_dir);
+        remove_sandboxes(&self.runc_root(), &self.data_dir);
     }
+}
+
+/// The ids of the runc containers under `root` (runc's `--root`), as `runc list` shows them.
+pub fn runc_ids(root: &Path) -> std::io::Result<BTreeSet<String>> {
+    let output = Command::new("runc")
+        .arg("--root")
+        .arg(root)
+        .args(["list", "-q"])
+        .output()?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Delete every runc container under `root`, then detach the mounts under `state`: each sandbox
+/// has mounts next to runc's state (its user namespace pin, its root tmpfs and its home volume),
+/// which the provider removes with the sandbox, and here the sandboxes go behind its back.
+pub fn remove_sandboxes(root: &Path, state: &Path) {
+    for id in runc_ids(root).unwrap_or_default() {
+        let _ = Command::new("runc")
+            .arg("--root")
+            .arg(root)
+            .args(["delete", "-f", &id])
+            .status();
+    }
+    unmount_all_under(state);
 }
 
 /// Detach every mount under `dir`, deepest first, so the directory can be deleted and no loop
@@ -314,17 +334,65 @@ pub fn unmount_all_under(dir: &Path) {
     }
 }
 
-/// Run `threadbox threads <args>` against `dev`, as an operator would (no key, no colour).
-pub async fn threads(dev: &DevServer, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .arg("threads")
+/// `threadbox <args>` against the API at `url`, as an operator runs it (no key, no colour, no
+/// input).
+pub fn cli_command(url: &str, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"));
+    command
         .args(args)
-        .env("THREADBOX_URL", &dev.url)
+        .env("THREADBOX_URL", url)
         .env_remove("THREADBOX_API_KEY")
         .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    command
+}
+
+/// Run `threadbox threads <args>` against `dev`, as an operator would (no key, no colour).
+pub async fn threads(dev: &DevServer, args: &[&str]) -> std::process::Output {
+    cli_command(&dev.url, &[&["threads"], args].concat())
         .output()
         .await
+        .unwrap()
+}
+
+/// A process's output as text (the tests' commands print UTF-8).
+pub fn text(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap()
+}
+
+/// `threads exec` on `thread` passes a command's output and exit status through raw, stdout and
+/// stderr apart.
+pub async fn assert_exec_passes_through(dev: &DevServer, thread: &str) {
+    let run = threads(
+        dev,
+        &["exec", thread, "-c", "echo out; echo err >&2; exit 7"],
+    )
+    .await;
+    assert_eq!(run.status.code(), Some(7), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "out\n");
+    assert_eq!(text(&run.stderr), "err\n");
+}
+
+/// `threads resume <thread>`, which must succeed and say it resumed: what it printed.
+pub async fn resume_with_cli(dev: &DevServer, thread: &str) -> String {
+    let resumed = threads(dev, &["resume", thread]).await;
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let printed = text(&resumed.stdout).to_owned();
+    assert!(printed.ends_with(", resumed\n"), "{printed}");
+    printed
+}
+
+/// `threads events <thread> --follow --json` against the API at `url`, polling every
+/// `interval`: its JSON lines on stdout; killed when dropped.
+pub fn follow_events(url: &str, thread: &str, interval: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
+        .args(["threads", "events", thread, "--follow", "--json"])
+        .args(["--interval", interval, "--url", url])
+        .env_remove("THREADBOX_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
         .unwrap()
 }
 
@@ -332,15 +400,7 @@ pub async fn threads(dev: &DevServer, args: &[&str]) -> std::process::Output {
 /// and return that event.
 pub async fn follow_until_paused(dev: &DevServer, thread: &str) -> Value {
     use tokio::io::{AsyncBufReadExt, BufReader as AsyncBufReader};
-    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_threadbox"))
-        .args(["threads", "events", thread, "--follow", "--json"])
-        .args(["--interval", "200ms", "--url", &dev.url])
-        .env_remove("THREADBOX_API_KEY")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut follow = follow_events(&dev.url, thread, "200ms");
     let mut lines = AsyncBufReader::new(follow.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
     loop {

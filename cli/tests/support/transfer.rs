@@ -54,25 +54,38 @@ impl PeakRss {
 }
 
 /// PUT `size` zero bytes to `path` with `Transfer-Encoding: chunked` (so the server cannot
-/// know the size up front) over a plain socket; the answer's status and body. Sending stops
-/// early if the server answers and closes first.
+/// know the size up front), in 1 MiB chunks; the answer's status and body.
 pub async fn put_chunked(base: &str, path: &str, size: u64) -> (u16, String) {
+    const CHUNK: u64 = 1024 * 1024;
+    let zeros = vec![0u8; CHUNK as usize];
+    let chunks = (0..size)
+        .step_by(CHUNK as usize)
+        .map(|sent| &zeros[..(size - sent).min(CHUNK) as usize]);
+    send_chunked(base, &format!("PUT {path}"), "", chunks).await
+}
+
+/// Send `request` (`METHOD /path`) with `headers` (each ending in CRLF) and a body in `chunks`
+/// with `Transfer-Encoding: chunked` (so the server cannot know its size up front) over a plain
+/// socket; the answer's status and body. Sending stops early if the server answers and closes
+/// first.
+pub async fn send_chunked<'a>(
+    base: &str,
+    request: &str,
+    headers: &str,
+    chunks: impl Iterator<Item = &'a [u8]>,
+) -> (u16, String) {
     let address = base.trim_start_matches("http://");
     let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
     let head = format!(
-        "PUT {path} HTTP/1.1\r\nHost: {address}\r\nTransfer-Encoding: chunked\r\n\
+        "{request} HTTP/1.1\r\nHost: {address}\r\n{headers}Transfer-Encoding: chunked\r\n\
          Connection: close\r\n\r\n"
     );
     socket.write_all(head.as_bytes()).await.unwrap();
-    let chunk = vec![0u8; 1024 * 1024];
-    let mut sent = 0u64;
-    while sent < size {
-        let n = (size - sent).min(chunk.len() as u64) as usize;
-        let frame = [format!("{n:x}\r\n").as_bytes(), &chunk[..n], b"\r\n"].concat();
+    for chunk in chunks {
+        let frame = [format!("{:x}\r\n", chunk.len()).as_bytes(), chunk, b"\r\n"].concat();
         if socket.write_all(&frame).await.is_err() {
             break;
         }
-        sent += n as u64;
     }
     let _ = socket.write_all(b"0\r\n\r\n").await;
     let mut answer = Vec::new();

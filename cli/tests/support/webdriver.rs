@@ -154,22 +154,9 @@ impl Browser {
     /// The element's text, or `None` when the page re-rendered it away since it was found
     /// (a "stale element reference"): the dashboard redraws rows as events arrive.
     pub async fn try_text(&self, element: &str) -> Option<String> {
-        let response = self
-            .http
-            .get(format!("{}/element/{element}/text", self.session))
-            .send()
+        self.try_element_get(element, "text")
             .await
-            .unwrap();
-        let ok = response.status().is_success();
-        let answer: Value = response.json().await.unwrap_or_default();
-        if !ok {
-            assert_eq!(
-                answer["value"]["error"], "stale element reference",
-                "{answer}"
-            );
-            return None;
-        }
-        Some(answer["value"].as_str().unwrap_or_default().to_owned())
+            .map(|text| text.as_str().unwrap_or_default().to_owned())
     }
 
     /// GET `/element/<element>/<what>`: its value, or `None` when the page redrew the element

@@ -1,45 +1,22 @@
 //! The usecases `network` module's tests that need a real store (SQLite) and the test support
 //! crate, which depend on the core and so cannot be its unit tests.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use threadbox_core::domain::*;
 use threadbox_core::domain::{Allowlist, Cause, NetworkDefaults};
 use threadbox_core::usecases::*;
 use threadbox_core::usecases::{Config, ResolveOptions, UseCaseError};
-use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-use threadbox_testing::{InMemoryProvider, ManualClock};
 
-struct World {
-    tb: Threadbox,
-    provider: Arc<InMemoryProvider>,
-    _dir: tempfile::TempDir,
-}
+mod support;
+use support::{world_with, World};
 
 fn world(default: NetworkProfile) -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("threadbox.db");
-    let store = Arc::new(SqliteSessionStore::open(&path).unwrap());
-    let queue = Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap());
-    let provider = InMemoryProvider::new();
-    let config = Config {
+    world_with(Config {
         network: NetworkDefaults::new(default),
         settle_poll: Duration::from_millis(5),
         ..Config::default()
-    };
-    let tb = Threadbox::new(
-        store,
-        provider.clone(),
-        queue,
-        Arc::new(ManualClock::default()),
-        config,
-    );
-    World {
-        tb,
-        provider,
-        _dir: dir,
-    }
+    })
 }
 
 fn listed() -> NetworkProfile {

@@ -1,15 +1,15 @@
 //! The usecases `race` module's tests that need a real store (SQLite) and the test support
 //! crate, which depend on the core and so cannot be its unit tests.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use threadbox_core::domain::*;
 use threadbox_core::ports::ExecRequest;
 use threadbox_core::usecases::Config;
 use threadbox_core::usecases::*;
-use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-use threadbox_testing::{InMemoryProvider, ManualClock};
+
+mod support;
+use support::{world_with, World};
 
 fn tid(s: &str) -> ThreadId {
     ThreadId::parse(s).unwrap()
@@ -17,22 +17,10 @@ fn tid(s: &str) -> ThreadId {
 
 #[tokio::test]
 async fn a_command_that_loses_its_sandbox_to_a_reset_is_interrupted_not_run_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("threadbox.db");
-    let store = Arc::new(SqliteSessionStore::open(&path).unwrap());
-    let queue = Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap());
-    let provider = InMemoryProvider::new();
-    let config = Config {
+    let World { tb, provider, .. } = &world_with(Config {
         settle_poll: Duration::from_millis(5),
         ..Config::default()
-    };
-    let tb = Threadbox::new(
-        store,
-        provider.clone(),
-        queue,
-        Arc::new(ManualClock::default()),
-        config,
-    );
+    });
     let first = tb.resolve(&tid("t1")).await.unwrap().sandbox_id;
     provider.set_exec_delay(Duration::from_millis(500));
     let exec = {

@@ -6,22 +6,18 @@ use std::time::Duration;
 
 use threadbox_core::domain::{Pricing, Status, ThreadId};
 use threadbox_core::usecases::{Config, Threadbox};
-use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
-use threadbox_testing::{InMemoryProvider, ManualClock};
+use threadbox_testing::ManualClock;
+
+mod support;
+use support::world_with;
 
 async fn threadbox() -> (Threadbox, Arc<ManualClock>, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tb.db");
-    let store = Arc::new(SqliteSessionStore::open(&path).unwrap());
-    let queue = Arc::new(SqliteQueue::open(&path, "lifecycle", QueueConfig::default()).unwrap());
-    let clock = Arc::new(ManualClock::default());
-    let config = Config {
+    let world = world_with(Config {
         pricing: Pricing::E2B_DEFAULT,
         settle_poll: Duration::from_millis(5),
         ..Config::default()
-    };
-    let tb = Threadbox::new(store, InMemoryProvider::new(), queue, clock.clone(), config);
-    (tb, clock, dir)
+    });
+    (world.tb, world.clock, world._dir)
 }
 
 #[tokio::test]

@@ -17,6 +17,11 @@ pub mod subscription_conformance;
 pub mod warm_pool_conformance;
 pub mod window_counter_conformance;
 
+/// A Python program (`python3 -c FORK_FILLER`) that fills its sandbox's process table, for the
+/// tests of a sandbox at its pid limit: it prints `filling`, forks sleepers until fork fails,
+/// prints `full after N` and sleeps.
+pub const FORK_FILLER: &str = include_str!("fork_filler.py");
+
 pub use clock::ManualClock;
 pub use flaky_queue::FlakyQueue;
 pub use memory_provider::{InMemoryProvider, Op};

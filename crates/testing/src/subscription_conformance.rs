@@ -8,6 +8,12 @@ use super::eventually::eventually;
 use threadbox_core::domain::{Millis, ThreadId, ThreadScope};
 use threadbox_core::ports::{Connection, SubscriptionStore};
 
+/// Where `connection`'s subscription to `thread` stands (it must have one).
+async fn position(store: &dyn SubscriptionStore, connection: &str, thread: &ThreadId) -> u64 {
+    let subscription = store.subscription(connection, thread).await.unwrap();
+    subscription.expect("subscribed").last_seq
+}
+
 fn thread(id: &str) -> ThreadId {
     ThreadId::parse(id).unwrap()
 }
@@ -71,23 +77,10 @@ pub async fn subscribe_needs_a_connection_and_resubscribing_moves_the_position(
 
     store.add_connection(&connection("c1")).await.unwrap();
     assert!(store.subscribe("c1", &t, 7).await.unwrap());
-    assert_eq!(
-        store
-            .subscription("c1", &t)
-            .await
-            .unwrap()
-            .unwrap()
-            .last_seq,
-        7
-    );
+    assert_eq!(position(&*store, "c1", &t).await, 7);
     assert!(store.subscribe("c1", &t, 2).await.unwrap());
     assert_eq!(
-        store
-            .subscription("c1", &t)
-            .await
-            .unwrap()
-            .unwrap()
-            .last_seq,
+        position(&*store, "c1", &t).await,
         2,
         "a new subscribe sets the position, back as well as forward"
     );
@@ -142,15 +135,7 @@ pub async fn advance_is_a_compare_and_set(store: Arc<dyn SubscriptionStore>) {
         !store.advance("c1", &t, 3, 4).await.unwrap(),
         "already moved"
     );
-    assert_eq!(
-        store
-            .subscription("c1", &t)
-            .await
-            .unwrap()
-            .unwrap()
-            .last_seq,
-        4
-    );
+    assert_eq!(position(&*store, "c1", &t).await, 4);
     assert!(
         store.advance("c1", &t, 4, 3).await.unwrap(),
         "moving back (undoing a failed send) is the same compare-and-set"
@@ -200,12 +185,7 @@ pub async fn advance_many_moves_only_the_named_and_up_to_date(store: Arc<dyn Sub
     let now = eventually(positions, |now| *now == expected).await;
     assert_eq!(now, expected);
     assert_eq!(
-        store
-            .subscription("c-behind", &other)
-            .await
-            .unwrap()
-            .unwrap()
-            .last_seq,
+        position(&*store, "c-behind", &other).await,
         4,
         "another thread's subscription is untouched"
     );

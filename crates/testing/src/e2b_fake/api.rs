@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -150,6 +151,20 @@ fn coded_error(status: u16, message: &str, error_code: &str) -> Response {
 }
 
 /// Path ids must match `^[a-z0-9]+$` after a legacy `-clientID` suffix is cut.
+/// The `{id}` of a sandbox route, checked as E2B checks it: the id, or E2B's 400.
+struct SandboxPath(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for SandboxPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        sandbox_id(&raw).map(SandboxPath)
+    }
+}
+
 fn sandbox_id(raw: &str) -> Result<String, Response> {
     let id = raw.split('-').next().unwrap_or_default();
     if id.is_empty()
@@ -429,13 +444,9 @@ async fn settled(world: &World, id: &str) -> Option<FakeState> {
 /// `POST /v2/sandboxes/{id}/connect`.
 async fn connect(
     State(world): State<Arc<World>>,
-    Path(raw): Path<String>,
+    SandboxPath(id): SandboxPath,
     body: Bytes,
 ) -> Response {
-    let id = match sandbox_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
     // v2's body is optional: `{}` or nothing means 300 s and a memory resume.
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
@@ -494,11 +505,7 @@ async fn connect(
 }
 
 /// `POST /sandboxes/{id}/pause`: blocks until the snapshot is taken.
-async fn pause(State(world): State<Arc<World>>, Path(raw): Path<String>) -> Response {
-    let id = match sandbox_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn pause(State(world): State<Arc<World>>, SandboxPath(id): SandboxPath) -> Response {
     if settled(&world, &id).await.is_none() {
         return error(404, not_found_message(&id));
     }
@@ -538,11 +545,7 @@ async fn pause(State(world): State<Arc<World>>, Path(raw): Path<String>) -> Resp
 }
 
 /// `DELETE /sandboxes/{id}`.
-async fn kill(State(world): State<Arc<World>>, Path(raw): Path<String>) -> Response {
-    let id = match sandbox_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn kill(State(world): State<Arc<World>>, SandboxPath(id): SandboxPath) -> Response {
     let delay = {
         let mut inner = world.lock();
         let delay = inner.kill_delay;
@@ -563,13 +566,9 @@ async fn kill(State(world): State<Arc<World>>, Path(raw): Path<String>) -> Respo
 /// `POST /sandboxes/{id}/timeout`.
 async fn set_timeout(
     State(world): State<Arc<World>>,
-    Path(raw): Path<String>,
+    SandboxPath(id): SandboxPath,
     body: Bytes,
 ) -> Response {
-    let id = match sandbox_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
     let secs = match serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("timeout").and_then(Value::as_i64))
@@ -672,13 +671,9 @@ fn check_network(network: &Value) -> Result<(), String> {
 /// 204, 404 for a sandbox it does not have, 409 while it is being paused or killed.
 async fn set_network(
     State(world): State<Arc<World>>,
-    Path(raw): Path<String>,
+    SandboxPath(id): SandboxPath,
     body: Bytes,
 ) -> Response {
-    let id = match sandbox_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
     let network = match serde_json::from_slice::<Value>(&body) {
         Ok(v @ Value::Object(_)) => v,
         _ => {
@@ -706,11 +701,7 @@ async fn set_network(
 }
 
 /// `GET /sandboxes/{id}`.
-async fn info(State(world): State<Arc<World>>, Path(raw): Path<String>) -> Response {
-    let id = match sandbox_id(&raw) {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
+async fn info(State(world): State<Arc<World>>, SandboxPath(id): SandboxPath) -> Response {
     let inner = world.lock();
     match inner.sandboxes.get(&id) {
         Some(s) if s.state != FakeState::Killing => json_response(200, detail_json(s, true)),
