@@ -162,17 +162,12 @@ impl SlackWebClient {
         method: &str,
         body: &Value,
     ) -> Result<serde_json::Map<String, Value>, SlackError> {
-        let response = self
+        let request = self
             .http
             .post(self.method_url(method))
-            .timeout(self.config.request_timeout)
-            .header(AUTHORIZATION, self.config.token.bearer())
             .header(CONTENT_TYPE, "application/json; charset=utf-8")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(|e| transport(method, e))?;
-        read_answer(method, response).await
+            .body(body.to_string());
+        self.send(method, request).await
     }
 
     /// GET a read method with query parameters (Slack takes JSON bodies only for writes).
@@ -181,16 +176,8 @@ impl SlackWebClient {
         method: &str,
         query: &[(&str, &str)],
     ) -> Result<serde_json::Map<String, Value>, SlackError> {
-        let response = self
-            .http
-            .get(self.method_url(method))
-            .timeout(self.config.request_timeout)
-            .header(AUTHORIZATION, self.config.token.bearer())
-            .query(query)
-            .send()
-            .await
-            .map_err(|e| transport(method, e))?;
-        read_answer(method, response).await
+        let request = self.http.get(self.method_url(method)).query(query);
+        self.send(method, request).await
     }
 
     /// POST form-encoded arguments, for methods documented with form bodies only
@@ -200,12 +187,20 @@ impl SlackWebClient {
         method: &str,
         form: &[(&str, &str)],
     ) -> Result<serde_json::Map<String, Value>, SlackError> {
-        let response = self
-            .http
-            .post(self.method_url(method))
+        let request = self.http.post(self.method_url(method)).form(form);
+        self.send(method, request).await
+    }
+
+    /// Send a request to `method` with the bot token and the request timeout, and read Slack's
+    /// answer (`ok`, or the error it names).
+    async fn send(
+        &self,
+        method: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<serde_json::Map<String, Value>, SlackError> {
+        let response = request
             .timeout(self.config.request_timeout)
             .header(AUTHORIZATION, self.config.token.bearer())
-            .form(form)
             .send()
             .await
             .map_err(|e| transport(method, e))?;
