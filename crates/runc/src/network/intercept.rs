@@ -47,8 +47,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use super::config::NetworkConfig;
 use super::egress_ca::EgressCa;
-use super::network_config::NetworkConfig;
 use threadbox_core::domain::{EgressCredentials, HostCredentials};
 
 type Body = Either<Incoming, Full<Bytes>>;
