@@ -9,11 +9,15 @@
 //! and writable, a filesystem of its own with a hard size and file limit (`volume`); memory, CPU and pid limits from [`SandboxLimits`]; a seccomp filter against
 //! user namespaces and kernel-attack syscalls. Pause and resume use the cgroup freezer.
 //!
-//! The pieces: `bundle` lays out the OCI bundle, `runtime` drives the runc CLI, `exec` runs
-//! commands, `files` and `search` are the confined file API, `cgroup` finds a container on the
-//! host, `ids` makes and checks sandbox ids, `idmap` gives each sandbox its host ids, `volume`
-//! its home's filesystem, `rootless` what stands in for root when there is none, `placement`
-//! where the state lives so that each sandbox's root can reach its bundle.
+//! The pieces: `open` opens a provider over its state directory, `create` makes a sandbox,
+//! `command` and `exec` run commands in one, `admission` holds the caps, `sweep` removes what
+//! earlier runs left, `bundle` lays out the OCI bundle, `runtime` drives the runc CLI,
+//! `files` and `search` are the confined file API, `process_records` its background
+//! processes, `cgroup` finds a container on the host, `ids` makes and checks sandbox ids,
+//! `idmap` gives each sandbox its host ids, `volume` its home's filesystem, `rootless` what
+//! stands in for root when there is none, `placement` where the state lives so that each
+//! sandbox's root can reach its bundle, and `network` (with `sandbox_network`, the
+//! provider's side of it) the networked profile.
 //!
 //! # Root and rootless
 //!
