@@ -9,7 +9,6 @@ use super::bundle::{write_bundle, Bundle, BundleSpec, SandboxRecord};
 use super::exec;
 use super::idmap::IdRange;
 use super::ids::{hostname_for, new_sandbox_id};
-use super::network;
 use super::RuncProvider;
 use threadbox_core::ports::{CreateSandbox, CreatedSandbox, Limit, NetworkProfile, ProviderError};
 
@@ -145,18 +144,7 @@ impl RuncProvider {
         ids: IdRange,
     ) -> Result<(), ProviderError> {
         let saved = match profile {
-            NetworkProfile::Networked { allow } => {
-                let saved = network::Saved {
-                    link: network::Link::of_slot(ids.slot().unwrap_or(u32::MAX))?,
-                    allow: allow.clone(),
-                };
-                self.networks
-                    .prepare_bundle(bundle.dir(), &saved)
-                    .map_err(|e| {
-                        ProviderError::Internal(format!("cannot write the network: {e}"))
-                    })?;
-                Some(saved)
-            }
+            NetworkProfile::Networked { allow } => Some(self.prepare_network(bundle, ids, allow)?),
             NetworkProfile::Restricted => None,
         };
         self.runc

@@ -2,8 +2,9 @@
 //! it starts, disconnecting it as it goes, and changing its profile in place.
 
 use super::bundle::Bundle;
+use super::idmap::IdRange;
 use super::{network, sandbox_ids, RuncProvider};
-use threadbox_core::ports::{NetworkProfile, ProviderError};
+use threadbox_core::ports::{Allowlist, NetworkProfile, ProviderError};
 
 impl RuncProvider {
     /// Connect a just-started networked sandbox to the host.
@@ -20,6 +21,28 @@ impl RuncProvider {
     pub(crate) async fn detach_network(&self, id: &str, bundle: &Bundle) {
         let link = network::Networks::saved(bundle.dir()).map(|saved| saved.link);
         self.networks.detach(id, link).await;
+    }
+
+    /// Write a networked sandbox's resolver, trust store and record into its bundle: on the
+    /// link it has, or (a sandbox not networked yet) the one of its host id range `ids`.
+    pub(crate) fn prepare_network(
+        &self,
+        bundle: &Bundle,
+        ids: IdRange,
+        allow: &Allowlist,
+    ) -> Result<network::Saved, ProviderError> {
+        let link = match network::Networks::saved(bundle.dir()) {
+            Some(saved) => saved.link,
+            None => network::Link::of_slot(ids.slot().unwrap_or(u32::MAX))?,
+        };
+        let saved = network::Saved {
+            link,
+            allow: allow.clone(),
+        };
+        self.networks
+            .prepare_bundle(bundle.dir(), &saved)
+            .map_err(|e| ProviderError::Internal(format!("cannot write the network: {e}")))?;
+        Ok(saved)
     }
 
     /// In place, keeping every file and process: the sandbox's network namespace lives as long
@@ -47,21 +70,7 @@ impl RuncProvider {
                 })?;
             }
             NetworkProfile::Networked { allow } => {
-                let link = match network::Networks::saved(bundle.dir()) {
-                    Some(saved) => saved.link,
-                    None => {
-                        network::Link::of_slot(sandbox_ids(&bundle).slot().unwrap_or(u32::MAX))?
-                    }
-                };
-                let saved = network::Saved {
-                    link,
-                    allow: allow.clone(),
-                };
-                self.networks
-                    .prepare_bundle(bundle.dir(), &saved)
-                    .map_err(|e| {
-                        ProviderError::Internal(format!("cannot write the network: {e}"))
-                    })?;
+                let saved = self.prepare_network(&bundle, sandbox_ids(&bundle), allow)?;
                 self.networks.attach(&state, &saved).await?;
             }
         }
