@@ -1393,21 +1393,7 @@ async fn at_its_pid_limit_a_sandbox_is_still_listed_read_and_killed() {
     let id = new_sandbox(&p).await;
     // It says so before it fills the table: the output ring forks its writer for the first
     // chunk when the first output comes, and could not at the limit.
-    let filler = "import os, time\n\
-        print('filling', flush=True)\n\
-        time.sleep(1)\n\
-        n = 0\n\
-        while True:\n\
-        \x20   try:\n\
-        \x20       pid = os.fork()\n\
-        \x20   except OSError:\n\
-        \x20       break\n\
-        \x20   if pid == 0:\n\
-        \x20       time.sleep(600)\n\
-        \x20       os._exit(0)\n\
-        \x20   n += 1\n\
-        print('full after', n, flush=True)\n\
-        time.sleep(600)\n";
+    let filler = threadbox_testing::sandbox_scripts::FILL_PROCESS_TABLE;
     let process = new_process_id();
     p.start_process(
         &id,

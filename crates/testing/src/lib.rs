@@ -6,6 +6,7 @@ mod clock;
 pub mod eventually;
 mod flaky_queue;
 mod memory_provider;
+pub mod sandbox_scripts;
 mod suites;
 
 pub mod budget_conformance;
