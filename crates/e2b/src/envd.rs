@@ -231,18 +231,29 @@ impl EnvdClient {
         method: &str,
         body: serde_json::Value,
     ) -> Result<(), E2bError> {
-        let response = self
+        let request = self
             .request(target, Method::POST, &format!("/process.Process/{method}"))
             .header("Connect-Protocol-Version", "1")
+            .json(&body);
+        self.send(request, Plane::Envd).await.map(drop)
+    }
+
+    /// Send a unary request within the request timeout; a status other than success is the
+    /// error `plane` answers with.
+    async fn send(
+        &self,
+        request: RequestBuilder,
+        plane: Plane,
+    ) -> Result<reqwest::Response, E2bError> {
+        let response = request
             .timeout(self.request_timeout)
-            .json(&body)
             .send()
             .await
             .map_err(E2bError::from_transport)?;
         if response.status().is_success() {
-            Ok(())
+            Ok(response)
         } else {
-            Err(E2bError::from_response(response, Plane::Envd).await)
+            Err(E2bError::from_response(response, plane).await)
         }
     }
 
@@ -253,16 +264,10 @@ impl EnvdClient {
         path: &str,
         cap: u64,
     ) -> Result<Vec<u8>, E2bError> {
-        let mut response = self
+        let request = self
             .request(target, Method::GET, "/files")
-            .query(&[("path", path), ("username", USER)])
-            .timeout(self.request_timeout)
-            .send()
-            .await
-            .map_err(E2bError::from_transport)?;
-        if !response.status().is_success() {
-            return Err(E2bError::from_response(response, Plane::Files).await);
-        }
+            .query(&[("path", path), ("username", USER)]);
+        let mut response = self.send(request, Plane::Files).await?;
         let too_large = || E2bError::Rejected {
             status: 413,
             message: format!("{path} is larger than {cap} bytes"),
@@ -293,20 +298,12 @@ impl EnvdClient {
         path: &str,
         contents: &[u8],
     ) -> Result<(), E2bError> {
-        let response = self
+        let request = self
             .request(target, Method::POST, "/files")
             .query(&[("path", path), ("username", USER)])
             .header(CONTENT_TYPE, "application/octet-stream")
-            .timeout(self.request_timeout)
-            .body(contents.to_vec())
-            .send()
-            .await
-            .map_err(E2bError::from_transport)?;
-        if response.status().is_success() {
-            Ok(())
-        } else {
-            Err(E2bError::from_response(response, Plane::Files).await)
-        }
+            .body(contents.to_vec());
+        self.send(request, Plane::Files).await.map(drop)
     }
 }
 

@@ -14,22 +14,15 @@
 
 use std::time::Duration;
 
-use threadbox_core::domain::ThreadId;
-use threadbox_core::ports::{
-    CreateSandbox, ExecRequest, NetworkProfile, SandboxOwner, SandboxProvider,
-};
-use threadbox_runc::{host_can_run_sandboxes, RuncConfig, RuncProvider};
+use threadbox_core::ports::{CreateSandbox, ExecRequest, NetworkProfile, SandboxProvider};
+use threadbox_runc::RuncProvider;
+
+#[path = "../tests/support/sandboxes.rs"]
+mod sandboxes;
+use sandboxes::{bench_request, bench_runc, state_config};
 
 fn request(n: usize) -> CreateSandbox {
-    CreateSandbox {
-        owner: SandboxOwner {
-            thread_id: ThreadId::parse(&format!("bench-memory-{n}")).expect("thread id"),
-            generation: 1,
-        },
-        network: NetworkProfile::Restricted,
-        timeout: Duration::from_secs(600),
-        env: Default::default(),
-    }
+    bench_request("bench-memory", n, NetworkProfile::Restricted)
 }
 
 fn mib(bytes: f64) -> String {
@@ -53,12 +46,8 @@ async fn read_all(p: &RuncProvider, ids: &[String]) -> Vec<u64> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let runc = match host_can_run_sandboxes() {
-        Ok(runc) => runc,
-        Err(why) => {
-            eprintln!("runc_memory bench skipped: {why}");
-            return;
-        }
+    let Some(runc) = bench_runc("runc_memory") else {
+        return;
     };
     let count: usize = std::env::var("THREADBOX_BENCH_SANDBOXES")
         .ok()
@@ -66,9 +55,9 @@ async fn main() {
         .unwrap_or(10)
         .max(1);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.runc_binary = runc;
-    let p = RuncProvider::open(config).await.expect("open provider");
+    let p = RuncProvider::open(state_config(dir.path(), runc))
+        .await
+        .expect("open provider");
 
     let mut ids = Vec::with_capacity(count);
     for n in 0..count {

@@ -17,13 +17,16 @@
 
 #[path = "../tests/support/network_world.rs"]
 mod network_world;
+#[path = "../tests/support/sandboxes.rs"]
+mod sandboxes;
 
 use std::time::{Duration, Instant};
 
 use network_world::{World, PKG};
-use threadbox_core::domain::{EgressCredentials, ThreadId};
+use sandboxes::bench_request;
+use threadbox_core::domain::EgressCredentials;
 use threadbox_core::ports::{
-    Allowlist, CreateSandbox, ExecRequest, NetworkProfile, SandboxOwner, SandboxProvider,
+    Allowlist, CreateSandbox, ExecRequest, NetworkProfile, SandboxProvider,
 };
 use threadbox_runc::{RuncConfig, RuncProvider};
 
@@ -38,15 +41,7 @@ fn env_number(name: &str, default: usize) -> usize {
 }
 
 fn request(n: usize, network: NetworkProfile) -> CreateSandbox {
-    CreateSandbox {
-        owner: SandboxOwner {
-            thread_id: ThreadId::parse(&format!("bench-net-{n}")).expect("thread id"),
-            generation: 1,
-        },
-        network,
-        timeout: Duration::from_secs(600),
-        env: Default::default(),
-    }
+    bench_request("bench-net", n, network)
 }
 
 fn median(samples: &mut [f64]) -> f64 {

@@ -14,24 +14,17 @@
 
 use std::time::{Duration, Instant};
 
-use threadbox_core::domain::ThreadId;
-use threadbox_core::ports::{
-    CreateSandbox, ExecRequest, NetworkProfile, SandboxOwner, SandboxProvider,
-};
-use threadbox_runc::{host_can_run_sandboxes, RuncConfig, RuncProvider, SandboxLimits};
+use threadbox_core::ports::{CreateSandbox, ExecRequest, NetworkProfile, SandboxProvider};
+use threadbox_runc::{RuncProvider, SandboxLimits};
+
+#[path = "../tests/support/sandboxes.rs"]
+mod sandboxes;
+use sandboxes::{bench_request, bench_runc, state_config};
 
 const RUNS: usize = 30;
 
 fn request(n: usize) -> CreateSandbox {
-    CreateSandbox {
-        owner: SandboxOwner {
-            thread_id: ThreadId::parse(&format!("bench-{n}")).expect("thread id"),
-            generation: 1,
-        },
-        network: NetworkProfile::Restricted,
-        timeout: Duration::from_secs(600),
-        env: Default::default(),
-    }
+    bench_request("bench", n, NetworkProfile::Restricted)
 }
 
 struct Row {
@@ -69,16 +62,11 @@ const BIG_TREE_RUNS: usize = 3;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let runc = match host_can_run_sandboxes() {
-        Ok(runc) => runc,
-        Err(why) => {
-            eprintln!("runc_provider bench skipped: {why}");
-            return;
-        }
+    let Some(runc) = bench_runc("runc_provider") else {
+        return;
     };
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.runc_binary = runc;
+    let mut config = state_config(dir.path(), runc);
     // THREADBOX_BENCH_USER_NAMESPACES=0 measures sandboxes without their own user namespace
     // (host uid 1000, as before per-sandbox id ranges), for the before/after comparison.
     config.user_namespaces = std::env::var("THREADBOX_BENCH_USER_NAMESPACES").as_deref() != Ok("0");
@@ -185,13 +173,16 @@ async fn main() {
         "the disk quota's cost at create: {:+.1} ms (median with minus median without)",
         create_exec.percentile(0.5) - create_exec_plain.percentile(0.5)
     );
+    big_tree_kills(&p, &plain).await;
+}
 
-    // Destroying a sandbox whose files form a large tree: one unmount and one unlink with the
-    // quota, the iterative removal's walk without.
+// Destroying a sandbox whose files form a large tree: one unmount and one unlink with the
+// quota, the iterative removal's walk without.
+async fn big_tree_kills(p: &RuncProvider, plain: &RuncProvider) {
     let mut big_kill = Row::new("kill, 100,000 files", None);
     let mut big_kill_plain = Row::new("  without disk quota", None);
     for n in 0..BIG_TREE_RUNS {
-        for (provider, row) in [(&p, &mut big_kill), (&plain, &mut big_kill_plain)] {
+        for (provider, row) in [(p, &mut big_kill), (plain, &mut big_kill_plain)] {
             let id = provider
                 .create(request(RUNS + n))
                 .await

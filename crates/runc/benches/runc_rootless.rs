@@ -15,11 +15,12 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use threadbox_core::domain::ThreadId;
-use threadbox_core::ports::{
-    CreateSandbox, ExecRequest, NetworkProfile, SandboxOwner, SandboxProvider,
-};
-use threadbox_runc::{host_can_run_sandboxes, RuncConfig, RuncProvider, SandboxLimits};
+use threadbox_core::ports::{CreateSandbox, ExecRequest, NetworkProfile, SandboxProvider};
+use threadbox_runc::{host_can_run_sandboxes, RuncProvider, SandboxLimits};
+
+#[path = "../tests/support/sandboxes.rs"]
+mod sandboxes;
+use sandboxes::{bench_request, state_config};
 
 const RUNS: usize = 20;
 const USER: &str = "threadbox-rootless";
@@ -28,15 +29,7 @@ const CHILD: &str = "THREADBOX_BENCH_ROOTLESS_CHILD";
 const OPERATIONS: [&str; 4] = ["create to first exec", "exec round trip", "pause", "resume"];
 
 fn request(n: usize) -> CreateSandbox {
-    CreateSandbox {
-        owner: SandboxOwner {
-            thread_id: ThreadId::parse(&format!("bench-rootless-{n}")).expect("thread id"),
-            generation: 1,
-        },
-        network: NetworkProfile::Restricted,
-        timeout: Duration::from_secs(600),
-        env: Default::default(),
-    }
+    bench_request("bench-rootless", n, NetworkProfile::Restricted)
 }
 
 fn median_ms(samples: &mut [Duration]) -> f64 {
@@ -48,8 +41,7 @@ fn median_ms(samples: &mut [Duration]) -> f64 {
 async fn measure() -> BTreeMap<&'static str, f64> {
     let runc = host_can_run_sandboxes().expect("runc sandboxes can run here");
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.runc_binary = runc;
+    let mut config = state_config(dir.path(), runc);
     config.limits = SandboxLimits {
         disk: None,
         ..SandboxLimits::default()

@@ -49,8 +49,12 @@ use threadbox_core::ports::{
     SandboxProvider, SystemClock, WarmPoolStore,
 };
 use threadbox_core::usecases::{Config, SweepOptions, Threadbox, WarmPool, DEFAULT_POOL_MAX_AGE};
-use threadbox_runc::{host_can_run_sandboxes, RuncConfig, RuncProvider};
+use threadbox_runc::RuncProvider;
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+
+#[path = "../tests/support/sandboxes.rs"]
+mod sandboxes;
+use sandboxes::{bench_runc, state_config};
 
 const DEFAULT_RUNS: usize = 20;
 /// The issue's goal: the pooled path under half of bare runc's.
@@ -264,17 +268,12 @@ async fn quietly<T>(fut: impl Future<Output = T>) -> T {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let runc = match host_can_run_sandboxes() {
-        Ok(runc) => runc,
-        Err(why) => {
-            eprintln!("warm_pool bench skipped: {why}");
-            return;
-        }
+    let Some(runc) = bench_runc("warm_pool") else {
+        return;
     };
     let runs = runs();
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.runc_binary = runc.clone();
+    let mut config = state_config(dir.path(), runc.clone());
     // No disk quota for any row: all three start the same sandbox (home a plain directory).
     config.limits.disk = None;
     let mut bare_config = config.clone();
@@ -311,33 +310,7 @@ async fn main() {
         .clone()
         .with_warm_pool(WarmPool { size: 0, ..pool });
 
-    // The bare row's bundle: one the provider wrote, its container stopped, the bundle kept.
-    let source = bundle_maker
-        .create(CreateSandbox {
-            owner: SandboxOwner {
-                thread_id: thread("bench-bare-bundle"),
-                generation: 1,
-            },
-            network: NetworkProfile::Restricted,
-            timeout: Duration::from_secs(3600),
-            env: Default::default(),
-        })
-        .await
-        .expect("create the bare bundle")
-        .sandbox_id;
-    let bare = BareRunc {
-        binary: runc,
-        root: bundle_maker.config().runc_root(),
-        bundle: bundle_maker.config().sandboxes_dir().join(&source),
-        stderr: dir.path().join("runc-stderr.log"),
-    };
-    bare.remove(&source).await;
-    assert!(Path::new(&bare.bundle).join("config.json").exists());
-    println!(
-        "runc: {}; bare bundle {} (written by the provider, its container stopped)",
-        bare.binary.display(),
-        bare.bundle.display()
-    );
+    let (bare, source) = bare_runc(&bundle_maker, runc, dir.path()).await;
 
     let mut pooled_row = Row::new("pooled (warm pool)", ["resolve", "exec"]);
     let mut unpooled_row = Row::new("unpooled (create)", ["resolve", "exec"]);
@@ -410,63 +383,120 @@ async fn main() {
         eprintln!("warning: {} sandboxes left after the bench", left.len());
     }
 
-    println!();
-    println!(
-        "warm pool: first command of a new thread (resolve + exec `true`), {runs} runs each, \
-         interleaved; runc provider, user namespaces {}, no disk quota; SQLite store and queue",
-        provider.config().user_namespaces
-    );
-    println!("{:<28} {:>10} {:>10}", "row", "median ms", "p90 ms");
-    for row in [&pooled_row, &unpooled_row, &bare_row] {
+    let results = Results {
+        pooled: pooled_row,
+        unpooled: unpooled_row,
+        bare: bare_row,
+        refill,
+        second_exec,
+        runc_state,
+    };
+    results.print(runs, provider.config().user_namespaces);
+}
+
+/// What the rounds measured.
+struct Results {
+    pooled: Row,
+    unpooled: Row,
+    bare: Row,
+    refill: Vec<Duration>,
+    second_exec: Vec<Duration>,
+    runc_state: Vec<Duration>,
+}
+
+impl Results {
+    /// The rows, the diagnostics and the ratios of the medians, against the goal.
+    fn print(&self, runs: usize, user_namespaces: bool) {
+        println!();
         println!(
-            "{:<28} {:>10.1} {:>10.1}",
-            row.name,
-            row.median(),
-            percentile(&row.total, 0.9)
+            "warm pool: first command of a new thread (resolve + exec `true`), {runs} runs each, \
+             interleaved; runc provider, user namespaces {}, no disk quota; SQLite store and queue",
+            user_namespaces
         );
-        for (half, samples) in row.halves.iter().zip([&row.first, &row.second]) {
+        println!("{:<28} {:>10} {:>10}", "row", "median ms", "p90 ms");
+        for row in [&self.pooled, &self.unpooled, &self.bare] {
             println!(
                 "{:<28} {:>10.1} {:>10.1}",
-                format!("  {half}"),
+                row.name,
+                row.median(),
+                percentile(&row.total, 0.9)
+            );
+            for (half, samples) in row.halves.iter().zip([&row.first, &row.second]) {
+                println!(
+                    "{:<28} {:>10.1} {:>10.1}",
+                    format!("  {half}"),
+                    percentile(samples, 0.5),
+                    percentile(samples, 0.9)
+                );
+            }
+        }
+        println!(
+            "{:<28} {:>10.1} {:>10.1}   (untimed in the rows: the janitor's cost)",
+            "refill sweep (pool of 1)",
+            percentile(&self.refill, 0.5),
+            percentile(&self.refill, 0.9)
+        );
+        println!("where a first exec goes (diagnostics, not in the rows):");
+        for (name, samples) in [
+            ("pooled, second exec", &self.second_exec),
+            ("one `runc state` call", &self.runc_state),
+        ] {
+            println!(
+                "{:<28} {:>10.1} {:>10.1}",
+                format!("  {name}"),
                 percentile(samples, 0.5),
                 percentile(samples, 0.9)
             );
         }
-    }
-    println!(
-        "{:<28} {:>10.1} {:>10.1}   (untimed in the rows: the janitor's cost)",
-        "refill sweep (pool of 1)",
-        percentile(&refill, 0.5),
-        percentile(&refill, 0.9)
-    );
-    println!("where a first exec goes (diagnostics, not in the rows):");
-    for (name, samples) in [
-        ("pooled, second exec", &second_exec),
-        ("one `runc state` call", &runc_state),
-    ] {
+        let (p, u, b) = (
+            self.pooled.median(),
+            self.unpooled.median(),
+            self.bare.median(),
+        );
+        println!();
+        println!("ratios of medians:");
+        println!("  pooled / bare runc   {:.2}", p / b);
+        println!("  pooled / unpooled    {:.2}", p / u);
+        println!("  unpooled / bare runc {:.2}", u / b);
         println!(
-            "{:<28} {:>10.1} {:>10.1}",
-            format!("  {name}"),
-            percentile(samples, 0.5),
-            percentile(samples, 0.9)
+            "  pooled / bare runc's run --detach alone {:.2}",
+            p / percentile(&self.bare.first, 0.5)
+        );
+        println!(
+            "goal (the pooled path under half of bare runc's create, pooled / bare runc < {GOAL_RATIO}): {}",
+            if p / b < GOAL_RATIO { "met" } else { "not met" }
         );
     }
-    let (p, u, b) = (
-        pooled_row.median(),
-        unpooled_row.median(),
-        bare_row.median(),
-    );
-    println!();
-    println!("ratios of medians:");
-    println!("  pooled / bare runc   {:.2}", p / b);
-    println!("  pooled / unpooled    {:.2}", p / u);
-    println!("  unpooled / bare runc {:.2}", u / b);
+}
+
+/// The bare row's runc, and its bundle: one the provider wrote (the sandbox's id returned), its
+/// container stopped, the bundle kept.
+async fn bare_runc(bundle_maker: &RuncProvider, runc: PathBuf, dir: &Path) -> (BareRunc, String) {
+    let source = bundle_maker
+        .create(CreateSandbox {
+            owner: SandboxOwner {
+                thread_id: thread("bench-bare-bundle"),
+                generation: 1,
+            },
+            network: NetworkProfile::Restricted,
+            timeout: Duration::from_secs(3600),
+            env: Default::default(),
+        })
+        .await
+        .expect("create the bare bundle")
+        .sandbox_id;
+    let bare = BareRunc {
+        binary: runc,
+        root: bundle_maker.config().runc_root(),
+        bundle: bundle_maker.config().sandboxes_dir().join(&source),
+        stderr: dir.join("runc-stderr.log"),
+    };
+    bare.remove(&source).await;
+    assert!(Path::new(&bare.bundle).join("config.json").exists());
     println!(
-        "  pooled / bare runc's run --detach alone {:.2}",
-        p / percentile(&bare_row.first, 0.5)
+        "runc: {}; bare bundle {} (written by the provider, its container stopped)",
+        bare.binary.display(),
+        bare.bundle.display()
     );
-    println!(
-        "goal (the pooled path under half of bare runc's create, pooled / bare runc < {GOAL_RATIO}): {}",
-        if p / b < GOAL_RATIO { "met" } else { "not met" }
-    );
+    (bare, source)
 }

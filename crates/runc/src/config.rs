@@ -1,8 +1,9 @@
 //! Settings for the runc provider: where its state lives and the limits every sandbox gets.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
+use super::programs::find_program;
 use threadbox_core::ports::DEFAULT_FILE_CAP;
 
 /// The resource profile every sandbox of one provider runs under.
@@ -112,7 +113,7 @@ pub struct RuncConfig {
     pub spare_volumes: usize,
     /// Networked sandboxes: the resolver the egress proxy asks, operator exceptions to the
     /// always-refused networks, and the proxy's bounds (see the `network` module).
-    pub network: super::network_config::NetworkConfig,
+    pub network: super::network::NetworkConfig,
 }
 
 /// The default host-wide table of allocated id ranges.
@@ -202,23 +203,4 @@ pub fn host_can_run_sandboxes() -> Result<PathBuf, String> {
 /// The runc binary on `PATH`, or in the sbin directories where distributions install it.
 pub fn find_runc() -> Option<PathBuf> {
     find_program("runc")
-}
-
-/// A program on `PATH`, or in the sbin directories a non-root `PATH` often lacks.
-pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
-    let path_dirs = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default();
-    path_dirs
-        .into_iter()
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/bin"].map(PathBuf::from))
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
 }

@@ -14,14 +14,15 @@
 //! with one `kill(-pgid)`, followed by a sweep of the container's cgroup for descendants that
 //! left the group.
 
-use std::os::fd::{AsRawFd, RawFd};
-use std::path::PathBuf;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::bundle::HOME;
 use super::cgroup::ContainerCgroup;
@@ -123,20 +124,101 @@ pub(crate) async fn run(
     let pid_file = target
         .run_dir
         .join(format!("exec-{}.pid", uuid::Uuid::new_v4().simple()));
-    // Our end never blocks: the status is read once the command has exited (see below).
+    let (status_read, status_write) = status_pipe()?;
+    let mut child = runc_exec(&target, &request, &pid_file, &status_write)
+        .spawn()
+        .map_err(|e| ProviderError::Internal(format!("could not run runc exec: {e}")))?;
+    // Our copy of the write end must go, or the status pipe never reports the wrapper's end.
+    drop(status_write);
+    // From here the command may be running before runc returns (its output can even reach a
+    // streaming caller first): a caller that goes away now must still take the command with it.
+    let mut starting = StartingGuard {
+        pid_file: pid_file.clone(),
+        cgroup: target.cgroup.clone(),
+        armed: true,
+    };
+    let streams = Streams::start(&mut child, &request, output);
+
+    // runc returns once the command has started (or failed to).
+    let runc_status = wait_for_runc(&mut child, target.runc).await?;
+    if !runc_status.success() {
+        starting.armed = false;
+        let stderr = streams.runc_stderr().await;
+        let _ = std::fs::remove_file(&pid_file);
+        return Err(ExecError::NotStarted(error_message(&stderr)));
+    }
+    let leader = read_pid_file(&pid_file).await;
+    let _ = std::fs::remove_file(&pid_file);
+    let leader = leader?;
+    let mut guard = TreeGuard {
+        leader,
+        cgroup: target.cgroup.clone(),
+        armed: true,
+    };
+    starting.armed = false;
+
+    let remaining = request.timeout.saturating_sub(started.elapsed());
+    let timed_out = wait_for_leader(&guard, remaining).await?;
+    // The wrapper wrote its status before it exited, so it is in the pipe now, or never will be.
+    let status_text = if timed_out {
+        String::new()
+    } else {
+        read_available(&status_read)
+    };
+    guard.armed = false;
+    let duration = started.elapsed();
+    // The wrapper has exited (its pidfd said so) or was killed; collect it if it is our child
+    // (we are a subreaper). One non-blocking wait: no blocking-pool task per command.
+    if !timed_out {
+        reap(leader, Duration::ZERO);
+    } else {
+        tokio::task::spawn_blocking(move || reap(leader, Duration::from_millis(200)));
+    }
+
+    // Collect the output: it ends when every holder of the pipes has closed them, or when
+    // the drain window passes (a background child may keep them open for ever).
+    let grace = if timed_out {
+        DRAIN_AFTER_KILL
+    } else {
+        DRAIN_AFTER_EXIT
+    };
+    let collected = streams.collect(grace).await;
+    let oom_after = target.cgroup.as_ref().and_then(|c| c.oom_kills());
+    let ended = Ended {
+        reported: status_text.trim().parse().ok(),
+        timed_out,
+        out_of_memory: matches!((oom_before, oom_after), (Some(b), Some(a)) if a > b),
+        duration,
+    };
+    ended.result(collected, streaming, target.pids_limit)
+}
+
+/// The pipe the wrapper reports the command's status on: our end never blocks (the status is
+/// read once the command has exited); the command's end blocks as usual.
+fn status_pipe() -> Result<(OwnedFd, OwnedFd), ProviderError> {
     let (status_read, status_write) = rustix::pipe::pipe_with(
         rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
     )
     .map_err(|e| ProviderError::Internal(format!("cannot make a pipe: {e}")))?;
-    // The command's end blocks as usual (NONBLOCK is per end: clear it on the write end).
+    // NONBLOCK is per end: clear it on the write end.
     rustix::fs::fcntl_setfl(&status_write, rustix::fs::OFlags::empty())
         .map_err(|e| ProviderError::Internal(format!("cannot set up the status pipe: {e}")))?;
+    Ok((status_read, status_write))
+}
 
+/// `runc exec --detach` of the request under the wrapper, as the sandbox user, with our pipes
+/// as its stdio and the status pipe's write end as its fd 3.
+fn runc_exec(
+    target: &ExecTarget<'_>,
+    request: &ExecRequest,
+    pid_file: &Path,
+    status_write: &OwnedFd,
+) -> tokio::process::Command {
     let mut cmd = target.runc.command();
     cmd.arg("exec")
         .arg("--detach")
         .arg("--pid-file")
-        .arg(&pid_file)
+        .arg(pid_file)
         .arg("--preserve-fds")
         .arg("1")
         .arg("--user")
@@ -165,93 +247,37 @@ pub(crate) async fn run(
     unsafe {
         cmd.pre_exec(move || prepare_child_fds(status_fd, owner));
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ProviderError::Internal(format!("could not run runc exec: {e}")))?;
-    // Our copy of the write end must go, or the status pipe never reports the wrapper's end.
-    drop(status_write);
-    // From here the command may be running before runc returns (its output can even reach a
-    // streaming caller first): a caller that goes away now must still take the command with it.
-    let mut starting = StartingGuard {
-        pid_file: pid_file.clone(),
-        cgroup: target.cgroup.clone(),
-        armed: true,
-    };
+    cmd
+}
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stdin = child.stdin.take();
-    let input = request.stdin.clone().unwrap_or_default();
-    let stdin_task = tokio::spawn(async move {
-        if let Some(mut stdin) = stdin {
-            // A command that does not read its input closes the pipe: not our error.
-            let _ = stdin.write_all(&input).await;
-        }
-    });
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let cap = request.output_cap;
-    let forwards = output.map(|sink| {
-        (
-            Forward {
-                sink: sink.clone(),
-                wrap: OutputChunk::Stdout,
-            },
-            Forward {
-                sink,
-                wrap: OutputChunk::Stderr,
-            },
-        )
-    });
-    let (out_forward, err_forward) = forwards.unzip();
-    let out_task = tokio::spawn(read_capped(stdout, cap, stop_rx.clone(), out_forward));
-    let err_task = tokio::spawn(read_capped(stderr, cap, stop_rx, err_forward));
-
-    // runc returns once the command has started (or failed to).
-    let runc_status = match tokio::time::timeout(target.runc.call_timeout(), child.wait()).await {
-        Ok(Ok(status)) => status,
-        Ok(Err(e)) => {
-            return Err(ProviderError::Internal(format!("waiting for runc exec: {e}")).into())
-        }
+/// Wait for `runc exec` itself, which returns once the command has started (or failed to).
+async fn wait_for_runc(
+    child: &mut tokio::process::Child,
+    runc: &Runc,
+) -> Result<std::process::ExitStatus, ExecError> {
+    match tokio::time::timeout(runc.call_timeout(), child.wait()).await {
+        Ok(Ok(status)) => Ok(status),
+        Ok(Err(e)) => Err(ProviderError::Internal(format!("waiting for runc exec: {e}")).into()),
         Err(_) => {
             let _ = child.kill().await;
-            return Err(ProviderError::Unavailable(format!(
+            Err(ProviderError::Unavailable(format!(
                 "runc exec did not start the command within {:?}",
-                target.runc.call_timeout()
+                runc.call_timeout()
             ))
-            .into());
+            .into())
         }
-    };
-    if !runc_status.success() {
-        starting.armed = false;
-        // Nothing started, so runc was the only writer of stderr and it has exited: the
-        // stream ends on its own (the stop is only a safety net).
-        stdin_task.abort();
-        let stopper = tokio::spawn(async move {
-            tokio::time::sleep(DRAIN_AFTER_KILL).await;
-            let _ = stop_tx.send(true);
-        });
-        let (stderr, _) = err_task.await.unwrap_or_default();
-        stopper.abort();
-        out_task.abort();
-        let _ = std::fs::remove_file(&pid_file);
-        return Err(ExecError::NotStarted(error_message(&stderr)));
     }
-    let leader = read_pid_file(&pid_file).await;
-    let _ = std::fs::remove_file(&pid_file);
-    let leader = leader?;
-    let mut guard = TreeGuard {
-        leader,
-        cgroup: target.cgroup.clone(),
-        armed: true,
-    };
-    starting.armed = false;
+}
 
-    // Wait for the command's leader (the wrapper) to exit, through a pidfd: it becomes readable
-    // when the process ends, costs no thread, and nothing in the sandbox can hold it open (a
-    // process there could reopen the status pipe through /proc and keep it from ever closing).
-    let exited = leader_exit(leader)
+/// Wait for the command's leader (the wrapper) to exit, at most `remaining`; past it, kill the
+/// tree and give it [`DRAIN_AFTER_KILL`] to die. Whether it timed out.
+///
+/// Through a pidfd: it becomes readable when the process ends, costs no thread, and nothing in
+/// the sandbox can hold it open (a process there could reopen the status pipe through /proc
+/// and keep it from ever closing).
+async fn wait_for_leader(guard: &TreeGuard, remaining: Duration) -> Result<bool, ExecError> {
+    let exited = leader_exit(guard.leader)
         .map_err(|e| ProviderError::Internal(format!("cannot watch the command: {e}")))?;
-    let remaining = request.timeout.saturating_sub(started.elapsed());
     let timed_out = match &exited {
         Some(exited) => tokio::time::timeout(remaining, exited.readable())
             .await
@@ -266,66 +292,151 @@ pub(crate) async fn run(
             let _ = tokio::time::timeout(DRAIN_AFTER_KILL, exited.readable()).await;
         }
     }
-    // The wrapper wrote its status before it exited, so it is in the pipe now, or never will be.
-    let status_text = if timed_out {
-        String::new()
-    } else {
-        read_available(&status_read)
-    };
-    guard.armed = false;
-    let duration = started.elapsed();
-    // The wrapper has exited (its pidfd said so) or was killed; collect it if it is our child
-    // (we are a subreaper). One non-blocking wait: no blocking-pool task per command.
-    if !timed_out {
-        reap(leader, Duration::ZERO);
-    } else {
-        tokio::task::spawn_blocking(move || reap(leader, Duration::from_millis(200)));
+    Ok(timed_out)
+}
+
+/// The command's stdin, fed from the request, and its stdout and stderr, read (and sent on,
+/// when streaming) until their end or until told to stop.
+struct Streams {
+    stop: watch::Sender<bool>,
+    stdin: JoinHandle<()>,
+    stdout: JoinHandle<(Vec<u8>, bool)>,
+    stderr: JoinHandle<(Vec<u8>, bool)>,
+}
+
+/// What the streams held at the end: each one's bytes and whether it was cut at the cap.
+struct Collected {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    truncated: bool,
+}
+
+impl Streams {
+    fn start(
+        child: &mut tokio::process::Child,
+        request: &ExecRequest,
+        output: Option<OutputSink>,
+    ) -> Self {
+        let (stop, stop_rx) = watch::channel(false);
+        let stdin = child.stdin.take();
+        let input = request.stdin.clone().unwrap_or_default();
+        let stdin = tokio::spawn(async move {
+            if let Some(mut stdin) = stdin {
+                // A command that does not read its input closes the pipe: not our error.
+                let _ = stdin.write_all(&input).await;
+            }
+        });
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let cap = request.output_cap;
+        let forwards = output.map(|sink| {
+            (
+                Forward {
+                    sink: sink.clone(),
+                    wrap: OutputChunk::Stdout,
+                },
+                Forward {
+                    sink,
+                    wrap: OutputChunk::Stderr,
+                },
+            )
+        });
+        let (out_forward, err_forward) = forwards.unzip();
+        Self {
+            stdout: tokio::spawn(read_capped(stdout, cap, stop_rx.clone(), out_forward)),
+            stderr: tokio::spawn(read_capped(stderr, cap, stop_rx, err_forward)),
+            stop,
+            stdin,
+        }
     }
 
-    // Collect the output: it ends when every holder of the pipes has closed them, or when
-    // the drain window passes (a background child may keep them open for ever).
-    let grace = if timed_out {
-        DRAIN_AFTER_KILL
-    } else {
-        DRAIN_AFTER_EXIT
-    };
-    let stopper = tokio::spawn(async move {
-        tokio::time::sleep(grace).await;
-        let _ = stop_tx.send(true);
-    });
-    let (stdout, out_truncated) = out_task.await.unwrap_or_default();
-    let (stderr, err_truncated) = err_task.await.unwrap_or_default();
-    stopper.abort();
-    stdin_task.abort();
-
-    let oom_after = target.cgroup.as_ref().and_then(|c| c.oom_kills());
-    let out_of_memory = matches!((oom_before, oom_after), (Some(b), Some(a)) if a > b);
-    let reported: Option<i32> = status_text.trim().parse().ok();
-    // The wrapper ended without a status and said it could not fork: the sandbox's pid limit
-    // kept the command from starting at all. That is the thread's limit, not a result.
-    if reported.is_none() && !timed_out && is_fork_failure(&String::from_utf8_lossy(&stderr)) {
-        return Err(process_limit_reached(target.pids_limit).into());
+    /// What runc said on stderr when it did not start the command. Nothing started, so runc
+    /// was the only writer of stderr and it has exited: the stream ends on its own (the stop
+    /// is only a safety net).
+    async fn runc_stderr(self) -> Vec<u8> {
+        self.stdin.abort();
+        let stop = self.stop;
+        let stopper = tokio::spawn(async move {
+            tokio::time::sleep(DRAIN_AFTER_KILL).await;
+            let _ = stop.send(true);
+        });
+        let (stderr, _) = self.stderr.await.unwrap_or_default();
+        stopper.abort();
+        self.stdout.abort();
+        stderr
     }
-    let (stdout, stderr) = if streaming {
-        (Vec::new(), Vec::new())
-    } else {
-        (stdout, stderr)
-    };
-    let exit_code = match reported {
-        _ if timed_out => None,
-        // 128 + SIGKILL: the shell saw the command die of the OOM killer's signal.
-        Some(137) if out_of_memory => None,
-        code => code,
-    };
-    Ok(ExecResult {
-        exit_code,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-        duration_ms: duration.as_millis() as u64,
-        timed_out,
-        truncated: out_truncated || err_truncated,
-        out_of_memory,
-    })
+
+    /// Read both streams to their end, or until `grace` has passed.
+    async fn collect(self, grace: Duration) -> Collected {
+        let stop = self.stop;
+        let stopper = tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let _ = stop.send(true);
+        });
+        let (stdout, out_truncated) = self.stdout.await.unwrap_or_default();
+        let (stderr, err_truncated) = self.stderr.await.unwrap_or_default();
+        stopper.abort();
+        self.stdin.abort();
+        Collected {
+            stdout,
+            stderr,
+            truncated: out_truncated || err_truncated,
+        }
+    }
+}
+
+/// How the command ended, as the wrapper and the cgroup tell it.
+struct Ended {
+    /// The status the wrapper reported, if it did.
+    reported: Option<i32>,
+    timed_out: bool,
+    /// The cgroup's OOM kills went up while it ran.
+    out_of_memory: bool,
+    duration: Duration,
+}
+
+impl Ended {
+    /// The result, or the sandbox's pid limit where that kept the command from starting.
+    fn result(
+        self,
+        collected: Collected,
+        streaming: bool,
+        pids_limit: Option<u32>,
+    ) -> Result<ExecResult, ExecError> {
+        let Collected {
+            stdout,
+            stderr,
+            truncated,
+        } = collected;
+        // The wrapper ended without a status and said it could not fork: the sandbox's pid
+        // limit kept the command from starting at all. That is the thread's limit, not a result.
+        if self.reported.is_none()
+            && !self.timed_out
+            && is_fork_failure(&String::from_utf8_lossy(&stderr))
+        {
+            return Err(process_limit_reached(pids_limit).into());
+        }
+        let (stdout, stderr) = if streaming {
+            (Vec::new(), Vec::new())
+        } else {
+            (stdout, stderr)
+        };
+        let exit_code = match self.reported {
+            _ if self.timed_out => None,
+            // 128 + SIGKILL: the shell saw the command die of the OOM killer's signal.
+            Some(137) if self.out_of_memory => None,
+            code => code,
+        };
+        Ok(ExecResult {
+            exit_code,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            duration_ms: self.duration.as_millis() as u64,
+            timed_out: self.timed_out,
+            truncated,
+            out_of_memory: self.out_of_memory,
+        })
+    }
 }
 
 /// A readiness handle on the exit of `pid`, or `None` when it has already exited.

@@ -752,16 +752,18 @@ pub(super) fn io_error(path: &str, e: std::io::Error) -> ProviderError {
     }
 }
 
+/// A sandbox filesystem over two temp dirs, as root would see them (for the tests here and
+/// in `process_records`).
+#[cfg(test)]
+pub(super) fn fs_over(dir: &std::path::Path) -> SandboxFs {
+    std::fs::create_dir_all(dir.join("home")).unwrap();
+    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+    SandboxFs::new(dir.join("home"), Some(dir.join("tmp")), 1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A sandbox filesystem over two temp dirs, as root would see them.
-    fn fs_over(dir: &std::path::Path) -> SandboxFs {
-        std::fs::create_dir_all(dir.join("home")).unwrap();
-        std::fs::create_dir_all(dir.join("tmp")).unwrap();
-        SandboxFs::new(dir.join("home"), Some(dir.join("tmp")), 1024)
-    }
 
     #[test]
     fn requests_are_parsed_into_areas() {

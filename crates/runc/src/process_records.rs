@@ -438,13 +438,7 @@ pub(super) fn namespace_of(init_pid: i32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A sandbox filesystem over temp dirs, as in `files`' tests.
-    fn fs_over(dir: &std::path::Path) -> SandboxFs {
-        std::fs::create_dir_all(dir.join("home")).unwrap();
-        std::fs::create_dir_all(dir.join("tmp")).unwrap();
-        SandboxFs::new(dir.join("home"), Some(dir.join("tmp")), 1024)
-    }
+    use crate::files::fs_over;
 
     fn record(home: &std::path::Path, id: &str) -> std::path::PathBuf {
         let d = home.join(".threadbox/processes").join(id);

@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::config::{find_program, DiskQuota};
+use super::config::DiskQuota;
+use super::programs::find_program;
 use threadbox_core::ports::DiskUsage;
 
 /// Formatted images waiting for a sandbox, all for one quota.

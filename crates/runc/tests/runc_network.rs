@@ -26,23 +26,33 @@ mod network_world;
 
 use network_world::{World, OTHER, PKG};
 
-fn require_or_skip<T>(why: String) -> Option<T> {
-    if std::env::var_os("THREADBOX_REQUIRE_SANDBOXES").is_some() {
-        panic!("THREADBOX_REQUIRE_SANDBOXES is set but networked sandboxes cannot run here: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    None
-}
+#[path = "support/sandboxes.rs"]
+mod sandboxes;
+use sandboxes::{require_or_skip, KillAll};
 
 /// The test's internet (`support/network_world.rs`), or a skip saying why there is none.
 fn world() -> Option<World> {
-    World::new().map_or_else(require_or_skip, Some)
+    World::new().map_or_else(|why| require_or_skip("networked sandboxes", why), Some)
 }
 
 fn request(network: NetworkProfile) -> CreateSandbox {
     let mut request = suite::create_request(suite::fresh_owner(1));
     request.network = network;
     request
+}
+
+/// A provider's settings over a state directory of its own, with the test's internet's
+/// resolver as its upstream.
+fn state_for(world: &World) -> (tempfile::TempDir, RuncConfig) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = RuncConfig::new(dir.path().join("state"));
+    config.network.dns_upstream = Some(world.dns);
+    (dir, config)
+}
+
+/// A new sandbox with `profile`.
+async fn create(p: &RuncProvider, profile: NetworkProfile) -> String {
+    p.create(request(profile)).await.unwrap().sandbox_id
 }
 
 fn networked(allow: &[&str]) -> NetworkProfile {
@@ -77,22 +87,22 @@ async fn refused(p: &RuncProvider, id: &str, cmd: &str) {
 
 const CURL: &str = "curl -sS --max-time 8 --cacert /tmp/ca.pem";
 
+/// `url`, fetched with [`CURL`], is answered by the test internet's server at `address`.
+async fn served(p: &RuncProvider, id: &str, url: &str, address: &str) {
+    let by = format!("served by {address}");
+    reaches(p, id, &format!("{CURL} {url}"), &by).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandboxes_reach_only_what_their_profile_allows() {
     let Some(world) = world() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.network.dns_upstream = Some(world.dns);
+    let (_dir, config) = state_for(&world);
     let _cleanup = KillAll(config.clone());
     let p = RuncProvider::open(config.clone()).await.expect("open");
     let host_port = world.host_service.port();
 
     // Restricted: nothing, not even names.
-    let id = p
-        .create(request(NetworkProfile::Restricted))
-        .await
-        .unwrap()
-        .sandbox_id;
+    let id = create(&p, NetworkProfile::Restricted).await;
     refused(&p, &id, &format!("{CURL} -k http://{PKG}/")).await;
     refused(&p, &id, "getent hosts pkg.test").await;
     let (code, _) = run(&p, &id, "getent hosts pkg.test").await;
@@ -107,11 +117,7 @@ async fn sandboxes_reach_only_what_their_profile_allows() {
         "meta.test",
         "169.254.169.254",
     ];
-    let id = p
-        .create(request(networked(&allow)))
-        .await
-        .unwrap()
-        .sandbox_id;
+    let id = create(&p, networked(&allow)).await;
     p.write_file(&id, "/tmp/ca.pem", &world.cert())
         .await
         .unwrap();
@@ -119,27 +125,9 @@ async fn sandboxes_reach_only_what_their_profile_allows() {
     assert_eq!(code, Some(0), "DNS works: {resolved}");
     let gateway = resolved.split_whitespace().next().unwrap().to_owned();
     assert!(gateway.starts_with("198.1"), "{resolved}");
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} https://pkg.test/"),
-        "served by 203.0.113.10",
-    )
-    .await;
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} http://pkg.test/"),
-        "served by 203.0.113.10",
-    )
-    .await;
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} https://a.cdn.test/"),
-        "served by 203.0.113.10",
-    )
-    .await;
+    served(&p, &id, "https://pkg.test/", PKG).await;
+    served(&p, &id, "http://pkg.test/", PKG).await;
+    served(&p, &id, "https://a.cdn.test/", PKG).await;
     // Other names: no address, and no way through the proxy by naming them anyway.
     refused(&p, &id, &format!("{CURL} https://other.test/")).await;
     refused(
@@ -173,11 +161,7 @@ async fn sandboxes_reach_only_what_their_profile_allows() {
     let (_, out) = run(&p, &id, &format!("{CURL} http://meta.test/")).await;
     assert!(out.contains("no address this sandbox may reach"), "{out}");
     // Another sandbox's link is not a way round its own list.
-    let other = p
-        .create(request(networked(&["other.test"])))
-        .await
-        .unwrap()
-        .sandbox_id;
+    let other = create(&p, networked(&["other.test"])).await;
     let (_, other_dns) = run(&p, &other, "getent hosts other.test").await;
     let other_gateway = other_dns.split_whitespace().next().unwrap_or("").to_owned();
     assert!(other_gateway.starts_with("198.1"), "{other_dns}");
@@ -206,42 +190,20 @@ async fn sandboxes_reach_only_what_their_profile_allows() {
     );
 
     // Networked through an address: forwarded, the rest refused.
-    let id = p
-        .create(request(networked(&[OTHER])))
-        .await
-        .unwrap()
-        .sandbox_id;
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} http://{OTHER}/"),
-        "served by 203.0.113.11",
-    )
-    .await;
+    let id = create(&p, networked(&[OTHER])).await;
+    served(&p, &id, &format!("http://{OTHER}/"), OTHER).await;
     refused(&p, &id, &format!("{CURL} http://{PKG}/")).await;
     refused(&p, &id, "getent hosts pkg.test").await;
     refused(&p, &id, &format!("{CURL} http://{gateway}:{host_port}/")).await;
     p.kill(&id).await.unwrap();
 
     // Everything public: any name and address of the test internet, never private ones.
-    let id = p.create(request(networked(&[]))).await.unwrap().sandbox_id;
+    let id = create(&p, networked(&[])).await;
     p.write_file(&id, "/tmp/ca.pem", &world.cert())
         .await
         .unwrap();
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} https://other.test/"),
-        "served by 203.0.113.11",
-    )
-    .await;
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} http://{PKG}/"),
-        "served by 203.0.113.10",
-    )
-    .await;
+    served(&p, &id, "https://other.test/", OTHER).await;
+    served(&p, &id, &format!("http://{PKG}/"), PKG).await;
     refused(&p, &id, &format!("{CURL} http://169.254.169.254/")).await;
     refused(&p, &id, &format!("{CURL} http://local.test:{host_port}/")).await;
     let (_, out) = run(&p, &id, &format!("{CURL} http://local.test/")).await;
@@ -250,13 +212,7 @@ async fn sandboxes_reach_only_what_their_profile_allows() {
     // A provider that restarts serves the sandboxes it finds.
     drop(p);
     let p = RuncProvider::open(config.clone()).await.expect("reopen");
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} https://other.test/"),
-        "served by 203.0.113.11",
-    )
-    .await;
+    served(&p, &id, "https://other.test/", OTHER).await;
     p.kill(&id).await.unwrap();
     assert!(p.list(&BTreeMap::new()).await.unwrap().is_empty());
 }
@@ -275,9 +231,7 @@ const SECRET_PATTERN: &str = "tb-egress-secret-4f9c2[a]";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_are_added_at_egress_and_never_enter_the_sandbox() {
     let Some(world) = world() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.network.dns_upstream = Some(world.dns);
+    let (_dir, mut config) = state_for(&world);
     config.network.credentials = EgressCredentials::parse_json(&format!(
         r#"{{"pkg.test": {{"Authorization": "Bearer {SECRET}"}},
             "*.cdn.test": {{"X-Api-Key": "{SECRET}"}}}}"#
@@ -341,41 +295,36 @@ async fn credentials_are_added_at_egress_and_never_enter_the_sandbox() {
         "pkg.test is intercepted: the test's certificate is not what it sees"
     );
 
-    // A header the sandbox sends itself is replaced, not doubled.
-    reaches(
-        &p,
-        &id,
-        "curl -sS --max-time 8 -H 'Authorization: Bearer mine' https://pkg.test/own",
-        "served by 203.0.113.10",
-    )
-    .await;
-    assert_eq!(
-        world.request_for("/own")["authorization"],
-        serde_json::json!([bearer])
-    );
-    // Plain HTTP, and a name under a wildcard entry.
-    reaches(
-        &p,
-        &id,
-        "curl -sS --max-time 8 http://pkg.test/plain",
-        "served by",
-    )
-    .await;
-    assert_eq!(
-        world.request_for("/plain")["authorization"],
-        serde_json::json!([bearer])
-    );
-    reaches(
-        &p,
-        &id,
-        "curl -sS --max-time 8 https://a.cdn.test/cdn",
-        "served by",
-    )
-    .await;
-    assert_eq!(
-        world.request_for("/cdn")["x-api-key"],
-        serde_json::json!([SECRET])
-    );
+    // Each request is answered, and reaches the server with the header as the proxy set it.
+    let cases = [
+        // A header the sandbox sends itself is replaced, not doubled.
+        (
+            "-H 'Authorization: Bearer mine' https://pkg.test/own",
+            "served by 203.0.113.10",
+            "/own",
+            "authorization",
+            serde_json::json!([bearer]),
+        ),
+        // Plain HTTP, and a name under a wildcard entry.
+        (
+            "http://pkg.test/plain",
+            "served by",
+            "/plain",
+            "authorization",
+            serde_json::json!([bearer]),
+        ),
+        (
+            "https://a.cdn.test/cdn",
+            "served by",
+            "/cdn",
+            "x-api-key",
+            serde_json::json!([SECRET]),
+        ),
+    ];
+    for (args, answer, path, header, expected) in cases {
+        reaches(&p, &id, &format!("curl -sS --max-time 8 {args}"), answer).await;
+        assert_eq!(world.request_for(path)[header], expected);
+    }
     // Another name on an intercepted connection gets no credentials (and no answer from it).
     let (_, out) = run(
         &p,
@@ -400,30 +349,7 @@ async fn credentials_are_added_at_egress_and_never_enter_the_sandbox() {
         serde_json::json!([])
     );
 
-    // The secret is nowhere the sandbox can look: not in its environment (an exec's, its
-    // init's) nor in any file under / (but /proc and /sys, which hold processes, not files:
-    // the environments are checked above, and the search's own command line is there).
-    let (_, env) = run(&p, &id, "env; tr '\\0' '\\n' < /proc/1/environ").await;
-    assert!(
-        env.contains("SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"),
-        "{env}"
-    );
-    assert!(!env.contains(SECRET), "{env}");
-    p.write_file(&id, "/tmp/marker.txt", b"tb-egress-marker-77\n")
-        .await
-        .unwrap();
-    let mut search = ExecRequest::shell(format!(
-        "grep -rlsI -D skip -e '{SECRET_PATTERN}' -e 'tb-egress-marker-7[7]' \
-         $(find / -mindepth 1 -maxdepth 1 ! -type l ! -name proc ! -name sys); echo searched"
-    ));
-    // The host's /usr is part of the view: reading it cold takes a while.
-    search.timeout = Duration::from_secs(300);
-    let found = p.exec(&id, search).await.expect("search").stdout;
-    assert_eq!(
-        found.lines().collect::<Vec<_>>(),
-        ["/tmp/marker.txt", "searched"],
-        "the search finds a marker and nothing else: {found}"
-    );
+    the_secret_is_nowhere_in_the_sandbox(&p, &id).await;
 
     // A provider that restarts keeps the CA: the sandbox still trusts the proxy.
     drop(p);
@@ -440,6 +366,33 @@ async fn credentials_are_added_at_egress_and_never_enter_the_sandbox() {
         serde_json::json!([bearer])
     );
     p.kill(&id).await.unwrap();
+}
+
+/// The secret is nowhere the sandbox can look: not in its environment (an exec's, its init's)
+/// nor in any file under / (but /proc and /sys, which hold processes, not files: the
+/// environments are checked here, and the search's own command line is there).
+async fn the_secret_is_nowhere_in_the_sandbox(p: &RuncProvider, id: &str) {
+    let (_, env) = run(p, id, "env; tr '\\0' '\\n' < /proc/1/environ").await;
+    assert!(
+        env.contains("SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"),
+        "{env}"
+    );
+    assert!(!env.contains(SECRET), "{env}");
+    p.write_file(id, "/tmp/marker.txt", b"tb-egress-marker-77\n")
+        .await
+        .unwrap();
+    let mut search = ExecRequest::shell(format!(
+        "grep -rlsI -D skip -e '{SECRET_PATTERN}' -e 'tb-egress-marker-7[7]' \
+         $(find / -mindepth 1 -maxdepth 1 ! -type l ! -name proc ! -name sys); echo searched"
+    ));
+    // The host's /usr is part of the view: reading it cold takes a while.
+    search.timeout = Duration::from_secs(300);
+    let found = p.exec(id, search).await.expect("search").stdout;
+    assert_eq!(
+        found.lines().collect::<Vec<_>>(),
+        ["/tmp/marker.txt", "searched"],
+        "the search finds a marker and nothing else: {found}"
+    );
 }
 
 /// A client in the sandbox that sends its requests over one connection to pkg.test:80, each
@@ -480,16 +433,10 @@ else:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_alive_connection_cannot_carry_a_request_for_another_host() {
     let Some(world) = world() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.network.dns_upstream = Some(world.dns);
+    let (_dir, config) = state_for(&world);
     let _cleanup = KillAll(config.clone());
     let p = RuncProvider::open(config.clone()).await.expect("open");
-    let id = p
-        .create(request(networked(&["pkg.test"])))
-        .await
-        .unwrap()
-        .sandbox_id;
+    let id = create(&p, networked(&["pkg.test"])).await;
     p.write_file(&id, "/tmp/one.py", ONE_CONNECTION.as_bytes())
         .await
         .unwrap();
@@ -535,46 +482,16 @@ async fn a_kept_alive_connection_cannot_carry_a_request_for_another_host() {
     p.kill(&id).await.unwrap();
 }
 
-/// On drop (a failed test too), every sandbox of the state directory killed through a provider
-/// of its own, which also takes their links and mounts.
-struct KillAll(RuncConfig);
-
-impl Drop for KillAll {
-    fn drop(&mut self) {
-        let config = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let provider = RuncProvider::open(config).await.ok()?;
-                for info in provider.list(&BTreeMap::new()).await.ok()? {
-                    let _ = provider.kill(&info.sandbox_id).await;
-                }
-                Some(())
-            })
-        })
-        .join();
-    }
-}
-
 /// A sandbox's profile changes in place, running or paused, keeping its files: restricted to
 /// networked, one allowlist to another, and back to restricted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_sandboxs_profile_changes_in_place() {
     let Some(world) = world() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.network.dns_upstream = Some(world.dns);
+    let (_dir, config) = state_for(&world);
     let _cleanup = KillAll(config.clone());
     let p = RuncProvider::open(config).await.expect("open");
 
-    let id = p
-        .create(request(NetworkProfile::Restricted))
-        .await
-        .unwrap()
-        .sandbox_id;
+    let id = create(&p, NetworkProfile::Restricted).await;
     p.write_file(&id, "/tmp/ca.pem", &world.cert())
         .await
         .unwrap();
@@ -586,13 +503,7 @@ async fn a_live_sandboxs_profile_changes_in_place() {
 
     // Restricted to networked, running: names resolve and the allowed host answers.
     p.set_network(&id, &networked(&["pkg.test"])).await.unwrap();
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} https://pkg.test/"),
-        "served by 203.0.113.10",
-    )
-    .await;
+    served(&p, &id, "https://pkg.test/", PKG).await;
     refused(&p, &id, &format!("{CURL} https://other.test/")).await;
     // Tools find the trust store through the variables every command now gets.
     reaches(&p, &id, "echo $SSL_CERT_FILE", "/etc/ssl/certs/").await;
@@ -602,13 +513,7 @@ async fn a_live_sandboxs_profile_changes_in_place() {
         .await
         .unwrap();
     refused(&p, &id, &format!("{CURL} https://pkg.test/")).await;
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} https://other.test/"),
-        "served by 203.0.113.11",
-    )
-    .await;
+    served(&p, &id, "https://other.test/", OTHER).await;
 
     // Paused: restricted again, and the resumed sandbox reaches nothing, not even names.
     p.pause(&id).await.unwrap();
@@ -625,13 +530,7 @@ async fn a_live_sandboxs_profile_changes_in_place() {
     p.pause(&id).await.unwrap();
     p.set_network(&id, &networked(&["pkg.test"])).await.unwrap();
     p.connect(&id).await.unwrap();
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} https://pkg.test/"),
-        "served by 203.0.113.10",
-    )
-    .await;
+    served(&p, &id, "https://pkg.test/", PKG).await;
     reaches(&p, &id, "cat /home/user/kept.txt", "kept").await;
     p.kill(&id).await.unwrap();
 }
@@ -642,31 +541,17 @@ async fn a_live_sandboxs_profile_changes_in_place() {
 async fn refused_destinations_are_counted_per_sandbox() {
     use threadbox_core::ports::{RefusalReason, RefusedBy};
     let Some(world) = world() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.network.dns_upstream = Some(world.dns);
+    let (_dir, config) = state_for(&world);
     let _cleanup = KillAll(config.clone());
     let p = RuncProvider::open(config.clone()).await.expect("open");
 
     // No network, nothing to count with: unknown, not zero.
-    let restricted = p
-        .create(request(NetworkProfile::Restricted))
-        .await
-        .unwrap()
-        .sandbox_id;
+    let restricted = create(&p, NetworkProfile::Restricted).await;
     assert_eq!(p.network_refusals(&restricted).await.unwrap(), None);
     p.kill(&restricted).await.unwrap();
 
-    let id = p
-        .create(request(networked(&["pkg.test"])))
-        .await
-        .unwrap()
-        .sandbox_id;
-    let neighbour = p
-        .create(request(networked(&["pkg.test"])))
-        .await
-        .unwrap()
-        .sandbox_id;
+    let id = create(&p, networked(&["pkg.test"])).await;
+    let neighbour = create(&p, networked(&["pkg.test"])).await;
     p.write_file(&id, "/tmp/ca.pem", &world.cert())
         .await
         .unwrap();
@@ -675,13 +560,7 @@ async fn refused_destinations_are_counted_per_sandbox() {
         (fresh.lookups, fresh.connections, fresh.packets),
         (Some(0), Some(0), Some(0))
     );
-    reaches(
-        &p,
-        &id,
-        &format!("{CURL} https://pkg.test/"),
-        "served by 203.0.113.10",
-    )
-    .await;
+    served(&p, &id, "https://pkg.test/", PKG).await;
     let (_, resolved) = run(&p, &id, "getent hosts pkg.test").await;
     let gateway = resolved.split_whitespace().next().unwrap().to_owned();
     let allowed = p.network_refusals(&id).await.unwrap().unwrap();
@@ -765,9 +644,7 @@ async fn a_refused_host_is_named_in_the_slack_reply() {
     use threadbox_slack::{IncomingMessage, SlackWorker, SlackWorkerConfig, WorkItem};
 
     let Some(world) = world() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = RuncConfig::new(dir.path().join("state"));
-    config.network.dns_upstream = Some(world.dns);
+    let (dir, config) = state_for(&world);
     let _cleanup = KillAll(config.clone());
     let provider = Arc::new(RuncProvider::open(config.clone()).await.expect("open"));
     let db = dir.path().join("threadbox.db");

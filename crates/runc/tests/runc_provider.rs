@@ -14,8 +14,12 @@ use std::time::Duration;
 use threadbox_core::ports::{
     CreateSandbox, ExecCommand, ExecRequest, FileKind, ProviderError, SandboxProvider, SandboxState,
 };
-use threadbox_runc::{host_can_run_sandboxes, DiskQuota, RuncConfig, RuncProvider, SandboxLimits};
+use threadbox_runc::{DiskQuota, RuncConfig, RuncProvider, SandboxLimits};
 use threadbox_testing::provider_conformance as suite;
+
+#[path = "support/sandboxes.rs"]
+mod sandboxes;
+use sandboxes::{kill_all, new_sandbox, runc_or_skip, state_config};
 
 /// A state directory, and on drop every container left in it deleted.
 struct Fixture {
@@ -26,21 +30,9 @@ struct Fixture {
 impl Fixture {
     /// `None` (after saying why) when this machine cannot run sandboxes.
     fn new(limits: SandboxLimits) -> Option<Self> {
-        let runc = match host_can_run_sandboxes() {
-            Ok(runc) => runc,
-            // CI sets THREADBOX_REQUIRE_SANDBOXES so a machine that cannot run them fails
-            // loudly instead of passing on skips.
-            Err(why) if std::env::var_os("THREADBOX_REQUIRE_SANDBOXES").is_some() => {
-                panic!("THREADBOX_REQUIRE_SANDBOXES is set but sandboxes cannot run here: {why}")
-            }
-            Err(why) => {
-                eprintln!("SKIPPED: {why}");
-                return None;
-            }
-        };
+        let runc = runc_or_skip("sandboxes")?;
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = RuncConfig::new(dir.path().join("state"));
-        config.runc_binary = runc;
+        let mut config = state_config(dir.path(), runc);
         config.limits = limits;
         Some(Self { config, _dir: dir })
     }
@@ -65,23 +57,8 @@ impl Drop for Fixture {
     fn drop(&mut self) {
         // Kill what a failed test left through a provider of our own: it thaws, kills, reaps
         // the inits (this process is their subreaper, so a bare `runc delete --force` would
-        // wait for a reap that never comes) and deletes. On a thread of its own, since the
-        // test's runtime is still running this one.
-        let config = self.config.clone();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let provider = RuncProvider::open(config).await.ok()?;
-                for info in provider.list(&BTreeMap::new()).await.ok()? {
-                    let _ = provider.kill(&info.sandbox_id).await;
-                }
-                Some(())
-            })
-        })
-        .join();
+        // wait for a reap that never comes) and deletes.
+        kill_all(self.config.clone());
         // Whatever that missed (if the provider could not even open).
         let listed = self.runc(&["list", "--quiet"]);
         for id in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
@@ -112,6 +89,16 @@ macro_rules! fixture {
     };
 }
 
+/// A fixture, its provider and one new sandbox in it: where most tests start.
+macro_rules! sandbox {
+    () => {{
+        let fixture = fixture!();
+        let p = fixture.provider().await;
+        let id = new_sandbox(&p).await;
+        (fixture, p, id)
+    }};
+}
+
 /// The conformance suite, one test per function, on a fixture of its own.
 async fn conformance_provider(_test: &str) -> Option<(Fixture, Arc<dyn SandboxProvider>)> {
     let fixture = Fixture::new(SandboxLimits::default())?;
@@ -124,22 +111,13 @@ mod conformance {
     threadbox_testing::provider_conformance_tests!(conformance_provider);
 }
 
-async fn new_sandbox(p: &RuncProvider) -> String {
-    p.create(suite::create_request(suite::fresh_owner(1)))
-        .await
-        .expect("create")
-        .sandbox_id
-}
-
 async fn sh(p: &RuncProvider, id: &str, cmd: &str) -> threadbox_core::ports::ExecResult {
     p.exec(id, ExecRequest::shell(cmd)).await.expect("exec")
 }
 
 #[tokio::test]
 async fn no_network_but_loopback() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
 
     let out = sh(
         &p,
@@ -210,9 +188,7 @@ async fn host_processes_and_etc_are_invisible() {
 
 #[tokio::test]
 async fn unprivileged_user_and_read_only_system() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
 
     assert_eq!(sh(&p, &id, "id -u; id -g").await.stdout, "1000\n1000\n");
     let status = sh(
@@ -242,9 +218,7 @@ async fn unprivileged_user_and_read_only_system() {
 
 #[tokio::test]
 async fn a_fork_bomb_hits_the_pid_limit_and_the_sandbox_survives() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
 
     // Fork 400 sleepers; the pid limit (256) stops it (bash retries a failed fork with
     // growing pauses, so the timeout bounds it, and kills the tree).
@@ -320,9 +294,7 @@ fn count_lines(bytes: &[u8]) -> usize {
 
 #[tokio::test]
 async fn pause_freezes_processes_and_resume_continues_them() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
 
     let out = sh(
         &p,
@@ -380,9 +352,7 @@ async fn pause_is_refused_while_a_command_runs() {
 
 #[tokio::test]
 async fn a_timeout_kills_the_whole_process_tree() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
 
     let mut request = ExecRequest::shell("sleep 101 & sleep 102 & (sleep 103 &); sleep 104");
     request.timeout = Duration::from_millis(800);
@@ -402,9 +372,7 @@ async fn a_timeout_kills_the_whole_process_tree() {
 
 #[tokio::test]
 async fn big_output_is_capped_without_blocking_the_command() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
 
     // 20 MB through a 64 KiB cap: the command must run to its end, not stall on a full pipe.
     let out = sh(
@@ -429,9 +397,7 @@ async fn big_output_is_capped_without_blocking_the_command() {
 /// delete removes a folder holding such names (it used to stop at them and fail).
 #[tokio::test]
 async fn names_that_are_not_utf8_are_listed_and_removable() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
     let out = sh(
         &p,
         &id,
@@ -471,9 +437,7 @@ async fn names_that_are_not_utf8_are_listed_and_removable() {
 #[tokio::test]
 async fn an_open_file_reads_only_the_size_it_had_when_opened() {
     use tokio::io::AsyncReadExt;
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
     let out = sh(&p, &id, "printf 0123456789 > /home/user/growing").await;
     assert_eq!(out.exit_code, Some(0), "{out:?}");
 
@@ -490,9 +454,7 @@ async fn an_open_file_reads_only_the_size_it_had_when_opened() {
 
 #[tokio::test]
 async fn paths_outside_and_escaping_symlinks_are_refused() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
 
     let out = sh(
         &p,
@@ -617,9 +579,7 @@ fn age_dir(path: &Path) {
 
 #[tokio::test]
 async fn leftovers_are_swept_and_reported_gone() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (fixture, p, id) = sandbox!();
     let bundle: PathBuf = fixture.config.sandboxes_dir().join(&id);
 
     // The container disappears behind the provider's back; its bundle stays.
@@ -715,9 +675,7 @@ async fn no_zombies_are_left_behind() {
     if !in_a_process_of_its_own("no_zombies_are_left_behind") {
         return;
     }
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
     for _ in 0..5 {
         sh(&p, &id, "true").await;
     }
@@ -779,9 +737,7 @@ async fn thirty_thousand_deep(limits: SandboxLimits) {
 #[cfg(target_arch = "x86_64")]
 #[tokio::test]
 async fn seccomp_refuses_io_uring_ptrace_and_reading_other_processes() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
     let script = r#"
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -885,9 +841,7 @@ async fn an_unpatched_runtime_is_refused_unless_allowed() {
 /// such, not a runtime failure (execve's E2BIG used to surface as a 502).
 #[tokio::test]
 async fn oversized_arguments_are_invalid_requests() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
     let mut request = ExecRequest::shell("true");
     request.command =
         threadbox_core::ports::ExecCommand::Argv(vec!["echo".into(), "x".repeat(130 * 1024)]);
@@ -915,9 +869,7 @@ async fn oversized_arguments_are_invalid_requests() {
 #[cfg(target_arch = "x86_64")]
 #[tokio::test]
 async fn a_daemon_grabbing_the_status_pipe_does_not_delay_the_answer() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
     let script = r#"
 import ctypes, os, time
 wrapper = os.getppid()
@@ -1350,9 +1302,7 @@ async fn home_volumes_come_from_a_pool_that_refills_itself() {
 /// (That output arrives as it is written is the conformance suite's.)
 #[tokio::test]
 async fn streaming_exec_runs_on_when_nobody_reads() {
-    let fixture = fixture!();
-    let p = fixture.provider().await;
-    let id = new_sandbox(&p).await;
+    let (_fixture, p, id) = sandbox!();
     let (sink, gone) = tokio::sync::mpsc::channel(1);
     drop(gone);
     let result = p
@@ -1443,21 +1393,7 @@ async fn at_its_pid_limit_a_sandbox_is_still_listed_read_and_killed() {
     let id = new_sandbox(&p).await;
     // It says so before it fills the table: the output ring forks its writer for the first
     // chunk when the first output comes, and could not at the limit.
-    let filler = "import os, time\n\
-        print('filling', flush=True)\n\
-        time.sleep(1)\n\
-        n = 0\n\
-        while True:\n\
-        \x20   try:\n\
-        \x20       pid = os.fork()\n\
-        \x20   except OSError:\n\
-        \x20       break\n\
-        \x20   if pid == 0:\n\
-        \x20       time.sleep(600)\n\
-        \x20       os._exit(0)\n\
-        \x20   n += 1\n\
-        print('full after', n, flush=True)\n\
-        time.sleep(600)\n";
+    let filler = threadbox_testing::FORK_FILLER;
     let process = new_process_id();
     p.start_process(
         &id,

@@ -15,19 +15,18 @@ use std::time::Duration;
 use threadbox_core::ports::{
     ExecCommand, ExecRequest, ProviderError, SandboxProvider, SandboxState, DEFAULT_OUTPUT_CAP,
 };
-use threadbox_runc::{host_can_run_sandboxes, RuncConfig, RuncProvider, SandboxLimits};
+use threadbox_runc::{RuncConfig, RuncProvider, SandboxLimits};
 use threadbox_testing::accounts;
-use threadbox_testing::provider_conformance as suite;
+
+#[path = "support/sandboxes.rs"]
+mod sandboxes;
+use sandboxes::{kill_all, new_sandbox, required, runc_or_skip, state_config};
 
 /// The account the tests run as when started by root.
 const USER: &str = "threadbox-rootless";
 
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
-}
-
-fn required() -> bool {
-    std::env::var_os("THREADBOX_REQUIRE_SANDBOXES").is_some()
 }
 
 /// A rootless provider's state directory; `None` (after saying why) as root or where rootless
@@ -43,19 +42,9 @@ impl Fixture {
             // Root runs these as USER instead (see the module docs).
             return None;
         }
-        let runc = match host_can_run_sandboxes() {
-            Ok(runc) => runc,
-            Err(why) if required() => {
-                panic!("THREADBOX_REQUIRE_SANDBOXES is set but rootless sandboxes cannot run here: {why}")
-            }
-            Err(why) => {
-                eprintln!("SKIPPED: {why}");
-                return None;
-            }
-        };
+        let runc = runc_or_skip("rootless sandboxes")?;
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = RuncConfig::new(dir.path().join("state"));
-        config.runc_binary = runc;
+        let mut config = state_config(dir.path(), runc);
         // Rootless has no disk quota (it needs mounts); asking for one is refused.
         config.limits = SandboxLimits {
             disk: None,
@@ -73,23 +62,8 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        // Kill whatever a failed test left, through a provider of our own, on a thread of its
-        // own (the test's runtime is still running this one).
-        let config = self.config.clone();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let provider = RuncProvider::open(config).await.ok()?;
-                for info in provider.list(&BTreeMap::new()).await.ok()? {
-                    let _ = provider.kill(&info.sandbox_id).await;
-                }
-                Some(())
-            })
-        })
-        .join();
+        // Kill whatever a failed test left.
+        kill_all(self.config.clone());
     }
 }
 
@@ -122,18 +96,23 @@ async fn run(p: &RuncProvider, id: &str, script: &str) -> (Option<i32>, String) 
     (result.exit_code, result.stdout + &result.stderr)
 }
 
+/// A fixture, its provider and one new sandbox in it; without a fixture (see [`Fixture::new`])
+/// the test ends there.
+macro_rules! sandbox {
+    () => {{
+        let Some(fixture) = Fixture::new() else {
+            return;
+        };
+        let p = fixture.provider().await;
+        let id = new_sandbox(&p).await;
+        (fixture, p, id)
+    }};
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rootless_sandbox_is_still_isolated() {
-    let Some(fixture) = Fixture::new() else {
-        return;
-    };
-    let p = fixture.provider().await;
+    let (_fixture, p, id) = sandbox!();
     assert!(p.is_rootless());
-    let id = p
-        .create(suite::create_request(suite::fresh_owner(1)))
-        .await
-        .expect("create")
-        .sandbox_id;
 
     // The sandbox's user: its namespace's root (the one id an unprivileged caller can map),
     // named `user`, with no capabilities; everything of the host's is `nobody`'s.
@@ -178,15 +157,7 @@ async fn a_rootless_sandbox_is_still_isolated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_stops_every_process_until_resume() {
-    let Some(fixture) = Fixture::new() else {
-        return;
-    };
-    let p = fixture.provider().await;
-    let id = p
-        .create(suite::create_request(suite::fresh_owner(2)))
-        .await
-        .expect("create")
-        .sandbox_id;
+    let (fixture, p, id) = sandbox!();
     // A background counter, detached from the exec that starts it.
     let (code, out) = run(
         &p,
@@ -305,15 +276,7 @@ fn every_test_passes_as_an_ordinary_user() {
 /// locked (no read, no write, no search) must still go with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_the_sandbox_locked_is_still_removed() {
-    let Some(fixture) = Fixture::new() else {
-        return;
-    };
-    let p = fixture.provider().await;
-    let id = p
-        .create(suite::create_request(suite::fresh_owner(3)))
-        .await
-        .expect("create")
-        .sandbox_id;
+    let (fixture, p, id) = sandbox!();
     let (code, out) = run(
         &p,
         &id,

@@ -33,9 +33,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
+use super::config::NetworkConfig;
 use super::dns::{resolve_a, serve_dns};
 use super::intercept::{self, Interceptor};
-use super::network_config::NetworkConfig;
 use super::refusals::RefusalRecorder;
 use threadbox_core::ports::{Allowlist, RefusalReason, RefusedBy};
 

@@ -47,8 +47,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use super::config::NetworkConfig;
 use super::egress_ca::EgressCa;
-use super::network_config::NetworkConfig;
 use threadbox_core::domain::{EgressCredentials, HostCredentials};
 
 type Body = Either<Incoming, Full<Bytes>>;
@@ -766,10 +766,16 @@ mod plain_tests {
         (addr, seen)
     }
 
-    /// Send `bytes` from a sandbox connection to `pkg.test` served by the proxy, then read what
-    /// comes back until the proxy closes it (or 10 s pass).
-    async fn exchange(upstream: SocketAddr, bytes: &[u8]) -> String {
-        let (mut sandbox, proxy_end) = tokio::io::duplex(64 * 1024);
+    /// A sandbox's connection (a pipe of `buffer` bytes) to `pkg.test`, served by the proxy as
+    /// plain HTTP to `upstream` in a task of its own.
+    fn sandbox_to_pkg_test(
+        upstream: SocketAddr,
+        buffer: usize,
+    ) -> (
+        tokio::io::DuplexStream,
+        tokio::task::JoinHandle<Result<(), String>>,
+    ) {
+        let (sandbox, proxy_end) = tokio::io::duplex(buffer);
         let serving = tokio::spawn(serve_plain_stream(
             proxy_end,
             Vec::new(),
@@ -780,6 +786,13 @@ mod plain_tests {
             Duration::from_secs(5),
             Duration::from_secs(10),
         ));
+        (sandbox, serving)
+    }
+
+    /// Send `bytes` from a sandbox connection to `pkg.test` served by the proxy, then read what
+    /// comes back until the proxy closes it (or 10 s pass).
+    async fn exchange(upstream: SocketAddr, bytes: &[u8]) -> String {
+        let (mut sandbox, serving) = sandbox_to_pkg_test(upstream, 64 * 1024);
         sandbox.write_all(bytes).await.unwrap();
         let mut answer = Vec::new();
         let _ =
@@ -918,17 +931,7 @@ mod plain_tests {
                 stream.write_all(&buf[..n]).await.unwrap();
             }
         });
-        let (mut sandbox, proxy_end) = tokio::io::duplex(4096);
-        let serving = tokio::spawn(serve_plain_stream(
-            proxy_end,
-            Vec::new(),
-            "pkg.test".into(),
-            upstream,
-            Vec::new(),
-            Duration::from_secs(5),
-            Duration::from_secs(5),
-            Duration::from_secs(10),
-        ));
+        let (mut sandbox, serving) = sandbox_to_pkg_test(upstream, 4096);
         sandbox
             .write_all(b"GET /ws HTTP/1.1\r\nHost: pkg.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
             .await

@@ -1,0 +1,158 @@
+//! Making a sandbox, step by step: admit it under the host's cap, give it host ids, lay out its
+//! bundle, prepare its network, start the container and connect it. A failure at any step
+//! leaves nothing behind.
+
+use std::time::Duration;
+
+use super::admission::limit;
+use super::bundle::{write_bundle, Bundle, BundleSpec, SandboxRecord};
+use super::exec;
+use super::idmap::IdRange;
+use super::ids::{hostname_for, new_sandbox_id};
+use super::RuncProvider;
+use threadbox_core::ports::{CreateSandbox, CreatedSandbox, Limit, NetworkProfile, ProviderError};
+
+impl RuncProvider {
+    /// `SandboxProvider::create`.
+    pub(crate) async fn create_sandbox(
+        &self,
+        request: CreateSandbox,
+    ) -> Result<CreatedSandbox, ProviderError> {
+        if request.network.is_networked() {
+            self.networks
+                .check_host(self.is_rootless(), self.config.user_namespaces)?;
+        }
+        exec::validate_env(&request.env)?;
+        let id = new_sandbox_id();
+        let bundle = Bundle::new(&self.config.sandboxes_dir(), &id);
+        let slot = self.slot(&id);
+        let _lifecycle = slot.lifecycle.lock().await;
+        // Held until the bundle directory exists, which is what the count sees.
+        let admitting = self.admitting_sandbox.lock().await;
+        self.admit_sandbox()?;
+        let ids = self.allocate_ids(&id)?;
+        let written = self.lay_out(&bundle, &request, ids).await;
+        drop(admitting);
+        let started = match written {
+            Ok(()) => self.start(&id, &bundle, &request.network, ids).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            // Leave nothing behind: a half-made container and its bundle.
+            let _ = self.runc.delete_force(&id).await;
+            self.detach_network(&id, &bundle).await;
+            if bundle.remove().is_ok() {
+                self.release_ids(&id, Some(ids));
+            }
+            tracing::warn!(sandbox_id = %id, error = %e, "sandbox creation failed");
+            return Err(e);
+        }
+        if let Some(refill) = &self.refill_volumes {
+            // Full means a refill is already due, which will see this take too.
+            let _ = refill.try_send(());
+        }
+        self.remember_cgroup(&id, &bundle);
+        tracing::info!(sandbox_id = %id, "sandbox created");
+        Ok(CreatedSandbox {
+            sandbox_id: id,
+            provider_session_id: None,
+        })
+    }
+
+    /// Refuse a sandbox over the host's cap (called while no other create can count).
+    fn admit_sandbox(&self) -> Result<(), ProviderError> {
+        let alive = self.count_bundles()?;
+        if alive >= self.config.max_sandboxes {
+            return Err(limit(
+                Limit::Sandboxes,
+                format!(
+                    "this host already keeps {alive} sandboxes, its limit (paused ones count: \
+                     they keep their memory); the janitor frees them as threads go idle"
+                ),
+                Duration::from_secs(60),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The host ids a new sandbox maps: the caller's rootless, a range of its own with user
+    /// namespaces, the host's own without.
+    fn allocate_ids(&self, id: &str) -> Result<IdRange, ProviderError> {
+        if let Some(ids) = self.rootless_ids {
+            Ok(ids)
+        } else if self.config.user_namespaces {
+            self.id_ranges.allocate(&self.owner(id)).map_err(|e| {
+                ProviderError::Unavailable(format!("cannot allocate host ids for a sandbox: {e}"))
+            })
+        } else {
+            Ok(IdRange::IDENTITY)
+        }
+    }
+
+    /// Write the new sandbox's bundle (on a blocking thread: it may format its home volume).
+    async fn lay_out(
+        &self,
+        bundle: &Bundle,
+        request: &CreateSandbox,
+        ids: IdRange,
+    ) -> Result<(), ProviderError> {
+        let now = self.clock.now();
+        let record = SandboxRecord {
+            created_at: now,
+            deadline: Some(now.plus(request.timeout)),
+            ids,
+        };
+        let hostname = hostname_for(request.owner.thread_id.as_str());
+        let annotations = request.owner.to_metadata();
+        let mut env = request.env.clone();
+        if request.network.is_networked() {
+            self.networks.add_trust_env(&mut env);
+        }
+        let (limits, host, swap_limit, volumes) = (
+            self.config.limits.clone(),
+            self.host.clone(),
+            self.swap_limit,
+            self.volumes.clone(),
+        );
+        let layout = bundle.clone();
+        tokio::task::spawn_blocking(move || {
+            let spec = BundleSpec {
+                hostname,
+                annotations,
+                env: &env,
+                limits: &limits,
+                swap_limit,
+                host: &host,
+                ids,
+                home_volume: volumes.as_ref(),
+            };
+            write_bundle(&layout, &spec, &record)
+        })
+        .await
+        .map_err(|e| ProviderError::Internal(format!("bundle writer panicked: {e}")))
+        .and_then(|r| {
+            r.map_err(|e| ProviderError::Internal(format!("cannot write the bundle: {e}")))
+        })
+    }
+
+    /// Prepare a networked sandbox's bundle, start the container, and connect its network.
+    async fn start(
+        &self,
+        id: &str,
+        bundle: &Bundle,
+        profile: &NetworkProfile,
+        ids: IdRange,
+    ) -> Result<(), ProviderError> {
+        let saved = match profile {
+            NetworkProfile::Networked { allow } => Some(self.prepare_network(bundle, ids, allow)?),
+            NetworkProfile::Restricted => None,
+        };
+        self.runc
+            .run_detached(id, bundle.dir(), &bundle.init_pid_file())
+            .await?;
+        match saved {
+            Some(saved) => self.attach_network(id, &saved).await,
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! What the runc tests and benchmarks share: finding runc or saying why there is none (a
+//! failure instead where CI asks for sandboxes), a provider's state directory, killing what a
+//! test left behind, and the request for a benchmark's sandbox.
+
+#![allow(dead_code)] // each test or bench that includes this uses part of it
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use threadbox_core::domain::ThreadId;
+use threadbox_core::ports::{CreateSandbox, NetworkProfile, SandboxOwner, SandboxProvider};
+use threadbox_runc::{host_can_run_sandboxes, RuncConfig, RuncProvider};
+
+/// Whether a machine that cannot run sandboxes must fail loudly instead of passing on skips
+/// (CI sets `THREADBOX_REQUIRE_SANDBOXES`).
+pub fn required() -> bool {
+    std::env::var_os("THREADBOX_REQUIRE_SANDBOXES").is_some()
+}
+
+/// `None`, after saying why `what` cannot run here; a panic instead when they are required.
+pub fn require_or_skip<T>(what: &str, why: String) -> Option<T> {
+    if required() {
+        panic!("THREADBOX_REQUIRE_SANDBOXES is set but {what} cannot run here: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+/// The runc binary for a test, or `None` as [`require_or_skip`] says.
+pub fn runc_or_skip(what: &str) -> Option<PathBuf> {
+    host_can_run_sandboxes().map_or_else(|why| require_or_skip(what, why), Some)
+}
+
+/// The runc binary for a benchmark, or `None` after saying why it is skipped.
+pub fn bench_runc(bench: &str) -> Option<PathBuf> {
+    host_can_run_sandboxes()
+        .map_err(|why| eprintln!("{bench} bench skipped: {why}"))
+        .ok()
+}
+
+/// A provider's settings over `dir/state`, with `runc`.
+pub fn state_config(dir: &Path, runc: PathBuf) -> RuncConfig {
+    let mut config = RuncConfig::new(dir.join("state"));
+    config.runc_binary = runc;
+    config
+}
+
+/// Kill every sandbox of a state directory through a provider of its own, which also takes
+/// their links and mounts. On a thread of its own, since a test's runtime may still be running
+/// the caller.
+pub fn kill_all(config: RuncConfig) {
+    let _ = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        runtime.block_on(async {
+            let provider = RuncProvider::open(config).await.ok()?;
+            for info in provider.list(&BTreeMap::new()).await.ok()? {
+                let _ = provider.kill(&info.sandbox_id).await;
+            }
+            Some(())
+        })
+    })
+    .join();
+}
+
+/// On drop (a failed test too), every sandbox of the state directory killed ([`kill_all`]).
+pub struct KillAll(pub RuncConfig);
+
+impl Drop for KillAll {
+    fn drop(&mut self) {
+        kill_all(self.0.clone());
+    }
+}
+
+/// A new sandbox for a thread of its own, as the conformance suite asks for one.
+pub async fn new_sandbox(p: &RuncProvider) -> String {
+    p.create(threadbox_testing::provider_conformance::create_request(
+        threadbox_testing::provider_conformance::fresh_owner(1),
+    ))
+    .await
+    .expect("create")
+    .sandbox_id
+}
+
+/// A benchmark's `n`th sandbox, for the thread `{prefix}-{n}`.
+pub fn bench_request(prefix: &str, n: usize, network: NetworkProfile) -> CreateSandbox {
+    CreateSandbox {
+        owner: SandboxOwner {
+            thread_id: ThreadId::parse(&format!("{prefix}-{n}")).expect("thread id"),
+            generation: 1,
+        },
+        network,
+        timeout: Duration::from_secs(600),
+        env: Default::default(),
+    }
+}
