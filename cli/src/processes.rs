@@ -174,10 +174,17 @@ pub async fn run(args: ProcessesArgs) -> anyhow::Result<ExitCode> {
             after,
             follow,
         } => {
+            let logs = Logs {
+                client: &client,
+                thread: &thread,
+                process: &process,
+                after,
+                out,
+            };
             return if follow {
-                follow_logs(&client, &thread, &process, after, out).await
+                logs.follow().await
             } else {
-                logs(&client, &thread, &process, after, out).await
+                logs.so_far().await
             };
         }
         ProcessesCommand::Input {
@@ -209,108 +216,123 @@ pub async fn run(args: ProcessesArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The output from `after` up to what the process has written so far, page by page.
-async fn logs(
-    client: &Client,
-    thread: &str,
-    process: &str,
+/// What `threadbox processes logs` prints: one process's output from an offset.
+struct Logs<'a> {
+    client: &'a Client,
+    thread: &'a str,
+    process: &'a str,
     after: u64,
     out: Output,
-) -> anyhow::Result<ExitCode> {
-    let mut position = after;
-    let mut whole = Vec::new();
-    let mut first = None;
-    loop {
-        let page = client
-            .process_output(thread, process, position, None)
-            .await?;
-        if page.offset > position {
-            eprintln!(
+}
+
+impl Logs<'_> {
+    /// The output from `after` up to what the process has written so far, page by page.
+    async fn so_far(self) -> anyhow::Result<ExitCode> {
+        let Logs {
+            client,
+            thread,
+            process,
+            after,
+            out,
+        } = self;
+        let mut position = after;
+        let mut whole = Vec::new();
+        let mut first = None;
+        loop {
+            let page = client
+                .process_output(thread, process, position, None)
+                .await?;
+            if page.offset > position {
+                eprintln!(
                 "threadbox: output {position}..{} is no longer kept (only the last part of a long \
                  output is)",
                 page.offset
             );
-        }
-        first.get_or_insert(page.offset);
-        let next = page.next();
-        let done = page.data.is_empty() || next >= page.info.output_bytes;
-        if out.json {
-            whole.extend_from_slice(&page.data);
-        } else {
-            write_stdout(&page.data)?;
-        }
-        position = next;
-        if done {
+            }
+            first.get_or_insert(page.offset);
+            let next = page.next();
+            let done = page.data.is_empty() || next >= page.info.output_bytes;
             if out.json {
-                // The API's page, all of it in one.
-                let whole = OutputPage {
-                    offset: first.unwrap_or(after),
-                    next: position,
-                    data: Payload::of(&whole),
-                    process: page.info,
-                };
-                out.document(&wire::to_json(&whole))?;
+                whole.extend_from_slice(&page.data);
+            } else {
+                write_stdout(&page.data)?;
             }
-            return Ok(ExitCode::SUCCESS);
-        }
-    }
-}
-
-/// The output as it comes, until the process ends; a follow the server ends while the process
-/// still runs (its longest follow) is taken up again where it stopped.
-async fn follow_logs(
-    client: &Client,
-    thread: &str,
-    process: &str,
-    after: u64,
-    out: Output,
-) -> anyhow::Result<ExitCode> {
-    let following = async {
-        let mut position = after;
-        loop {
-            let mut stream = client
-                .follow_process_output(thread, process, position)
-                .await?;
-            let (next, info) = loop {
-                match stream.next().await? {
-                    FollowUpdate::Output(bytes) if out.json => out.line(&Payload::of(&bytes))?,
-                    FollowUpdate::Output(bytes) => write_stdout(&bytes)?,
-                    FollowUpdate::End { next, process } => break (next, process),
-                }
-            };
             position = next;
-            // The server could not say how the process stands: ask.
-            let info = match info {
-                Some(info) => Some(info),
-                None => client
-                    .list_processes(thread)
-                    .await?
-                    .into_iter()
-                    .find(|p| p.id == process),
-            };
-            match info {
-                Some(info) if info.state == ProcessState::Running => continue,
-                info => return anyhow::Ok((position, info)),
+            if done {
+                if out.json {
+                    // The API's page, all of it in one.
+                    let whole = OutputPage {
+                        offset: first.unwrap_or(after),
+                        next: position,
+                        data: Payload::of(&whole),
+                        process: page.info,
+                    };
+                    out.document(&wire::to_json(&whole))?;
+                }
+                return Ok(ExitCode::SUCCESS);
             }
         }
-    };
-    let (next, info) = tokio::select! {
-        ended = following => ended?,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!(
-                "\nthreadbox: stopped following; process {process} still runs (stop it with \
-                 `threadbox processes kill {thread} {process}`)"
-            );
-            return Ok(ExitCode::from(INTERRUPTED));
-        }
-    };
-    if out.json {
-        out.line(&json!({ "next": next, "process": info }))?;
-    } else {
-        let mut stderr = std::io::stderr().lock();
-        writeln!(stderr, "threadbox: {}", ended_note(process, info.as_ref()))?;
     }
-    Ok(ExitCode::SUCCESS)
+
+    /// The output as it comes, until the process ends; a follow the server ends while the
+    /// process still runs (its longest follow) is taken up again where it stopped.
+    async fn follow(self) -> anyhow::Result<ExitCode> {
+        let Logs {
+            client,
+            thread,
+            process,
+            after,
+            out,
+        } = self;
+        let following = async {
+            let mut position = after;
+            loop {
+                let mut stream = client
+                    .follow_process_output(thread, process, position)
+                    .await?;
+                let (next, info) = loop {
+                    match stream.next().await? {
+                        FollowUpdate::Output(bytes) if out.json => {
+                            out.line(&Payload::of(&bytes))?
+                        }
+                        FollowUpdate::Output(bytes) => write_stdout(&bytes)?,
+                        FollowUpdate::End { next, process } => break (next, process),
+                    }
+                };
+                position = next;
+                // The server could not say how the process stands: ask.
+                let info = match info {
+                    Some(info) => Some(info),
+                    None => client
+                        .list_processes(thread)
+                        .await?
+                        .into_iter()
+                        .find(|p| p.id == process),
+                };
+                match info {
+                    Some(info) if info.state == ProcessState::Running => continue,
+                    info => return anyhow::Ok((position, info)),
+                }
+            }
+        };
+        let (next, info) = tokio::select! {
+            ended = following => ended?,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!(
+                    "\nthreadbox: stopped following; process {process} still runs (stop it with \
+                     `threadbox processes kill {thread} {process}`)"
+                );
+                return Ok(ExitCode::from(INTERRUPTED));
+            }
+        };
+        if out.json {
+            out.line(&json!({ "next": next, "process": info }))?;
+        } else {
+            let mut stderr = std::io::stderr().lock();
+            writeln!(stderr, "threadbox: {}", ended_note(process, info.as_ref()))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 /// How a process ended, for people.
