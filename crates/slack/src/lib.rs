@@ -1,4 +1,4 @@
-//! The Slack app (feature `slack`): every thread, or DM, is one sandbox; people run code blocks
+//! The Slack app: every thread, or DM, is one sandbox; people run code blocks
 //! and commands there and see results and the sandbox's status.
 //!
 //! - `blocks`: Block Kit builders within Slack's limits, and the buttons' actions;
@@ -19,7 +19,7 @@
 //! - `status`: the fan-out target keeping one status message per thread (its record is the
 //!   `SlackStatusStore` port);
 //!
-//! The Web API client over reqwest is an adapter: `adapters::slack_web` (feature `slack-client`).
+//! The Web API client over reqwest is an adapter: `threadbox-slack-web`.
 //!
 //! The ports Slack needs (`SlackApi`: post, update, file info, download, with typed errors;
 //! `SlackStatusStore`) are in `ports`, behind the same feature; they are re-exported here.

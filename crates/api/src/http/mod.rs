@@ -42,7 +42,7 @@ pub use auth::require as require_api_key;
 pub use error::ApiError;
 pub use extract::ApiQuery;
 pub use local_only::{require_local, LocalOnly};
-// The MCP endpoint's handler and tools (feature `mcp`) and the token route read bodies, ids and
+// The MCP endpoint's handler and tools (`threadbox-mcp`) and the token route read bodies, ids and
 // paths as every route does.
 pub use extract::JsonBody;
 pub use extract::{sandbox_path, Thread};

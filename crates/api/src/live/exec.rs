@@ -1,5 +1,5 @@
 //! `exec` frames: a command run in a thread's sandbox for a live-events connection, its output
-//! streamed back as frames while it runs (feature `http`, for the exec body it shares).
+//! streamed back as frames while it runs (with the exec body the HTTP API shares).
 //!
 //! [`ConnectionExec`] belongs to one connection and answers its `exec` frames:
 //! - only a token with the `exec` capability, for a thread in its scope, runs anything

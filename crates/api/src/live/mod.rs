@@ -1,4 +1,4 @@
-//! Live events: WebSocket subscribers of threads' lifecycle events (feature `live`).
+//! Live events: WebSocket subscribers of threads' lifecycle events.
 //!
 //! Transport-free, so the same logic runs behind API Gateway's WebSocket routes (a Lambda) and
 //! behind `threadbox dev`'s own WebSocket endpoint:
@@ -13,9 +13,9 @@
 //! - `locks`: per-connection ordering within one process;
 //! - `limits`: [`FrameLimiter`], frames per second and work in flight per connection and per
 //!   thread, the one place that bounds what frames may ask of the server;
-//! - `exec` (with feature `http`): [`ConnectionExec`], a connection's commands run from `exec`
+//! - `exec`: [`ConnectionExec`], a connection's commands run from `exec`
 //!   frames, their output streamed back as frames (served by `threadbox dev`);
-//! - `pty` (with feature `http`): terminal sessions opened, attached to, typed into and resized
+//! - `pty`: terminal sessions opened, attached to, typed into and resized
 //!   from `pty*` frames, on the same connection's commands.
 
 mod exec;
@@ -28,7 +28,7 @@ mod pty;
 mod subscribers;
 mod terminal_queue;
 mod token;
-// The token route is an HTTP route: it comes with the API (feature `http`).
+// The token route is an HTTP route, served with the API's.
 mod token_route;
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `pty` frames: terminal sessions over a live-events connection (feature `http`).
+//! `pty` frames: terminal sessions over a live-events connection.
 //!
 //! A session is a background process on a PTY (`usecases::processes`), so it belongs to the
 //! sandbox, not to the connection: closing the socket, or `pty_detach`, ends the attachment and
