@@ -4,7 +4,7 @@
 
 use super::config::NetworkConfig;
 use super::egress::{DNS_PORT, HTTPS_PORT, HTTP_PORT};
-use super::networks::{Link, HOST_IF_PREFIX, HOST_TABLE, LINK_NET};
+use super::link::{Link, HOST_IF_PREFIX, HOST_TABLE, LINK_NET};
 use super::refusals::{
     PACKET_COUNTER, RECENT_PACKETS_SET, RECENT_PACKETS_SIZE, RECENT_PACKETS_TIMEOUT_SECS,
 };

@@ -35,6 +35,7 @@
 //! | file | what it does |
 //! |---|---|
 //! | `networks` | [`Networks`]: each sandbox's link (veth pair, addresses, routes), attaching, adopting after a restart, detaching, sweeping leftover links, the uplinks that carry replies |
+//! | `link` | a sandbox's link: its addresses by host id slot, and the names the host's table matches |
 //! | `filter` | the nftables scripts: the host's table and each sandbox's own |
 //! | `tools` | running the host's `ip`, `nft` and `nsenter` with a time limit |
 //! | `config` | [`NetworkConfig`]: the operator's settings (upstream resolver, operator allowlist, credentials, caps) |
@@ -54,10 +55,12 @@ mod filter;
 #[cfg(test)]
 mod hostile;
 mod intercept;
+mod link;
 mod networks;
 mod refusals;
 mod tools;
 mod trust;
 
 pub use self::config::NetworkConfig;
-pub(crate) use self::networks::{Link, Networks, Saved};
+pub(crate) use self::link::Link;
+pub(crate) use self::networks::{Networks, Saved};

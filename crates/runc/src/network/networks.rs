@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +14,7 @@ use tokio::sync::Semaphore;
 use super::config::NetworkConfig;
 use super::filter::{host_rules, sandbox_rules};
 use super::intercept::Interceptor;
+use super::link::{Link, HOST_IF_PREFIX, HOST_TABLE};
 use super::refusals::{self, RefusalRecorder};
 use super::tools::{find_program, run_tool, tool_output};
 use crate::runtime::ContainerState;
@@ -22,48 +22,14 @@ use threadbox_core::ports::{
     Allowlist, Clock, NetworkRefusals, ProviderError, RefusalReason, SandboxOwner, SystemClock,
 };
 
-/// The host's links to its sandboxes: 198.18.0.0/15, two addresses per slot.
-const LINK_BASE: u32 = 0xC612_0000; // 198.18.0.0
-pub(super) const LINK_NET: &str = "198.18.0.0/15";
-const LINK_SLOTS: u32 = 1 << 16;
-/// The host ends' name prefix; the host table matches it.
-pub(super) const HOST_IF_PREFIX: &str = "tbh";
 /// The file in a networked sandbox's bundle that says so (and keeps its allowlist for a
 /// provider that restarts).
 const SAVED: &str = "network.json";
-/// The host's table (one for every provider on the host: its rules hold no provider's state).
-pub(super) const HOST_TABLE: &str = "threadbox";
 /// Tries at serving a link whose addresses another serving of this process still holds: at
 /// a provider's open (a provider dropped a moment ago), and when a sandbox's profile changes
 /// in place (its last serving stopping), 50 ms apart.
 const ADOPT_TRIES: usize = 4;
 const REATTACH_TRIES: usize = 40;
-
-/// A sandbox's link: its slot, the host end and the sandbox end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Link {
-    pub slot: u32,
-}
-
-impl Link {
-    pub fn of_slot(slot: u32) -> Result<Self, ProviderError> {
-        if slot >= LINK_SLOTS {
-            return Err(ProviderError::Unavailable(format!(
-                "host id slot {slot} has no network link address (at most {LINK_SLOTS})"
-            )));
-        }
-        Ok(Self { slot })
-    }
-    pub fn host(self) -> Ipv4Addr {
-        Ipv4Addr::from(LINK_BASE + self.slot * 2)
-    }
-    pub fn sandbox(self) -> Ipv4Addr {
-        Ipv4Addr::from(LINK_BASE + self.slot * 2 + 1)
-    }
-    pub fn host_if(self) -> String {
-        format!("{HOST_IF_PREFIX}{}", self.slot)
-    }
-}
 
 /// What a networked sandbox's bundle records.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -476,20 +442,4 @@ fn cannot_listen(id: &str, link: Link, e: io::Error) -> ProviderError {
 /// The thread a container was made for, from its annotations (for log lines).
 fn thread_of(container: &ContainerState) -> Option<String> {
     SandboxOwner::from_metadata(&container.annotations).map(|owner| owner.thread_id.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn links_are_unique_per_slot() {
-        let a = Link::of_slot(0).unwrap();
-        assert_eq!(a.host(), Ipv4Addr::new(198, 18, 0, 0));
-        assert_eq!(a.sandbox(), Ipv4Addr::new(198, 18, 0, 1));
-        let b = Link::of_slot(65535).unwrap();
-        assert_eq!(b.sandbox(), Ipv4Addr::new(198, 19, 255, 255));
-        assert!(Link::of_slot(65536).is_err());
-        assert_eq!(b.host_if(), "tbh65535");
-    }
 }
