@@ -266,6 +266,15 @@ fn every_conformance_suite_and_macro_the_page_names_exists() {
         );
     }
     let macros = read(&testing.join("suites.rs"));
+    for line in macros.lines() {
+        if let Some(rest) = line.strip_prefix("macro_rules! ") {
+            let name = rest.trim_end_matches(" {");
+            assert!(
+                page.contains(&format!("`{name}!`")),
+                "docs/architecture.md does not name the registration macro {name}!"
+            );
+        }
+    }
     for named in page.split('`').skip(1).step_by(2) {
         if let Some(name) = named.strip_suffix('!') {
             assert!(
