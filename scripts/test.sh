@@ -32,6 +32,9 @@ say "each package on its own features"
 for package in $(cargo metadata --no-deps --format-version 1 \
     | python3 -c 'import json, sys; print(*sorted(p["name"] for p in json.load(sys.stdin)["packages"]))'); do
   cargo check --quiet -p "$package" --all-targets
+  # And without its dev-dependencies, whose features would otherwise fill in what a release
+  # build of the package alone (`scripts/dev.sh`'s `cargo build -p threadbox`) lacks.
+  cargo check --quiet -p "$package"
 done
 
 say "SAM template (sam validate --lint)"
