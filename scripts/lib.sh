@@ -40,6 +40,13 @@ ensure_runc() {
   runc --version | head -n 1 >&2
 }
 
+# The image store's test images (crates/runc/tests/images_umoci.rs): umoci makes an OCI image
+# layout around Debian's static busybox, so no registry is needed.
+ensure_image_tools() {
+  command -v umoci >/dev/null 2>&1 || apt_install umoci
+  test -x /bin/busybox || apt_install busybox-static
+}
+
 # Headless Chromium and its WebDriver server, for the dashboard's browser test
 # (cli/tests/dashboard_browser.rs). Debian's packages; the two always share a version.
 ensure_chromium() {

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 
 ensure_runc
+ensure_image_tools
 ensure_chromium
 if ! command -v python3 >/dev/null 2>&1; then apt_install python3; fi
 if ! cargo nextest --version >/dev/null 2>&1; then

@@ -37,6 +37,7 @@ mod exec;
 mod files;
 mod idmap;
 mod ids;
+pub mod image;
 mod network;
 mod open;
 mod placement;
