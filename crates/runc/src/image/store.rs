@@ -13,7 +13,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::layout::{self, hex, sha256_of};
 use super::source::{ImageSource, SourceKind};
-use super::unpack::{apply_tar, Owner, Writer};
+use super::unpack::{apply_tar, make_writable, Owner, Writer};
 use super::ImageError;
 
 /// An unpacked image: where its root is and what went into it.
@@ -181,18 +181,7 @@ fn store_error(path: &Path, error: io::Error) -> ImageError {
 
 /// Removes a tree that may hold read-only directories (an unpack without root).
 fn remove_tree(path: &Path) -> io::Result<()> {
-    fn open_up(dir: &Path) {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o755));
-        if let Ok(children) = fs::read_dir(dir) {
-            for child in children.flatten() {
-                if child.file_type().is_ok_and(|t| t.is_dir()) {
-                    open_up(&child.path());
-                }
-            }
-        }
-    }
-    open_up(path);
+    make_writable(path);
     fs::remove_dir_all(path)
 }
 

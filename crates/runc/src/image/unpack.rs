@@ -279,7 +279,8 @@ impl Writer {
     }
 }
 
-fn make_writable(dir: &Path) {
+/// Opens up a directory tree held back as read-only, so that it can be emptied without root.
+pub(super) fn make_writable(dir: &Path) {
     let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o755));
     if let Ok(children) = fs::read_dir(dir) {
         for child in children.flatten() {
