@@ -477,6 +477,7 @@ pub(crate) mod tests {
             last_error: None,
             network: Default::default(),
             pool_member: None,
+            labels: Default::default(),
         }
     }
 

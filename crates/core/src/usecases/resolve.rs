@@ -5,6 +5,8 @@
 //! the thread and generation, so a late worker whose lease was recovered by someone else is
 //! fenced out by the version check on its final write, kills what it made, and re-reads.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{
@@ -51,6 +53,9 @@ pub struct ResolveOptions {
     /// thread that exists keeps its own: asking for a different one is
     /// [`UseCaseError::NetworkConflict`] (`set_network` changes it).
     pub network: Option<NetworkProfile>,
+    /// The labels of a thread this call creates (`Session::labels`); a thread that exists keeps
+    /// its own.
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Default for ResolveOptions {
@@ -59,6 +64,7 @@ impl Default for ResolveOptions {
             create: true,
             hold: None,
             network: None,
+            labels: BTreeMap::new(),
         }
     }
 }
@@ -85,8 +91,7 @@ impl Threadbox {
             thread_id,
             ResolveOptions {
                 create: false,
-                hold: None,
-                network: None,
+                ..ResolveOptions::default()
             },
         )
         .await
@@ -176,6 +181,7 @@ impl Threadbox {
             .network
             .clone()
             .unwrap_or_else(|| self.config.network.for_thread(thread_id).clone());
+        session.labels = options.labels.clone();
         match self
             .store
             .insert_new(&session, std::slice::from_ref(&event))
