@@ -216,3 +216,42 @@ async fn the_js_sdk_gets_a_threads_sandbox_from_threadbox() {
     check_thread(&dev, "js-agent").await;
     check_thread(&dev, "js-burst").await;
 }
+
+/// The calls the OpenAI Agents SDK's E2B sandbox client makes (`cli/tests/e2b/sdk_agents.py`
+/// names the source it follows), on the async Python SDK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_agents_sdks_e2b_calls_work_on_threadbox() {
+    let Some(python) = prerequisites(
+        "the_openai_agents_sdks_e2b_calls_work_on_threadbox",
+        venv_python("THREADBOX_E2B_PYTHON", "e2b-venv", "e2b"),
+        "the E2B Python SDK",
+    ) else {
+        return;
+    };
+    let dev = dev_with_key().await;
+    let seen = run_client(&python, "sdk_agents.py", &[&dev.url, KEY, "agents"], &[]).await;
+    let exec = &seen["exec"];
+    assert_eq!(
+        exec["stdout"], "write a haiku\n1\n",
+        "cwd and envs apply: {exec}"
+    );
+    assert_eq!(exec["exit_code"], 0, "{exec}");
+    assert_eq!(seen["read"], "write a haiku\n");
+    let pty = &seen["pty"];
+    assert!(
+        pty["output"].as_str().unwrap().contains("from-the-pty-2"),
+        "the terminal ran the input with its envs: {pty}"
+    );
+    assert_eq!(pty["exit_code"], 0, "{pty}");
+    assert_eq!(
+        seen["tar"]["restored"], "write a haiku\n",
+        "{}",
+        seen["tar"]
+    );
+    let resume = &seen["resume"];
+    assert_eq!(resume["id"], seen["created"], "{resume}");
+    assert_eq!(resume["running"], true, "{resume}");
+    assert_eq!(resume["read"], "write a haiku\n", "{resume}");
+    assert_eq!(seen["killed"], true);
+    assert_eq!(seen["running_after_kill"], false);
+}
