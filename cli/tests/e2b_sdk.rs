@@ -168,6 +168,17 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     assert!(listed.contains(&by_key["id"]), "{listed:?}");
     assert_eq!(seen["wrong_key"], "AuthenticationException");
 
+    assert_eq!(seen["envs"], "hi there\n");
+    // threadbox's own API shows the default environment's names, not its values.
+    let reply = dev
+        .http
+        .get(format!("{}/v1/threads/py-envs", dev.url))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    let body: Value = reply.json().await.unwrap();
+    assert_eq!(body["session"]["env"]["GREETING"], "<redacted>", "{body}");
     check_thread(&dev, "py-agent").await;
     check_thread(&dev, "py-burst").await;
     let intruder = dev

@@ -478,6 +478,7 @@ pub(crate) mod tests {
             network: Default::default(),
             pool_member: None,
             labels: Default::default(),
+            env: Default::default(),
         }
     }
 

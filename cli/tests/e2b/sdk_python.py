@@ -38,6 +38,10 @@ sbx = Sandbox.create(idempotency_key=name("agent"), metadata={"suite": prefix})
 again = Sandbox.create(idempotency_key=name("agent"))
 seen["by_key"] = {"id": sbx.sandbox_id, "again": again.sandbox_id}
 
+# The create's envs are every command's default environment; a command's own win.
+with_envs = Sandbox.create(idempotency_key=name("envs"), envs={"GREETING": "hi", "WHO": "nobody"})
+seen["envs"] = with_envs.commands.run("echo $GREETING $WHO", envs={"WHO": "there"}).stdout
+
 # Create by the thread's metadata entry, as an SDK without idempotency keys does.
 by_meta = Sandbox.create(metadata={"threadbox_thread": name("meta"), "suite": prefix})
 by_meta_again = Sandbox.create(metadata={"threadbox_thread": name("meta")})

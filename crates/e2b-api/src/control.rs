@@ -27,9 +27,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use threadbox_api::http::Caller;
+use threadbox_api::wire::check_env;
 use threadbox_core::domain::{
     NetworkProfile, Session, Status, ThreadId, MAX_LABELS, MAX_LABEL_BYTES,
 };
+use threadbox_core::ports::ExecRequest;
 use threadbox_core::usecases::{ResolveOptions, Threadbox};
 use threadbox_e2b::rfc3339;
 use threadbox_e2b::wire::parse_metadata_filter;
@@ -326,11 +328,14 @@ impl NewSandbox {
             )));
         }
         check_timeout(self.timeout)?;
-        if self.env_vars.as_ref().is_some_and(|e| !e.is_empty()) {
-            return Err(E2bError::unsupported(
-                "envVars on create (pass envs to each command instead)",
-            ));
-        }
+        let env = self.env_vars.clone().unwrap_or_default();
+        // Held to a command's own rules and limits on its environment.
+        check_env(&env).map_err(|e| E2bError::bad_request(format!("envVars: {}", e.message)))?;
+        let mut as_exec = ExecRequest::shell("");
+        as_exec.env = env.clone();
+        as_exec
+            .check_sizes()
+            .map_err(|e| E2bError::bad_request(format!("envVars: {e}")))?;
         for (field, value) in [
             ("network", &self.network),
             ("mcp", &self.mcp),
@@ -350,6 +355,7 @@ impl NewSandbox {
             network: (self.allow_internet_access == Some(false))
                 .then_some(NetworkProfile::Restricted),
             labels,
+            env,
             ..ResolveOptions::default()
         })
     }

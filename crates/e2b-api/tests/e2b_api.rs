@@ -423,9 +423,16 @@ async fn bad_keys_bodies_and_features_get_e2b_errors() {
     reply(r#"{"templateID":"base","timeout":0}"#)
         .await
         .expect_e2b_error(StatusCode::BAD_REQUEST);
-    reply(r#"{"templateID":"base","envVars":{"A":"1"}}"#)
+    reply(r#"{"templateID":"base","envVars":{"A=B":"1"}}"#)
         .await
-        .expect_e2b_error(StatusCode::NOT_IMPLEMENTED);
+        .expect_e2b_error(StatusCode::BAD_REQUEST);
+    let long_env = format!(
+        r#"{{"templateID":"base","envVars":{{"A":"{}"}}}}"#,
+        "x".repeat(200 << 10)
+    );
+    reply(&long_env)
+        .await
+        .expect_e2b_error(StatusCode::BAD_REQUEST);
     reply(r#"{"templateID":"base","metadata":{"threadbox_thread":"a b"}}"#)
         .await
         .expect_e2b_error(StatusCode::BAD_REQUEST);

@@ -68,6 +68,8 @@ pub(super) struct SessionItem {
     pool_member: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<String, String>,
     /// Partition key of the due-work index; present exactly when `next_action_at` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due_shard: Option<u32>,
@@ -112,6 +114,7 @@ impl SessionItem {
             network: s.network.clone(),
             pool_member: s.pool_member.clone(),
             labels: s.labels.clone(),
+            env: s.env.clone(),
             due_shard: due.map(|(shard, _)| shard),
             due_at: due.map(|(_, at)| at),
             expires_at,
@@ -148,6 +151,7 @@ impl SessionItem {
             network: self.network,
             pool_member: self.pool_member,
             labels: self.labels,
+            env: self.env,
         }
     }
 }

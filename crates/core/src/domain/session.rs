@@ -119,6 +119,12 @@ pub struct Session {
     /// [`MAX_LABEL_BYTES`], which whoever takes them from a caller checks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The environment its creator gave the thread's commands by default (E2B's `envVars`,
+    /// applied by `threadbox-e2b-api` to the commands started through it). Readable by whoever
+    /// may run a command in the thread, which could print it anyway; the HTTP API shows only
+    /// the names.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 /// The most labels a thread carries.
@@ -163,6 +169,7 @@ impl Session {
             network: NetworkProfile::Restricted,
             pool_member: None,
             labels: BTreeMap::new(),
+            env: BTreeMap::new(),
         };
         // The table decides even the first step, so there is one path for every change.
         let event = session

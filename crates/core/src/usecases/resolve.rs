@@ -56,6 +56,8 @@ pub struct ResolveOptions {
     /// The labels of a thread this call creates (`Session::labels`); a thread that exists keeps
     /// its own.
     pub labels: BTreeMap<String, String>,
+    /// The default environment of a thread this call creates (`Session::env`).
+    pub env: BTreeMap<String, String>,
 }
 
 impl Default for ResolveOptions {
@@ -65,6 +67,7 @@ impl Default for ResolveOptions {
             hold: None,
             network: None,
             labels: BTreeMap::new(),
+            env: BTreeMap::new(),
         }
     }
 }
@@ -182,6 +185,7 @@ impl Threadbox {
             .clone()
             .unwrap_or_else(|| self.config.network.for_thread(thread_id).clone());
         session.labels = options.labels.clone();
+        session.env = options.env.clone();
         match self
             .store
             .insert_new(&session, std::slice::from_ref(&event))

@@ -14,6 +14,8 @@ mod files;
 mod filesystem;
 mod process;
 
+use std::collections::BTreeMap;
+
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -24,7 +26,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use threadbox_api::http::{sandbox_path, Caller};
-use threadbox_core::domain::ThreadId;
+use threadbox_core::domain::{Session, ThreadId};
 use threadbox_core::usecases::Threadbox;
 use threadbox_e2b::wire::error_body;
 
@@ -43,6 +45,8 @@ const HOME: &str = "/home/user";
 pub(crate) struct Reached {
     pub thread: ThreadId,
     pub tb: Threadbox,
+    /// The thread's default environment (the create's `envVars`), under each command's own.
+    pub env: BTreeMap<String, String>,
 }
 
 pub(super) fn routes(api: E2bApi) -> Router<E2bApi> {
@@ -68,7 +72,7 @@ fn not_found(sandbox_id: &str) -> Response {
 
 /// The proxy's routing and checks: the sandbox id from `E2b-Sandbox-Id`, the port, and whether
 /// the thread has a sandbox E2B would route to.
-async fn route(api: &E2bApi, headers: &HeaderMap) -> Result<(String, ThreadId), Response> {
+async fn route(api: &E2bApi, headers: &HeaderMap) -> Result<(String, Session), Response> {
     let Some(id) = header(headers, "e2b-sandbox-id") else {
         return Err(not_found(""));
     };
@@ -87,14 +91,14 @@ async fn route(api: &E2bApi, headers: &HeaderMap) -> Result<(String, ThreadId), 
         return Err(not_found(id));
     };
     match api.tb.session(&thread).await {
-        Ok(Some(session)) if super::control::reachable(&session) => Ok((id.to_owned(), thread)),
+        Ok(Some(session)) if super::control::reachable(&session) => Ok((id.to_owned(), session)),
         _ => Err(not_found(id)),
     }
 }
 
 /// Every envd call but `/health`: routed, then the token checked (E2B's 401 in envd's shape).
 async fn gate(State(api): State<E2bApi>, mut request: Request, next: Next) -> Response {
-    let (id, thread) = match route(&api, request.headers()).await {
+    let (id, session) = match route(&api, request.headers()).await {
         Ok(found) => found,
         Err(response) => return response,
     };
@@ -112,8 +116,9 @@ async fn gate(State(api): State<E2bApi>, mut request: Request, next: Next) -> Re
             .into_response();
     };
     request.extensions_mut().insert(Reached {
-        thread,
+        thread: session.thread_id,
         tb: api.for_caller(&Caller(scope)),
+        env: session.env,
     });
     next.run(request).await
 }

@@ -276,11 +276,13 @@ async fn start(
         let pty = request.pty.as_ref().map(pty_size).transpose()?;
         let mut argv = vec![request.process.cmd];
         argv.extend(request.process.args);
+        let mut env = at.env.clone();
+        env.extend(request.process.envs);
         let mut body = ProcessBody::running(CommandSpec {
             cmd: None,
             argv: Some(argv),
             cwd,
-            env: request.process.envs,
+            env,
         });
         body.pty = pty;
         // The process keeps its thread awake while it works, up to its deadline.
