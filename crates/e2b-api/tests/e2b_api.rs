@@ -412,37 +412,42 @@ async fn bad_keys_bodies_and_features_get_e2b_errors() {
             .unwrap();
         api.send(request)
     };
-    reply("{").await.expect_e2b_error(StatusCode::BAD_REQUEST);
-    reply(r#"{"metadata":{}}"#)
-        .await
-        .expect_e2b_error(StatusCode::BAD_REQUEST);
-    let m = reply(r#"{"templateID":"my-template"}"#)
-        .await
-        .expect_e2b_error(StatusCode::BAD_REQUEST);
-    assert!(m.contains("my-template"), "{m}");
-    reply(r#"{"templateID":"base","timeout":0}"#)
-        .await
-        .expect_e2b_error(StatusCode::BAD_REQUEST);
-    reply(r#"{"templateID":"base","envVars":{"A=B":"1"}}"#)
-        .await
-        .expect_e2b_error(StatusCode::BAD_REQUEST);
     let long_env = format!(
         r#"{{"templateID":"base","envVars":{{"A":"{}"}}}}"#,
         "x".repeat(200 << 10)
     );
-    reply(&long_env)
-        .await
-        .expect_e2b_error(StatusCode::BAD_REQUEST);
-    reply(r#"{"templateID":"base","metadata":{"threadbox_thread":"a b"}}"#)
-        .await
-        .expect_e2b_error(StatusCode::BAD_REQUEST);
     let huge = format!(
         r#"{{"templateID":"base","metadata":{{"k":"{}"}}}}"#,
         "x".repeat(2 << 20)
     );
-    reply(&huge)
+    for (body, status) in [
+        ("{", StatusCode::BAD_REQUEST),
+        (r#"{"metadata":{}}"#, StatusCode::BAD_REQUEST),
+        (
+            r#"{"templateID":"base","timeout":0}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            r#"{"templateID":"base","envVars":{"A=B":"1"}}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+        (&long_env, StatusCode::BAD_REQUEST),
+        (
+            r#"{"templateID":"base","metadata":{"threadbox_thread":"a b"}}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            r#"{"templateID":"base","network":{"denyOut":[]}}"#,
+            StatusCode::NOT_IMPLEMENTED,
+        ),
+        (&huge, StatusCode::PAYLOAD_TOO_LARGE),
+    ] {
+        reply(body).await.expect_e2b_error(status);
+    }
+    let m = reply(r#"{"templateID":"my-template"}"#)
         .await
-        .expect_e2b_error(StatusCode::PAYLOAD_TOO_LARGE);
+        .expect_e2b_error(StatusCode::BAD_REQUEST);
+    assert!(m.contains("my-template"), "{m}");
     assert_eq!(
         api.provider.creates(),
         0,
