@@ -300,8 +300,14 @@ fn thread_named(
     headers: &HeaderMap,
     labels: &BTreeMap<String, String>,
 ) -> Result<ThreadId, E2bError> {
-    let by_key = header(headers, "idempotency-key")
-        .map(|k| parse_thread(k, "the Idempotency-Key"))
+    let by_key = headers
+        .get("idempotency-key")
+        .map(|k| {
+            let k = k
+                .to_str()
+                .map_err(|_| E2bError::bad_request("the Idempotency-Key is not visible ASCII"))?;
+            parse_thread(k, "the Idempotency-Key")
+        })
         .transpose()?;
     let by_label = labels
         .get(THREAD_METADATA_KEY)
@@ -698,6 +704,11 @@ mod tests {
             thread_named(&headers, &BTreeMap::new()).unwrap().as_str(),
             "t-2"
         );
+        headers.insert(
+            "idempotency-key",
+            HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
+        );
+        assert!(thread_named(&headers, &BTreeMap::new()).is_err());
         let bad = BTreeMap::from([(THREAD_METADATA_KEY.to_owned(), "a b".to_owned())]);
         assert!(thread_named(&HeaderMap::new(), &bad).is_err());
         assert!(thread_named(&HeaderMap::new(), &BTreeMap::new())
