@@ -38,7 +38,7 @@ use threadbox_e2b::wire::parse_metadata_filter;
 
 use super::error::E2bError;
 use super::ids::{envd_token, new_thread, sandbox_id, thread_of, BadSandboxId};
-use super::{header, read_body, E2bApi, ENVD_VERSION, MAX_JSON_BODY};
+use super::{read_body, E2bApi, ENVD_VERSION, MAX_JSON_BODY};
 
 /// The metadata entry that names a create's thread, for SDKs that send no idempotency key.
 pub const THREAD_METADATA_KEY: &str = "threadbox_thread";
