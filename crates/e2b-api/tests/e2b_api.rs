@@ -61,6 +61,10 @@ impl Reply {
 
 impl Api {
     fn new() -> Self {
+        Self::with(ApiAuth::new([KEY]))
+    }
+
+    fn with(auth: ApiAuth) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("threadbox.db");
         let store = Arc::new(SqliteSessionStore::open(&path).unwrap());
@@ -81,7 +85,7 @@ impl Api {
         );
         let key =
             TokenKey::new(TokenSecret::new("a-test-token-secret-of-32-bytes-or-more").unwrap());
-        let api = E2bApi::new(tb.clone(), ApiAuth::new([KEY]), key.clone());
+        let api = E2bApi::new(tb.clone(), auth, key.clone());
         Self {
             router: routes(api),
             tb,
@@ -606,4 +610,40 @@ async fn envd_checks_the_sandbox_and_its_token_then_serves_files() {
         .await;
     let after = api.fs(at, "Stat", json!({"path": "/"})).await;
     assert_eq!(after.status, StatusCode::BAD_GATEWAY);
+}
+
+#[tokio::test]
+async fn without_keys_only_this_machines_tools_get_in() {
+    let api = Api::with(ApiAuth::disabled());
+    // Any key, as the SDKs insist on sending one; from a program, not a web page.
+    let created = api.create(Some("local"), json!({})).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let created = created.json();
+    let (id, token) = (
+        created["sandboxID"].as_str().unwrap(),
+        created["envdAccessToken"].as_str().unwrap(),
+    );
+    let stat = api
+        .fs((id, token), "Stat", json!({"path": "/home/user"}))
+        .await;
+    assert_eq!(
+        stat.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&stat.body)
+    );
+    // A page on another site cannot drive it (the API's loopback-only rule).
+    let cross_site = Request::post("/e2b/v2/sandboxes")
+        .header("x-api-key", "anything")
+        .header("origin", "https://evil.example")
+        .body(Body::from(r#"{"templateID":"base"}"#))
+        .unwrap();
+    let refused = api.send(cross_site).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(refused.json()["code"], 403);
+    // A token minted while keys were configured names a key this server does not have.
+    let keyed = envd_token(&api.key, id, Some(&key_scope(KEY)));
+    api.fs((id, &keyed), "Stat", json!({"path": "/"}))
+        .await
+        .expect_e2b_error(StatusCode::UNAUTHORIZED);
 }
