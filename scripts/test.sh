@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test, with everything the tests need installed first (runc, Chromium, cargo-nextest, moto,
-# cargo-lambda, aws-sam-cli and the MCP Python SDK). CI runs exactly this.
+# cargo-lambda, aws-sam-cli, the MCP Python SDK and E2B's Python and JS SDKs). CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -20,6 +20,7 @@ fi
 ensure_moto
 ensure_lambda_tools
 ensure_mcp_sdk
+ensure_e2b_sdks
 
 say "format check"
 cargo fmt --all -- --check
@@ -59,6 +60,10 @@ export THREADBOX_REQUIRE_LAMBDA=1
 # The `threadbox mcp` test's client, the MCP Python SDK (installed above).
 THREADBOX_MCP_PYTHON="$(pwd)/$MCP_VENV/bin/python"
 export THREADBOX_MCP_PYTHON
+# The E2B API test's clients, E2B's Python and JS SDKs (installed above).
+THREADBOX_E2B_PYTHON="$(pwd)/$E2B_PY_VENV/bin/python"
+THREADBOX_E2B_JS_DIR="$(pwd)/$E2B_JS_DIR"
+export THREADBOX_E2B_PYTHON THREADBOX_E2B_JS_DIR
 # The IAM check (tests/tests/iam.rs): the SAM translator expands the template, moto's policy
 # evaluation judges each recorded call. THREADBOX_REQUIRE_AWS (set by start_moto) makes a
 # missing venv a failure.

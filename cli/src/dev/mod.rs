@@ -136,7 +136,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             per_address: args.ws_max_per_address,
         }),
     });
+    let e2b = threadbox_e2b_api::E2bApi::new(tb.clone(), auth.clone(), token_key.clone());
     let app = router(tb.clone(), auth.clone())
+        .merge(threadbox_e2b_api::routes(e2b))
         .merge(token_routes(token_key, clock, auth.clone()))
         .merge(threadbox_mcp::routes(tb, auth.clone()))
         .merge(live)
@@ -522,6 +524,10 @@ fn print_banner(
         } else {
             "off: set THREADBOX_API_KEYS to require keys"
         }
+    );
+    println!(
+        "  e2b        E2B_API_URL={base}{e2b} E2B_SANDBOX_URL={base}{e2b} E2B_API_KEY=<a threadbox API key>  (docs/e2b-api.md)",
+        e2b = threadbox_e2b_api::BASE_PATH
     );
     println!("  live       ws://{addr}/v1/ws?token=TOKEN  (threadbox token --thread ID, or POST /v1/tokens; secret: {token_secret})");
     let replies = match &slack.outgoing {

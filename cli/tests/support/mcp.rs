@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::{dev_missing, prerequisites_met, target_dir};
+use super::{dev_missing, prerequisites_met, venv_python};
 
 /// Every tool the server offers, by name, sorted.
 pub const TOOLS: [&str; 17] = [
@@ -31,16 +31,7 @@ pub const TOOLS: [&str; 17] = [
 
 /// The Python with the MCP SDK: `THREADBOX_MCP_PYTHON`, or the test script's virtualenv.
 fn mcp_python() -> Option<PathBuf> {
-    let from_env = std::env::var_os("THREADBOX_MCP_PYTHON").map(PathBuf::from);
-    let venv = target_dir().join("mcp-venv/bin/python");
-    from_env
-        .or_else(|| venv.exists().then_some(venv))
-        .filter(|python| {
-            std::process::Command::new(python)
-                .args(["-c", "import mcp"])
-                .status()
-                .is_ok_and(|s| s.success())
-        })
+    venv_python("THREADBOX_MCP_PYTHON", "mcp-venv", "mcp")
 }
 
 /// The Python to run a client with, when the machine has what `test` needs (root, runc and the

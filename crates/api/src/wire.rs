@@ -235,7 +235,8 @@ fn command_of(cmd: Option<String>, argv: Option<Vec<String>>) -> Result<ExecComm
 }
 
 /// Environment names usable as `NAME=value`, values without NUL.
-fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+/// Environment names non-empty without `=` or NUL, values without NUL: what `execve` can take.
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
     for (key, value) in env {
         if key.is_empty() || key.contains(['=', '\0']) {
             return Err(invalid(format!(

@@ -282,7 +282,7 @@ async fn write(
 
 /// The request body as upload chunks; past `limit` bytes an error ends it and `overflowed` says
 /// why.
-fn upload_chunks(
+pub fn upload_chunks(
     body: axum::body::Body,
     limit: u64,
     overflowed: Arc<AtomicBool>,

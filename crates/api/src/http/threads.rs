@@ -61,8 +61,12 @@ struct SessionView {
 }
 
 impl SessionView {
-    fn new(session: Session, now: Millis) -> Self {
+    fn new(mut session: Session, now: Millis) -> Self {
         let idle_seconds = now.since(session.last_activity_at).as_secs();
+        // The default environment's names, not its values (often credentials).
+        for value in session.env.values_mut() {
+            *value = "<redacted>".to_owned();
+        }
         Self {
             session,
             idle_seconds,

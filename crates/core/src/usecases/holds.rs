@@ -32,7 +32,7 @@ impl Threadbox {
             ResolveOptions {
                 create: true,
                 hold: Some(request),
-                network: None,
+                ..Default::default()
             },
         )
         .await

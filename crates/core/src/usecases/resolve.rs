@@ -5,6 +5,8 @@
 //! the thread and generation, so a late worker whose lease was recovered by someone else is
 //! fenced out by the version check on its final write, kills what it made, and re-reads.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{
@@ -51,6 +53,11 @@ pub struct ResolveOptions {
     /// thread that exists keeps its own: asking for a different one is
     /// [`UseCaseError::NetworkConflict`] (`set_network` changes it).
     pub network: Option<NetworkProfile>,
+    /// The labels of a thread this call creates (`Session::labels`); a thread that exists keeps
+    /// its own.
+    pub labels: BTreeMap<String, String>,
+    /// The default environment of a thread this call creates (`Session::env`).
+    pub env: BTreeMap<String, String>,
 }
 
 impl Default for ResolveOptions {
@@ -59,6 +66,8 @@ impl Default for ResolveOptions {
             create: true,
             hold: None,
             network: None,
+            labels: BTreeMap::new(),
+            env: BTreeMap::new(),
         }
     }
 }
@@ -85,8 +94,7 @@ impl Threadbox {
             thread_id,
             ResolveOptions {
                 create: false,
-                hold: None,
-                network: None,
+                ..ResolveOptions::default()
             },
         )
         .await
@@ -176,6 +184,8 @@ impl Threadbox {
             .network
             .clone()
             .unwrap_or_else(|| self.config.network.for_thread(thread_id).clone());
+        session.labels = options.labels.clone();
+        session.env = options.env.clone();
         match self
             .store
             .insert_new(&session, std::slice::from_ref(&event))
