@@ -477,18 +477,18 @@ async fn envd_checks_the_sandbox_and_its_token_then_serves_files() {
 
     // The proxy's 502 for what is not there; envd's 401 for a wrong token.
     let unknown = sandbox_id(&ThreadId::parse("never-made").unwrap());
+    let unknown_token = envd_token(&api.key, &unknown, Some(&key_scope(KEY)));
     let reply = api
         .envd(
             &unknown,
-            &token,
+            &unknown_token,
             "filesystem.Filesystem/Stat",
             json!({"path": "/"}),
         )
         .await;
     assert_eq!(reply.status, StatusCode::BAD_GATEWAY);
     assert_eq!(reply.json()["message"], "The sandbox was not found");
-    let other = envd_token(&api.key, &unknown, Some(&key_scope(KEY)));
-    for bad in [other.as_str(), "", "x.y"] {
+    for bad in [unknown_token.as_str(), "", "x.y"] {
         let reply = api
             .envd(&id, bad, "filesystem.Filesystem/Stat", json!({"path": "/"}))
             .await;
@@ -509,11 +509,10 @@ async fn envd_checks_the_sandbox_and_its_token_then_serves_files() {
     .await
     .expect_e2b_error(StatusCode::UNAUTHORIZED);
 
-    let health = Request::get("/e2b/health")
-        .header("e2b-sandbox-id", &id)
-        .body(Body::empty())
-        .unwrap();
-    assert_eq!(api.send(health).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        health(&api, &id, Some(&token)).await,
+        StatusCode::NO_CONTENT
+    );
 
     let at = (id.as_str(), token.as_str());
     let written = api
@@ -646,4 +645,69 @@ async fn without_keys_only_this_machines_tools_get_in() {
     api.fs((id, &keyed), "Stat", json!({"path": "/"}))
         .await
         .expect_e2b_error(StatusCode::UNAUTHORIZED);
+}
+
+/// A `GET /health` to `sandbox`, with `token` when given.
+async fn health(api: &Api, sandbox: &str, token: Option<&str>) -> StatusCode {
+    let mut request = Request::get("/e2b/health").header("e2b-sandbox-id", sandbox);
+    if let Some(token) = token {
+        request = request.header("x-access-token", token);
+    }
+    api.send(request.body(Body::empty()).unwrap()).await.status
+}
+
+#[tokio::test]
+async fn without_its_token_envd_does_not_tell_which_sandboxes_exist() {
+    // Sandbox ids are thread names in hex, and thread names can be guessed
+    // ("support-ticket-4711"): with no key and no token, a caller must not learn which threads
+    // exist, as threadbox's own API answers 401 before it looks.
+    let api = Api::new();
+    let created = api
+        .create(Some("support-ticket-4711"), json!({}))
+        .await
+        .json();
+    let id = created["sandboxID"].as_str().unwrap().to_owned();
+    let token = created["envdAccessToken"].as_str().unwrap().to_owned();
+    let unknown = sandbox_id(&ThreadId::parse("support-ticket-4712").unwrap());
+    for sandbox in [id.as_str(), unknown.as_str()] {
+        assert_eq!(
+            health(&api, sandbox, None).await,
+            StatusCode::UNAUTHORIZED,
+            "{sandbox}"
+        );
+        assert_eq!(
+            health(&api, sandbox, Some("x.y")).await,
+            StatusCode::UNAUTHORIZED,
+            "{sandbox}"
+        );
+        for bad in ["", "x.y", token.as_str()] {
+            if sandbox == id && bad == token {
+                continue;
+            }
+            api.fs((sandbox, bad), "Stat", json!({"path": "/"}))
+                .await
+                .expect_e2b_error(StatusCode::UNAUTHORIZED);
+        }
+    }
+    // With its token: there (204), or the proxy's 502 for one that is gone, as the SDKs expect.
+    assert_eq!(
+        health(&api, &id, Some(&token)).await,
+        StatusCode::NO_CONTENT
+    );
+    let gone_token = envd_token(&api.key, &unknown, Some(&key_scope(KEY)));
+    assert_eq!(
+        health(&api, &unknown, Some(&gone_token)).await,
+        StatusCode::BAD_GATEWAY
+    );
+    // E2B's legacy `<id>-<clientID>` form takes the sandbox's own token.
+    let legacy = format!("{id}-threadbox");
+    let stat = api
+        .fs((&legacy, &token), "Stat", json!({"path": "/"}))
+        .await;
+    assert_eq!(
+        stat.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&stat.body)
+    );
 }

@@ -7,8 +7,11 @@
 //! - `filesystem`: `filesystem.Filesystem` (Stat, MakeDir, Move, ListDir, Remove);
 //! - `files`: `GET`/`POST /files`.
 //!
-//! As in E2B, the proxy's checks come first (no such sandbox, or gone: 502), then envd's token
-//! (401). A paused sandbox is resumed by the call, as E2B's auto-resume does.
+//! The sandbox's token is checked first (envd's 401), `/health` included: sandbox ids are
+//! thread names in hex, which can be guessed, so without its token no caller learns whether a
+//! thread exists. Then the proxy's check (no such sandbox, or gone: 502, which the SDKs read as
+//! a sandbox that is not running). A paused sandbox is resumed by the call, as E2B's
+//! auto-resume does.
 
 mod files;
 mod filesystem;
@@ -26,7 +29,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use threadbox_api::http::{sandbox_path, Caller};
-use threadbox_core::domain::{Session, ThreadId};
+use threadbox_core::domain::{BudgetScope, Session, ThreadId};
 use threadbox_core::usecases::Threadbox;
 use threadbox_e2b::wire::error_body;
 
@@ -57,63 +60,74 @@ pub(super) fn routes(api: E2bApi) -> Router<E2bApi> {
     Router::new().route("/health", get(health)).merge(gated)
 }
 
-/// The sandbox proxy's answer for a sandbox that is not there (E2B's 502).
-fn not_found(sandbox_id: &str) -> Response {
-    (
-        StatusCode::BAD_GATEWAY,
-        Json(json!({
-            "sandboxId": sandbox_id,
-            "message": "The sandbox was not found",
-            "code": 502,
-        })),
-    )
-        .into_response()
+/// Why an envd request is not served, in the order E2B's proxy and envd check.
+enum Refused {
+    /// The proxy's 502: no such sandbox, or gone (`sandboxId` as the request named it).
+    NotFound(String),
+    /// The proxy's 502 for a port other than envd's.
+    PortClosed(String),
+    /// envd's 401: no token, or not this sandbox's, or minted for a key since removed.
+    Unauthorized,
 }
 
-/// The proxy's routing and checks: the sandbox id from `E2b-Sandbox-Id`, the port, and whether
-/// the thread has a sandbox E2B would route to.
-async fn route(api: &E2bApi, headers: &HeaderMap) -> Result<(String, Session), Response> {
-    let Some(id) = header(headers, "e2b-sandbox-id") else {
-        return Err(not_found(""));
-    };
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        let (status, body) = match self {
+            Refused::NotFound(id) => (
+                StatusCode::BAD_GATEWAY,
+                json!({ "sandboxId": id, "message": "The sandbox was not found", "code": 502 }),
+            ),
+            Refused::PortClosed(id) => (
+                StatusCode::BAD_GATEWAY,
+                json!({
+                    "sandboxId": id,
+                    "message": "The sandbox is running but port is not open",
+                    "code": 502,
+                }),
+            ),
+            Refused::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                error_body(
+                    401,
+                    "unauthorized access, please provide a valid access token or method signing if supported",
+                ),
+            ),
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+/// The sandbox a request names (`E2b-Sandbox-Id`, what the SDKs send), its session, and the
+/// caller its `X-Access-Token` names. The token is checked before anything is looked up
+/// (sandbox ids are thread names in hex, which can be guessed, so without its token no caller
+/// learns whether a thread exists): it must be the sandbox's own (E2B's legacy
+/// `<id>-<clientID>` form takes the sandbox's own) and its key still configured. Then the
+/// proxy's routing: the thread has a sandbox E2B would route to.
+async fn checked(
+    api: &E2bApi,
+    headers: &HeaderMap,
+) -> Result<(Session, Option<BudgetScope>), Refused> {
+    let id = header(headers, "e2b-sandbox-id").ok_or(Refused::NotFound(String::new()))?;
     if header(headers, "e2b-sandbox-port").is_some_and(|p| p != ENVD_PORT) {
-        return Err((
-            StatusCode::BAD_GATEWAY,
-            Json(json!({
-                "sandboxId": id,
-                "message": "The sandbox is running but port is not open",
-                "code": 502,
-            })),
-        )
-            .into_response());
+        return Err(Refused::PortClosed(id.to_owned()));
     }
-    let Ok(thread) = thread_of(id) else {
-        return Err(not_found(id));
-    };
+    let own = id.split_once('-').map_or(id, |(own, _)| own);
+    let scope = header(headers, "x-access-token")
+        .and_then(|token| check_envd_token(&api.key, own, token))
+        .filter(|scope| api.auth.knows_scope(scope.as_ref()))
+        .ok_or(Refused::Unauthorized)?;
+    let thread = thread_of(id).map_err(|_| Refused::NotFound(id.to_owned()))?;
     match api.tb.session(&thread).await {
-        Ok(Some(session)) if super::control::reachable(&session) => Ok((id.to_owned(), session)),
-        _ => Err(not_found(id)),
+        Ok(Some(session)) if super::control::reachable(&session) => Ok((session, scope)),
+        _ => Err(Refused::NotFound(id.to_owned())),
     }
 }
 
-/// Every envd call but `/health`: routed, then the token checked (E2B's 401 in envd's shape).
+/// Every envd call but `/health`: checked ([`checked`]), then served for the token's caller.
 async fn gate(State(api): State<E2bApi>, mut request: Request, next: Next) -> Response {
-    let (id, session) = match route(&api, request.headers()).await {
+    let (session, scope) = match checked(&api, request.headers()).await {
         Ok(found) => found,
-        Err(response) => return response,
-    };
-    let scope = header(request.headers(), "x-access-token")
-        .and_then(|token| check_envd_token(&api.key, &id, token))
-        .filter(|scope| api.auth.knows_scope(scope.as_ref()));
-    let Some(scope) = scope else {
-        return (
-            StatusCode::UNAUTHORIZED,
-            Json(error_body(
-                401,
-                "unauthorized access, please provide a valid access token or method signing if supported",
-            )),
-        )
-            .into_response();
+        Err(refused) => return refused.into_response(),
     };
     request.extensions_mut().insert(Reached {
         thread: session.thread_id,
@@ -123,15 +137,16 @@ async fn gate(State(api): State<E2bApi>, mut request: Request, next: Next) -> Re
     next.run(request).await
 }
 
-/// `GET /health`: envd's 204 for a sandbox that is there (the SDKs' `is_running`), the proxy's
-/// 502 for one that is not; without a sandbox header, the API's own health.
+/// `GET /health`: envd's 204 for a sandbox that is there (the SDKs' `is_running`, which sends
+/// the token), the proxy's 502 for one that is not; without a sandbox header, the API's own
+/// health.
 async fn health(State(api): State<E2bApi>, headers: HeaderMap) -> Response {
     if header(&headers, "e2b-sandbox-id").is_none() {
         return Json(json!({ "status": "ok" })).into_response();
     }
-    match route(&api, &headers).await {
+    match checked(&api, &headers).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(response) => response,
+        Err(refused) => refused.into_response(),
     }
 }
 
