@@ -711,3 +711,35 @@ async fn without_its_token_envd_does_not_tell_which_sandboxes_exist() {
         String::from_utf8_lossy(&stat.body)
     );
 }
+
+#[tokio::test]
+async fn a_file_named_with_control_characters_downloads() {
+    // Code in the sandbox names its files as it likes; reading one back must not fail on the
+    // name (a header value cannot hold a line break).
+    let api = Api::new();
+    let created = api.create(Some("odd-names"), json!({})).await.json();
+    let at = (
+        created["sandboxID"].as_str().unwrap(),
+        created["envdAccessToken"].as_str().unwrap(),
+    );
+    for (query, name) in [
+        ("path=a%0Ab%01.txt", "a\nb\u{1}.txt"),
+        ("path=caf%C3%A9%22%5C.txt", "café\"\\.txt"),
+    ] {
+        let written = api
+            .files(Method::POST, query, at, "application/octet-stream", "x")
+            .await;
+        assert_eq!(written.status, StatusCode::OK, "{name:?}");
+        assert_eq!(written.json()[0]["name"], name);
+        let read = api.files(Method::GET, query, at, "", "").await;
+        assert_eq!(
+            read.status,
+            StatusCode::OK,
+            "{name:?}: {}",
+            String::from_utf8_lossy(&read.body)
+        );
+        assert_eq!(&read.body[..], b"x");
+        let disposition = read.headers["content-disposition"].to_str().unwrap();
+        assert!(disposition.starts_with("inline; filename"), "{disposition}");
+    }
+}

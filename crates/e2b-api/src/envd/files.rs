@@ -72,7 +72,6 @@ async fn download(
         .read_file(&reached.thread, &path)
         .await
         .map_err(|e| file_error(&path, e))?;
-    let name = path.rsplit('/').next().unwrap_or_default().replace('"', "");
     Ok((
         StatusCode::OK,
         [
@@ -82,12 +81,35 @@ async fn download(
             ),
             (
                 http_header::CONTENT_DISPOSITION,
-                format!("inline; filename=\"{name}\""),
+                disposition(path.rsplit('/').next().unwrap_or_default()),
             ),
         ],
         bytes,
     )
         .into_response())
+}
+
+/// `Content-Disposition` for a file the sandbox named as it liked: a plain quoted name when it is
+/// visible ASCII, else RFC 6266's `filename*` in UTF-8, percent-encoded (as envd's Go
+/// `mime.FormatMediaType` does), so no name makes the header invalid.
+fn disposition(name: &str) -> String {
+    let plain = |b: u8| b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ';
+    if name.bytes().all(plain) {
+        return format!("inline; filename=\"{name}\"");
+    }
+    // RFC 5987's attr-char: everything else is percent-encoded.
+    let attr_char = |b: u8| b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b);
+    let encoded: String = name
+        .bytes()
+        .map(|b| {
+            if attr_char(b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    format!("inline; filename*=utf-8''{encoded}")
 }
 
 fn written(path: &str) -> Value {
@@ -170,4 +192,26 @@ async fn upload(
         return Err(bad("the multipart body holds no part named \"file\""));
     }
     Ok(Json(Value::Array(done)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_name_makes_a_valid_disposition() {
+        assert_eq!(disposition("a b.txt"), "inline; filename=\"a b.txt\"");
+        assert_eq!(
+            disposition("caf\u{e9} \"x\"\n"),
+            "inline; filename*=utf-8''caf%C3%A9%20%22x%22%0A"
+        );
+        for name in ["a\r\nSet-Cookie: x", "\u{1}", "\\", "\u{7f}"] {
+            let value = disposition(name);
+            assert!(
+                axum::http::HeaderValue::from_str(&value).is_ok(),
+                "{name:?}: {value}"
+            );
+            assert!(value.contains("filename*="), "{name:?}: {value}");
+        }
+    }
 }
