@@ -743,3 +743,53 @@ async fn a_file_named_with_control_characters_downloads() {
         assert!(disposition.starts_with("inline; filename"), "{disposition}");
     }
 }
+
+#[tokio::test]
+async fn a_multipart_upload_is_held_to_the_upload_limit_in_all() {
+    // Each part is held to the part limit, and the parts together to the provider's upload
+    // limit (100 MiB for the in-memory provider), as one raw upload or one PUT is.
+    let api = Api::new();
+    let created = api.create(Some("many-parts"), json!({})).await.json();
+    let at = (
+        created["sandboxID"].as_str().unwrap(),
+        created["envdAccessToken"].as_str().unwrap(),
+    );
+    let boundary = "XyZ";
+    let mut body = Vec::new();
+    for _ in 0..4 {
+        body.extend(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; \
+                 filename=\"part\"\r\n\r\n"
+            )
+            .into_bytes(),
+        );
+        body.extend(std::iter::repeat_n(b'x', 30 << 20));
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{boundary}--\r\n").into_bytes());
+    let content_type = format!("multipart/form-data; boundary={boundary}");
+    let reply = api
+        .files(Method::POST, "path=big", at, &content_type, body)
+        .await;
+    let m = reply.expect_e2b_error(StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(m.contains(&(100u64 << 20).to_string()), "{m}");
+    // A body that declares more than the limit is refused before any part is written.
+    let part = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; \
+         filename=\"small\"\r\n\r\nsmall\r\n--{boundary}--\r\n"
+    );
+    let declared = Request::post("/e2b/files?path=declared")
+        .header("e2b-sandbox-id", at.0)
+        .header("x-access-token", at.1)
+        .header("content-type", &content_type)
+        .header("content-length", (101u64 << 20).to_string())
+        .body(Body::from(part))
+        .unwrap();
+    api.send(declared)
+        .await
+        .expect_e2b_error(StatusCode::PAYLOAD_TOO_LARGE);
+    api.files(Method::GET, "path=declared", at, "", "")
+        .await
+        .expect_e2b_error(StatusCode::NOT_FOUND);
+}

@@ -3,7 +3,8 @@
 //!
 //! A raw (`application/octet-stream`) upload streams into the sandbox up to the provider's
 //! upload limit; a multipart part is read into memory first, so parts are held to
-//! [`MAX_MULTIPART_FILE`] (the SDKs send multipart only for data they already hold in memory).
+//! [`MAX_MULTIPART_FILE`] (the SDKs send multipart only for data they already hold in memory),
+//! and all the parts of one body together to the upload limit.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -149,6 +150,14 @@ async fn upload(
             Err(error) => Err(file_error(&path, error)),
         };
     }
+    // The parts together are held to the upload limit, as one raw upload is: a declared
+    // length past it is refused before anything is written, and the bytes are counted as they
+    // come for a body that declares none.
+    let declared = header(request.headers(), "content-length").and_then(|n| n.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(E2bError::too_large(limit as usize));
+    }
+    let mut total = 0u64;
     let mut parts = Multipart::from_request(request, &())
         .await
         .map_err(|e| bad(format!("not a multipart body: {e}")))?;
@@ -180,6 +189,10 @@ async fn upload(
         {
             if (data.len() + chunk.len()) as u64 > part_limit {
                 return Err(E2bError::too_large(part_limit as usize));
+            }
+            total += chunk.len() as u64;
+            if total > limit {
+                return Err(E2bError::too_large(limit as usize));
             }
             data.extend_from_slice(&chunk);
         }
