@@ -52,6 +52,9 @@ const MAX_TIMEOUT_SECS: i64 = 24 * 60 * 60;
 const MAX_LIST_LIMIT: usize = 100;
 /// Sessions read per store page while listing.
 const LIST_SCAN_PAGE: usize = 200;
+/// The most sessions one list call reads (5 store pages): a filter that matches few threads
+/// answers a short or empty page with `X-Next-Token` rather than read every thread in one call.
+const MAX_LIST_SCAN: usize = 1_000;
 
 pub(super) fn routes() -> Router<E2bApi> {
     Router::new()
@@ -484,27 +487,45 @@ impl ListQuery {
     }
 }
 
-/// The matching sessions after `query.after`, at most `limit`, and whether there are more.
-async fn matching(tb: &Threadbox, query: &ListQuery) -> Result<(Vec<Session>, bool), E2bError> {
+/// What one list call found: the matching sessions, and where the next call goes on from when
+/// there may be more (the last match of a full page, or the last thread read when the call had
+/// read its [`MAX_LIST_SCAN`]).
+struct Listed {
+    found: Vec<Session>,
+    next: Option<ThreadId>,
+}
+
+/// The matching sessions after `query.after`, at most `limit`, reading at most
+/// [`MAX_LIST_SCAN`] sessions.
+async fn matching(tb: &Threadbox, query: &ListQuery) -> Result<Listed, E2bError> {
     let mut found = Vec::new();
     let mut after = query.after.clone();
+    let mut read = 0;
     loop {
         let page = tb
             .sessions(LIST_SCAN_PAGE, after.as_ref())
             .await
             .map_err(threadbox_core::usecases::UseCaseError::from)?;
+        read += page.items.len();
         let last = page.items.last().map(|s| s.thread_id.clone());
         for session in page.items {
             if query.matches(&session) {
                 if found.len() == query.limit {
-                    return Ok((found, true));
+                    let next = found.last().map(|s: &Session| s.thread_id.clone());
+                    return Ok(Listed { found, next });
                 }
                 found.push(session);
             }
         }
         match (last, page.next) {
+            (Some(last), Some(_)) if read >= MAX_LIST_SCAN => {
+                return Ok(Listed {
+                    found,
+                    next: Some(last),
+                })
+            }
             (Some(last), Some(_)) => after = Some(last),
-            _ => return Ok((found, false)),
+            _ => return Ok(Listed { found, next: None }),
         }
     }
 }
@@ -531,20 +552,23 @@ async fn list_sandboxes(
     v1: bool,
 ) -> Result<Response, E2bError> {
     let query = ListQuery::parse(params, v1)?;
-    let (sessions, more) = matching(&api.tb, &query).await?;
-    let listed: Vec<Value> = sessions
+    let Listed { found, next } = matching(&api.tb, &query).await?;
+    if v1 && next.is_some() {
+        return Err(E2bError::bad_request(format!(
+            "there are more than {MAX_LIST_SCAN} threads to look through, and the deprecated \
+             GET /sandboxes has no pages: use GET /v2/sandboxes"
+        )));
+    }
+    let listed: Vec<Value> = found
         .iter()
         .filter_map(|s| api.detail_json(s, None))
         .collect();
     let mut response = Json(listed).into_response();
-    if more {
-        if let Some(last) = sessions.last() {
-            let token = sandbox_id(&last.thread_id);
-            response.headers_mut().insert(
-                "x-next-token",
-                HeaderValue::from_str(&token).expect("hex is a valid header"),
-            );
-        }
+    if let Some(next) = next {
+        response.headers_mut().insert(
+            "x-next-token",
+            HeaderValue::from_str(&sandbox_id(&next)).expect("hex is a valid header"),
+        );
     }
     Ok(response)
 }

@@ -793,3 +793,51 @@ async fn a_multipart_upload_is_held_to_the_upload_limit_in_all() {
         .await
         .expect_e2b_error(StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_list_reads_a_bounded_share_of_the_threads_per_call() {
+    // A metadata filter that matches nothing must not make one call read every thread the
+    // deployment has (threadbox's own list reads one page per call): a call reads at most
+    // 1,000 threads and says where to go on with `X-Next-Token`, even on an empty page.
+    use threadbox_core::domain::{Change, Millis, Session, Timers};
+    let api = Api::new();
+    for i in 0..1100 {
+        let change = Change {
+            event_id: format!("seed-{i}"),
+            now: Millis(1),
+            detail: None,
+        };
+        let thread = ThreadId::parse(&format!("s-{i:04}")).unwrap();
+        let (session, event) = Session::new_creating(thread, "memory", change, &Timers::default());
+        api.tb.store.insert_new(&session, &[event]).await.unwrap();
+    }
+    api.create(Some("zz-gold"), json!({"team": "gold"})).await;
+    let first = api
+        .control(Method::GET, "/v2/sandboxes?metadata=team%3Dgold", None)
+        .await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.json(),
+        json!([]),
+        "the first 1,000 threads hold no match"
+    );
+    let token = first.headers["x-next-token"].to_str().unwrap().to_owned();
+    let rest = api
+        .control(
+            Method::GET,
+            &format!("/v2/sandboxes?metadata=team%3Dgold&nextToken={token}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        rest.json()[0]["sandboxID"],
+        sandbox_id(&ThreadId::parse("zz-gold").unwrap())
+    );
+    assert!(rest.headers.get("x-next-token").is_none());
+    // The deprecated list has no pages: past what one call reads, it says to use v2.
+    let m = api
+        .control(Method::GET, "/sandboxes", None)
+        .await
+        .expect_e2b_error(StatusCode::BAD_REQUEST);
+    assert!(m.contains("/v2/sandboxes"), "{m}");
+}
