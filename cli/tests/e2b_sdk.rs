@@ -167,6 +167,7 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     let listed = seen["list"].as_array().unwrap();
     assert!(listed.contains(&by_key["id"]), "{listed:?}");
     assert_eq!(seen["wrong_key"], "AuthenticationException");
+    assert_eq!(seen["big_stdin"], "200000", "stdin past 64 KiB in one send");
 
     assert_eq!(seen["envs"], "hi there\n");
     // threadbox's own API shows the default environment's names, not its values.

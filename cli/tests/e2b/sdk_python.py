@@ -92,6 +92,15 @@ time.sleep(0.5)
 after = [p.pid for p in sbx.commands.list()]
 seen["background"] = {"pid": handle.pid, "listed": listed, "killed": killed, "after": after}
 
+# Stdin in one piece larger than threadbox's 64 KiB a write: envd takes it whole.
+counter = sbx.commands.run("head -c 200000 | wc -c", background=True, stdin=True, timeout=30)
+try:
+    sbx.commands.send_stdin(counter.pid, "x" * 200000)
+    seen["big_stdin"] = counter.wait().stdout.strip()
+except Exception as e:  # noqa: BLE001  (reported to the test, which fails on it)
+    seen["big_stdin"] = repr(e)
+    counter.kill()
+
 # Files: write, read, list, exists, make_dir, rename, remove.
 sbx.files.write("notes/hello.txt", "hello from python\n")
 sbx.files.write_files([{"path": "notes/two.txt", "data": b"two"}])

@@ -25,7 +25,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use threadbox_api::wire::{CommandSpec, ProcessBody};
-use threadbox_core::ports::{ProcessChunk, ProcessInfo, ProcessSignal, ProcessState, PtySize};
+use threadbox_core::ports::{
+    ProcessChunk, ProcessInfo, ProcessSignal, ProcessState, PtySize, MAX_INPUT_BYTES,
+};
 use threadbox_core::usecases::MAX_PROCESS_IDLE;
 use threadbox_e2b::wire::{end_stream_frame, event_frame, request_frame, Pty, StartRequest};
 
@@ -377,7 +379,7 @@ struct SendInputRequest {
     input: Input,
 }
 
-/// `SendInput`: bytes to the process's stdin (or terminal).
+/// `SendInput`: bytes to the process's stdin (or terminal), any amount the body holds.
 async fn send_input(
     Extension(at): Extension<Reached>,
     Unary(request): Unary<SendInputRequest>,
@@ -391,9 +393,13 @@ async fn send_input(
         .decode(encoded)
         .map_err(|e| ConnectError::invalid(format!("input is not base64: {e}")))?;
     let info = selected(&at, &request.process).await?;
-    at.tb
-        .write_process_input(&at.thread, &info.id, &data)
-        .await?;
+    // envd takes a message's input whole (up to the body limit); threadbox writes at most
+    // `MAX_INPUT_BYTES` at a time, so larger input goes in order, a piece at a time.
+    for piece in data.chunks(MAX_INPUT_BYTES) {
+        at.tb
+            .write_process_input(&at.thread, &info.id, piece)
+            .await?;
+    }
     Ok(Json(json!({})))
 }
 
