@@ -168,6 +168,14 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     assert!(listed.contains(&by_key["id"]), "{listed:?}");
     assert_eq!(seen["wrong_key"], "AuthenticationException");
     assert_eq!(seen["big_stdin"], "200000", "stdin past 64 KiB in one send");
+    // Links out of /home/user and /tmp, `..` and paths elsewhere: refused, never read.
+    for (link, refusal) in seen["escapes"].as_object().unwrap() {
+        let refusal = refusal.as_str().unwrap();
+        assert!(
+            refusal.ends_with("Exception") && !refusal.starts_with("read"),
+            "{link}: {refusal}"
+        );
+    }
 
     assert_eq!(seen["envs"], "hi there\n");
     // threadbox's own API shows the default environment's names, not its values.

@@ -101,6 +101,21 @@ except Exception as e:  # noqa: BLE001  (reported to the test, which fails on it
     seen["big_stdin"] = repr(e)
     counter.kill()
 
+# Code in the sandbox links out of its areas; the file calls do not follow it there.
+sbx.commands.run("ln -sf /etc/passwd ~/escape; ln -sf /proc/1/root/etc/hostname ~/escape2")
+escapes = {}
+for link in ["escape", "escape2", "/tmp/../etc/passwd", "/etc/passwd"]:
+    try:
+        escapes[link] = "read: " + sbx.files.read(link)[:40]
+    except Exception as e:  # noqa: BLE001  (the test reads which refusal it was)
+        escapes[link] = type(e).__name__
+try:
+    sbx.files.write("escape", "overwritten")
+    escapes["write escape"] = "wrote"
+except Exception as e:  # noqa: BLE001
+    escapes["write escape"] = type(e).__name__
+seen["escapes"] = escapes
+
 # Files: write, read, list, exists, make_dir, rename, remove.
 sbx.files.write("notes/hello.txt", "hello from python\n")
 sbx.files.write_files([{"path": "notes/two.txt", "data": b"two"}])
