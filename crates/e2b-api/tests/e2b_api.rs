@@ -841,3 +841,124 @@ async fn a_list_reads_a_bounded_share_of_the_threads_per_call() {
         .expect_e2b_error(StatusCode::BAD_REQUEST);
     assert!(m.contains("/v2/sandboxes"), "{m}");
 }
+
+#[tokio::test]
+async fn malformed_envd_requests_are_refused_before_anything_runs() {
+    let api = Api::new();
+    let created = api.create(Some("frames"), json!({})).await.json();
+    let (id, token) = (
+        created["sandboxID"].as_str().unwrap(),
+        created["envdAccessToken"].as_str().unwrap(),
+    );
+    let start = |content_type: &'static str, body: Vec<u8>| {
+        let request = Request::post("/e2b/process.Process/Start")
+            .header("e2b-sandbox-id", id)
+            .header("x-access-token", token)
+            .header("content-type", content_type)
+            .body(Body::from(body))
+            .unwrap();
+        api.send(request)
+    };
+    let envelope = |flags: u8, declared: u32, payload: &[u8]| {
+        let mut frame = vec![flags];
+        frame.extend(declared.to_be_bytes());
+        frame.extend(payload);
+        frame
+    };
+    let message = br#"{"process":{"cmd":"true"}}"#;
+    let len = message.len() as u32;
+    let mut two = envelope(0, len, message);
+    two.extend(envelope(0, len, message));
+    for (why, body, code) in [
+        ("no envelope", b"{}".to_vec(), "invalid_argument"),
+        ("compressed", envelope(1, len, message), "invalid_argument"),
+        (
+            "too short",
+            envelope(0, len + 1, message),
+            "invalid_argument",
+        ),
+        (
+            "too long",
+            envelope(0, len - 1, message),
+            "invalid_argument",
+        ),
+        ("giant", envelope(0, u32::MAX, message), "invalid_argument"),
+        ("two messages", two, "invalid_argument"),
+        (
+            "not UTF-8",
+            envelope(0, 3, b"\xff\xfe\xfd"),
+            "invalid_argument",
+        ),
+        ("no cmd", envelope(0, 2, b"{}"), "invalid_argument"),
+        (
+            "past the body limit",
+            envelope(0, 2 << 20, &vec![b' '; 2 << 20]),
+            "resource_exhausted",
+        ),
+    ] {
+        let reply = start("application/connect+json", body).await;
+        // Connect's streaming error: HTTP 200, one end-of-stream envelope naming the error.
+        assert_eq!(reply.status, StatusCode::OK, "{why}");
+        assert_eq!(reply.body[0], 2, "{why}: an end-of-stream envelope");
+        let end: Value = serde_json::from_slice(&reply.body[5..]).unwrap();
+        assert_eq!(end["error"]["code"], code, "{why}: {end}");
+    }
+    let reply = start("application/json", message.to_vec()).await;
+    assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // Unary calls: not UTF-8, unknown fields (ignored, as protojson readers may), wrong types.
+    let raw = |body: &'static [u8]| {
+        let request = Request::post("/e2b/filesystem.Filesystem/Stat")
+            .header("e2b-sandbox-id", id)
+            .header("x-access-token", token)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        api.send(request)
+    };
+    let bad = raw(b"{\"path\": \"\xff\"}").await;
+    assert_eq!(bad.json()["code"], "invalid_argument");
+    let bad = raw(br#"{"path": 7}"#).await;
+    assert_eq!(bad.json()["code"], "invalid_argument");
+    let unknown = raw(br#"{"path": "/home/user", "future": {"x": 1}}"#).await;
+    assert_eq!(
+        unknown.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&unknown.body)
+    );
+}
+
+#[tokio::test]
+async fn a_create_cannot_name_a_thread_threadbox_would_not() {
+    // Both ways of naming a thread go through threadbox's thread id rules: length, characters,
+    // the warm pool's reserved names. Nothing is made for any of them.
+    let api = Api::new();
+    let long = "x".repeat(129);
+    for bad in [
+        long.as_str(),
+        "a/b",
+        "../x",
+        "a%2Fb",
+        "pool:member-1",
+        "a\tb",
+    ] {
+        api.create(Some(bad), json!({}))
+            .await
+            .expect_e2b_error(StatusCode::BAD_REQUEST);
+        api.create(None, json!({ "threadbox_thread": bad }))
+            .await
+            .expect_e2b_error(StatusCode::BAD_REQUEST);
+    }
+    assert_eq!(api.provider.creates(), 0, "nothing made");
+    // The longest name is taken, and reads back from its sandbox id.
+    let longest = "x".repeat(128);
+    let made = api.create(Some(&longest), json!({})).await;
+    assert_eq!(made.status, StatusCode::CREATED);
+    let id = made.json()["sandboxID"].as_str().unwrap().to_owned();
+    api.control(Method::GET, &format!("/sandboxes/{id}"), None)
+        .await
+        .json()["sandboxID"]
+        .as_str()
+        .map(|got| assert_eq!(got, id))
+        .unwrap();
+}
