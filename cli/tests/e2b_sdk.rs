@@ -168,6 +168,10 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     assert!(listed.contains(&by_key["id"]), "{listed:?}");
     assert_eq!(seen["wrong_key"], "AuthenticationException");
     assert_eq!(seen["big_stdin"], "200000", "stdin past 64 KiB in one send");
+    assert_eq!(
+        seen["big_download"], 110_000_000,
+        "a file past 100 MiB downloads"
+    );
     // Links out of /home/user and /tmp, `..` and paths elsewhere: refused, never read.
     for (link, refusal) in seen["escapes"].as_object().unwrap() {
         let refusal = refusal.as_str().unwrap();

@@ -101,6 +101,14 @@ except Exception as e:  # noqa: BLE001  (reported to the test, which fails on it
     seen["big_stdin"] = repr(e)
     counter.kill()
 
+# A download past the 100 MiB a provider reads into memory: streamed, as threadbox's API does.
+sbx.commands.run("head -c 110000000 /dev/zero > ~/big.bin")
+try:
+    seen["big_download"] = len(sbx.files.read("big.bin", format="bytes"))
+except Exception as e:  # noqa: BLE001  (reported to the test, which fails on it)
+    seen["big_download"] = repr(e)
+sbx.files.remove("big.bin")
+
 # Code in the sandbox links out of its areas; the file calls do not follow it there.
 sbx.commands.run("ln -sf /etc/passwd ~/escape; ln -sf /proc/1/root/etc/hostname ~/escape2")
 escapes = {}

@@ -49,7 +49,7 @@ pub use extract::{sandbox_path, Thread};
 // Behind API Gateway, the requests that would stream are told where to (`lambda::http`).
 pub use processes::MAX_FOLLOW;
 pub use sandbox::wants_event_stream;
-pub use sandbox::{upload_chunks, MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
+pub use sandbox::{chunks_of as download_chunks, upload_chunks, MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
 
 use threadbox_core::usecases::Threadbox;
 

@@ -200,8 +200,9 @@ async fn read(
 const READ_CHUNK: usize = 64 * 1024;
 
 /// `reader` as a stream of chunks, ending after the end of the file or the first error (the
-/// answer is then cut short, which the client sees as a broken transfer).
-fn chunks_of(
+/// answer is then cut short, which the client sees as a broken transfer). Also how E2B's envd
+/// `/files` streams a download (`threadbox-e2b-api`).
+pub fn chunks_of(
     reader: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
 ) -> impl futures::Stream<Item = std::io::Result<Vec<u8>>> + Send {
     futures::stream::unfold(Some(reader), |reader| async move {

@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Query, Request};
 use axum::http::{header as http_header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,7 +18,7 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use threadbox_api::http::upload_chunks;
+use threadbox_api::http::{download_chunks, upload_chunks};
 use threadbox_core::usecases::UseCaseError;
 
 use super::{envd_path, Reached};
@@ -62,17 +63,27 @@ fn checked(path: &str) -> Result<String, E2bError> {
     envd_path(path).map_err(|e| bad(e.message))
 }
 
-/// `GET /files?path=`: the file's bytes.
+/// `GET /files?path=`: the file's bytes, streamed.
 async fn download(
     Extension(reached): Extension<Reached>,
     Query(query): Query<FileQuery>,
 ) -> Result<Response, E2bError> {
     let path = checked(query.path.as_deref().unwrap_or_default())?;
     let tb = &reached.tb;
-    let bytes = tb
-        .read_file(&reached.thread, &path)
-        .await
-        .map_err(|e| file_error(&path, e))?;
+    // Streamed from the file where it is, as threadbox's API answers a download: memory stays
+    // bounded and no read cap applies. A sandbox that is not in place (being created or
+    // resumed) is read through the file use case, which waits for it, within its cap.
+    let reader = match tb.peek_open_file(&reached.thread, &path).await {
+        Ok(file) => file.reader,
+        Err(UseCaseError::NoSandbox { .. }) => {
+            let bytes = tb
+                .read_file(&reached.thread, &path)
+                .await
+                .map_err(|e| file_error(&path, e))?;
+            Box::pin(std::io::Cursor::new(bytes))
+        }
+        Err(error) => return Err(file_error(&path, error)),
+    };
     Ok((
         StatusCode::OK,
         [
@@ -85,7 +96,7 @@ async fn download(
                 disposition(path.rsplit('/').next().unwrap_or_default()),
             ),
         ],
-        bytes,
+        Body::from_stream(download_chunks(reader)),
     )
         .into_response())
 }
