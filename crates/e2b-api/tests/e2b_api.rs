@@ -962,3 +962,34 @@ async fn a_create_cannot_name_a_thread_threadbox_would_not() {
         .map(|got| assert_eq!(got, id))
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_deep_list_dir_does_not_write_the_threads_record_per_folder() {
+    // A ListDir of depth N reads every folder it walks through; a hold taken for each (two
+    // writes of the thread's record apiece) would make one call up to 20,000 writes.
+    let api = Api::new();
+    let created = api.create(Some("deep-list"), json!({})).await.json();
+    let at = (
+        created["sandboxID"].as_str().unwrap(),
+        created["envdAccessToken"].as_str().unwrap(),
+    );
+    for i in 0..20 {
+        let made = api
+            .fs(at, "MakeDir", json!({ "path": format!("tree/{i}/leaf") }))
+            .await;
+        assert_eq!(made.status, StatusCode::OK);
+    }
+    let thread = ThreadId::parse("deep-list").unwrap();
+    let before = api.tb.load(&thread).await.unwrap().version;
+    let listed = api
+        .fs(at, "ListDir", json!({"path": "tree", "depth": 3}))
+        .await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert_eq!(listed.json()["entries"].as_array().unwrap().len(), 40);
+    let after = api.tb.load(&thread).await.unwrap().version;
+    assert!(
+        after - before <= 2,
+        "{} writes of the record for one ListDir",
+        after - before
+    );
+}

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use threadbox_core::ports::{ExecCommand, ExecRequest, FileEntry, FileKind};
+use threadbox_core::usecases::UseCaseError;
 use threadbox_e2b::rfc3339;
 
 use super::{envd_path, unimplemented, Answer, Reached, Unary};
@@ -128,14 +129,31 @@ struct ListDirRequest {
     depth: u32,
 }
 
-/// Entries of `path` down to `depth` levels (1: its own entries), breadth first.
+/// A folder below the one a `ListDir` names: read where the sandbox is, as threadbox's API
+/// lists a folder (no hold, so no write of the thread's record per folder: a deep walk reads up
+/// to [`MAX_ENTRIES`] of them); through the file use case if the sandbox is not in place.
+async fn list_below(at: &Reached, dir: &str) -> Result<Vec<FileEntry>, UseCaseError> {
+    match at.tb.peek_dir(&at.thread, dir).await {
+        Err(UseCaseError::NoSandbox { .. }) => at.tb.list_dir(&at.thread, dir).await,
+        listed => listed,
+    }
+}
+
+/// Entries of `path` down to `depth` levels (1: its own entries), breadth first. The first
+/// folder goes through the file use case (which resumes a paused sandbox, as envd's
+/// auto-resume does); the ones below it are read in place.
 async fn walk(at: &Reached, path: &str, depth: u32) -> Result<Vec<Value>, ConnectError> {
     let mut out = Vec::new();
     let mut level = vec![path.to_owned()];
-    for _ in 0..depth {
+    for step in 0..depth {
         let mut next = Vec::new();
         for dir in &level {
-            for entry in at.tb.list_dir(&at.thread, dir).await? {
+            let entries = if step == 0 {
+                at.tb.list_dir(&at.thread, dir).await?
+            } else {
+                list_below(at, dir).await?
+            };
+            for entry in entries {
                 if out.len() == MAX_ENTRIES {
                     return Err(ConnectError::new(
                         "resource_exhausted",
