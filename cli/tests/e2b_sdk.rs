@@ -169,6 +169,11 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     assert_eq!(seen["wrong_key"], "AuthenticationException");
     assert_eq!(seen["big_stdin"], "200000", "stdin past 64 KiB in one send");
     assert_eq!(
+        seen["follows_after_disconnect"],
+        serde_json::json!([]),
+        "a disconnected stream's follow ends with it"
+    );
+    assert_eq!(
         seen["big_download"], 110_000_000,
         "a file past 100 MiB downloads"
     );

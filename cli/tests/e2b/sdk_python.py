@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+import urllib.request
 
 base, key, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
 os.environ["E2B_API_URL"] = f"{base}/e2b"
@@ -91,6 +92,19 @@ killed = sbx.commands.kill(handle.pid)
 time.sleep(0.5)
 after = [p.pid for p in sbx.commands.list()]
 seen["background"] = {"pid": handle.pid, "listed": listed, "killed": killed, "after": after}
+
+# A client that goes away ends the server's follow of its command (the command runs on): no
+# follow is left holding the thread for the rest of its keepalive window.
+lingering = sbx.commands.run("sleep 30", background=True)
+lingering.disconnect()
+time.sleep(2)
+request = urllib.request.Request(
+    f"{base}/v1/threads/{name('agent')}", headers={"Authorization": f"Bearer {key}"}
+)
+with urllib.request.urlopen(request) as reply:
+    holds = json.load(reply)["session"]["holds"]
+seen["follows_after_disconnect"] = [h["owner"] for h in holds if h["owner"] == "process-follow"]
+sbx.commands.kill(lingering.pid)
 
 # Stdin in one piece larger than threadbox's 64 KiB a write: envd takes it whole.
 counter = sbx.commands.run("head -c 200000 | wc -c", background=True, stdin=True, timeout=30)

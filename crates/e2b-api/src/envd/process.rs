@@ -220,14 +220,22 @@ async fn pump(
             }
         }
         let (sink, mut chunks) = mpsc::channel::<ProcessChunk>(STREAM_BUFFER);
-        let forward = async {
-            while let Some(chunk) = chunks.recv().await {
+        // Owns the follow's receiver, so a reader that goes away (the response dropped, `tx`
+        // closed) drops it at once: the follow ends and releases its hold then, as threadbox's
+        // own follow does, not at the end of its window.
+        let to_reader = &tx;
+        let forward = async move {
+            loop {
+                let chunk = tokio::select! {
+                    chunk = chunks.recv() => chunk,
+                    () = to_reader.closed() => return false,
+                };
+                let Some(chunk) = chunk else { return true };
                 let frame = event_frame("data", json!({ kind: BASE64.encode(&chunk.data) }));
-                if tx.send(frame).await.is_err() {
+                if to_reader.send(frame).await.is_err() {
                     return false;
                 }
             }
-            true
         };
         let follow = at
             .tb
