@@ -37,8 +37,10 @@ use crate::{header, read_body, E2bApi, MAX_JSON_BODY};
 
 /// envd's keepalive interval when the client names none.
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
-/// The shortest keepalive interval taken (a client asking for less gets this).
-const MIN_KEEPALIVE: Duration = Duration::from_secs(1);
+/// The shortest keepalive interval taken (a client asking for less gets this): each window is
+/// a follow of its own, with a hold taken and released, so a stream costs two writes of the
+/// thread's record per window. The SDKs ask for 50 s.
+const MIN_KEEPALIVE: Duration = Duration::from_secs(10);
 /// Frames buffered towards a slow reader before the follow waits for it.
 const STREAM_BUFFER: usize = 64;
 
@@ -499,6 +501,22 @@ mod tests {
         assert_eq!(a, pid_of("0123456789abcdef"));
         assert_ne!(a, pid_of("0123456789abcdee"));
         assert!(a > 0 && a < (1 << 31));
+    }
+
+    #[test]
+    fn a_keepalive_is_not_asked_for_more_often_than_every_10_seconds() {
+        // Each keepalive window is a follow of its own (a hold taken and released, two writes
+        // of the thread's record): a client asking for one every second must not make a
+        // stream cost writes at that rate.
+        let mut headers = HeaderMap::new();
+        for (asked, got) in [("1", 10), ("0", 10), ("30", 30), ("999999", 90), ("x", 90)] {
+            headers.insert("keepalive-ping-interval", asked.parse().unwrap());
+            assert_eq!(
+                Pacing::of(&headers).keepalive,
+                Duration::from_secs(got),
+                "{asked}"
+            );
+        }
     }
 
     #[test]
