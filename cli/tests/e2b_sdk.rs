@@ -168,6 +168,13 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     assert!(listed.contains(&by_key["id"]), "{listed:?}");
     assert_eq!(seen["wrong_key"], "AuthenticationException");
     assert_eq!(seen["big_stdin"], "200000", "stdin past 64 KiB in one send");
+    let cap = &seen["process_cap"];
+    assert_eq!(cap["started"], 32, "{cap}");
+    let refusal = cap["refusal"].as_str().unwrap();
+    assert!(
+        refusal.contains("too_many_processes_in_thread") || refusal.contains("32"),
+        "{cap}"
+    );
     assert_eq!(
         seen["follows_after_disconnect"],
         serde_json::json!([]),

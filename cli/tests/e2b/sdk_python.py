@@ -106,6 +106,18 @@ with urllib.request.urlopen(request) as reply:
 seen["follows_after_disconnect"] = [h["owner"] for h in holds if h["owner"] == "process-follow"]
 sbx.commands.kill(lingering.pid)
 
+# The thread's cap on running processes holds through Start as through threadbox's API.
+capped = Sandbox.create(idempotency_key=name("capped"))
+started, refusal = [], None
+for _ in range(40):
+    try:
+        started.append(capped.commands.run("sleep 60", background=True).pid)
+    except Exception as e:  # noqa: BLE001  (the test reads which refusal it was)
+        refusal = f"{type(e).__name__}: {e}"
+        break
+seen["process_cap"] = {"started": len(started), "refusal": refusal}
+capped.kill()
+
 # Stdin in one piece larger than threadbox's 64 KiB a write: envd takes it whole.
 counter = sbx.commands.run("head -c 200000 | wc -c", background=True, stdin=True, timeout=30)
 try:
