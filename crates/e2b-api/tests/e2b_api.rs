@@ -557,15 +557,44 @@ async fn envd_checks_the_sandbox_and_its_token_then_serves_files() {
         .files(Method::GET, "path=../../etc/passwd", at, "", "")
         .await;
     traversal.expect_e2b_error(StatusCode::BAD_REQUEST);
-    // A part past the multipart limit: 413, and nothing written.
-    let mut big = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big\"\r\n\r\n"
-    )
-    .into_bytes();
-    big.extend(std::iter::repeat_n(b'x', 40 << 20));
-    big.extend(format!("\r\n--{boundary}--\r\n").into_bytes());
+    // A part is streamed into the sandbox as a raw upload is, so it may be as large as the
+    // provider's upload limit (100 MiB here), not what the server would hold in memory; past
+    // that, 413 and nothing written.
+    let part = |size: usize| {
+        let mut body = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big\"\r\n\r\n"
+        )
+        .into_bytes();
+        body.extend(std::iter::repeat_n(b'x', size));
+        body.extend(format!("\r\n--{boundary}--\r\n").into_bytes());
+        body
+    };
+    let large = api
+        .files(
+            Method::POST,
+            "path=large",
+            at,
+            &content_type,
+            part(40 << 20),
+        )
+        .await;
+    assert_eq!(
+        large.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&large.body)
+    );
+    let stat = api.fs(at, "Stat", json!({"path": "large"})).await.json();
+    assert_eq!(stat["entry"]["size"], (40u64 << 20).to_string());
+    api.fs(at, "Remove", json!({"path": "large"})).await;
     let oversized = api
-        .files(Method::POST, "path=big", at, &content_type, big)
+        .files(
+            Method::POST,
+            "path=big",
+            at,
+            &content_type,
+            part((100 << 20) + 1),
+        )
         .await;
     oversized.expect_e2b_error(StatusCode::PAYLOAD_TOO_LARGE);
     let big = api.files(Method::GET, "path=big", at, "", "").await;

@@ -1,10 +1,9 @@
 //! envd's `/files`: download (`GET`) and upload (`POST`, multipart or a raw body) through
 //! threadbox's file use cases. Errors are envd's `{"code": <status>, "message"}`.
 //!
-//! A raw (`application/octet-stream`) upload streams into the sandbox up to the provider's
-//! upload limit; a multipart part is read into memory first, so parts are held to
-//! [`MAX_MULTIPART_FILE`] (the SDKs send multipart only for data they already hold in memory),
-//! and all the parts of one body together to the upload limit.
+//! An upload streams into the sandbox as it arrives, a raw (`application/octet-stream`) body or
+//! each multipart part alike, so the server holds no file in memory: a raw body, and all the
+//! parts of one multipart body together, are held to the provider's upload limit.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,14 +18,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use threadbox_api::http::{download_chunks, upload_chunks};
+use threadbox_core::ports::{FileChunks, ProviderError};
 use threadbox_core::usecases::UseCaseError;
+use tokio::sync::mpsc;
 
 use super::{envd_path, Reached};
 use crate::error::E2bError;
 use crate::{header, E2bApi};
-
-/// The largest file one multipart part may carry.
-pub const MAX_MULTIPART_FILE: u64 = 32 * 1024 * 1024;
 
 pub(super) fn routes() -> Router<E2bApi> {
     Router::new().route(
@@ -172,7 +170,6 @@ async fn upload(
     let mut parts = Multipart::from_request(request, &())
         .await
         .map_err(|e| bad(format!("not a multipart body: {e}")))?;
-    let part_limit = limit.min(MAX_MULTIPART_FILE);
     let mut done = Vec::new();
     while let Some(mut part) = parts
         .next_field()
@@ -192,24 +189,47 @@ async fn upload(
                 return Err(bad("a part with no filename, and no path query parameter"))
             }
         };
-        let mut data = Vec::new();
-        while let Some(chunk) = part
-            .chunk()
-            .await
-            .map_err(|e| bad(format!("reading the multipart body failed: {e}")))?
-        {
-            if (data.len() + chunk.len()) as u64 > part_limit {
-                return Err(E2bError::too_large(part_limit as usize));
+        // The part streams into the sandbox as it is read, as a raw upload does: the use case
+        // reads the channel while this feeds it from the part, within what is left of the
+        // body's limit.
+        let left = limit - total;
+        let (feed, chunks) = mpsc::channel::<Result<Vec<u8>, ProviderError>>(4);
+        let chunks: FileChunks = Box::pin(futures::stream::unfold(chunks, |mut rx| async move {
+            rx.recv().await.map(|chunk| (chunk, rx))
+        }));
+        let reading = async {
+            let mut sent = 0u64;
+            let outcome = loop {
+                let chunk = match part.chunk().await {
+                    Ok(Some(chunk)) => chunk,
+                    Ok(None) => break Ok(sent),
+                    Err(e) => break Err(bad(format!("reading the multipart body failed: {e}"))),
+                };
+                sent += chunk.len() as u64;
+                if sent > left {
+                    break Err(E2bError::too_large(limit as usize));
+                }
+                if feed.send(Ok(chunk.to_vec())).await.is_err() {
+                    // The write ended early; its own error says why.
+                    break Ok(sent);
+                }
+            };
+            if outcome.is_err() {
+                let _ = feed
+                    .send(Err(ProviderError::InvalidRequest(
+                        "the upload was cut short".into(),
+                    )))
+                    .await;
             }
-            total += chunk.len() as u64;
-            if total > limit {
-                return Err(E2bError::too_large(limit as usize));
-            }
-            data.extend_from_slice(&chunk);
-        }
-        tb.write_file(&reached.thread, &destination, &data)
-            .await
-            .map_err(|e| file_error(&destination, e))?;
+            drop(feed);
+            outcome
+        };
+        let (read, wrote) = tokio::join!(
+            reading,
+            tb.write_file_from(&reached.thread, &destination, chunks, left)
+        );
+        total += read?;
+        wrote.map_err(|e| file_error(&destination, e))?;
         done.push(written(&destination));
     }
     if done.is_empty() {
