@@ -168,6 +168,8 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     assert!(listed.contains(&by_key["id"]), "{listed:?}");
     assert_eq!(seen["wrong_key"], "AuthenticationException");
     assert_eq!(seen["big_stdin"], "200000", "stdin past 64 KiB in one send");
+    let gzip = seen["gzip_upload"].as_str().unwrap();
+    assert!(gzip.contains("gzip=False"), "{gzip}");
     let cap = &seen["process_cap"];
     assert_eq!(cap["started"], 32, "{cap}");
     let refusal = cap["refusal"].as_str().unwrap();

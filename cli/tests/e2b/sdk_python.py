@@ -135,6 +135,13 @@ except Exception as e:  # noqa: BLE001  (reported to the test, which fails on it
     seen["big_download"] = repr(e)
 sbx.files.remove("big.bin")
 
+# A gzip-compressed upload is refused, not written as the compressed bytes.
+try:
+    sbx.files.write("zipped.txt", "not compressed on disk", gzip=True)
+    seen["gzip_upload"] = "written: " + sbx.files.read("zipped.txt")[:20]
+except Exception as e:  # noqa: BLE001  (the test reads which refusal it was)
+    seen["gzip_upload"] = f"{type(e).__name__}: {e}"
+
 # Code in the sandbox links out of its areas; the file calls do not follow it there.
 sbx.commands.run("ln -sf /etc/passwd ~/escape; ln -sf /proc/1/root/etc/hostname ~/escape2")
 escapes = {}

@@ -1022,3 +1022,30 @@ async fn a_deep_list_dir_does_not_write_the_threads_record_per_folder() {
         after - before
     );
 }
+
+#[tokio::test]
+async fn a_compressed_upload_is_refused_not_written_compressed() {
+    // The SDKs' `gzip=True` sends the body gzipped with `Content-Encoding: gzip`; written as it
+    // came, the file would hold the compressed bytes. Refused, naming it, and nothing written.
+    let api = Api::new();
+    let created = api.create(Some("gzipped"), json!({})).await.json();
+    let (id, token) = (
+        created["sandboxID"].as_str().unwrap(),
+        created["envdAccessToken"].as_str().unwrap(),
+    );
+    let upload = Request::post("/e2b/files?path=z.txt")
+        .header("e2b-sandbox-id", id)
+        .header("x-access-token", token)
+        .header("content-type", "application/octet-stream")
+        .header("content-encoding", "gzip")
+        .body(Body::from(vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0]))
+        .unwrap();
+    let m = api
+        .send(upload)
+        .await
+        .expect_e2b_error(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert!(m.contains("gzip"), "{m}");
+    api.files(Method::GET, "path=z.txt", (id, token), "", "")
+        .await
+        .expect_e2b_error(StatusCode::NOT_FOUND);
+}

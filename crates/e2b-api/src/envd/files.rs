@@ -139,6 +139,19 @@ async fn upload(
 ) -> Result<Response, E2bError> {
     let tb = &reached.tb;
     let limit = tb.upload_limit();
+    // The SDKs' `gzip=True` compresses the body; it is not decompressed here, so it is refused
+    // rather than written as the compressed bytes.
+    if let Some(encoding) = header(request.headers(), "content-encoding")
+        .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))
+    {
+        return Err(E2bError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "Content-Encoding {encoding:?} is not supported by threadbox's E2B API: upload \
+                 without compression (gzip=False)"
+            ),
+        ));
+    }
     let multipart = header(request.headers(), "content-type")
         .is_some_and(|t| t.starts_with("multipart/form-data"));
     if !multipart {
