@@ -57,6 +57,19 @@ pub(super) fn routes(api: E2bApi) -> Router<E2bApi> {
     Router::new().route("/health", get(health)).merge(gated)
 }
 
+/// A Connect service's routes: each of its methods a `POST /{service}/{method}`, as the Connect
+/// protocol names unary and server-streaming calls alike.
+fn connect_service(
+    service: &str,
+    methods: Vec<(&str, axum::routing::MethodRouter<E2bApi>)>,
+) -> Router<E2bApi> {
+    methods
+        .into_iter()
+        .fold(Router::new(), |router, (method, handler)| {
+            router.route(&format!("/{service}/{method}"), handler)
+        })
+}
+
 /// The sandbox proxy's answer for a sandbox that is not there (E2B's 502).
 fn not_found(sandbox_id: &str) -> Response {
     (
