@@ -43,5 +43,9 @@ async fn every_checkpoint_operation_is_unsupported_and_says_e2b() {
         "no fork was made"
     );
     // Deleting a checkpoint a provider never made is nothing to do.
-    p.delete_checkpoint(&cp).await.expect("delete");
+    let thread = threadbox_core::domain::ThreadId::parse("any-thread").unwrap();
+    p.delete_checkpoint(&thread, &cp).await.expect("delete");
+    p.delete_thread_checkpoints(&thread)
+        .await
+        .expect("delete all");
 }

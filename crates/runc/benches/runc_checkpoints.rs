@@ -118,7 +118,14 @@ async fn one_size(p: &RuncProvider, mb: usize, rounds: usize, next: &mut usize) 
         for id in [forked, fresh] {
             p.kill(&id).await.expect("kill");
         }
-        p.delete_checkpoint(&cp).await.expect("delete");
+        let thread = p
+            .info(&source)
+            .await
+            .expect("info")
+            .owner()
+            .expect("owner")
+            .thread_id;
+        p.delete_checkpoint(&thread, &cp).await.expect("delete");
     }
     p.kill(&source).await.expect("kill the source");
     f

@@ -1,7 +1,10 @@
 //! Checkpoints of a sandbox's `/home/user`: take, restore in place, fork into a new sandbox.
 //!
-//! A checkpoint is a directory tree under `<state>/checkpoints/<id>/home`, with `ids.json`
-//! naming the host id range its files are owned by (the source sandbox's). The directory is
+//! A checkpoint is a directory tree under `<state>/checkpoints/<thread>/<id>/home`, with
+//! `ids.json` naming the host id range its files are owned by (the source sandbox's). Each
+//! thread has a folder of its own (named by [`thread_key`]): a sandbox finds only its own
+//! thread's checkpoints, and a thread's destroy removes the folder whole, copies no record
+//! names (a crash between a copy and its record) included. The directory is
 //! the host's own (mode 0700, outside every bundle): no sandbox can reach it, and it counts
 //! against no sandbox's quota. It is made as `.partial-<id>` and renamed into place once
 //! complete, so a checkpoint that exists is whole; a crash leaves a `.partial-` the next open
@@ -35,11 +38,11 @@ use super::idmap::IdRange;
 use super::ids::validate_sandbox_id;
 use super::runtime::ContainerStatus;
 use super::{sandbox_ids, volume, RuncProvider};
-use threadbox_core::domain::CheckpointId;
+use threadbox_core::domain::{CheckpointId, ThreadId};
 use threadbox_core::fault;
 use threadbox_core::ports::{
     CheckpointTaken, CreatedSandbox, ExecRequest, ForkSandbox, ProviderError, Restored,
-    SandboxProvider, StoppedProcess,
+    SandboxOwner, SandboxProvider, StoppedProcess,
 };
 
 /// The bundle file naming a restore under way.
@@ -71,9 +74,17 @@ for round in 1 2 3 4 5; do
 done
 exit 0"#;
 
-/// Where a provider keeps its checkpoints.
+/// Where a provider keeps its checkpoints: a folder per thread (see [`thread_key`]).
 pub(crate) fn checkpoints_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("checkpoints")
+}
+
+/// A thread's folder name: `t-` and its id in URL-safe base64, so no thread id (`..` is one)
+/// can be a path, and the name stays within NAME_MAX (128 characters give 171).
+fn thread_key(thread: &ThreadId) -> String {
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(thread.as_str());
+    format!("t-{encoded}")
 }
 
 fn internal(what: &str, e: impl std::fmt::Display) -> ProviderError {
@@ -96,8 +107,21 @@ fn copy_home(src: &Path, dst: &Path, ids: IdMove, cap: u64) -> Result<CopyStats,
 }
 
 impl RuncProvider {
-    fn checkpoint_dir(&self, id: &CheckpointId) -> PathBuf {
-        checkpoints_dir(&self.config.state_dir).join(id.as_str())
+    /// Where `thread`'s checkpoints are.
+    fn thread_dir(&self, thread: &ThreadId) -> PathBuf {
+        checkpoints_dir(&self.config.state_dir).join(thread_key(thread))
+    }
+
+    fn checkpoint_dir(&self, thread: &ThreadId, id: &CheckpointId) -> PathBuf {
+        self.thread_dir(thread).join(id.as_str())
+    }
+
+    /// The thread a live sandbox belongs to (its owner annotations).
+    async fn thread_of(&self, sandbox_id: &str) -> Result<ThreadId, ProviderError> {
+        let state = self.live_state(sandbox_id).await?;
+        SandboxOwner::from_metadata(&state.annotations)
+            .map(|owner| owner.thread_id)
+            .ok_or_else(|| internal("the sandbox names no owner", sandbox_id))
     }
 
     /// `SandboxProvider::checkpoint`.
@@ -108,7 +132,8 @@ impl RuncProvider {
         max_bytes: u64,
     ) -> Result<CheckpointTaken, ProviderError> {
         let bundle = self.existing_bundle(sandbox_id)?;
-        let root = checkpoints_dir(&self.config.state_dir);
+        let thread = self.thread_of(sandbox_id).await?;
+        let root = self.thread_dir(&thread);
         let dest = root.join(id.as_str());
         if dest.exists() {
             return Err(ProviderError::InvalidRequest(format!(
@@ -195,9 +220,8 @@ impl RuncProvider {
         id: &CheckpointId,
     ) -> Result<Restored, ProviderError> {
         let bundle = self.existing_bundle(sandbox_id)?;
-        let source = self.checkpoint_dir(id);
+        let source = self.checkpoint_dir(&self.thread_of(sandbox_id).await?, id);
         let from = read_ids(&source).map_err(|_| not_found(id))?;
-        self.live_state(sandbox_id).await?;
         let marker = bundle.dir().join(RESTORING);
         write_synced(&marker, id.as_str().as_bytes())
             .map_err(|e| internal("cannot mark the restore", e))?;
@@ -274,15 +298,17 @@ impl RuncProvider {
                 }
             }
         }
-        // Half-made checkpoints of earlier runs.
+        // Half-made checkpoints of earlier runs, in each thread's folder.
         let root = checkpoints_dir(&self.config.state_dir);
-        for entry in fs::read_dir(&root).into_iter().flatten().flatten() {
-            if entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with(PARTIAL_PREFIX)
-            {
-                let _ = remove_tree(&entry.path());
+        for thread in fs::read_dir(&root).into_iter().flatten().flatten() {
+            for entry in fs::read_dir(thread.path()).into_iter().flatten().flatten() {
+                if entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(PARTIAL_PREFIX)
+                {
+                    let _ = remove_tree(&entry.path());
+                }
             }
         }
     }
@@ -295,7 +321,7 @@ impl RuncProvider {
         validate_sandbox_id(sandbox_id)?;
         let id = CheckpointId::parse(checkpoint).map_err(ProviderError::InvalidRequest)?;
         let bundle = self.existing_bundle(sandbox_id)?;
-        let source = self.checkpoint_dir(&id);
+        let source = self.checkpoint_dir(&self.thread_of(sandbox_id).await?, &id);
         let from = read_ids(&source).map_err(|_| not_found(&id))?;
         self.connect(sandbox_id).await?;
         self.stop_processes(sandbox_id).await?;
@@ -312,7 +338,7 @@ impl RuncProvider {
         let source = self.existing_bundle(&request.source)?;
         let from_checkpoint = match &request.checkpoint {
             Some(id) => {
-                let dir = self.checkpoint_dir(id);
+                let dir = self.checkpoint_dir(&self.thread_of(&request.source).await?, id);
                 Some((read_ids(&dir).map_err(|_| not_found(id))?, dir.join("home")))
             }
             None => None,
@@ -383,9 +409,17 @@ impl RuncProvider {
         })
     }
 
-    /// `SandboxProvider::delete_checkpoint`.
-    pub(crate) async fn remove_checkpoint(&self, id: &CheckpointId) -> Result<(), ProviderError> {
-        let dir = self.checkpoint_dir(id);
+    /// `SandboxProvider::delete_checkpoint` (with `id`), and `delete_thread_checkpoints`
+    /// (without: the thread's whole folder, copies no record names included).
+    pub(crate) async fn remove_checkpoints(
+        &self,
+        thread: &ThreadId,
+        id: Option<&CheckpointId>,
+    ) -> Result<(), ProviderError> {
+        let dir = match id {
+            Some(id) => self.checkpoint_dir(thread, id),
+            None => self.thread_dir(thread),
+        };
         tokio::task::spawn_blocking(move || remove_tree(&dir))
             .await
             .map_err(|e| internal("checkpoint removal panicked", e))?

@@ -69,7 +69,7 @@ use self::ids::validate_sandbox_id;
 use self::process_records::ContainerProcs;
 use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use self::volume::VolumePool;
-use threadbox_core::domain::CheckpointId;
+use threadbox_core::domain::{CheckpointId, ThreadId};
 use threadbox_core::ports::{
     processes, too_large_upload, CheckpointTaken, Clock, Connected, CreateSandbox, CreatedSandbox,
     ExecRequest, ExecResult, FileChunks, FileEntry, ForkSandbox, GrepMatch, NetworkProfile,
@@ -438,8 +438,16 @@ impl SandboxProvider for RuncProvider {
         self.fork_sandbox(request).await
     }
 
-    async fn delete_checkpoint(&self, id: &CheckpointId) -> Result<(), ProviderError> {
-        self.remove_checkpoint(id).await
+    async fn delete_checkpoint(
+        &self,
+        thread_id: &ThreadId,
+        id: &CheckpointId,
+    ) -> Result<(), ProviderError> {
+        self.remove_checkpoints(thread_id, Some(id)).await
+    }
+
+    async fn delete_thread_checkpoints(&self, thread_id: &ThreadId) -> Result<(), ProviderError> {
+        self.remove_checkpoints(thread_id, None).await
     }
 
     async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError> {

@@ -73,17 +73,40 @@ impl Fixture {
         self.config.sandboxes_dir().join(id).join("home")
     }
 
+    /// Every entry in every thread's checkpoint folder (`.partial-` ones too), as
+    /// `thread-folder/name`.
     fn checkpoints(&self) -> Vec<String> {
-        let dir = self.config.state_dir.join("checkpoints");
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let list = |dir: &Path| -> Vec<std::fs::DirEntry> {
+            std::fs::read_dir(dir)
+                .map(|d| d.flatten().collect())
+                .unwrap_or_default()
+        };
+        let mut names = Vec::new();
+        for thread in list(&self.config.state_dir.join("checkpoints")) {
+            for entry in list(&thread.path()) {
+                names.push(format!(
+                    "{}/{}",
+                    thread.file_name().to_string_lossy(),
+                    entry.file_name().to_string_lossy()
+                ));
+            }
+        }
         names.sort();
         names
+    }
+
+    /// Where checkpoint `cp`'s copy of the home is.
+    fn copy_of(&self, cp: &CheckpointId) -> std::path::PathBuf {
+        let found = self
+            .checkpoints()
+            .into_iter()
+            .find(|name| name.ends_with(&format!("/{cp}")))
+            .expect("the checkpoint's folder");
+        self.config
+            .state_dir
+            .join("checkpoints")
+            .join(found)
+            .join("home")
     }
 }
 
@@ -126,6 +149,16 @@ fn background(script: &str) -> StartProcess {
     }
 }
 
+/// The thread a sandbox belongs to.
+async fn thread_of(p: &RuncProvider, id: &str) -> threadbox_core::domain::ThreadId {
+    p.info(id)
+        .await
+        .expect("info")
+        .owner()
+        .expect("owner")
+        .thread_id
+}
+
 async fn out(p: &RuncProvider, id: &str, script: &str) -> String {
     let (code, out) = run(p, id, script).await;
     assert_eq!(code, Some(0), "{script}: {out}");
@@ -165,12 +198,7 @@ async fn a_checkpoint_is_consistent_while_a_process_writes() {
         let cp = CheckpointId::generate();
         let taken = p.checkpoint(&id, &cp, 1 << 30).await.expect("checkpoint");
         assert!(taken.files >= 2, "{taken:?}");
-        let copy = fixture
-            .config
-            .state_dir
-            .join("checkpoints")
-            .join(cp.as_str())
-            .join("home");
+        let copy = fixture.copy_of(&cp);
         let read = |name: &str| -> u64 {
             std::fs::read_to_string(copy.join(name))
                 .unwrap()
@@ -183,7 +211,9 @@ async fn a_checkpoint_is_consistent_while_a_process_writes() {
             b == a || b + 1 == a,
             "a={a} b={b}: not one instant of the home"
         );
-        p.delete_checkpoint(&cp).await.expect("delete");
+        p.delete_checkpoint(&thread_of(&p, &id).await, &cp)
+            .await
+            .expect("delete");
         assert!(!copy.exists());
     }
     // The writer ran on after each.
@@ -367,6 +397,47 @@ async fn a_home_over_the_cap_is_refused_with_the_numbers_and_nothing_kept() {
     assert_eq!(out(&p, &id, "echo ok").await, "ok\n");
     let again = p.checkpoint(&id, &CheckpointId::generate(), 1 << 30).await;
     assert!(again.is_ok(), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_threads_checkpoints_are_its_own_and_go_with_it() {
+    let (fixture, p, id) = sandbox!();
+    let other = new_sandbox(&p).await;
+    let (mine, theirs) = (CheckpointId::generate(), CheckpointId::generate());
+    p.checkpoint(&id, &mine, 1 << 30).await.expect("checkpoint");
+    p.checkpoint(&other, &theirs, 1 << 30)
+        .await
+        .expect("checkpoint");
+    // Another thread's checkpoint is not found from this one's sandbox.
+    let refused = p.restore(&id, &theirs).await;
+    assert!(
+        matches!(refused, Err(ProviderError::NotFound(_))),
+        "{refused:?}"
+    );
+    let refused = p
+        .fork(ForkSandbox {
+            source: id.clone(),
+            checkpoint: Some(theirs.clone()),
+            create: create_request(fresh_owner(1)),
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(ProviderError::NotFound(_))),
+        "{refused:?}"
+    );
+    // A copy no record names (a crash before its record) goes with its thread all the same.
+    let stray = fixture
+        .copy_of(&mine)
+        .parent()
+        .unwrap()
+        .with_file_name("cp-00000000000000000001");
+    std::fs::create_dir_all(stray.join("home")).unwrap();
+    p.delete_thread_checkpoints(&thread_of(&p, &id).await)
+        .await
+        .expect("delete the thread's");
+    let left = fixture.checkpoints();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].ends_with(theirs.as_str()), "{left:?}");
 }
 
 /// A crash at `point` while the child process runs `work` over a state directory, then a

@@ -186,6 +186,13 @@ impl MemSandbox {
 /// The sandbox's home, where checkpoints are of.
 const HOME_DIR: &str = "/home/user";
 
+/// The thread a sandbox belongs to (its owner metadata), as text.
+fn thread_of(sandbox: &MemSandbox) -> String {
+    threadbox_core::ports::SandboxOwner::from_metadata(&sandbox.metadata)
+        .map(|o| o.thread_id.to_string())
+        .unwrap_or_default()
+}
+
 /// The entries under the home (not the home itself).
 fn home_of(files: &BTreeMap<String, Node>) -> BTreeMap<String, Node> {
     files
@@ -214,8 +221,9 @@ pub struct InMemoryProvider {
     commands: Mutex<Vec<String>>,
     /// The next exec's name lookup its network refuses, and the exit code it then fails with.
     refuse_next: Mutex<Option<(String, i32)>>,
-    /// Checkpoints: the files under `/home/user` of a sandbox at the time, by checkpoint id.
-    checkpoints: Mutex<HashMap<String, BTreeMap<String, Node>>>,
+    /// Checkpoints: the files under `/home/user` of a sandbox at the time, by thread and
+    /// checkpoint id.
+    checkpoints: Mutex<HashMap<(String, String), BTreeMap<String, Node>>>,
 }
 
 impl InMemoryProvider {
@@ -441,7 +449,7 @@ impl SandboxProvider for InMemoryProvider {
         id: &threadbox_core::domain::CheckpointId,
         max_bytes: u64,
     ) -> Result<threadbox_core::ports::CheckpointTaken, ProviderError> {
-        let home = self.with(sandbox_id, |s| Ok(home_of(&s.files)))?;
+        let (thread, home) = self.with(sandbox_id, |s| Ok((thread_of(s), home_of(&s.files))))?;
         let bytes: u64 = home
             .values()
             .map(|n| match n {
@@ -458,7 +466,7 @@ impl SandboxProvider for InMemoryProvider {
         self.checkpoints
             .lock()
             .unwrap()
-            .insert(id.to_string(), home);
+            .insert((thread, id.to_string()), home);
         Ok(threadbox_core::ports::CheckpointTaken {
             bytes,
             files,
@@ -471,11 +479,12 @@ impl SandboxProvider for InMemoryProvider {
         sandbox_id: &str,
         id: &threadbox_core::domain::CheckpointId,
     ) -> Result<threadbox_core::ports::Restored, ProviderError> {
+        let thread = self.with(sandbox_id, |s| Ok(thread_of(s)))?;
         let saved = self
             .checkpoints
             .lock()
             .unwrap()
-            .get(id.as_str())
+            .get(&(thread, id.to_string()))
             .cloned()
             .ok_or_else(|| ProviderError::NotFound(format!("checkpoint {id} is not here")))?;
         self.with(sandbox_id, |s| {
@@ -489,12 +498,13 @@ impl SandboxProvider for InMemoryProvider {
         &self,
         request: threadbox_core::ports::ForkSandbox,
     ) -> Result<CreatedSandbox, ProviderError> {
+        let thread = self.with(&request.source, |s| Ok(thread_of(s)))?;
         let home = match &request.checkpoint {
             Some(id) => self
                 .checkpoints
                 .lock()
                 .unwrap()
-                .get(id.as_str())
+                .get(&(thread, id.to_string()))
                 .cloned()
                 .ok_or_else(|| ProviderError::NotFound(format!("checkpoint {id} is not here")))?,
             None => self.with(&request.source, |s| Ok(home_of(&s.files)))?,
@@ -509,9 +519,25 @@ impl SandboxProvider for InMemoryProvider {
 
     async fn delete_checkpoint(
         &self,
+        thread_id: &threadbox_core::domain::ThreadId,
         id: &threadbox_core::domain::CheckpointId,
     ) -> Result<(), ProviderError> {
-        self.checkpoints.lock().unwrap().remove(id.as_str());
+        self.checkpoints
+            .lock()
+            .unwrap()
+            .remove(&(thread_id.to_string(), id.to_string()));
+        Ok(())
+    }
+
+    async fn delete_thread_checkpoints(
+        &self,
+        thread_id: &threadbox_core::domain::ThreadId,
+    ) -> Result<(), ProviderError> {
+        let thread = thread_id.to_string();
+        self.checkpoints
+            .lock()
+            .unwrap()
+            .retain(|(t, _), _| *t != thread);
         Ok(())
     }
 

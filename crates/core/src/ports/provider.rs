@@ -511,7 +511,7 @@ pub trait SandboxProvider: Send + Sync {
     // Checkpoints of the home: a provider without them answers `Unsupported`, naming itself.
 
     /// Copy the sandbox's `/home/user` as it is now, consistent even while its processes write,
-    /// under `id` (a new id). A home holding more than `max_bytes` is refused (`NoSpace`, with
+    /// under `id` (a new id), as a checkpoint of the sandbox's thread (its owner). A home holding more than `max_bytes` is refused (`NoSpace`, with
     /// both numbers) before anything is copied.
     async fn checkpoint(
         &self,
@@ -522,8 +522,8 @@ pub trait SandboxProvider: Send + Sync {
         let _ = (sandbox_id, id, max_bytes);
         Err(checkpoints_unsupported(self.name()))
     }
-    /// Put checkpoint `id` back as the sandbox's `/home/user`, in place, stopping its running
-    /// processes (named in the answer). An unknown checkpoint is `NotFound`, and changes nothing.
+    /// Put checkpoint `id` (of the sandbox's thread) back as the sandbox's `/home/user`, in
+    /// place, stopping its running processes (named in the answer). An unknown checkpoint is `NotFound`, and changes nothing.
     async fn restore(
         &self,
         sandbox_id: &str,
@@ -538,10 +538,20 @@ pub trait SandboxProvider: Send + Sync {
         let _ = request;
         Err(checkpoints_unsupported(self.name()))
     }
-    /// Delete checkpoint `id`'s copy; one that is not there succeeds (a provider without
+    /// Delete `thread_id`'s checkpoint `id`; one that is not there succeeds (a provider without
     /// checkpoints has none).
-    async fn delete_checkpoint(&self, id: &CheckpointId) -> Result<(), ProviderError> {
-        let _ = id;
+    async fn delete_checkpoint(
+        &self,
+        thread_id: &ThreadId,
+        id: &CheckpointId,
+    ) -> Result<(), ProviderError> {
+        let _ = (thread_id, id);
+        Ok(())
+    }
+    /// Delete every checkpoint copy of `thread_id` (its destroy), recorded or not: one a crash
+    /// left unrecorded goes with the rest.
+    async fn delete_thread_checkpoints(&self, thread_id: &ThreadId) -> Result<(), ProviderError> {
+        let _ = thread_id;
         Ok(())
     }
     /// Sandboxes whose metadata contains every pair in `metadata`; an empty map lists them all.

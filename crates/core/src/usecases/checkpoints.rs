@@ -114,12 +114,12 @@ impl Threadbox {
             Ok(dropped) => dropped,
             Err(e) => {
                 // Not recorded: the copy is nobody's.
-                self.delete_copy(&id).await;
+                self.delete_copy(thread_id, &id).await;
                 return Err(e.into());
             }
         };
         for old in &dropped {
-            self.delete_copy(&old.id).await;
+            self.delete_copy(thread_id, &old.id).await;
         }
         let mut detail = format!(
             "checkpoint {id} taken ({} bytes, {} files, the sandbox stalled {} ms)",
@@ -180,7 +180,7 @@ impl Threadbox {
                 thread_id: thread_id.clone(),
                 checkpoint: id.clone(),
             })?;
-        self.delete_copy(id).await;
+        self.delete_copy(thread_id, id).await;
         Ok(removed)
     }
 
@@ -311,17 +311,21 @@ impl Threadbox {
         };
         for checkpoint in all {
             match checkpoints.store.remove(thread_id, &checkpoint.id).await {
-                Ok(_) => self.delete_copy(&checkpoint.id).await,
+                Ok(_) => self.delete_copy(thread_id, &checkpoint.id).await,
                 Err(error) => {
                     tracing::warn!(%thread_id, %error, "cannot forget a destroyed thread's checkpoint")
                 }
             }
         }
+        // And any copy a crash left without a record.
+        if let Err(error) = self.provider.delete_thread_checkpoints(thread_id).await {
+            tracing::warn!(%thread_id, %error, "cannot delete a destroyed thread's checkpoint copies");
+        }
     }
 
     /// Delete a checkpoint's copy; a failure is logged (the record is gone already).
-    async fn delete_copy(&self, id: &CheckpointId) {
-        if let Err(error) = self.provider.delete_checkpoint(id).await {
+    async fn delete_copy(&self, thread_id: &ThreadId, id: &CheckpointId) {
+        if let Err(error) = self.provider.delete_checkpoint(thread_id, id).await {
             tracing::warn!(checkpoint = %id, %error, "cannot delete a checkpoint's copy");
         }
     }
