@@ -50,6 +50,8 @@ const RESTORING: &str = "restoring";
 const PARTIAL_PREFIX: &str = ".partial-";
 /// An ext4 home's own directory, which is the filesystem's, not the sandbox's.
 const LOST_FOUND: &str = "lost+found";
+/// How many times a rootless freeze is tried before the checkpoint gives up.
+const FREEZE_ATTEMPTS: u32 = 5;
 /// The most stopped processes a restore names.
 const MAX_NAMED: usize = 200;
 /// The longest command line a restore names, in characters.
@@ -197,8 +199,20 @@ impl RuncProvider {
         let was_paused = state.status == ContainerStatus::Paused;
         let started = Instant::now();
         if !was_paused {
-            if let Err(e) = self.runc.pause(sandbox_id).await {
-                return Err(self.classify(sandbox_id, e).await);
+            // Rootless, the freeze is SIGSTOP to each process in turn, which a sandbox forking
+            // hard can outrun; a failed one leaves it running, so it is tried again a few times.
+            let attempts = if self.is_rootless() {
+                FREEZE_ATTEMPTS
+            } else {
+                1
+            };
+            let mut attempt = 1;
+            while let Err(e) = self.runc.pause(sandbox_id).await {
+                if attempt >= attempts {
+                    return Err(self.classify(sandbox_id, e).await);
+                }
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
             }
         }
         let answer = tokio::task::spawn_blocking(work).await;

@@ -182,8 +182,9 @@ async fn a_checkpoint_is_consistent_while_a_process_writes() {
     // Two files always written in order, a then b, each replaced whole: any instant of the home
     // has b equal to a or one behind it. A copy taken while the writer ran on could see more.
     // Rootless, the freeze is SIGSTOP to each process in turn, which a loop forking without
-    // pause can outrun (the pause then fails, and says so): there the writer rests 10 ms a turn.
-    let rest = if is_root() { "" } else { "sleep 0.01;" };
+    // pause can outrun (the pause then fails, and says so, after a few tries): there the
+    // writer rests 50 ms a turn, as in `runc_rootless`'s pause test.
+    let rest = if is_root() { "" } else { "sleep 0.05;" };
     p.start_process(
         &id,
         background(&format!(
