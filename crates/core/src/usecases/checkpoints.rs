@@ -10,6 +10,7 @@
 //! change of state: a restore keeps the thread's sandbox and generation, and says which
 //! processes it stopped; a fork writes an event on both threads, each naming the other.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::domain::{
@@ -264,6 +265,10 @@ impl Threadbox {
                         create: true,
                         hold: None,
                         network: Some(network),
+                        // The fork runs commands as its source does; its labels (an E2B
+                        // create's metadata, which can name the thread) stay the source's own.
+                        env: source.env.clone(),
+                        labels: BTreeMap::new(),
                     },
                     ForkFrom {
                         source: held.sandbox_id.clone(),
