@@ -45,8 +45,8 @@ use threadbox_core::usecases::{Config, Threadbox, WarmPool};
 use threadbox_providers::ProviderSetup;
 use threadbox_runc::RuncConfig;
 use threadbox_sqlite::{
-    Database, QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
-    SqliteWindowCounter,
+    Database, QueueConfig, SqliteCheckpointStore, SqliteDedupe, SqliteQueue, SqliteSessionStore,
+    SqliteSubscriptionStore, SqliteWindowCounter,
 };
 use tokio::net::TcpListener;
 
@@ -94,6 +94,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             per_thread: args.slack_thread_rate,
             per_team: args.slack_team_rate,
         },
+        checkpoint_turns: args.checkpoint_turns,
     })
     .await?;
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, args.port))
@@ -187,6 +188,8 @@ struct Stores {
     subscriptions: Arc<SqliteSubscriptionStore>,
     /// What each fan-out target has, so a restart repeats nothing.
     dedupe: Arc<dyn DedupeStore>,
+    /// The records of the threads' checkpoints.
+    checkpoints: Arc<SqliteCheckpointStore>,
 }
 
 impl Stores {
@@ -208,7 +211,13 @@ impl Stores {
             SqliteDedupe::open(db_path)
                 .with_context(|| format!("opening {}", db_path.display()))?,
         );
+        let checkpoints = Arc::new(
+            SqliteCheckpointStore::new(database.clone())
+                .await
+                .context("opening the checkpoint records")?,
+        );
         Ok(Self {
+            checkpoints,
             store: Arc::new(store),
             database,
             queue,
@@ -301,7 +310,8 @@ async fn build_threadbox(
         store: stores.store.clone(),
         size: args.warm_pool_size(chosen),
         max_age: args.warm_pool_max_age,
-    }))
+    })
+    .with_checkpoints(stores.checkpoints.clone(), args.checkpoint_retention()?))
 }
 
 /// The API keys, and what the banner says about them.

@@ -100,6 +100,10 @@ command_body! {
         /// default it runs on to its end, its output dropped).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         pub kill_on_disconnect: bool,
+        /// Take a checkpoint of the home first (cause `turn`), so the command can be undone by
+        /// restoring it; the answer names it. A refused checkpoint runs nothing.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub checkpoint: bool,
     }
 }
 

@@ -30,11 +30,13 @@
 mod admission;
 mod bundle;
 mod cgroup;
+mod checkpoint;
 mod command;
 mod config;
 mod create;
 mod exec;
 mod files;
+mod home_copy;
 mod idmap;
 mod ids;
 pub mod image;
@@ -68,11 +70,12 @@ use self::ids::validate_sandbox_id;
 use self::process_records::ContainerProcs;
 use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use self::volume::VolumePool;
+use threadbox_core::domain::{CheckpointId, ThreadId};
 use threadbox_core::ports::{
-    processes, too_large_upload, Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest,
-    ExecResult, FileChunks, FileEntry, GrepMatch, NetworkProfile, NetworkRefusals, OpenFile,
-    OutputSink, ProcessInfo, ProcessOutput, ProcessSignal, ProviderError, SandboxInfo,
-    SandboxProvider, SandboxState,
+    processes, too_large_upload, CheckpointTaken, Clock, Connected, CreateSandbox, CreatedSandbox,
+    ExecRequest, ExecResult, FileChunks, FileEntry, ForkSandbox, GrepMatch, NetworkProfile,
+    NetworkRefusals, OpenFile, OutputSink, ProcessInfo, ProcessOutput, ProcessSignal,
+    ProviderError, Restored, SandboxInfo, SandboxProvider, SandboxState,
 };
 
 pub use self::config::{find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits};
@@ -413,6 +416,39 @@ impl SandboxProvider for RuncProvider {
         }
         let state = self.live_state(sandbox_id).await?;
         Ok(Some(self.networks.refusals(sandbox_id, state.pid).await))
+    }
+
+    async fn checkpoint(
+        &self,
+        sandbox_id: &str,
+        id: &CheckpointId,
+        max_bytes: u64,
+    ) -> Result<CheckpointTaken, ProviderError> {
+        self.take_checkpoint(sandbox_id, id, max_bytes).await
+    }
+
+    async fn restore(
+        &self,
+        sandbox_id: &str,
+        id: &CheckpointId,
+    ) -> Result<Restored, ProviderError> {
+        self.restore_checkpoint(sandbox_id, id).await
+    }
+
+    async fn fork(&self, request: ForkSandbox) -> Result<CreatedSandbox, ProviderError> {
+        self.fork_sandbox(request).await
+    }
+
+    async fn delete_checkpoint(
+        &self,
+        thread_id: &ThreadId,
+        id: &CheckpointId,
+    ) -> Result<(), ProviderError> {
+        self.remove_checkpoints(thread_id, Some(id)).await
+    }
+
+    async fn delete_thread_checkpoints(&self, thread_id: &ThreadId) -> Result<(), ProviderError> {
+        self.remove_checkpoints(thread_id, None).await
     }
 
     async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError> {

@@ -4,6 +4,7 @@
 //! need for new threads).
 
 mod budget;
+mod checkpoint;
 mod egress_credentials;
 pub mod network;
 mod network_defaults;
@@ -20,6 +21,11 @@ pub use budget::{
     charged_key, creates_key, day_of, hour_of, scope_compute_key, vcpu_ms, BudgetExceeded,
     BudgetScope, Budgeted, Budgets, BUDGET_CHECK_SECS_VAR, DEFAULT_BUDGET_CHECK,
     SCOPE_COMPUTE_BUDGET_VAR, SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR,
+};
+pub use checkpoint::{
+    check_label, newest_first, Checkpoint, CheckpointCause, CheckpointId, CheckpointRetention,
+    CHECKPOINTS_KEPT_VAR, CHECKPOINT_BYTES_VAR, DEFAULT_CHECKPOINTS_KEPT, DEFAULT_CHECKPOINT_BYTES,
+    MAX_CHECKPOINTS_PER_THREAD, MAX_LABEL_CHARS,
 };
 pub use egress_credentials::{
     EgressCredentials, EgressCredentialsError, HeaderSecret, HostCredentials,

@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::CheckpointId;
 use crate::domain::{
     Cause, Command, Millis, NetworkProfile, Observed, RejectKind, Rejected, Session, Status,
     ThreadId,
 };
-use crate::ports::{CreateSandbox, ProviderError, SandboxOwner, SandboxState};
+use crate::ports::{CreateSandbox, ForkSandbox, ProviderError, SandboxOwner, SandboxState};
 
 use super::error::UseCaseError;
 use super::hold_request::{HoldRequest, PendingHold};
@@ -72,6 +73,24 @@ impl Default for ResolveOptions {
     }
 }
 
+/// Where a fork's sandbox comes from (`Threadbox::fork`, carried through the resolve that
+/// creates its thread).
+#[derive(Clone, Debug)]
+pub(crate) struct ForkFrom {
+    pub source: String,
+    pub checkpoint: Option<CheckpointId>,
+}
+
+impl ForkFrom {
+    fn request(&self, create: CreateSandbox) -> ForkSandbox {
+        ForkSandbox {
+            source: self.source.clone(),
+            checkpoint: self.checkpoint.clone(),
+            create,
+        }
+    }
+}
+
 /// Flags gathered along the way for the handle.
 #[derive(Default)]
 struct Trail {
@@ -79,6 +98,8 @@ struct Trail {
     resumed: bool,
     recreated: bool,
     pooled: bool,
+    /// The sandbox to make is a fork of another (`Threadbox::fork`): the thread must be new.
+    fork: Option<ForkFrom>,
 }
 
 impl Threadbox {
@@ -106,8 +127,31 @@ impl Threadbox {
         thread_id: &ThreadId,
         options: ResolveOptions,
     ) -> Result<SandboxHandle, UseCaseError> {
+        self.resolve_trail(thread_id, options, Trail::default())
+            .await
+    }
+
+    /// Create `thread_id`, which must not exist, with a fork of another sandbox.
+    pub(crate) async fn resolve_fork(
+        &self,
+        thread_id: &ThreadId,
+        options: ResolveOptions,
+        fork: ForkFrom,
+    ) -> Result<SandboxHandle, UseCaseError> {
+        let trail = Trail {
+            fork: Some(fork),
+            ..Trail::default()
+        };
+        self.resolve_trail(thread_id, options, trail).await
+    }
+
+    async fn resolve_trail(
+        &self,
+        thread_id: &ThreadId,
+        options: ResolveOptions,
+        mut trail: Trail,
+    ) -> Result<SandboxHandle, UseCaseError> {
         let mut settling = Settling::start(&self.config);
-        let mut trail = Trail::default();
         let hold = options.hold.as_ref().map(HoldRequest::pending);
         // Each step either answers or leaves the record changed (or contended): read it again.
         loop {
@@ -124,6 +168,10 @@ impl Threadbox {
                 }
                 continue;
             };
+            if trail.fork.is_some() && !trail.created {
+                // Made by someone else since the fork checked: a fork never takes a thread over.
+                return Err(UseCaseError::ThreadExists(thread_id.clone()));
+            }
             if let Some(wanted) = &options.network {
                 if *wanted != current.network {
                     return Err(UseCaseError::NetworkConflict {
@@ -392,7 +440,12 @@ impl Threadbox {
         // A warm pool member an earlier sandbox of this thread came from (lost, so being
         // replaced): its record goes once the replacement is bound.
         let replaced_member = claimed.pool_member.clone();
-        match self.take_pool_member(&claimed, cause, hold).await? {
+        let pool = match trail.fork {
+            // A fork's sandbox is made from its source, never taken from the pool.
+            Some(_) => PoolTake::Empty,
+            None => self.take_pool_member(&claimed, cause, hold).await?,
+        };
+        match pool {
             PoolTake::Bound(s) => {
                 trail.pooled = true;
                 if let Some(member_id) = &replaced_member {
@@ -414,7 +467,11 @@ impl Threadbox {
             timeout: self.config.sandbox_timeout,
             env: Default::default(),
         };
-        let created = match self.provider.create(request).await {
+        let made = match &trail.fork {
+            Some(fork) => self.provider.fork(fork.request(request)).await,
+            None => self.provider.create(request).await,
+        };
+        let created = match made {
             Ok(created) => created,
             Err(error) => {
                 tracing::warn!(thread_id = %claimed.thread_id, %error, "sandbox create failed");

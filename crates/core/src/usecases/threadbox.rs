@@ -4,11 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{
-    BudgetScope, Budgets, Cause, Change, Command, GonePolicy, LifecycleEvent, NetworkDefaults,
-    Pricing, Session, ThreadId, Timers,
+    BudgetScope, Budgets, Cause, Change, CheckpointRetention, Command, GonePolicy, LifecycleEvent,
+    NetworkDefaults, Pricing, Session, ThreadId, Timers,
 };
 use crate::ports::{
-    Clock, DurableQueue, SandboxProvider, SessionStore, WarmPoolStore, WindowCounter,
+    CheckpointStore, Clock, DurableQueue, SandboxProvider, SessionStore, WarmPoolStore,
+    WindowCounter,
 };
 
 use super::error::UseCaseError;
@@ -86,6 +87,13 @@ pub struct WarmPool {
     pub max_age: Duration,
 }
 
+/// The checkpoint store and the per-thread limits (`Threadbox::with_checkpoints`).
+#[derive(Clone)]
+pub struct Checkpoints {
+    pub store: Arc<dyn CheckpointStore>,
+    pub retention: CheckpointRetention,
+}
+
 /// Everything a use case needs. Cheap to clone; share one per process.
 #[derive(Clone)]
 pub struct Threadbox {
@@ -103,6 +111,9 @@ pub struct Threadbox {
     pub budget_counter: Option<Arc<dyn WindowCounter>>,
     /// Sandboxes made ahead for new threads (`with_warm_pool`); `None`: every create waits.
     pub warm_pool: Option<WarmPool>,
+    /// Where checkpoint records are kept and the limits (`with_checkpoints`); `None`: the
+    /// checkpoint calls answer `unsupported`.
+    pub checkpoints: Option<Checkpoints>,
     /// Whose budgets this handle's work is charged to (`for_caller`, `usecases::budget`).
     /// Private, so only `for_caller` sets it; a clone carries it into any task it is moved to.
     pub(crate) caller: Option<BudgetScope>,
@@ -136,6 +147,7 @@ impl Threadbox {
             transitions: None,
             budget_counter: None,
             warm_pool: None,
+            checkpoints: None,
             caller: None,
         }
     }

@@ -10,7 +10,7 @@ use threadbox_core::ports::{ExecCommand, ExecRequest, FileEntry, FileKind};
 use threadbox_core::usecases::UseCaseError;
 use threadbox_e2b::rfc3339;
 
-use super::{envd_path, unimplemented, Answer, Reached, Unary};
+use super::{connect_service, envd_path, unimplemented, Answer, Reached, Unary};
 use crate::error::ConnectError;
 use crate::E2bApi;
 
@@ -20,19 +20,20 @@ const MAX_DEPTH: u32 = 16;
 const MAX_ENTRIES: usize = 10_000;
 
 pub(super) fn routes() -> Router<E2bApi> {
-    Router::new()
-        .route("/filesystem.Filesystem/Stat", post(stat))
-        .route("/filesystem.Filesystem/MakeDir", post(make_dir))
-        .route("/filesystem.Filesystem/Move", post(move_entry))
-        .route("/filesystem.Filesystem/ListDir", post(list_dir))
-        .route("/filesystem.Filesystem/Remove", post(remove))
-        .route("/filesystem.Filesystem/WatchDir", post(unimplemented))
-        .route("/filesystem.Filesystem/CreateWatcher", post(unimplemented))
-        .route(
-            "/filesystem.Filesystem/GetWatcherEvents",
-            post(unimplemented),
-        )
-        .route("/filesystem.Filesystem/RemoveWatcher", post(unimplemented))
+    connect_service(
+        "filesystem.Filesystem",
+        vec![
+            ("Stat", post(stat)),
+            ("MakeDir", post(make_dir)),
+            ("Move", post(move_entry)),
+            ("ListDir", post(list_dir)),
+            ("Remove", post(remove)),
+            ("WatchDir", post(unimplemented)),
+            ("CreateWatcher", post(unimplemented)),
+            ("GetWatcherEvents", post(unimplemented)),
+            ("RemoveWatcher", post(unimplemented)),
+        ],
+    )
 }
 
 /// `EntryInfo` in protojson (int64 as a string, enums by name, zero values left out).

@@ -60,6 +60,19 @@ pub(super) fn routes(api: E2bApi) -> Router<E2bApi> {
     Router::new().route("/health", get(health)).merge(gated)
 }
 
+/// A Connect service's routes: each of its methods a `POST /{service}/{method}`, as the Connect
+/// protocol names unary and server-streaming calls alike.
+fn connect_service(
+    service: &str,
+    methods: Vec<(&str, axum::routing::MethodRouter<E2bApi>)>,
+) -> Router<E2bApi> {
+    methods
+        .into_iter()
+        .fold(Router::new(), |router, (method, handler)| {
+            router.route(&format!("/{service}/{method}"), handler)
+        })
+}
+
 /// Why an envd request is not served, in the order E2B's proxy and envd check.
 enum Refused {
     /// The proxy's 502: no such sandbox, or gone (`sandboxId` as the request named it).

@@ -31,7 +31,7 @@ use threadbox_core::ports::{
 use threadbox_core::usecases::MAX_PROCESS_IDLE;
 use threadbox_e2b::wire::{end_stream_frame, event_frame, request_frame, Pty, StartRequest};
 
-use super::{envd_path, unimplemented, Answer, Reached, Unary};
+use super::{connect_service, envd_path, unimplemented, Answer, Reached, Unary};
 use crate::error::ConnectError;
 use crate::{header, read_body, E2bApi, MAX_JSON_BODY};
 
@@ -45,15 +45,19 @@ const MIN_KEEPALIVE: Duration = Duration::from_secs(10);
 const STREAM_BUFFER: usize = 64;
 
 pub(super) fn routes() -> Router<E2bApi> {
-    Router::new()
-        .route("/process.Process/Start", post(start))
-        .route("/process.Process/Connect", post(connect))
-        .route("/process.Process/List", post(list))
-        .route("/process.Process/SendInput", post(send_input))
-        .route("/process.Process/SendSignal", post(send_signal))
-        .route("/process.Process/Update", post(update))
-        .route("/process.Process/CloseStdin", post(unimplemented))
-        .route("/process.Process/StreamInput", post(unimplemented))
+    connect_service(
+        "process.Process",
+        vec![
+            ("Start", post(start)),
+            ("Connect", post(connect)),
+            ("List", post(list)),
+            ("SendInput", post(send_input)),
+            ("SendSignal", post(send_signal)),
+            ("Update", post(update)),
+            ("CloseStdin", post(unimplemented)),
+            ("StreamInput", post(unimplemented)),
+        ],
+    )
 }
 
 /// The pid E2B's clients see for a threadbox process id: FNV-1a, 31 bits, never 0.
