@@ -74,7 +74,9 @@ use threadbox_core::ports::{
     SandboxProvider, SandboxState,
 };
 
-pub use self::config::{find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits};
+pub use self::config::{
+    find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits, DEFAULT_WARM_POOL,
+};
 pub use self::network::NetworkConfig;
 pub use self::rootless::WEAKER as ROOTLESS_WEAKER;
 

@@ -305,6 +305,17 @@ impl Runc {
         op: &'static str,
         args: &[S],
     ) -> Result<Vec<u8>, RuncError> {
+        use tracing::Instrument;
+        self.call_untraced(op, args)
+            .instrument(tracing::debug_span!("runc", op))
+            .await
+    }
+
+    async fn call_untraced<S: AsRef<OsStr>>(
+        &self,
+        op: &'static str,
+        args: &[S],
+    ) -> Result<Vec<u8>, RuncError> {
         let mut cmd = self.command();
         cmd.args(args)
             .stdin(Stdio::null())

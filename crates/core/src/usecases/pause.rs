@@ -1,6 +1,8 @@
 //! Pause, destroy and reset: the transitions that take a sandbox out of service; and the
 //! handler of the transitions the janitor claimed and handed to the transition queue.
 
+use tracing::Instrument;
+
 use crate::domain::{Cause, Command, RejectKind, Session, Status, ThreadId};
 use crate::ports::{OutgoingMessage, ProviderError, RecordOutcome};
 
@@ -144,7 +146,12 @@ impl Threadbox {
         cause: Cause,
     ) -> Result<PauseOutcome, UseCaseError> {
         let sandbox_id = claimed.sandbox_id.clone().unwrap_or_default();
-        match self.provider.pause(&sandbox_id).await {
+        let paused = self
+            .provider
+            .pause(&sandbox_id)
+            .instrument(tracing::debug_span!("provider.pause"))
+            .await;
+        match paused {
             Ok(()) => {
                 crate::fault::point("after-provider-pause");
                 match self

@@ -6,6 +6,7 @@
 //! fenced out by the version check on its final write, kills what it made, and re-reads.
 
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
 
 use crate::domain::{
     Cause, Command, Millis, NetworkProfile, Observed, RejectKind, Rejected, Session, Status,
@@ -104,7 +105,12 @@ impl Threadbox {
         // Each step either answers or leaves the record changed (or contended): read it again.
         loop {
             let now = self.clock.now();
-            let Some(current) = self.store.load(thread_id).await? else {
+            let loaded = self
+                .store
+                .load(thread_id)
+                .instrument(tracing::debug_span!("store.load"))
+                .await?;
+            let Some(current) = loaded else {
                 if !options.create {
                     return Err(UseCaseError::UnknownThread(thread_id.clone()));
                 }
@@ -179,6 +185,7 @@ impl Threadbox {
         match self
             .store
             .insert_new(&session, std::slice::from_ref(&event))
+            .instrument(tracing::debug_span!("store.insert_new"))
             .await
         {
             Ok(()) => {
@@ -382,7 +389,11 @@ impl Threadbox {
         // A warm pool member an earlier sandbox of this thread came from (lost, so being
         // replaced): its record goes once the replacement is bound.
         let replaced_member = claimed.pool_member.clone();
-        match self.take_pool_member(&claimed, cause, hold).await? {
+        let taken = self
+            .take_pool_member(&claimed, cause, hold)
+            .instrument(tracing::debug_span!("pool.take"))
+            .await?;
+        match taken {
             PoolTake::Bound(s) => {
                 trail.pooled = true;
                 if let Some(member_id) = &replaced_member {
@@ -404,7 +415,12 @@ impl Threadbox {
             timeout: self.config.sandbox_timeout,
             env: Default::default(),
         };
-        let created = match self.provider.create(request).await {
+        let created = self
+            .provider
+            .create(request)
+            .instrument(tracing::debug_span!("provider.create"))
+            .await;
+        let created = match created {
             Ok(created) => created,
             Err(error) => {
                 tracing::warn!(thread_id = %claimed.thread_id, %error, "sandbox create failed");
@@ -459,7 +475,12 @@ impl Threadbox {
         trail: &mut Trail,
     ) -> Result<Option<SandboxHandle>, UseCaseError> {
         let sandbox_id = claimed.sandbox_id.clone().unwrap_or_default();
-        match self.provider.connect(&sandbox_id).await {
+        let connected = self
+            .provider
+            .connect(&sandbox_id)
+            .instrument(tracing::debug_span!("provider.connect"))
+            .await;
+        match connected {
             Ok(connected) => {
                 let now = self.clock.now();
                 let step = self

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::domain::{
     BudgetScope, Budgets, Cause, Change, Command, GonePolicy, LifecycleEvent, NetworkDefaults,
     Pricing, Session, ThreadId, Timers,
@@ -103,6 +105,8 @@ pub struct Threadbox {
     pub budget_counter: Option<Arc<dyn WindowCounter>>,
     /// Sandboxes made ahead for new threads (`with_warm_pool`); `None`: every create waits.
     pub warm_pool: Option<WarmPool>,
+    /// Woken each time a new thread takes a warm pool member (`with_pool_refills`).
+    pub(crate) pool_taken: Option<Arc<tokio::sync::Notify>>,
     /// Whose budgets this handle's work is charged to (`for_caller`, `usecases::budget`).
     /// Private, so only `for_caller` sets it; a clone carries it into any task it is moved to.
     pub(crate) caller: Option<BudgetScope>,
@@ -136,6 +140,7 @@ impl Threadbox {
             transitions: None,
             budget_counter: None,
             warm_pool: None,
+            pool_taken: None,
             caller: None,
         }
     }
@@ -200,7 +205,12 @@ impl Threadbox {
                 Step::Conflict => {}
                 done => return Ok(done),
             }
-            let Some(now) = self.store.load(&claimed.thread_id).await? else {
+            let Some(now) = self
+                .store
+                .load(&claimed.thread_id)
+                .instrument(tracing::debug_span!("store.load"))
+                .await?
+            else {
                 return Ok(Step::Conflict);
             };
             let same_claim = now.status == claimed.status
@@ -222,7 +232,12 @@ impl Threadbox {
     ) -> Result<Step, UseCaseError> {
         next.version = expected + 1;
         self.due_for_budget_check(&mut next);
-        match self.store.save(&next, expected, &events).await {
+        let saved = self
+            .store
+            .save(&next, expected, &events)
+            .instrument(tracing::debug_span!("store.save", events = events.len()))
+            .await;
+        match saved {
             Ok(()) => {
                 self.publish(&events).await;
                 Ok(Step::Moved(next))
@@ -235,6 +250,7 @@ impl Threadbox {
     pub async fn load(&self, thread_id: &ThreadId) -> Result<Session, UseCaseError> {
         self.store
             .load(thread_id)
+            .instrument(tracing::debug_span!("store.load"))
             .await?
             .ok_or_else(|| UseCaseError::UnknownThread(thread_id.clone()))
     }
