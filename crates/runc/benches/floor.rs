@@ -246,6 +246,8 @@ async fn main() {
         None,
         "≤ 20 ms",
     );
+    // The bare cold create's halves, for the create path's parts.
+    let (mut bare_run, mut bare_exec) = (Vec::new(), Vec::new());
     let mut bench = Bench {
         times,
         breakdown: Breakdown::default(),
@@ -263,6 +265,7 @@ async fn main() {
         let bare_id = format!("bare-create-{n}");
         let mut ours = Duration::ZERO;
         let mut theirs = Duration::ZERO;
+        let mut bare_ran = Duration::ZERO;
         for side in [ours_first, !ours_first] {
             if side {
                 let ((took, from_pool), _) = bench
@@ -272,7 +275,7 @@ async fn main() {
                 ours = took;
             } else {
                 settle().await;
-                theirs = bare.run_and_exec(&bare_id).await.1;
+                (bare_ran, theirs) = bare.run_and_exec(&bare_id).await;
             }
         }
         tb.destroy(&fresh, Cause::User).await.expect("destroy");
@@ -325,6 +328,8 @@ async fn main() {
         }
         create.ours.push(ours);
         create.bare.push(theirs);
+        bare_run.push(bare_ran);
+        bare_exec.push(theirs - bare_ran);
         warm.ours.push(pooled_took);
         warm.bare.push(theirs);
         for (i, figure) in [&mut exec, &mut pause, &mut resume, &mut woke]
@@ -368,6 +373,11 @@ async fn main() {
     println!(
         "(bare runc's side: run --detach + exec true for both new-thread rows; exec true; pause; \
          resume; resume + exec echo to its first byte for the wake)"
+    );
+    println!(
+        "bare cold create's halves: run --detach {:.1} ms, exec true {:.1} ms (medians)",
+        percentile(&bare_run, 0.5),
+        percentile(&bare_exec, 0.5)
     );
     bench.breakdown.print();
 

@@ -65,7 +65,7 @@ use self::files::SandboxFs;
 use self::idmap::{IdRange, IdRanges};
 use self::ids::validate_sandbox_id;
 use self::process_records::ContainerProcs;
-use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
+use self::runtime::{ContainerState, ContainerStatus, Runc};
 use self::volume::VolumePool;
 use threadbox_core::ports::{
     processes, too_large_upload, Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest,
@@ -177,16 +177,6 @@ impl RuncProvider {
         match self.runc.state(id).await? {
             Some(state) if state.status.is_alive() => Ok(state),
             _ => Err(gone(id)),
-        }
-    }
-
-    /// Turn a failed runc call into the right error: `Gone` if the container is not there any
-    /// more, the call's own error otherwise.
-    async fn classify(&self, id: &str, err: RuncError) -> ProviderError {
-        match self.runc.state(id).await {
-            Ok(Some(state)) if state.status.is_alive() => err.into(),
-            Ok(_) => gone(id),
-            Err(state_err) => state_err.into(),
         }
     }
 
@@ -322,18 +312,27 @@ impl SandboxProvider for RuncProvider {
         self.existing_bundle(sandbox_id)?;
         let slot = self.slot(sandbox_id);
         let _lifecycle = slot.lifecycle.lock().await;
-        let state = self.live_state(sandbox_id).await?;
-        let resumed = state.status == ContainerStatus::Paused;
-        if resumed {
-            if let Err(e) = self.runc.resume(sandbox_id).await {
-                return Err(self.classify(sandbox_id, e).await);
+        // Resumed straight away: a connect is nearly always for a sandbox its record says is
+        // paused, and asking `runc state` first cost a second runc process, as long as the
+        // resume itself. Only a refused resume asks, to tell a running sandbox (nothing to
+        // resume) from a gone one.
+        match self.runc.resume(sandbox_id).await {
+            Ok(()) => {
+                tracing::info!(sandbox_id, "sandbox resumed");
+                Ok(Connected {
+                    resumed: true,
+                    provider_session_id: None,
+                })
             }
-            tracing::info!(sandbox_id, "sandbox resumed");
+            Err(e) => match self.runc.state(sandbox_id).await? {
+                Some(state) if state.status == ContainerStatus::Paused => Err(e.into()),
+                Some(state) if state.status.is_alive() => Ok(Connected {
+                    resumed: false,
+                    provider_session_id: None,
+                }),
+                _ => Err(gone(sandbox_id)),
+            },
         }
-        Ok(Connected {
-            resumed,
-            provider_session_id: None,
-        })
     }
 
     #[tracing::instrument(skip(self))]

@@ -189,9 +189,9 @@ impl Threadbox {
             .await
         {
             Ok(()) => {
-                self.publish(std::slice::from_ref(&event)).await;
                 trail.created = true;
-                self.create_sandbox(session, Cause::User, hold, trail).await
+                self.create_sandbox(session, vec![event], Cause::User, hold, trail)
+                    .await
             }
             Err(e) => {
                 // Another resolve created the thread (or the write failed): the slot made
@@ -248,12 +248,11 @@ impl Threadbox {
         {
             return Err(UseCaseError::Budget(exceeded));
         }
-        match self
-            .step(current, Command::Resume, Cause::User, None, |_| {})
-            .await?
-        {
-            Step::Moved(s) => self.resume_sandbox(s, hold, trail).await,
-            Step::NoOp | Step::Conflict => Ok(None),
+        match self.claim(current, Command::Resume, Cause::User).await? {
+            (Step::Moved(s), claim_events) => {
+                self.resume_sandbox(s, &claim_events, hold, trail).await
+            }
+            (Step::NoOp | Step::Conflict, _) => Ok(None),
         }
     }
 
@@ -291,7 +290,8 @@ impl Threadbox {
         match claimed? {
             Step::Moved(s) => {
                 trail.created = true;
-                self.create_sandbox(s, Cause::User, hold, trail).await
+                self.create_sandbox(s, Vec::new(), Cause::User, hold, trail)
+                    .await
             }
             Step::NoOp | Step::Conflict => Ok(None),
         }
@@ -326,7 +326,7 @@ impl Threadbox {
                     recreated: true,
                     ..Trail::default()
                 };
-                self.create_sandbox(s.clone(), Cause::Recreated, &None, &mut trail)
+                self.create_sandbox(s.clone(), Vec::new(), Cause::Recreated, &None, &mut trail)
                     .await?;
             }
         }
@@ -364,7 +364,8 @@ impl Threadbox {
         {
             Step::Moved(s) if s.status == Status::Creating => {
                 trail.recreated = true;
-                self.create_sandbox(s, Cause::Recreated, hold, trail).await
+                self.create_sandbox(s, Vec::new(), Cause::Recreated, hold, trail)
+                    .await
             }
             Step::Moved(s) if s.status == Status::Expired => Err(Rejected {
                 kind: RejectKind::Expired,
@@ -376,12 +377,14 @@ impl Threadbox {
         }
     }
 
-    /// We hold the creation lease on `claimed` (status creating): bind a warm pool member, or
-    /// make the sandbox and bind it.
+    /// We hold the creation lease on `claimed` (status creating), whose `claim_events` are not
+    /// sent yet (`Threadbox::claim`): bind a warm pool member, or make the sandbox (sending
+    /// them meanwhile) and bind it.
     /// `Ok(None)` means we were fenced out and the caller should re-read.
     async fn create_sandbox(
         &self,
         claimed: Session,
+        mut claim_events: Vec<crate::domain::LifecycleEvent>,
         cause: Cause,
         hold: &Option<PendingHold>,
         trail: &mut Trail,
@@ -389,6 +392,10 @@ impl Threadbox {
         // A warm pool member an earlier sandbox of this thread came from (lost, so being
         // replaced): its record goes once the replacement is bound.
         let replaced_member = claimed.pool_member.clone();
+        if self.warm_pool.as_ref().is_some_and(|p| p.size > 0) {
+            // Binding a member writes and sends the next event: this one goes first.
+            self.publish(&std::mem::take(&mut claim_events)).await;
+        }
         let taken = self
             .take_pool_member(&claimed, cause, hold)
             .instrument(tracing::debug_span!("pool.take"))
@@ -415,11 +422,12 @@ impl Threadbox {
             timeout: self.config.sandbox_timeout,
             env: Default::default(),
         };
-        let created = self
-            .provider
-            .create(request)
-            .instrument(tracing::debug_span!("provider.create"))
-            .await;
+        let (created, ()) = tokio::join!(
+            self.provider
+                .create(request)
+                .instrument(tracing::debug_span!("provider.create")),
+            self.publish(&claim_events)
+        );
         let created = match created {
             Ok(created) => created,
             Err(error) => {
@@ -467,19 +475,22 @@ impl Threadbox {
         }
     }
 
-    /// We hold the resume lease on `claimed` (status resuming): connect, resuming the sandbox.
+    /// We hold the resume lease on `claimed` (status resuming): connect, resuming the sandbox,
+    /// while the claim's events go to the queue.
     async fn resume_sandbox(
         &self,
         claimed: Session,
+        claim_events: &[crate::domain::LifecycleEvent],
         hold: &Option<PendingHold>,
         trail: &mut Trail,
     ) -> Result<Option<SandboxHandle>, UseCaseError> {
         let sandbox_id = claimed.sandbox_id.clone().unwrap_or_default();
-        let connected = self
-            .provider
-            .connect(&sandbox_id)
-            .instrument(tracing::debug_span!("provider.connect"))
-            .await;
+        let (connected, ()) = tokio::join!(
+            self.provider
+                .connect(&sandbox_id)
+                .instrument(tracing::debug_span!("provider.connect")),
+            self.publish(claim_events)
+        );
         match connected {
             Ok(connected) => {
                 let now = self.clock.now();

@@ -223,25 +223,58 @@ impl Threadbox {
         }
     }
 
+    /// `step` for a claim (a transition's first write, which takes its lease) whose event the
+    /// caller publishes itself, at the same time as the provider call the claim is for: the
+    /// event is stored with the claim whatever happens (the outbox), and the queue send and
+    /// its mark overlap the runtime's work instead of adding to it. The caller must have
+    /// published it before it writes the thread's next event, so they reach the queue in order.
+    pub(crate) async fn claim(
+        &self,
+        current: &Session,
+        command: Command,
+        cause: Cause,
+    ) -> Result<(Step, Vec<LifecycleEvent>), UseCaseError> {
+        let mut next = current.clone();
+        match next.apply(command, cause, self.change(None), &self.config.timers)? {
+            None => Ok((Step::NoOp, Vec::new())),
+            Some(event) => {
+                let events = vec![event];
+                let step = self.save(next, current.version, &events).await?;
+                Ok((step, events))
+            }
+        }
+    }
+
     /// Write `next` if the stored version is still `expected`, with `events` in the same write.
     pub(crate) async fn write(
         &self,
-        mut next: Session,
+        next: Session,
         expected: u64,
         events: Vec<LifecycleEvent>,
+    ) -> Result<Step, UseCaseError> {
+        let step = self.save(next, expected, &events).await?;
+        if let Step::Moved(_) = step {
+            self.publish(&events).await;
+        }
+        Ok(step)
+    }
+
+    /// `write` without publishing the events.
+    async fn save(
+        &self,
+        mut next: Session,
+        expected: u64,
+        events: &[LifecycleEvent],
     ) -> Result<Step, UseCaseError> {
         next.version = expected + 1;
         self.due_for_budget_check(&mut next);
         let saved = self
             .store
-            .save(&next, expected, &events)
+            .save(&next, expected, events)
             .instrument(tracing::debug_span!("store.save", events = events.len()))
             .await;
         match saved {
-            Ok(()) => {
-                self.publish(&events).await;
-                Ok(Step::Moved(next))
-            }
+            Ok(()) => Ok(Step::Moved(next)),
             Err(e) if e.is_conflict() => Ok(Step::Conflict),
             Err(e) => Err(e.into()),
         }
