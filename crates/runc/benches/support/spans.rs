@@ -48,10 +48,13 @@ impl SpanTimes {
     }
 }
 
+/// Per label: each timed call's count of spans and their total.
+type Parts = BTreeMap<String, Vec<(usize, Duration)>>;
+
 /// Per path, per label: each timed call's count and total.
 #[derive(Default)]
 pub struct Breakdown {
-    paths: BTreeMap<&'static str, BTreeMap<String, Vec<(usize, Duration)>>>,
+    paths: BTreeMap<&'static str, Parts>,
     calls: BTreeMap<&'static str, usize>,
 }
 
