@@ -68,6 +68,19 @@ fn runs() -> usize {
         .unwrap_or(DEFAULT_RUNS)
 }
 
+/// The host's load average, as `uptime` shows it: how busy the machine was matters more to
+/// these figures than anything threadbox does.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 fn thread(name: &str) -> ThreadId {
     ThreadId::parse(name).expect("thread id")
 }
@@ -191,6 +204,7 @@ async fn main() {
     };
     let times = SpanTimes::install();
     let runs = runs();
+    let load_before = load_average();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = state_config(dir.path(), runc.clone());
     // No disk quota: threadbox's sandboxes and the bare ones start from the same bundle.
@@ -348,6 +362,10 @@ async fn main() {
          runc on a copy of the same bundle, {runs} rounds, interleaved; user namespaces {}, \
          no disk quota",
         user_namespaces
+    );
+    println!(
+        "load average (1, 5, 15 min) at the start: {load_before}; at the end: {}",
+        load_average()
     );
     println!(
         "| figure | threadbox median ms (p90) | bare runc median ms (p90) | ratio | goal | met |"
