@@ -257,39 +257,18 @@ pub(crate) struct BundleSpec<'a> {
 }
 
 /// Lay out a new bundle. The record is written first, so a crash part-way leaves a bundle that
-/// the leftover sweep recognises by its age. The sandbox's user namespace is made on a thread
-/// of its own meanwhile (a process must be started for it: most of a create's own work before
-/// `runc run`), so the two take as long as the longer, not as both.
+/// the leftover sweep recognises by its age.
 pub(crate) fn write_bundle(
     bundle: &Bundle,
     spec: &BundleSpec<'_>,
     record: &SandboxRecord,
 ) -> io::Result<()> {
+    let mut dirs = fs::DirBuilder::new();
     // Searchable by all, listable by none: the container's root is a host id of its own range,
     // and runc sets up the root filesystem as that id, so it must be able to walk to rootfs/
     // and home/. The files next to them stay 0600 and root's.
-    fs::DirBuilder::new().mode(0o711).create(bundle.dir())?;
+    dirs.mode(0o711).create(bundle.dir())?;
     fs::set_permissions(bundle.dir(), fs::Permissions::from_mode(0o711))?;
-    let ids = spec.ids;
-    let needs_namespace = !ids.is_identity() && !ids.is_rootless();
-    std::thread::scope(|scope| {
-        let namespace = needs_namespace.then(|| {
-            let span = tracing::debug_span!("userns.create");
-            let pin = bundle.userns_pin();
-            scope.spawn(move || span.in_scope(|| create_user_namespace(ids, &pin)))
-        });
-        let files = write_files(bundle, spec, record);
-        let namespace = namespace.map_or(Ok(()), |made| {
-            made.join()
-                .unwrap_or_else(|_| Err(io::Error::other("making the user namespace panicked")))
-        });
-        files.and(namespace)
-    })
-}
-
-/// Everything of a new bundle but its user namespace.
-fn write_files(bundle: &Bundle, spec: &BundleSpec<'_>, record: &SandboxRecord) -> io::Result<()> {
-    let mut dirs = fs::DirBuilder::new();
     bundle.write_record(record)?;
     dirs.mode(0o700).create(bundle.run_dir())?;
 
@@ -342,6 +321,10 @@ fn write_files(bundle: &Bundle, spec: &BundleSpec<'_>, record: &SandboxRecord) -
         write_file(&etc.join("ld.so.cache"), &cache, 0o644)?;
     }
 
+    if !ids.is_identity() && !ids.is_rootless() {
+        let _span = tracing::debug_span!("userns.create").entered();
+        create_user_namespace(ids, &bundle.userns_pin())?;
+    }
     let _span = tracing::debug_span!("bundle.config").entered();
     let config = oci_config(bundle, spec);
     let bytes = serde_json::to_vec_pretty(&config).map_err(io::Error::other)?;
