@@ -40,6 +40,13 @@ ensure_runc() {
   runc --version | head -n 1 >&2
 }
 
+# The image store's test images (crates/runc/tests/images_umoci.rs): umoci makes an OCI image
+# layout around Debian's static busybox, so no registry is needed.
+ensure_image_tools() {
+  command -v umoci >/dev/null 2>&1 || apt_install umoci
+  test -x /bin/busybox || apt_install busybox-static
+}
+
 # Headless Chromium and its WebDriver server, for the dashboard's browser test
 # (cli/tests/dashboard_browser.rs). Debian's packages; the two always share a version.
 ensure_chromium() {
@@ -84,6 +91,27 @@ MCP_VENV="target/mcp-venv"
 ensure_mcp_sdk() {
   pinned_venv "$MCP_VENV" "import sys, importlib.metadata as m; sys.exit(m.version('mcp') != '$MCP_SDK_VERSION')" \
     "mcp==$MCP_SDK_VERSION"
+}
+
+# The official E2B SDKs, pinned: the clients the E2B-compatible API's tests drive `threadbox dev`
+# with (cli/tests/e2b_sdk.rs), as code written for E2B would. Python from PyPI in a virtualenv,
+# JavaScript from npm into node_modules under target/.
+E2B_PY_SDK_VERSION="2.63.0"
+E2B_PY_VENV="target/e2b-venv"
+E2B_JS_SDK_VERSION="2.51.0"
+E2B_JS_DIR="target/e2b-js"
+
+ensure_e2b_sdks() {
+  pinned_venv "$E2B_PY_VENV" "import sys, importlib.metadata as m; sys.exit(m.version('e2b') != '$E2B_PY_SDK_VERSION')" \
+    "e2b==$E2B_PY_SDK_VERSION"
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    apt_install nodejs npm
+  fi
+  if [ "$(node -p "require('./$E2B_JS_DIR/node_modules/e2b/package.json').version" 2>/dev/null)" != "$E2B_JS_SDK_VERSION" ]; then
+    say "installing e2b@$E2B_JS_SDK_VERSION into $E2B_JS_DIR"
+    mkdir -p "$E2B_JS_DIR"
+    npm install --silent --no-audit --no-fund --prefix "$E2B_JS_DIR" "e2b@$E2B_JS_SDK_VERSION"
+  fi
 }
 
 # A TCP port on 127.0.0.1 that nothing listens on right now.

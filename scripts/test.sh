@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test, with everything the tests need installed first (runc, Chromium, cargo-nextest, moto,
-# cargo-lambda, aws-sam-cli and the MCP Python SDK). CI runs exactly this.
+# cargo-lambda, aws-sam-cli, the MCP Python SDK and E2B's Python and JS SDKs). CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 
 ensure_runc
+ensure_image_tools
 ensure_chromium
 if ! command -v python3 >/dev/null 2>&1; then apt_install python3; fi
 if ! cargo nextest --version >/dev/null 2>&1; then
@@ -19,6 +20,7 @@ fi
 ensure_moto
 ensure_lambda_tools
 ensure_mcp_sdk
+ensure_e2b_sdks
 
 say "format check"
 cargo fmt --all -- --check
@@ -27,15 +29,21 @@ say "lint"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 say "each package on its own features"
-# The lint above builds everything with every feature on, which hides a function (or the shared
-# crate on its defaults) that no longer compiles with only the features it asks for.
-for package in $(cargo metadata --no-deps --format-version 1 \
-    | python3 -c 'import json, sys; print(*sorted(p["name"] for p in json.load(sys.stdin)["packages"]))'); do
-  cargo check --quiet -p "$package" --all-targets
-  # And without its dev-dependencies, whose features would otherwise fill in what a release
-  # build of the package alone (`scripts/dev.sh`'s `cargo build -p threadbox`) lacks.
-  cargo check --quiet -p "$package"
-done
+# The lint above builds everything with every feature on, which hides a function (or a crate on its
+# defaults) that no longer compiles with only the features it asks for. The packages that make a
+# binary are checked once more without their dev-dependencies, whose features would otherwise fill
+# in what a release build of that binary alone (`scripts/dev.sh`'s `cargo build -p threadbox`,
+# `cargo lambda build -p pause`) lacks. A library is only ever built inside one of those binaries,
+# so their checks cover it as it ships, and checking each library alone too would cost a minute.
+cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+for p in sorted(json.load(sys.stdin)["packages"], key=lambda p: p["name"]):
+    makes_binary = any("bin" in t["kind"] for t in p["targets"])
+    print(p["name"], "binary" if makes_binary else "library")' \
+  | while read -r package kind; do
+      cargo check --quiet -p "$package" --all-targets
+      if [ "$kind" = binary ]; then cargo check --quiet -p "$package"; fi
+    done
 
 say "SAM template (sam validate --lint)"
 sam validate --lint --template-file infra/template.yaml --region us-east-1
@@ -52,6 +60,10 @@ export THREADBOX_REQUIRE_LAMBDA=1
 # The `threadbox mcp` test's client, the MCP Python SDK (installed above).
 THREADBOX_MCP_PYTHON="$(pwd)/$MCP_VENV/bin/python"
 export THREADBOX_MCP_PYTHON
+# The E2B API test's clients, E2B's Python and JS SDKs (installed above).
+THREADBOX_E2B_PYTHON="$(pwd)/$E2B_PY_VENV/bin/python"
+THREADBOX_E2B_JS_DIR="$(pwd)/$E2B_JS_DIR"
+export THREADBOX_E2B_PYTHON THREADBOX_E2B_JS_DIR
 # The IAM check (tests/tests/iam.rs): the SAM translator expands the template, moto's policy
 # evaluation judges each recorded call. THREADBOX_REQUIRE_AWS (set by start_moto) makes a
 # missing venv a failure.

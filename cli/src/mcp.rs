@@ -233,4 +233,32 @@ impl SandboxBackend for ClientBackend {
             .await
             .map_err(failure)
     }
+
+    async fn checkpoint(&self, thread: &str, label: Option<String>) -> Result<Value, ToolFailure> {
+        self.0
+            .take_checkpoint(thread, label.as_deref())
+            .await
+            .map_err(failure)
+    }
+
+    async fn list_checkpoints(&self, thread: &str) -> Result<Value, ToolFailure> {
+        self.0.list_checkpoints(thread).await.map_err(failure)
+    }
+
+    async fn restore(&self, thread: &str, checkpoint: &str) -> Result<Value, ToolFailure> {
+        self.0.restore(thread, checkpoint).await.map_err(failure)
+    }
+
+    async fn fork(
+        &self,
+        thread: &str,
+        new_thread: &str,
+        checkpoint: Option<String>,
+        network: Option<Value>,
+    ) -> Result<Value, ToolFailure> {
+        self.0
+            .fork(thread, new_thread, checkpoint.as_deref(), network)
+            .await
+            .map_err(failure)
+    }
 }

@@ -228,19 +228,13 @@ struct Logs<'a> {
 impl Logs<'_> {
     /// The output from `after` up to what the process has written so far, page by page.
     async fn so_far(self) -> anyhow::Result<ExitCode> {
-        let Logs {
-            client,
-            thread,
-            process,
-            after,
-            out,
-        } = self;
-        let mut position = after;
+        let mut position = self.after;
         let mut whole = Vec::new();
         let mut first = None;
         loop {
-            let page = client
-                .process_output(thread, process, position, None)
+            let page = self
+                .client
+                .process_output(self.thread, self.process, position, None)
                 .await?;
             if page.offset > position {
                 eprintln!(
@@ -252,22 +246,22 @@ impl Logs<'_> {
             first.get_or_insert(page.offset);
             let next = page.next();
             let done = page.data.is_empty() || next >= page.info.output_bytes;
-            if out.json {
+            if self.out.json {
                 whole.extend_from_slice(&page.data);
             } else {
                 write_stdout(&page.data)?;
             }
             position = next;
             if done {
-                if out.json {
+                if self.out.json {
                     // The API's page, all of it in one.
                     let whole = OutputPage {
-                        offset: first.unwrap_or(after),
+                        offset: first.unwrap_or(self.after),
                         next: position,
                         data: Payload::of(&whole),
                         process: page.info,
                     };
-                    out.document(&wire::to_json(&whole))?;
+                    self.out.document(&wire::to_json(&whole))?;
                 }
                 return Ok(ExitCode::SUCCESS);
             }

@@ -82,6 +82,7 @@ async fn an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint() {
 
     // A background process killed: it ends with 128 + 9.
     mcp::check_processes(&seen["processes"], "KILL", 137);
+    mcp::check_checkpoints(&seen["checkpoints"], "agent-http-fork");
 }
 
 /// POST `body` to the MCP endpoint with `Transfer-Encoding: chunked` (so the server cannot know

@@ -79,6 +79,7 @@ async fn an_mcp_host_runs_commands_and_files_through_threadbox_mcp() {
     assert_eq!(seen["status"]["result"]["session"]["status"], "active");
 
     check_processes(&seen["processes"]);
+    mcp::check_checkpoints(&seen["checkpoints"], "agent-fork");
 }
 
 /// A background process started, listed, read until ready, stopped with TERM (and seen ended),

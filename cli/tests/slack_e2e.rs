@@ -382,12 +382,79 @@ async fn reset_from_the_card_asks_first_then_starts_a_fresh_sandbox() {
     })
     .await;
     assert_eq!(generation(&dev, &thread).await, 2);
-    // One card, edited in place, with its buttons.
-    let cards: Vec<&Value> = messages.iter().filter(|m| m["blocks"].is_array()).collect();
+    // One card, edited in place, with its buttons (the code block's reply has blocks too: its
+    // Undo button).
+    let cards: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["blocks"].is_array())
+        .filter(|m| !m["blocks"].to_string().contains("\"action_id\":\"undo\""))
+        .collect();
     assert_eq!(cards.len(), 1, "{messages:#?}");
     assert!(cards[0]["blocks"]
         .to_string()
         .contains("\"action_id\":\"pause\""));
+}
+
+/// Undo on a code block's reply, through the real ingress, worker and runc sandbox: the click
+/// asks in a modal, and submitting it puts the files back as they were before the block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_puts_the_files_back_as_they_were_before_the_block() {
+    if !prerequisites_met("slack_e2e", &dev_missing()) {
+        return;
+    }
+    let dev = start().await;
+    let thread = active_thread(&dev, "```echo one > note.txt```").await;
+    send(
+        &dev,
+        &thread,
+        "```echo two > note.txt; echo new > made.txt```",
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while sink(&dev, &thread)
+        .await
+        .iter()
+        .filter(|m| m["blocks"].to_string().contains("\"action_id\":\"undo\""))
+        .count()
+        < 2
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no second reply with an Undo"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let files = |dev: &DevServer| {
+        let url = format!("{}/v1/threads/{thread}/exec", dev.url);
+        let http = dev.http.clone();
+        async move {
+            let answer: Value = http
+                .post(url)
+                .bearer_auth(API_KEY)
+                .json(&serde_json::json!({"cmd": "cat note.txt; ls made.txt 2>&1 | head -c 40"}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            answer["stdout"].as_str().unwrap_or_default().to_owned()
+        }
+    };
+    assert!(files(&dev).await.starts_with("two\n"));
+    // The newest Undo is the second block's: its checkpoint was taken just before it ran.
+    let line = click(&dev, &thread, &["undo"]);
+    assert!(line.contains("answered 200"), "{line}");
+    let line = click(&dev, &thread, &["--submit"]);
+    assert!(line.contains("200"), "{line}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = files(&dev).await;
+        if now.starts_with("one\n") && now.contains("No such") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not undone: {now}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// `/sandbox list` through the real ingress and worker: the answer only the caller sees lists the

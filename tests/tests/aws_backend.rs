@@ -746,3 +746,24 @@ mod retention {
         assert_eq!(statuses.get(&thread).await.unwrap(), Some(message(1)));
     }
 }
+
+/// The checkpoint store suite against `DynamoCheckpointStore`, on a fresh sessions table each.
+mod checkpoint_conformance {
+    use std::sync::Arc;
+
+    use threadbox_aws::dynamo::DynamoCheckpointStore;
+    use threadbox_core::ports::CheckpointStore;
+    use threadbox_tests::aws::{aws_configured, fresh_store, sdk_config};
+
+    async fn store(test: &str) -> Option<(Arc<dyn CheckpointStore>, ())> {
+        if !aws_configured(test) {
+            return None;
+        }
+        let sdk = sdk_config().await;
+        let sessions = fresh_store(&sdk).await;
+        let store = DynamoCheckpointStore::from_sdk_config(&sdk, &sessions.config().sessions_table);
+        Some((Arc::new(store), ()))
+    }
+
+    threadbox_testing::checkpoint_conformance_tests!(store);
+}

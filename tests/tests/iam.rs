@@ -75,6 +75,54 @@ fn http_event(method: &str, path: &str, query: &str, body: Option<Value>) -> Val
     event
 }
 
+/// E2B's control plane through sandbox-api (docs/e2b-api.md): create a thread by idempotency
+/// key, list by metadata, pause, connect, time out and kill, with the key as `X-API-Key`.
+async fn e2b_control_plane(router: &axum::Router) {
+    let e2b = |method: &str, path: &str, query: &str, body: Option<Value>| {
+        let mut event = http_event(method, &format!("/e2b{path}"), query, body);
+        let bearer = event["headers"]["authorization"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        event["headers"]["x-api-key"] = json!(bearer.trim_start_matches("Bearer "));
+        event["headers"]["idempotency-key"] = json!("iam-e2b");
+        event
+    };
+    let created = invoke_http(
+        router.clone(),
+        &e2b(
+            "POST",
+            "/v2/sandboxes",
+            "",
+            Some(json!({"templateID": "base", "metadata": {"by": "iam"}})),
+        ),
+    )
+    .await;
+    ok(&created, "e2b create");
+    let id = created.json()["sandboxID"].as_str().unwrap().to_owned();
+    for (method, path, query, body) in [
+        ("GET", "/v2/sandboxes".to_owned(), "metadata=by%3Diam", None),
+        ("GET", format!("/sandboxes/{id}"), "", None),
+        ("POST", format!("/sandboxes/{id}/pause"), "", None),
+        (
+            "POST",
+            format!("/v2/sandboxes/{id}/connect"),
+            "",
+            Some(json!({})),
+        ),
+        (
+            "POST",
+            format!("/sandboxes/{id}/timeout"),
+            "",
+            Some(json!({"timeout": 60})),
+        ),
+        ("DELETE", format!("/sandboxes/{id}"), "", None),
+    ] {
+        let answer = invoke_http(router.clone(), &e2b(method, &path, query, body)).await;
+        ok(&answer, &format!("e2b {method} {path}"));
+    }
+}
+
 fn ok(answer: &ApiAnswer, what: &str) {
     assert!(
         (200..300).contains(&answer.status),
@@ -397,6 +445,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         ok(&answer, "mcp tool call");
         let called = answer.json();
         assert_eq!(called["result"]["isError"], json!(false), "{called}");
+        e2b_control_plane(&router).await;
         let answer = invoke_http(
             router,
             &http_event(

@@ -123,6 +123,15 @@ fn every_route_of_the_router_is_in_the_template_and_nothing_else_is() {
             ],
         ));
     }
+    // E2B's control plane, nested under its base path (its envd is served by the streaming URL,
+    // not routed by API Gateway: docs/e2b-api.md).
+    let e2b = std::fs::read_to_string(repo().join("crates/e2b-api/src/control.rs")).unwrap();
+    let code = e2b.split("#[cfg(test)]\nmod tests {").next().unwrap();
+    router.extend(
+        router_routes(code, &[])
+            .into_iter()
+            .map(|(method, path)| (method, format!("/e2b{path}"))),
+    );
     assert!(
         router.contains(&("POST".into(), "/v1/threads/{thread_id}/exec".into())),
         "the parser found the router's routes: {router:?}"

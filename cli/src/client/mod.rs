@@ -8,6 +8,7 @@
 //! - `processes`: background processes: start, list, read or follow output, input, signal;
 //! - `error`: failures and the exit status each one means.
 
+mod checkpoints;
 mod error;
 mod events;
 mod exec_stream;

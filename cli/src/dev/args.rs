@@ -9,6 +9,10 @@ use threadbox_core::domain::{
     parse_profile, Budgets, NetworkDefaults, NetworkProfile, SCOPE_COMPUTE_BUDGET_VAR,
     SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR, WARM_POOL_VAR,
 };
+use threadbox_core::domain::{
+    CheckpointRetention, CHECKPOINTS_KEPT_VAR, CHECKPOINT_BYTES_VAR, DEFAULT_CHECKPOINTS_KEPT,
+    MAX_CHECKPOINTS_PER_THREAD,
+};
 use threadbox_core::ports::IpNet;
 use threadbox_core::usecases::MAX_POOL_SIZE;
 use threadbox_runc::DiskQuota;
@@ -169,6 +173,19 @@ pub struct DevArgs {
     #[arg(long, env = "THREADBOX_BUDGET_CHECK", default_value = "5m", value_parser = duration::parse)]
     pub budget_check: Duration,
 
+    /// Checkpoints kept per thread (1 to 100); a new one past it drops the oldest.
+    #[arg(long, env = CHECKPOINTS_KEPT_VAR, default_value_t = DEFAULT_CHECKPOINTS_KEPT, value_parser = parse_checkpoints_kept)]
+    pub checkpoints_kept: u32,
+
+    /// The bytes one thread's checkpoints may hold together (a size like 2GiB); a new one past
+    /// it drops the oldest, and a home holding more than this alone is refused a checkpoint.
+    #[arg(long, env = CHECKPOINT_BYTES_VAR, default_value = "2GiB", value_parser = parse_size)]
+    pub checkpoint_bytes: u64,
+
+    /// Take a checkpoint before each Slack code block runs, for its Undo button.
+    #[arg(long, env = "THREADBOX_CHECKPOINT_TURNS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub checkpoint_turns: bool,
+
     /// Refused: keys on the command line show in `ps` to every local user.
     #[arg(long, hide = true)]
     pub api_keys: Option<String>,
@@ -194,6 +211,16 @@ fn parse_size(raw: &str) -> Result<u64, String> {
         ));
     }
     Ok(bytes)
+}
+
+/// `--checkpoints-kept`: 1 to the most a thread may keep.
+fn parse_checkpoints_kept(raw: &str) -> Result<u32, String> {
+    match raw.trim().parse::<u32>() {
+        Ok(n) if (1..=MAX_CHECKPOINTS_PER_THREAD).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{raw:?}: a thread keeps 1 to {MAX_CHECKPOINTS_PER_THREAD} checkpoints"
+        )),
+    }
 }
 
 /// `--warm-pool`: a count up to the pool's cap.
@@ -249,6 +276,12 @@ impl DevArgs {
     }
 
     /// The warm pool's size per profile: the flag, else 2 for runc and 0 for E2B.
+    /// The checkpoint limits the flags set.
+    pub(super) fn checkpoint_retention(&self) -> anyhow::Result<CheckpointRetention> {
+        CheckpointRetention::new(self.checkpoints_kept, self.checkpoint_bytes)
+            .map_err(|e| anyhow::anyhow!("--checkpoints-kept / --checkpoint-bytes: {e}"))
+    }
+
     pub(super) fn warm_pool_size(&self, provider: &provider::ChosenProvider) -> usize {
         self.warm_pool.unwrap_or(if provider.is_runc() {
             threadbox_runc::DEFAULT_WARM_POOL
@@ -437,6 +470,27 @@ mod tests {
         assert!(
             few_files.to_string().contains("--disk-files"),
             "{few_files}"
+        );
+    }
+
+    #[test]
+    fn checkpoint_limits_have_defaults_and_bounds() {
+        let args = parse(&[]).unwrap();
+        let retention = args.checkpoint_retention().unwrap();
+        assert_eq!((retention.keep, retention.max_bytes), (20, 2 << 30));
+        assert!(args.checkpoint_turns);
+        let args = parse(&["--checkpoints-kept", "5", "--checkpoint-bytes", "100MiB"]).unwrap();
+        assert_eq!(args.checkpoint_retention().unwrap().max_bytes, 100 << 20);
+        assert!(parse(&["--checkpoints-kept", "0"]).is_err());
+        assert!(parse(&["--checkpoints-kept", "101"]).is_err());
+        assert!(parse(&["--checkpoint-bytes", "10"])
+            .unwrap()
+            .checkpoint_retention()
+            .is_err());
+        assert!(
+            !parse(&["--checkpoint-turns", "false"])
+                .unwrap()
+                .checkpoint_turns
         );
     }
 

@@ -45,8 +45,8 @@ use threadbox_core::usecases::{Config, Threadbox, WarmPool};
 use threadbox_providers::ProviderSetup;
 use threadbox_runc::RuncConfig;
 use threadbox_sqlite::{
-    Database, QueueConfig, SqliteDedupe, SqliteQueue, SqliteSessionStore, SqliteSubscriptionStore,
-    SqliteWindowCounter,
+    Database, QueueConfig, SqliteCheckpointStore, SqliteDedupe, SqliteQueue, SqliteSessionStore,
+    SqliteSubscriptionStore, SqliteWindowCounter,
 };
 use tokio::net::TcpListener;
 
@@ -98,6 +98,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             per_thread: args.slack_thread_rate,
             per_team: args.slack_team_rate,
         },
+        checkpoint_turns: args.checkpoint_turns,
     })
     .await?;
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, args.port))
@@ -148,7 +149,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             per_address: args.ws_max_per_address,
         }),
     });
+    let e2b = threadbox_e2b_api::E2bApi::new(tb.clone(), auth.clone(), token_key.clone());
     let app = router(tb.clone(), auth.clone())
+        .merge(threadbox_e2b_api::routes(e2b))
         .merge(token_routes(token_key, clock, auth.clone()))
         .merge(threadbox_mcp::routes(tb, auth.clone()))
         .merge(live)
@@ -197,6 +200,8 @@ struct Stores {
     subscriptions: Arc<SqliteSubscriptionStore>,
     /// What each fan-out target has, so a restart repeats nothing.
     dedupe: Arc<dyn DedupeStore>,
+    /// The records of the threads' checkpoints.
+    checkpoints: Arc<SqliteCheckpointStore>,
 }
 
 impl Stores {
@@ -218,7 +223,13 @@ impl Stores {
             SqliteDedupe::open(db_path)
                 .with_context(|| format!("opening {}", db_path.display()))?,
         );
+        let checkpoints = Arc::new(
+            SqliteCheckpointStore::new(database.clone())
+                .await
+                .context("opening the checkpoint records")?,
+        );
         Ok(Self {
+            checkpoints,
             store: Arc::new(store),
             database,
             queue,
@@ -311,7 +322,8 @@ async fn build_threadbox(
         store: stores.store.clone(),
         size: args.warm_pool_size(chosen),
         max_age: args.warm_pool_max_age,
-    }))
+    })
+    .with_checkpoints(stores.checkpoints.clone(), args.checkpoint_retention()?))
 }
 
 /// The API keys, and what the banner says about them.
@@ -534,6 +546,10 @@ fn print_banner(
         } else {
             "off: set THREADBOX_API_KEYS to require keys"
         }
+    );
+    println!(
+        "  e2b        E2B_API_URL={base}{e2b} E2B_SANDBOX_URL={base}{e2b} E2B_API_KEY=<a threadbox API key>  (docs/e2b-api.md)",
+        e2b = threadbox_e2b_api::BASE_PATH
     );
     println!("  live       ws://{addr}/v1/ws?token=TOKEN  (threadbox token --thread ID, or POST /v1/tokens; secret: {token_secret})");
     let replies = match &slack.outgoing {

@@ -63,6 +63,8 @@ pub struct SlackDeps<'a> {
     pub clock: Arc<dyn Clock>,
     /// Messages acted on per minute, per thread and per workspace.
     pub rates: RateLimits,
+    /// A checkpoint before each code block, for its Undo button (`--checkpoint-turns`).
+    pub checkpoint_turns: bool,
 }
 
 pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
@@ -118,7 +120,10 @@ pub async fn setup(deps: SlackDeps<'_>) -> anyhow::Result<SlackParts> {
         SlackStatusTarget::new(api.clone(), Arc::new(status_store))
             .with_usage(deps.tb.store.clone(), deps.tb.config.pricing),
     );
-    let worker_config = SlackWorkerConfig::default();
+    let worker_config = SlackWorkerConfig {
+        checkpoint_turns: deps.checkpoint_turns,
+        ..SlackWorkerConfig::default()
+    };
     let work_config = LoopConfig::slack_work(worker_config.exec_timeout);
     let counter = SqliteWindowCounter::new(deps.database.clone())
         .await

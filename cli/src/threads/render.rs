@@ -477,6 +477,8 @@ pub(crate) mod tests {
             last_error: None,
             network: Default::default(),
             pool_member: None,
+            labels: Default::default(),
+            env: Default::default(),
         }
     }
 

@@ -11,7 +11,7 @@ import sys
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from host import READY, call, first_steps, read_until, start_and_stop
+from host import READY, call, checkpoints, first_steps, read_until, start_and_stop
 
 
 ECHO_LINE = "import sys; print('got', sys.stdin.readline().strip(), flush=True)"
@@ -66,6 +66,7 @@ async def main(command):
             seen["status"] = await call(session, "status", {})
 
             seen["processes"] = await processes(session)
+            seen["checkpoints"] = await checkpoints(session, "agent-fork")
     print(json.dumps(seen))
 
 

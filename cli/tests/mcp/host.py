@@ -83,3 +83,25 @@ async def start_and_stop(session, seen, start, stop):
     seen["read"] = await read_until(session, process_id, "ready")
     seen["stop"] = await call(session, "stop_process", {"process_id": process_id, **stop})
     seen["list_after_stop"] = await call(session, "list_processes", {})
+
+
+async def checkpoints(session, fork_thread):
+    """A checkpoint taken with a label, the file changed, the checkpoints listed, the file put
+    back by restore (a sleeper stopped on the way), a fork into `fork_thread`; and what bad
+    checkpoint ids and an existing fork thread answer."""
+    seen = {}
+    path = "/home/user/cp.txt"
+    await session.call_tool("write_file", {"path": path, "content": "before\n"})
+    seen["take"] = await call(session, "checkpoint", {"label": "before the edit"})
+    cp = seen["take"]["result"].get("id", "none")
+    await session.call_tool("write_file", {"path": path, "content": "after\n"})
+    await session.call_tool("start_process", {"command": "exec sleep 1234"})
+    seen["list"] = await call(session, "list_checkpoints", {})
+    seen["restore"] = await call(session, "restore", {"checkpoint": cp})
+    seen["read"] = await call(session, "read_file", {"path": path})
+    seen["fork"] = await call(session, "fork", {"thread": fork_thread})
+    seen["fork_again"] = await call(session, "fork", {"thread": fork_thread})
+    seen["bad_id"] = await call(session, "restore", {"checkpoint": "cp-../../x"})
+    seen["unknown"] = await call(session, "restore", {"checkpoint": "cp-00000000000000000000"})
+    seen["bad_label"] = await call(session, "checkpoint", {"label": "x" * 201})
+    return seen

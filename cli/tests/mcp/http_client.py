@@ -15,7 +15,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from host import READY, call, first_steps, start_and_stop
+from host import READY, call, checkpoints, first_steps, start_and_stop
 
 
 async def processes(session):
@@ -75,6 +75,7 @@ async def main(url, key):
                 seen["status"] = await call(session, "status", {})
 
                 seen["processes"] = await processes(session)
+                seen["checkpoints"] = await checkpoints(session, "agent-http-fork")
 
     seen["raw_with_key"] = await raw_post(url, key)
     seen["raw_without_key"] = await raw_post(url, None)

@@ -6,12 +6,15 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::{dev_missing, prerequisites_met, target_dir};
+use super::{dev_missing, prerequisites_met, venv_python};
 
 /// Every tool the server offers, by name, sorted.
-pub const TOOLS: [&str; 17] = [
+pub const TOOLS: [&str; 21] = [
+    "checkpoint",
+    "fork",
     "glob",
     "grep",
+    "list_checkpoints",
     "list_dir",
     "list_processes",
     "make_dir",
@@ -19,6 +22,7 @@ pub const TOOLS: [&str; 17] = [
     "read_file",
     "read_process_output",
     "remove",
+    "restore",
     "resume",
     "run_command",
     "start_process",
@@ -31,16 +35,7 @@ pub const TOOLS: [&str; 17] = [
 
 /// The Python with the MCP SDK: `THREADBOX_MCP_PYTHON`, or the test script's virtualenv.
 fn mcp_python() -> Option<PathBuf> {
-    let from_env = std::env::var_os("THREADBOX_MCP_PYTHON").map(PathBuf::from);
-    let venv = target_dir().join("mcp-venv/bin/python");
-    from_env
-        .or_else(|| venv.exists().then_some(venv))
-        .filter(|python| {
-            std::process::Command::new(python)
-                .args(["-c", "import mcp"])
-                .status()
-                .is_ok_and(|s| s.success())
-        })
+    venv_python("THREADBOX_MCP_PYTHON", "mcp-venv", "mcp")
 }
 
 /// The Python to run a client with, when the machine has what `test` needs (root, runc and the
@@ -154,4 +149,50 @@ pub fn check_processes<'a>(seen: &'a Value, signal: &str, exit_code: i32) -> &'a
     assert_eq!(unknown["result"]["error"]["code"], "unknown_process");
     assert_eq!(unknown["result"]["error"]["status"], 404);
     id
+}
+
+/// The checkpoint tools' run (`host.py`'s `checkpoints`): a checkpoint taken and listed, the file
+/// put back by restore with the sleeper named as stopped, a fork made once (then `thread_exists`),
+/// and the API's codes for bad and unknown checkpoints and a label too long.
+pub fn check_checkpoints(seen: &Value, fork_thread: &str) {
+    let take = &seen["take"];
+    assert_eq!(take["error"], false, "{take}");
+    assert_eq!(take["result"]["label"], "before the edit", "{take}");
+    assert_eq!(take["result"]["cause"], "user", "{take}");
+    let id = take["result"]["id"].as_str().expect("an id");
+    let listed = &seen["list"]["result"]["checkpoints"];
+    assert!(
+        listed
+            .as_array()
+            .is_some_and(|l| l.iter().any(|c| c["id"] == id)),
+        "{}",
+        seen["list"]
+    );
+    let restore = &seen["restore"];
+    assert_eq!(restore["error"], false, "{restore}");
+    assert!(
+        restore["result"]["stopped"].as_array().is_some_and(|s| s
+            .iter()
+            .any(|p| p["command"].as_str().unwrap_or("").contains("sleep 1234"))),
+        "{restore}"
+    );
+    assert_eq!(
+        seen["read"]["result"]["text"], "before\n",
+        "{}",
+        seen["read"]
+    );
+    let fork = &seen["fork"];
+    assert_eq!(fork["error"], false, "{fork}");
+    assert_eq!(fork["result"]["thread_id"], fork_thread, "{fork}");
+    for (case, code, status) in [
+        ("fork_again", "thread_exists", 409),
+        ("bad_id", "invalid_checkpoint_id", 400),
+        ("unknown", "unknown_checkpoint", 404),
+        ("bad_label", "invalid_request", 400),
+    ] {
+        let seen = &seen[case];
+        assert_eq!(seen["error"], true, "{case}: {seen}");
+        assert_eq!(seen["result"]["error"]["code"], code, "{case}: {seen}");
+        assert_eq!(seen["result"]["error"]["status"], status, "{case}: {seen}");
+    }
 }

@@ -437,6 +437,21 @@ pub fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// A Python that can import `module`: the one `variable` names, or else the test script's
+/// virtualenv `target/<venv>` (scripts/lib.sh installs the pinned packages there).
+pub fn venv_python(variable: &str, venv: &str, module: &str) -> Option<PathBuf> {
+    let from_env = std::env::var_os(variable).map(PathBuf::from);
+    let venv = target_dir().join(venv).join("bin/python");
+    from_env
+        .or_else(|| venv.exists().then_some(venv))
+        .filter(|python| {
+            std::process::Command::new(python)
+                .args(["-c", &format!("import {module}")])
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+}
+
 /// Where the workspace's build output goes (`target/`), for artefacts a person looks at.
 pub fn target_dir() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))

@@ -100,6 +100,10 @@ command_body! {
         /// default it runs on to its end, its output dropped).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         pub kill_on_disconnect: bool,
+        /// Take a checkpoint of the home first (cause `turn`), so the command can be undone by
+        /// restoring it; the answer names it. A refused checkpoint runs nothing.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub checkpoint: bool,
     }
 }
 
@@ -235,7 +239,8 @@ fn command_of(cmd: Option<String>, argv: Option<Vec<String>>) -> Result<ExecComm
 }
 
 /// Environment names usable as `NAME=value`, values without NUL.
-fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
+/// Environment names non-empty without `=` or NUL, values without NUL: what `execve` can take.
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ApiError> {
     for (key, value) in env {
         if key.is_empty() || key.contains(['=', '\0']) {
             return Err(invalid(format!(

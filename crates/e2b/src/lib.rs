@@ -8,6 +8,8 @@
 //!   `/files`.
 //! - `fs`: list, stat, mkdir, remove, glob and grep as scripts run through envd.
 //! - `errors`: E2B's failures, typed, and their mapping onto [`ProviderError`].
+//! - `wire`: the same formats as a server writes them (Connect envelopes, error bodies, the
+//!   list's metadata filter), for `threadbox-e2b-api` and the contract fake.
 //!
 //! Choices that matter to callers:
 //! - Sandboxes are created with `autoPause`, so one whose keep-alive stops is paused at its
@@ -28,6 +30,7 @@ mod envd;
 mod errors;
 mod retry;
 pub mod rfc3339;
+pub mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;

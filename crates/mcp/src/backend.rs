@@ -10,13 +10,15 @@ use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
 use super::{ExecBody, OutputSink, ProcessBody, SandboxBackend, ToolFailure};
-use threadbox_api::http::{sandbox_path, ApiError};
-use threadbox_core::domain::{Millis, Session, ThreadId};
+use threadbox_api::http::{checkpoint_id as parse_checkpoint_id, sandbox_path, ApiError};
+use threadbox_core::domain::{
+    CheckpointCause, CheckpointId, Millis, NetworkProfile, Session, ThreadId,
+};
 use threadbox_core::ports::{
     valid_process_id, ExecResult, FileEntry, GrepMatch, ProcessInfo, ProcessOutput, ProcessSignal,
     MAX_INPUT_BYTES, MAX_OUTPUT_READ,
 };
-use threadbox_core::usecases::Threadbox;
+use threadbox_core::usecases::{ForkRequest, Threadbox};
 
 /// How many recent lifecycle events `status` shows, as `GET /v1/threads/{id}` does.
 const RECENT_EVENTS: usize = 20;
@@ -61,6 +63,10 @@ fn process_id(raw: &str) -> Result<&str, ToolFailure> {
         )
         .into())
     }
+}
+
+fn checkpoint_id(raw: &str) -> Result<CheckpointId, ToolFailure> {
+    parse_checkpoint_id(raw).map_err(ToolFailure::from)
 }
 
 fn path(raw: &str) -> Result<String, ToolFailure> {
@@ -118,7 +124,14 @@ impl SandboxBackend for ThreadboxBackend {
             }
         }
         // The API's exec body, so the command is checked exactly as `POST .../exec` checks it.
+        let take_checkpoint = input.checkpoint;
         let request = input.into_request()?;
+        if take_checkpoint {
+            self.tb.resolve(&thread).await?;
+            self.tb
+                .checkpoint(&thread, None, CheckpointCause::Turn)
+                .await?;
+        }
         Ok(self.tb.exec(&thread, request).await?)
     }
 
@@ -309,5 +322,63 @@ impl SandboxBackend for ThreadboxBackend {
     ) -> Result<(), ToolFailure> {
         let (thread, process) = (thread_id(thread)?, process_id(process)?);
         Ok(self.tb.signal_process(&thread, process, signal).await?)
+    }
+
+    async fn checkpoint(&self, thread: &str, label: Option<String>) -> Result<Value, ToolFailure> {
+        let thread = thread_id(thread)?;
+        let taken = self
+            .tb
+            .checkpoint(&thread, label.as_deref(), CheckpointCause::User)
+            .await?;
+        to_value(&taken)
+    }
+
+    async fn list_checkpoints(&self, thread: &str) -> Result<Value, ToolFailure> {
+        let thread = thread_id(thread)?;
+        let checkpoints = self.tb.list_checkpoints(&thread).await?;
+        Ok(json!({ "checkpoints": to_value(&checkpoints)? }))
+    }
+
+    async fn restore(&self, thread: &str, checkpoint: &str) -> Result<Value, ToolFailure> {
+        let thread = thread_id(thread)?;
+        let id = checkpoint_id(checkpoint)?;
+        to_value(&self.tb.restore(&thread, &id).await?)
+    }
+
+    async fn fork(
+        &self,
+        thread: &str,
+        new_thread: &str,
+        checkpoint: Option<String>,
+        network: Option<Value>,
+    ) -> Result<Value, ToolFailure> {
+        let source = thread_id(thread)?;
+        let new = ThreadId::parse(new_thread).map_err(|e| {
+            ToolFailure::from(ApiError::bad_request(
+                "invalid_thread_id",
+                format!("thread: {e}"),
+            ))
+        })?;
+        let checkpoint = checkpoint.as_deref().map(checkpoint_id).transpose()?;
+        let network = network
+            .map(|value| {
+                serde_json::from_value::<NetworkProfile>(value).map_err(|e| {
+                    ToolFailure::from(ApiError::bad_request(
+                        "invalid_network",
+                        format!("network: {e}"),
+                    ))
+                })
+            })
+            .transpose()?;
+        let handle = self
+            .tb
+            .fork(ForkRequest {
+                source,
+                thread: new,
+                checkpoint,
+                network,
+            })
+            .await?;
+        to_value(&handle)
     }
 }

@@ -181,6 +181,20 @@ pub trait SandboxBackend: Send + Sync + 'static {
         process_id: &str,
         signal: ProcessSignal,
     ) -> Result<(), ToolFailure>;
+    /// Take a checkpoint of the home, as `POST /v1/threads/{id}/checkpoints` answers it.
+    async fn checkpoint(&self, thread: &str, label: Option<String>) -> Result<Value, ToolFailure>;
+    /// `{"checkpoints": [...]}`, newest first, as `GET /v1/threads/{id}/checkpoints` answers.
+    async fn list_checkpoints(&self, thread: &str) -> Result<Value, ToolFailure>;
+    /// Put the home back to a checkpoint, as `POST /v1/threads/{id}/restore` answers it.
+    async fn restore(&self, thread: &str, checkpoint: &str) -> Result<Value, ToolFailure>;
+    /// Fork the thread into `new_thread`, as `POST /v1/threads/{id}/fork` answers it.
+    async fn fork(
+        &self,
+        thread: &str,
+        new_thread: &str,
+        checkpoint: Option<String>,
+        network: Option<Value>,
+    ) -> Result<Value, ToolFailure>;
 }
 
 /// `POST /v1/threads/{thread_id}/mcp`, behind the API's keys, to merge into the API's router

@@ -1,7 +1,8 @@
 //! The tools: `run_command`, `read_file`, `write_file`, `list_dir`, `stat`, `make_dir`, `glob`,
-//! `grep`, `remove`, `pause`, `resume` and `status`, and for background processes
+//! `grep`, `remove`, `pause`, `resume` and `status`, for background processes
 //! `start_process`, `list_processes`, `read_process_output`, `write_process_input` and
-//! `stop_process`, on any [`SandboxBackend`].
+//! `stop_process`, and for checkpoints `checkpoint`, `list_checkpoints`, `restore` and `fork`,
+//! on any [`SandboxBackend`].
 //!
 //! The input schemas come from the parameter types (unknown fields refused). Arguments that do not
 //! fit the schema are a tool error (`isError`, code `invalid_request`) rather than a protocol
@@ -110,6 +111,32 @@ pub struct RunCommand {
     stdin: Option<String>,
     /// Kill the command after this many seconds (at most 600; default 60).
     timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TakeCheckpoint {
+    /// A few words saying what the checkpoint is before (at most 200 characters).
+    label: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreCheckpoint {
+    /// The checkpoint's id (`cp-...`), from `checkpoint` or `list_checkpoints`.
+    checkpoint: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Fork {
+    /// The new thread's id (letters, digits, `-`, `_`, `.`, `:`); it must not exist yet.
+    thread: String,
+    /// Start from this checkpoint (`cp-...`) instead of the home as it is now.
+    checkpoint: Option<String>,
+    /// The new thread's network profile (`"restricted"`, `"networked"` or
+    /// `{"networked": {"allow": [...]}}`); the default is this thread's.
+    network: Option<Value>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -665,6 +692,47 @@ impl<B: SandboxBackend> SandboxTools<B> {
             tokio::time::sleep(STOP_POLL).await;
         }
         CallToolResult::structured(answer)
+    }
+
+    #[tool(
+        description = "Take a checkpoint of the sandbox's /home/user: a copy of every file as it is now, to put back later with restore (before a risky change, say). Returns its id, bytes and files. The thread keeps its newest checkpoints within the server's limits, the oldest dropped first."
+    )]
+    async fn checkpoint(
+        &self,
+        Parameters(Checked(args)): Parameters<Checked<TakeCheckpoint>>,
+    ) -> CallToolResult {
+        let args = checked!(args);
+        outcome(self.backend.checkpoint(&self.thread, args.label).await)
+    }
+
+    #[tool(
+        description = "The thread's checkpoints, newest first: each one's id, created_at (epoch ms), bytes, files, label and cause (user, or turn: taken before a command ran)."
+    )]
+    async fn list_checkpoints(&self) -> CallToolResult {
+        outcome(self.backend.list_checkpoints(&self.thread).await)
+    }
+
+    #[tool(
+        description = "Put /home/user back as a checkpoint holds it, in place: files made since are gone, changed ones are as they were. Every running process in the sandbox is stopped first; the answer names them."
+    )]
+    async fn restore(
+        &self,
+        Parameters(Checked(args)): Parameters<Checked<RestoreCheckpoint>>,
+    ) -> CallToolResult {
+        let args = checked!(args);
+        outcome(self.backend.restore(&self.thread, &args.checkpoint).await)
+    }
+
+    #[tool(
+        description = "Fork this thread into a new one (`thread`, which must not exist): a new sandbox, another machine, whose /home/user is a copy of this one's as it is now (or at `checkpoint`). This sandbox keeps running. Use it to try two approaches side by side."
+    )]
+    async fn fork(&self, Parameters(Checked(args)): Parameters<Checked<Fork>>) -> CallToolResult {
+        let args = checked!(args);
+        outcome(
+            self.backend
+                .fork(&self.thread, &args.thread, args.checkpoint, args.network)
+                .await,
+        )
     }
 
     #[tool(

@@ -359,6 +359,11 @@ fn etc_files(
             format!("{root_group}tty:x:5:\nuser:x:{gid}:\nnogroup:x:65534:\n"),
         ),
         ("hostname", format!("{hostname}\n")),
+        // Each sandbox is a machine of its own (a fork too): systemd's format, 128 random bits.
+        (
+            "machine-id",
+            format!("{}\n", uuid::Uuid::new_v4().simple()),
+        ),
         (
             "hosts",
             format!(

@@ -30,13 +30,16 @@
 mod admission;
 mod bundle;
 mod cgroup;
+mod checkpoint;
 mod command;
 mod config;
 mod create;
 mod exec;
 mod files;
+mod home_copy;
 mod idmap;
 mod ids;
+pub mod image;
 mod network;
 mod open;
 mod placement;
@@ -65,13 +68,14 @@ use self::files::SandboxFs;
 use self::idmap::{IdRange, IdRanges};
 use self::ids::validate_sandbox_id;
 use self::process_records::ContainerProcs;
-use self::runtime::{ContainerState, ContainerStatus, Runc};
+use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use self::volume::VolumePool;
+use threadbox_core::domain::{CheckpointId, ThreadId};
 use threadbox_core::ports::{
-    processes, too_large_upload, Clock, Connected, CreateSandbox, CreatedSandbox, ExecRequest,
-    ExecResult, FileChunks, FileEntry, GrepMatch, NetworkProfile, NetworkRefusals, OpenFile,
-    OutputSink, ProcessInfo, ProcessOutput, ProcessSignal, ProviderError, SandboxInfo,
-    SandboxProvider, SandboxState,
+    processes, too_large_upload, CheckpointTaken, Clock, Connected, CreateSandbox, CreatedSandbox,
+    ExecRequest, ExecResult, FileChunks, FileEntry, ForkSandbox, GrepMatch, NetworkProfile,
+    NetworkRefusals, OpenFile, OutputSink, ProcessInfo, ProcessOutput, ProcessSignal,
+    ProviderError, Restored, SandboxInfo, SandboxProvider, SandboxState,
 };
 
 pub use self::config::{
@@ -177,6 +181,16 @@ impl RuncProvider {
         match self.runc.state(id).await? {
             Some(state) if state.status.is_alive() => Ok(state),
             _ => Err(gone(id)),
+        }
+    }
+
+    /// Turn a failed runc call into the right error: `Gone` if the container is not there any
+    /// more, the call's own error otherwise.
+    async fn classify(&self, id: &str, err: RuncError) -> ProviderError {
+        match self.runc.state(id).await {
+            Ok(Some(state)) if state.status.is_alive() => err.into(),
+            Ok(_) => gone(id),
+            Err(state_err) => state_err.into(),
         }
     }
 
@@ -413,6 +427,39 @@ impl SandboxProvider for RuncProvider {
         }
         let state = self.live_state(sandbox_id).await?;
         Ok(Some(self.networks.refusals(sandbox_id, state.pid).await))
+    }
+
+    async fn checkpoint(
+        &self,
+        sandbox_id: &str,
+        id: &CheckpointId,
+        max_bytes: u64,
+    ) -> Result<CheckpointTaken, ProviderError> {
+        self.take_checkpoint(sandbox_id, id, max_bytes).await
+    }
+
+    async fn restore(
+        &self,
+        sandbox_id: &str,
+        id: &CheckpointId,
+    ) -> Result<Restored, ProviderError> {
+        self.restore_checkpoint(sandbox_id, id).await
+    }
+
+    async fn fork(&self, request: ForkSandbox) -> Result<CreatedSandbox, ProviderError> {
+        self.fork_sandbox(request).await
+    }
+
+    async fn delete_checkpoint(
+        &self,
+        thread_id: &ThreadId,
+        id: &CheckpointId,
+    ) -> Result<(), ProviderError> {
+        self.remove_checkpoints(thread_id, Some(id)).await
+    }
+
+    async fn delete_thread_checkpoints(&self, thread_id: &ThreadId) -> Result<(), ProviderError> {
+        self.remove_checkpoints(thread_id, None).await
     }
 
     async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError> {

@@ -76,6 +76,7 @@ impl RuncProvider {
         };
         let live = provider.survey().await?;
         provider.adopt_networks(&live).await;
+        provider.finish_restores().await;
         tracing::info!(
             state_dir = %provider.config.state_dir.display(),
             %version,

@@ -28,6 +28,9 @@ pub enum Action {
     Pause,
     Resume,
     Reset,
+    /// Put the thread's files back as they were before a code block (its checkpoint); the
+    /// button's value is `{checkpoint}@{thread}` ([`undo_button`]).
+    Undo,
 }
 
 impl Action {
@@ -36,6 +39,7 @@ impl Action {
             Action::Pause => "pause",
             Action::Resume => "resume",
             Action::Reset => "reset",
+            Action::Undo => "undo",
         }
     }
 
@@ -48,6 +52,7 @@ impl Action {
             "pause" => Some(Action::Pause),
             "resume" => Some(Action::Resume),
             "reset" => Some(Action::Reset),
+            "undo" => Some(Action::Undo),
             _ => None,
         }
     }
@@ -57,6 +62,7 @@ impl Action {
             Action::Pause => "Pause",
             Action::Resume => "Resume",
             Action::Reset => "Reset",
+            Action::Undo => "Undo",
         }
     }
 }
@@ -114,9 +120,21 @@ pub fn button(action: Action, thread_id: &str, nth: Option<usize>) -> Value {
     match action {
         Action::Resume => button["style"] = json!("primary"),
         Action::Reset => button["style"] = json!("danger"),
-        Action::Pause => {}
+        Action::Pause | Action::Undo => {}
     }
     button
+}
+
+/// The Undo button of a code block's reply: restores `checkpoint` (taken before the block)
+/// into `thread_id`. Its value carries both, `{checkpoint}@{thread}` (a checkpoint id has no
+/// `@`); the click is checked like any other (the thread's workspace, the clicker's channel).
+pub fn undo_button(thread_id: &str, checkpoint: &str) -> Value {
+    json!({
+        "type": "button",
+        "text": plain(Action::Undo.label(), MAX_BUTTON_TEXT),
+        "action_id": Action::Undo.name(),
+        "value": format!("{checkpoint}@{thread_id}"),
+    })
 }
 
 /// An `actions` block holding `buttons`; `None` when there are none (Slack refuses an empty
@@ -183,6 +201,12 @@ mod tests {
         assert_eq!(Action::of_action_id("reset#3"), Some(Action::Reset));
         assert_eq!(Action::of_action_id("pause"), Some(Action::Pause));
         assert_eq!(Action::of_action_id("launch"), None);
+        assert_eq!(Action::of_action_id("undo"), Some(Action::Undo));
+        let undo = undo_button("slack:T1:C1:1.000001", "cp-0123456789abcdef0123");
+        assert_eq!(
+            undo["value"],
+            "cp-0123456789abcdef0123@slack:T1:C1:1.000001"
+        );
         assert!(actions("b", vec![]).is_none());
     }
 }

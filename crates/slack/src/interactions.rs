@@ -5,7 +5,7 @@
 //! Within Slack's 3 seconds the route only checks the signature, claims the click (its
 //! `action_ts`, so a redelivered request acts once) and queues it to the worker in the thread's
 //! FIFO group, so a button never races a command in the same thread. Pause and Resume are
-//! queued as they are. Reset loses files, so its button opens a confirmation modal instead (the
+//! queued as they are. Reset and Undo lose files, so their buttons open a confirmation modal instead (the
 //! click's `trigger_id` is only good for 3 seconds, so this is done here, not by the worker);
 //! submitting the modal queues the reset. Who may act (members of the thread's channel) and
 //! what happens to a thread whose sandbox is gone are the worker's to decide (`worker`).
@@ -21,10 +21,12 @@ use super::ingress::SlackIngress;
 use super::thread::SlackPlace;
 use super::work::{ActionRequest, AnswerPlace, WorkItem};
 use threadbox_api::http::ApiError;
-use threadbox_core::domain::ThreadId;
+use threadbox_core::domain::{CheckpointId, ThreadId};
 
 /// The reset confirmation modal's `callback_id`.
 pub const RESET_CALLBACK: &str = "reset_confirm";
+/// The undo confirmation modal's `callback_id`.
+pub const UNDO_CALLBACK: &str = "undo_confirm";
 
 /// Slack's form: one field, the JSON payload.
 #[derive(Deserialize)]
@@ -82,12 +84,15 @@ struct SubmittedView {
     private_metadata: String,
 }
 
-/// What the reset modal carries through Slack and back: the thread, and where the click was.
+/// What the reset and undo modals carry through Slack and back: the thread, where the click
+/// was, and for an undo the checkpoint.
 #[derive(Serialize, Deserialize)]
 struct ResetMetadata {
     thread_id: ThreadId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     channel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checkpoint: Option<CheckpointId>,
 }
 
 impl SlackIngress {
@@ -124,10 +129,17 @@ impl SlackIngress {
                 tracing::debug!(action_id = %click.action_id, "click on an element with no action");
                 continue;
             };
-            let thread_id = thread_of_click(click.value.as_deref(), &clicks.team.id)?;
             let channel = clicks.channel.as_ref().map(|c| c.id.clone());
+            if action == Action::Undo {
+                let (checkpoint, thread_id) =
+                    undo_of_click(click.value.as_deref(), &clicks.team.id)?;
+                self.confirm(&clicks.trigger_id, &thread_id, channel, Some(checkpoint))
+                    .await?;
+                continue;
+            }
+            let thread_id = thread_of_click(click.value.as_deref(), &clicks.team.id)?;
             if action == Action::Reset {
-                self.confirm_reset(&clicks.trigger_id, &thread_id, channel)
+                self.confirm(&clicks.trigger_id, &thread_id, channel, None)
                     .await?;
                 continue;
             }
@@ -136,6 +148,7 @@ impl SlackIngress {
                 id: id.clone(),
                 thread_id: thread_id.clone(),
                 action,
+                checkpoint: None,
                 team: clicks.team.id.clone(),
                 user: clicks.user.id.clone(),
                 answer_in: channel.map(|channel| answer_place(&thread_id, channel)),
@@ -158,28 +171,32 @@ impl SlackIngress {
         .await
     }
 
-    /// Open the modal that asks whether to reset, with the click's `trigger_id`.
-    async fn confirm_reset(
+    /// Open the modal that asks whether to reset (or, with a checkpoint, to undo), with the
+    /// click's `trigger_id`.
+    async fn confirm(
         &self,
         trigger_id: &str,
         thread_id: &ThreadId,
         channel: Option<String>,
+        checkpoint: Option<CheckpointId>,
     ) -> Result<(), ApiError> {
         let Some(api) = &self.api else {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "slack_not_configured",
-                "Reset needs to ask for confirmation, and this deployment cannot call Slack",
+                "This button needs to ask for confirmation, and this deployment cannot call Slack",
             ));
         };
         let metadata = ResetMetadata {
             thread_id: thread_id.clone(),
             channel,
+            checkpoint: checkpoint.clone(),
         };
-        let view = reset_modal(
-            thread_id,
-            &serde_json::to_string(&metadata).expect("metadata serialises"),
-        );
+        let metadata = serde_json::to_string(&metadata).expect("metadata serialises");
+        let view = match &checkpoint {
+            Some(checkpoint) => undo_modal(thread_id, checkpoint, &metadata),
+            None => reset_modal(thread_id, &metadata),
+        };
         api.open_view(trigger_id, &view).await.map_err(|error| {
             tracing::warn!(%error, %thread_id, "could not open the reset confirmation");
             ApiError::new(
@@ -191,9 +208,11 @@ impl SlackIngress {
     }
 
     async fn submitted(&self, submission: ViewSubmission) -> Result<Response, ApiError> {
-        if submission.view.callback_id != RESET_CALLBACK {
-            return Ok(acknowledged());
-        }
+        let action = match submission.view.callback_id.as_str() {
+            RESET_CALLBACK => Action::Reset,
+            UNDO_CALLBACK => Action::Undo,
+            _ => return Ok(acknowledged()),
+        };
         let metadata: ResetMetadata = serde_json::from_str(&submission.view.private_metadata)
             .map_err(|error| {
                 ApiError::bad_request(
@@ -203,12 +222,19 @@ impl SlackIngress {
             })?;
         let thread_id = metadata.thread_id;
         same_team(&thread_id, &submission.team.id)?;
-        // One modal, one reset: its view id is the click's identity.
+        if action == Action::Undo && metadata.checkpoint.is_none() {
+            return Err(ApiError::bad_request(
+                "invalid_metadata",
+                "the undo modal's metadata names no checkpoint",
+            ));
+        }
+        // One modal, one reset or undo: its view id is the click's identity.
         let id = format!("view:{}", submission.view.id);
         let request = ActionRequest {
             id: id.clone(),
             thread_id: thread_id.clone(),
-            action: Action::Reset,
+            action,
+            checkpoint: metadata.checkpoint,
             team: submission.team.id,
             user: submission.user.id,
             answer_in: metadata
@@ -216,7 +242,7 @@ impl SlackIngress {
                 .map(|channel| answer_place(&thread_id, channel)),
         };
         let queued = self.queue_action(request).await?;
-        tracing::info!(%thread_id, queued, "Slack reset confirmed");
+        tracing::info!(%thread_id, queued, action = action.name(), "Slack confirmation submitted");
         // An empty 200 closes the modal.
         Ok(acknowledged())
     }
@@ -237,6 +263,37 @@ pub fn reset_modal(thread_id: &ThreadId, metadata: &str) -> Value {
             blocks::context(&format!("Thread `{}`", escape(thread_id.as_str()))),
         ],
     )
+}
+
+/// The modal asking whether to put `thread_id`'s files back to `checkpoint`.
+pub fn undo_modal(thread_id: &ThreadId, checkpoint: &CheckpointId, metadata: &str) -> Value {
+    blocks::modal(
+        UNDO_CALLBACK,
+        "Undo this code block?",
+        "Undo",
+        metadata,
+        vec![
+            blocks::section(
+                ":rewind: Undo puts this thread's files (`/home/user`) back as they were just                  before that code block ran. Files made or changed since are lost, and *every                  running process in the sandbox is stopped*.",
+            ),
+            blocks::context(&format!(
+                "Thread `{}` · checkpoint `{}`",
+                escape(thread_id.as_str()),
+                checkpoint
+            )),
+        ],
+    )
+}
+
+/// The checkpoint and thread an Undo button names (`{checkpoint}@{thread}`), checked like any
+/// click: the thread must be a Slack thread of the clicker's workspace.
+fn undo_of_click(value: Option<&str>, team: &str) -> Result<(CheckpointId, ThreadId), ApiError> {
+    let (checkpoint, thread) = value.and_then(|v| v.split_once('@')).ok_or_else(|| {
+        ApiError::bad_request("invalid_action", "the Undo button names no checkpoint")
+    })?;
+    let checkpoint = CheckpointId::parse(checkpoint)
+        .map_err(|e| ApiError::bad_request("invalid_checkpoint_id", e))?;
+    Ok((checkpoint, thread_of_click(Some(thread), team)?))
 }
 
 /// Where an answer to a click in `channel` goes: into the thread, when the click was in the

@@ -103,6 +103,8 @@ pub fn action_ids(blocks: &Value) -> Vec<String> {
 pub fn team_for<'a>(candidates: impl IntoIterator<Item = &'a str>, channel: &str) -> String {
     candidates
         .into_iter()
+        // An Undo button's value is `{checkpoint}@{thread}`.
+        .map(|raw| raw.rsplit_once('@').map_or(raw, |(_, thread)| thread))
         .filter_map(|raw| ThreadId::parse(raw).ok())
         .filter_map(|id| SlackPlace::of(&id))
         .find(|place| place.channel == channel)

@@ -6,7 +6,9 @@
 //! - `/sandbox status|pause|resume|reset [thread]`: one thread, named by a link to its first
 //!   message or by its `ts`, or by default the caller's most recently used thread in this
 //!   channel (in a DM, the DM's own sandbox). `reset` answers with a Reset button, which asks
-//!   for confirmation in a modal like the status card's.
+//!   for confirmation in a modal like the status card's;
+//! - `/sandbox fork [thread]`: a new thread in the channel whose sandbox starts with a copy of
+//!   that thread's files (`worker::turns`), each linking the other.
 //!
 //! A slash command carries no thread (Slack does not say where in a channel it was typed),
 //! which is why the default is the caller's latest thread.
@@ -44,6 +46,8 @@ pub enum SlashRequest {
     Pause(Option<String>),
     Resume(Option<String>),
     Reset(Option<String>),
+    /// Start a new thread in the channel with a copy of this one's files.
+    Fork(Option<String>),
     Help,
     Unknown(String),
 }
@@ -63,6 +67,7 @@ pub fn parse(text: &str) -> SlashRequest {
         ("pause", target) => SlashRequest::Pause(target),
         ("resume", target) => SlashRequest::Resume(target),
         ("reset", target) => SlashRequest::Reset(target),
+        ("fork", target) => SlashRequest::Fork(target),
         ("" | "help", None) => SlashRequest::Help,
         _ => SlashRequest::Unknown(text.trim().to_owned()),
     }
@@ -99,6 +104,7 @@ pub fn usage() -> String {
      `/sandbox status [thread]`: a thread's sandbox\n\
      `/sandbox pause [thread]` / `/sandbox resume [thread]`: put it to sleep (files kept) or wake it\n\
      `/sandbox reset [thread]`: throw it away with its files and start fresh (asks first)\n\
+     `/sandbox fork [thread]`: start a new thread here whose sandbox has a copy of its files\n\
      _[thread]_ is a link to the thread's first message; without one, your latest thread in this channel."
         .to_owned()
 }

@@ -167,8 +167,9 @@ impl FanoutTarget for SlackStatusTarget {
         let Some(place) = SlackPlace::of(&event.thread_id) else {
             return Ok(());
         };
-        // The card shows the sandbox's state; a process starting or ending does not change it.
-        if event.cause == Cause::Process {
+        // The card shows the sandbox's state; a process starting or ending, or a checkpoint
+        // (one before every code block), does not change it.
+        if matches!(event.cause, Cause::Process | Cause::Checkpoint) {
             return Ok(());
         }
         self.show_status(event, &place).await?;
@@ -330,6 +331,9 @@ pub fn cause_phrase(cause: Cause) -> &'static str {
         Cause::Reconcile => "to match the provider",
         Cause::Process => "as a background process started or ended",
         Cause::Budget => "because its compute budget for today is used",
+        Cause::Checkpoint => "as a checkpoint was taken",
+        Cause::Restore => "as a checkpoint was restored",
+        Cause::Fork => "as a fork",
         Cause::Error => "after an error",
     }
 }

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::blocks::Action;
-use threadbox_core::domain::ThreadId;
+use threadbox_core::domain::{CheckpointId, ThreadId};
 use threadbox_core::ports::SlackFile;
 
 /// The work queue's name (the SQLite queue's name in `threadbox dev`; the SQS queue is named
@@ -57,6 +57,9 @@ pub struct ActionRequest {
     pub id: String,
     pub thread_id: ThreadId,
     pub action: Action,
+    /// The checkpoint an Undo restores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointId>,
     pub team: String,
     pub user: String,
     /// Where an answer only the clicker sees goes: the channel (and thread) the clicked message

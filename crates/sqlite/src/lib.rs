@@ -1,6 +1,7 @@
 //! SQLite adapters for the embedded runtime: one database file holds sessions, events and queues,
 //! shared safely by several processes (WAL journal, busy timeout, `BEGIN IMMEDIATE` for writes).
 
+mod checkpoints;
 mod database;
 mod dedupe;
 mod housekeeping;
@@ -13,6 +14,7 @@ mod subscriptions;
 mod warm_pool;
 mod window_counter;
 
+pub use checkpoints::SqliteCheckpointStore;
 pub use database::{Database, DatabaseError};
 pub use dedupe::SqliteDedupe;
 pub use housekeeping::{delete_aged, Aged};

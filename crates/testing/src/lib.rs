@@ -9,6 +9,7 @@ mod memory_provider;
 mod suites;
 
 pub mod budget_conformance;
+pub mod checkpoint_conformance;
 pub mod dedupe_conformance;
 pub mod lifecycle_conformance;
 pub mod provider_conformance;

@@ -183,6 +183,25 @@ impl MemSandbox {
     }
 }
 
+/// The sandbox's home, where checkpoints are of.
+const HOME_DIR: &str = "/home/user";
+
+/// The thread a sandbox belongs to (its owner metadata), as text.
+fn thread_of(sandbox: &MemSandbox) -> String {
+    threadbox_core::ports::SandboxOwner::from_metadata(&sandbox.metadata)
+        .map(|o| o.thread_id.to_string())
+        .unwrap_or_default()
+}
+
+/// The entries under the home (not the home itself).
+fn home_of(files: &BTreeMap<String, Node>) -> BTreeMap<String, Node> {
+    files
+        .iter()
+        .filter(|(p, _)| is_inside(p, HOME_DIR))
+        .map(|(p, n)| (p.clone(), n.clone()))
+        .collect()
+}
+
 #[derive(Default)]
 pub struct InMemoryProvider {
     sandboxes: Mutex<HashMap<String, MemSandbox>>,
@@ -202,6 +221,9 @@ pub struct InMemoryProvider {
     commands: Mutex<Vec<String>>,
     /// The next exec's name lookup its network refuses, and the exit code it then fails with.
     refuse_next: Mutex<Option<(String, i32)>>,
+    /// Checkpoints: the files under `/home/user` of a sandbox at the time, by thread and
+    /// checkpoint id.
+    checkpoints: Mutex<HashMap<(String, String), BTreeMap<String, Node>>>,
 }
 
 impl InMemoryProvider {
@@ -220,6 +242,11 @@ impl InMemoryProvider {
     }
     pub fn connects(&self) -> u64 {
         self.connects.load(Ordering::SeqCst)
+    }
+
+    /// The checkpoint copies kept now (what a destroy or a drop must delete).
+    pub fn checkpoint_copies(&self) -> usize {
+        self.checkpoints.lock().unwrap().len()
     }
 
     /// Ids of the sandboxes that exist now.
@@ -414,6 +441,104 @@ impl SandboxProvider for InMemoryProvider {
             s.state = SandboxState::Paused;
             Ok(())
         })
+    }
+
+    async fn checkpoint(
+        &self,
+        sandbox_id: &str,
+        id: &threadbox_core::domain::CheckpointId,
+        max_bytes: u64,
+    ) -> Result<threadbox_core::ports::CheckpointTaken, ProviderError> {
+        let (thread, home) = self.with(sandbox_id, |s| Ok((thread_of(s), home_of(&s.files))))?;
+        let bytes: u64 = home
+            .values()
+            .map(|n| match n {
+                Node::File(data) => data.len() as u64,
+                Node::Dir => 0,
+            })
+            .sum();
+        if bytes > max_bytes {
+            return Err(ProviderError::NoSpace(format!(
+                "the home holds {bytes} bytes; a checkpoint may hold at most {max_bytes} bytes"
+            )));
+        }
+        let files = home.len() as u64;
+        self.checkpoints
+            .lock()
+            .unwrap()
+            .insert((thread, id.to_string()), home);
+        Ok(threadbox_core::ports::CheckpointTaken {
+            bytes,
+            files,
+            stalled: Duration::ZERO,
+        })
+    }
+
+    async fn restore(
+        &self,
+        sandbox_id: &str,
+        id: &threadbox_core::domain::CheckpointId,
+    ) -> Result<threadbox_core::ports::Restored, ProviderError> {
+        let thread = self.with(sandbox_id, |s| Ok(thread_of(s)))?;
+        let saved = self
+            .checkpoints
+            .lock()
+            .unwrap()
+            .get(&(thread, id.to_string()))
+            .cloned()
+            .ok_or_else(|| ProviderError::NotFound(format!("checkpoint {id} is not here")))?;
+        self.with(sandbox_id, |s| {
+            s.files.retain(|p, _| !is_inside(p, HOME_DIR));
+            s.files.extend(saved);
+            Ok(threadbox_core::ports::Restored::default())
+        })
+    }
+
+    async fn fork(
+        &self,
+        request: threadbox_core::ports::ForkSandbox,
+    ) -> Result<CreatedSandbox, ProviderError> {
+        let thread = self.with(&request.source, |s| Ok(thread_of(s)))?;
+        let home = match &request.checkpoint {
+            Some(id) => self
+                .checkpoints
+                .lock()
+                .unwrap()
+                .get(&(thread, id.to_string()))
+                .cloned()
+                .ok_or_else(|| ProviderError::NotFound(format!("checkpoint {id} is not here")))?,
+            None => self.with(&request.source, |s| Ok(home_of(&s.files)))?,
+        };
+        let created = self.create(request.create).await?;
+        self.with(&created.sandbox_id, |s| {
+            s.files.extend(home);
+            Ok(())
+        })?;
+        Ok(created)
+    }
+
+    async fn delete_checkpoint(
+        &self,
+        thread_id: &threadbox_core::domain::ThreadId,
+        id: &threadbox_core::domain::CheckpointId,
+    ) -> Result<(), ProviderError> {
+        self.checkpoints
+            .lock()
+            .unwrap()
+            .remove(&(thread_id.to_string(), id.to_string()));
+        Ok(())
+    }
+
+    async fn delete_thread_checkpoints(
+        &self,
+        thread_id: &threadbox_core::domain::ThreadId,
+    ) -> Result<(), ProviderError> {
+        let thread = thread_id.to_string();
+        self.checkpoints
+            .lock()
+            .unwrap()
+            .retain(|(t, _), _| *t != thread);
+        Ok(())
     }
 
     async fn kill(&self, sandbox_id: &str) -> Result<(), ProviderError> {

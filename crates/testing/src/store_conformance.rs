@@ -38,7 +38,10 @@ fn advance(s: &mut Session, command: Command, now: i64) -> LifecycleEvent {
 }
 
 pub async fn insert_then_load_round_trips(store: Arc<dyn SessionStore>) {
-    let (s, e) = new_session("conf-a", 1_000);
+    let (mut s, e) = new_session("conf-a", 1_000);
+    // What its creator gave the thread (E2B's metadata and envVars) is part of the record.
+    s.labels = [("team".to_owned(), "red & blue".to_owned())].into();
+    s.env = [("GREETING".to_owned(), "hi there".to_owned())].into();
     assert_eq!(store.load(&s.thread_id).await.unwrap(), None);
     store
         .insert_new(&s, std::slice::from_ref(&e))

@@ -291,3 +291,26 @@ macro_rules! subscription_conformance_tests {
         }
     )*};
 }
+
+/// Every function of `checkpoint_conformance`. `$make` is an async fn taking the test's name
+/// and returning `Option<(Arc<dyn CheckpointStore>, keep)>`.
+#[macro_export]
+macro_rules! checkpoint_conformance_tests {
+    ($make:path) => {
+        $crate::checkpoint_conformance_tests!(@each $make,
+            records_round_trip_newest_first_per_thread,
+            equal_times_are_ordered_by_id,
+            retention_keeps_the_last_n_oldest_dropped_first,
+            retention_keeps_within_the_byte_cap,
+            remove_forgets_one_and_answers_what_it_removed,
+            concurrent_adds_all_land,
+        );
+    };
+    (@each $make:path, $($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            let Some((store, _keep)) = $make(stringify!($name)).await else { return };
+            $crate::checkpoint_conformance::$name(store).await;
+        }
+    )*};
+}

@@ -16,12 +16,18 @@
 //! answers stream, so server-sent events (exec, a process's output followed) reach the client as
 //! they happen; behind API Gateway such a request is refused at once with 406
 //! `stream_elsewhere`, naming that URL (`THREADBOX_STREAM_URL`). See `lambda::HttpMode`.
+//!
+//! E2B's API (`threadbox-e2b-api`, docs/e2b-api.md) is merged in under `/e2b`: its control plane
+//! is routed here by API Gateway, and envd (whose `process.Process/Start` streams a command's
+//! output) is reached through the streaming URL, which serves every path of the same router:
+//! `E2B_API_URL` is the API's URL and `E2B_SANDBOX_URL` the stream URL, each with `/e2b`.
 
 use axum::{Extension, Router};
 use threadbox_api::http::{router_for, ApiAuth, RouteGroup};
 use threadbox_api::live::token_routes;
 use threadbox_api::live::TokenKey;
 use threadbox_core::usecases::Threadbox;
+use threadbox_e2b_api::E2bApi;
 use threadbox_lambda::{Setup, SetupError, GATEWAY_EXEC_LIMIT};
 use threadbox_mcp::ExecLimit;
 
@@ -33,7 +39,9 @@ pub const ROUTES: &[RouteGroup] = &[RouteGroup::Sandbox];
 /// [`GATEWAY_EXEC_LIMIT`] (the exec route's limit is `lambda::for_api_gateway`'s).
 pub fn app(tb: Threadbox, auth: ApiAuth, tokens: TokenKey) -> Router {
     let clock = tb.clock.clone();
+    let e2b = E2bApi::new(tb.clone(), auth.clone(), tokens.clone());
     router_for(tb.clone(), auth.clone(), ROUTES)
+        .merge(threadbox_e2b_api::routes(e2b))
         .merge(token_routes(tokens, clock, auth.clone()))
         .merge(threadbox_mcp::routes(tb, auth))
         // The MCP endpoint's commands must end within the gateway's wait, as exec's do.

@@ -117,6 +117,37 @@ impl ApiAuth {
         matched.into()
     }
 
+    /// Check a key presented in a header of another API's own (E2B's `X-API-Key`,
+    /// `threadbox-e2b-api`) against the same keys, with the same rule without keys (only this
+    /// machine's own tools): passing, the budget scope of the key presented. The error's
+    /// message is what the caller is told; its shape is the other API's to choose.
+    pub fn check_key(
+        &self,
+        presented: Option<&[u8]>,
+        headers: &HeaderMap,
+    ) -> Result<Option<BudgetScope>, ApiError> {
+        if !self.is_enabled() {
+            return LocalOnly::any_port().check(headers).map(|()| None);
+        }
+        let key = presented.ok_or_else(|| ApiError::unauthorized("missing API key"))?;
+        match std::str::from_utf8(key) {
+            Ok(key) if self.accepts(key.as_bytes()) => Ok(Some(key_scope(key))),
+            _ => Err(ApiError::unauthorized("Invalid API key")),
+        }
+    }
+
+    /// Whether `scope` is the budget scope of a key configured now (`None`: authentication is
+    /// off), so a credential minted for a key stops working once the key is removed.
+    pub fn knows_scope(&self, scope: Option<&BudgetScope>) -> bool {
+        match scope {
+            None => !self.is_enabled(),
+            Some(scope) => self
+                .keys
+                .iter()
+                .any(|key| std::str::from_utf8(key).is_ok_and(|key| key_scope(key) == *scope)),
+        }
+    }
+
     /// Check a request's headers. Passing, the budget scope of the key presented (none with
     /// authentication off).
     fn check(&self, headers: &HeaderMap) -> Result<Option<BudgetScope>, ApiError> {

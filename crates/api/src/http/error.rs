@@ -4,7 +4,7 @@
 //! codes follow what a client should do next:
 //! - 400: the request is wrong; retrying it unchanged will not help.
 //! - 401: no or wrong API key (with `WWW-Authenticate: Bearer`).
-//! - 404: no such thread, process or file (or route).
+//! - 404: no such thread, process, checkpoint or file (or route).
 //! - 409: the thread's state forbids this now: an illegal transition, a live hold, or an expired
 //!   thread (`thread_expired`). Also `busy` with `Retry-After`: another worker's transition of
 //!   the thread did not settle within the wait (`usecases::settle`); the same call will succeed
@@ -17,7 +17,8 @@
 //!   sandboxes for this hour; `compute_budget_exceeded`: the day's compute, the thread paused);
 //!   `Retry-After` is when the window resets. Also a thread's own command limits.
 //! - 503 with `Retry-After`: a backend is unavailable; the same call may succeed later.
-//! - 507: the sandbox's disk (its home's quota, or its `/tmp`) is full (`no_space`).
+//! - 507: the sandbox's disk (its home's quota, or its `/tmp`) is full (`no_space`), or a
+//!   checkpoint would hold more than the thread's checkpoint byte cap (`checkpoint_quota`).
 
 use axum::extract::rejection::{
     BytesRejection, JsonRejection, QueryRejection, RawPathParamsRejection,
@@ -105,9 +106,13 @@ impl From<UseCaseError> for ApiError {
 fn status_of(error: &UseCaseError) -> StatusCode {
     use threadbox_core::domain::RejectKind;
     match error {
-        UseCaseError::UnknownThread(_) | UseCaseError::UnknownProcess { .. } => {
-            StatusCode::NOT_FOUND
-        }
+        UseCaseError::UnknownThread(_)
+        | UseCaseError::UnknownProcess { .. }
+        | UseCaseError::UnknownCheckpoint { .. } => StatusCode::NOT_FOUND,
+        UseCaseError::ThreadExists(_) => StatusCode::CONFLICT,
+        UseCaseError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        // Like a full disk: nothing the server can fix; deleting checkpoints or files makes room.
+        UseCaseError::CheckpointQuota(_) => StatusCode::INSUFFICIENT_STORAGE,
         UseCaseError::Rejected(r) => match r.kind {
             RejectKind::Busy | RejectKind::Illegal | RejectKind::Expired => StatusCode::CONFLICT,
         },

@@ -5,6 +5,7 @@
 //! - `threads`: resolve, pause, resume, reset, and reading sessions and events;
 //! - `sandbox`: exec and files;
 //! - `processes`: background processes (start, list, output, input, resize, signal);
+//! - `checkpoints`: checkpoints of a thread's home (take, list, delete), restore, fork;
 //!
 //! Routes that belong to another layer come with it, and are merged in by the caller: minting
 //! live-events tokens (`live::token_routes`: the caller holds the key), the MCP endpoint
@@ -15,6 +16,7 @@
 //! - `error`: every failure as `{"error": {"code", "message"}}` with the right status.
 
 mod auth;
+mod checkpoints;
 mod error;
 mod exec_stream;
 mod extract;
@@ -25,6 +27,8 @@ mod threads;
 
 #[cfg(test)]
 mod budget_tests;
+#[cfg(test)]
+mod checkpoint_tests;
 #[cfg(test)]
 mod tests;
 
@@ -39,6 +43,7 @@ pub use auth::ForCaller;
 pub use auth::{key_scope, ApiAuth, ApiKeysError, Caller, MIN_API_KEY_LEN};
 // For the routes that live with their own layer: the Slack sink's, the live-events token's, MCP's.
 pub use auth::require as require_api_key;
+pub use checkpoints::checkpoint_id;
 pub use error::ApiError;
 pub use extract::ApiQuery;
 pub use local_only::{require_local, LocalOnly};
@@ -49,7 +54,7 @@ pub use extract::{sandbox_path, Thread};
 // Behind API Gateway, the requests that would stream are told where to (`lambda::http`).
 pub use processes::MAX_FOLLOW;
 pub use sandbox::wants_event_stream;
-pub use sandbox::{MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
+pub use sandbox::{upload_chunks, MAX_EXEC_TIMEOUT, MAX_FILE_BODY};
 
 use threadbox_core::usecases::Threadbox;
 
@@ -71,7 +76,8 @@ pub enum RouteGroup {
     Resume,
     /// `POST /v1/threads/{id}/exec`, `GET/PUT/DELETE /v1/threads/{id}/files/{path}` and the
     /// background processes under `/v1/threads/{id}/processes` (the
-    /// functions serving it also merge `mcp::routes`, the same operations as MCP tools).
+    /// functions serving it also merge `mcp::routes`, the same operations as MCP tools), and
+    /// the checkpoints: `/v1/threads/{id}/checkpoints`, `/restore` and `/fork`.
     Sandbox,
 }
 
@@ -90,7 +96,9 @@ impl RouteGroup {
             RouteGroup::Read => threads::read_routes(),
             RouteGroup::Pause => threads::pause_routes(),
             RouteGroup::Resume => threads::resume_routes(),
-            RouteGroup::Sandbox => sandbox::routes().merge(processes::routes()),
+            RouteGroup::Sandbox => sandbox::routes()
+                .merge(processes::routes())
+                .merge(checkpoints::routes()),
         }
     }
 }

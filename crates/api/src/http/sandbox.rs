@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -19,6 +19,7 @@ use super::auth::ForCaller;
 use super::error::ApiError;
 use super::extract::{ApiQuery, JsonBody, SandboxPath, Thread};
 use crate::wire::ExecBody;
+use threadbox_core::domain::CheckpointCause;
 use threadbox_core::ports::{ExecResult, FileEntry, ProviderError, DEFAULT_FILE_CAP};
 use threadbox_core::usecases::Threadbox;
 
@@ -51,15 +52,55 @@ async fn exec(
     JsonBody(body): JsonBody<ExecBody>,
 ) -> Result<Response, ApiError> {
     let kill_on_disconnect = body.kill_on_disconnect;
+    let take_checkpoint = body.checkpoint;
     let request = body.into_request()?;
+    // Taken before the command, which runs only once it is: undoing the command is restoring it.
+    let checkpoint = match take_checkpoint {
+        true => {
+            // A new thread is made first, as the exec would: its checkpoint is its empty home.
+            tb.resolve(&thread_id).await?;
+            Some(
+                tb.checkpoint(&thread_id, None, CheckpointCause::Turn)
+                    .await?,
+            )
+        }
+        false => None,
+    };
+    let named = |mut response: Response| {
+        if let Some(value) = checkpoint
+            .as_ref()
+            .and_then(|c| HeaderValue::from_str(c.id.as_str()).ok())
+        {
+            response.headers_mut().insert(CHECKPOINT_HEADER, value);
+        }
+        response
+    };
     if wants_event_stream(&headers) {
-        return Ok(
+        return Ok(named(
             super::exec_stream::exec_events(tb, thread_id, request, kill_on_disconnect)
                 .into_response(),
-        );
+        ));
     }
     let result: ExecResult = tb.exec(&thread_id, request).await?;
-    Ok(Json(result).into_response())
+    Ok(named(
+        Json(ExecAnswer {
+            result,
+            checkpoint: checkpoint.clone(),
+        })
+        .into_response(),
+    ))
+}
+
+/// The header naming the checkpoint an exec with `"checkpoint": true` took first.
+pub const CHECKPOINT_HEADER: &str = "threadbox-checkpoint";
+
+/// An exec's JSON answer: the result, and the checkpoint taken before it when one was asked for.
+#[derive(Serialize)]
+struct ExecAnswer {
+    #[serde(flatten)]
+    result: ExecResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checkpoint: Option<threadbox_core::domain::Checkpoint>,
 }
 
 /// Whether the client asked for server-sent events (`Accept: text/event-stream`).
@@ -282,7 +323,7 @@ async fn write(
 
 /// The request body as upload chunks; past `limit` bytes an error ends it and `overflowed` says
 /// why.
-fn upload_chunks(
+pub fn upload_chunks(
     body: axum::body::Body,
     limit: u64,
     overflowed: Arc<AtomicBool>,

@@ -61,8 +61,12 @@ struct SessionView {
 }
 
 impl SessionView {
-    fn new(session: Session, now: Millis) -> Self {
+    fn new(mut session: Session, now: Millis) -> Self {
         let idle_seconds = now.since(session.last_activity_at).as_secs();
+        // The default environment's names, not its values (often credentials).
+        for value in session.env.values_mut() {
+            *value = "<redacted>".to_owned();
+        }
         Self {
             session,
             idle_seconds,
@@ -236,6 +240,19 @@ struct ShowView {
     sandbox: Option<SandboxStatus>,
     /// Running and paused time from the thread's events, and what it cost (`domain::usage`).
     usage: Usage,
+    /// What the thread's checkpoints hold (outside the sandbox's own quota); absent where
+    /// there are no checkpoints to count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checkpoints: Option<CheckpointUse>,
+}
+
+/// How many checkpoints a thread keeps and the bytes they hold, against its limits.
+#[derive(Serialize)]
+struct CheckpointUse {
+    count: usize,
+    bytes: u64,
+    keep: u32,
+    max_bytes: u64,
 }
 
 async fn show(
@@ -255,7 +272,24 @@ async fn show(
             None
         }
     };
+    // Best effort too, and only where checkpoints are kept.
+    let checkpoints = match &tb.checkpoints {
+        Some(kept) => match kept.store.list(&thread_id).await {
+            Ok(all) => Some(CheckpointUse {
+                count: all.len(),
+                bytes: all.iter().map(|c| c.bytes).sum(),
+                keep: kept.retention.keep,
+                max_bytes: kept.retention.max_bytes,
+            }),
+            Err(e) => {
+                tracing::debug!(%thread_id, error = %e, "no checkpoint view for show");
+                None
+            }
+        },
+        None => None,
+    };
     Ok(Json(ShowView {
+        checkpoints,
         session: SessionView::new(session, now),
         events,
         sandbox,

@@ -302,6 +302,13 @@ fn parse_exec(value: Value) -> Result<ExecFrame, ProtocolError> {
             ))
         })?;
     let kill_on_disconnect = body.kill_on_disconnect;
+    if body.checkpoint {
+        // Refused rather than ignored: a caller who asked for one must not believe it has one.
+        return Err(about(ProtocolError::new(
+            "invalid_request",
+            "an exec frame cannot take a checkpoint; POST /v1/threads/{id}/checkpoints first,              or exec over HTTP with \"checkpoint\": true",
+        )));
+    }
     let request = body
         .into_request()
         .map_err(|e| about(ProtocolError::new(e.code, e.message)))?;

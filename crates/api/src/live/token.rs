@@ -186,6 +186,18 @@ impl TokenKey {
         mac
     }
 
+    /// An HMAC-SHA256 tag of `message` under this secret, for another kind of credential than a
+    /// subscription token (E2B's envd access tokens, `threadbox-e2b-api`). `context` names that
+    /// kind and goes first into the MAC, so no tag made for one purpose passes for another, nor
+    /// for a subscription token.
+    pub fn tag(&self, context: &[u8], message: &[u8]) -> [u8; 32] {
+        let mut mac = HmacSha256::new_from_slice(self.secret.0.as_bytes())
+            .expect("HMAC accepts any key length");
+        mac.update(context);
+        mac.update(message);
+        mac.finalize().into_bytes().into()
+    }
+
     /// A token for `scope`, valid from `now` for `ttl` (whole seconds; at most [`MAX_TOKEN_TTL`]).
     /// It may watch, never run commands: see [`TokenKey::mint_with_exec`].
     pub fn mint(

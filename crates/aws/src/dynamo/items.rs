@@ -6,7 +6,7 @@
 //! `unsent_shard`/`unsent_at`) are derived here from the domain values and are absent, not null,
 //! when they do not apply: that is what makes the indexes sparse.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::{Deserialize, Serialize};
@@ -66,6 +66,10 @@ pub(super) struct SessionItem {
     network: NetworkProfile,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pool_member: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<String, String>,
     /// Partition key of the due-work index; present exactly when `next_action_at` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due_shard: Option<u32>,
@@ -109,6 +113,8 @@ impl SessionItem {
             last_error: s.last_error.clone(),
             network: s.network.clone(),
             pool_member: s.pool_member.clone(),
+            labels: s.labels.clone(),
+            env: s.env.clone(),
             due_shard: due.map(|(shard, _)| shard),
             due_at: due.map(|(_, at)| at),
             expires_at,
@@ -144,6 +150,8 @@ impl SessionItem {
             last_error: self.last_error,
             network: self.network,
             pool_member: self.pool_member,
+            labels: self.labels,
+            env: self.env,
         }
     }
 }

@@ -94,6 +94,10 @@
 //! TTL is enabled on `ttl` (epoch seconds: the token's expiry plus an hour), so connections whose
 //! `$disconnect` never ran age out.
 //!
+//! The sessions table also holds one item per thread with checkpoints (the `CheckpointStore`
+//! port, see `checkpoints.rs`), partition key `#checkpoints#{thread_id}`: its records as a list
+//! and a `version` every write is conditional on; in no index, no TTL.
+//!
 //! # Requests per call
 //!
 //! | call | requests |
@@ -113,6 +117,8 @@
 //! | Slack status `get` / `put` | 1 `GetItem` (strongly consistent) / 1 conditional `PutItem` |
 //! | Slack user threads `touch` | 1 conditional `UpdateItem`; a person's first also 1 conditional `PutItem`; past 100 threads 1 more `UpdateItem` trims |
 //! | Slack user threads `recent` | 1 `GetItem` (strongly consistent) |
+//! | checkpoints `get` / `list` | 1 `GetItem` (strongly consistent) |
+//! | checkpoints `add` / `remove` | 1 `GetItem` + 1 conditional `PutItem`, again on a lost race |
 //!
 //! So resolving an active thread is two requests: one read, one conditional write.
 //!
@@ -121,6 +127,7 @@
 //! outbox re-drive is deduplicated by event id, and listed items are fetched consistently.
 
 mod capacity;
+mod checkpoints;
 mod config;
 mod dedupe;
 mod errors;
@@ -137,6 +144,7 @@ mod warm_pool;
 mod window_counter;
 
 pub use capacity::{query_read_units, session_item_bytes, Consistency, READ_BLOCK_BYTES};
+pub use checkpoints::DynamoCheckpointStore;
 pub use config::{DynamoConfig, DEFAULT_RETENTION, DEFAULT_SHARDS};
 pub use dedupe::DynamoDedupe;
 pub use schema::create_slack_status_table;

@@ -4,6 +4,7 @@
 //! need for new threads).
 
 mod budget;
+mod checkpoint;
 mod egress_credentials;
 pub mod network;
 mod network_defaults;
@@ -21,13 +22,21 @@ pub use budget::{
     BudgetScope, Budgeted, Budgets, BUDGET_CHECK_SECS_VAR, DEFAULT_BUDGET_CHECK,
     SCOPE_COMPUTE_BUDGET_VAR, SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR,
 };
+pub use checkpoint::{
+    check_label, newest_first, Checkpoint, CheckpointCause, CheckpointId, CheckpointRetention,
+    CHECKPOINTS_KEPT_VAR, CHECKPOINT_BYTES_VAR, DEFAULT_CHECKPOINTS_KEPT, DEFAULT_CHECKPOINT_BYTES,
+    MAX_CHECKPOINTS_PER_THREAD, MAX_LABEL_CHARS,
+};
 pub use egress_credentials::{
     EgressCredentials, EgressCredentialsError, HeaderSecret, HostCredentials,
 };
 pub use network::{Allowlist, AllowlistError, NetworkProfile};
 pub use network_defaults::{parse_profile, NetworkDefaults, NetworkSettingError};
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
-pub use session::{Change, Hold, LifecycleEvent, Session, Timers, MAX_SEQ, PROCESS_HOLD_PREFIX};
+pub use session::{
+    Change, Hold, LifecycleEvent, Session, Timers, MAX_LABELS, MAX_LABEL_BYTES, MAX_SEQ,
+    PROCESS_HOLD_PREFIX,
+};
 pub use status::{Cause, GonePolicy, Status};
 pub use thread_id::{valid_member_id, InvalidThreadId, ThreadId, MAX_THREAD_ID_LEN};
 pub use time::Millis;

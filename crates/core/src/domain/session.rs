@@ -2,6 +2,7 @@
 //! change them. Use cases load a session, call `apply`, and hand the result to the store, which
 //! writes the session and its new events in one atomic write (the outbox).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -113,7 +114,23 @@ pub struct Session {
     /// destroying the thread also drops the member's record; `None` for a sandbox made for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool_member: Option<String>,
+    /// Labels its creator gave the thread (E2B's sandbox `metadata`, `threadbox-e2b-api`),
+    /// kept for its life and never read by the rules. Bounded by [`MAX_LABELS`] and
+    /// [`MAX_LABEL_BYTES`], which whoever takes them from a caller checks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// The environment its creator gave the thread's commands by default (E2B's `envVars`,
+    /// applied by `threadbox-e2b-api` to the commands started through it). Readable by whoever
+    /// may run a command in the thread, which could print it anyway; the HTTP API shows only
+    /// the names.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
+
+/// The most labels a thread carries.
+pub const MAX_LABELS: usize = 64;
+/// The longest label key or value, in bytes.
+pub const MAX_LABEL_BYTES: usize = 256;
 
 /// The context of one state change that the pure rules cannot make up themselves.
 #[derive(Clone, Debug)]
@@ -151,6 +168,8 @@ impl Session {
             last_error: None,
             network: NetworkProfile::Restricted,
             pool_member: None,
+            labels: BTreeMap::new(),
+            env: BTreeMap::new(),
         };
         // The table decides even the first step, so there is one path for every change.
         let event = session

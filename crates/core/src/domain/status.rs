@@ -102,6 +102,13 @@ pub enum Cause {
     /// A compute budget (the thread's, or its workspace's or API key's) was used up for the
     /// day: the thread was paused, never destroyed (`domain::budget`).
     Budget,
+    /// Not a change of state: a checkpoint of the thread's home was taken (`detail` names it).
+    Checkpoint,
+    /// The thread's home was put back to a checkpoint (`detail` names it and the processes
+    /// stopped); the state is the same.
+    Restore,
+    /// The thread was forked into another, or made as a fork of one (`detail` names the other).
+    Fork,
     Error,
 }
 

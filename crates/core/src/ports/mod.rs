@@ -1,6 +1,7 @@
 //! Ports: what the core needs from the outside world, as traits. Adapters implement them; the
 //! use cases, the fan-out, the Slack app and the live-events gateway depend on these alone.
 
+mod checkpoint_store;
 mod clock;
 mod connection_sender;
 mod dedupe;
@@ -16,6 +17,7 @@ mod subscription_store;
 mod warm_pool_store;
 mod window_counter;
 
+pub use checkpoint_store::CheckpointStore;
 pub use clock::{Clock, SystemClock};
 pub use connection_sender::{ConnectionSender, Frame, SendError};
 pub use dedupe::DedupeStore;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Millis, ThreadId};
+use crate::domain::{CheckpointId, Millis, ThreadId};
 
 pub mod exec_files;
 /// The network types are pure data with their validation, so they live in the domain (a
@@ -421,6 +421,51 @@ impl std::fmt::Debug for OpenFile {
     }
 }
 
+/// What taking a checkpoint made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointTaken {
+    /// The bytes the copy holds (allocated, so a sparse or cloned copy counts what it uses).
+    pub bytes: u64,
+    /// The files, directories and links in it.
+    pub files: u64,
+    /// How long the sandbox's processes were frozen for it.
+    pub stalled: Duration,
+}
+
+/// A process a restore stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoppedProcess {
+    /// Its pid inside the sandbox.
+    pub pid: u32,
+    /// Its command line, as the sandbox showed it (hostile text: shown, never parsed).
+    pub command: String,
+}
+
+/// What a restore did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restored {
+    /// The processes that were running and were stopped so the home could be put back.
+    pub stopped: Vec<StoppedProcess>,
+}
+
+/// A new sandbox started from another's home: as it is now, or as a checkpoint holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkSandbox {
+    /// The sandbox whose home is copied (it keeps running).
+    pub source: String,
+    /// Start from this checkpoint (of the source's thread) rather than the home as it is now.
+    pub checkpoint: Option<CheckpointId>,
+    /// The new sandbox, as a create would make it.
+    pub create: CreateSandbox,
+}
+
+/// The error of a provider without checkpoints, naming it.
+pub fn checkpoints_unsupported(provider: &str) -> ProviderError {
+    ProviderError::Unsupported(format!(
+        "the {provider} provider cannot take, restore or fork checkpoints of a sandbox's home"
+    ))
+}
+
 /// A sandbox engine. Every call names the sandbox by id; a sandbox the provider no longer has
 /// answers `ProviderError::Gone`, except `kill`, for which gone is success.
 #[async_trait]
@@ -462,6 +507,53 @@ pub trait SandboxProvider: Send + Sync {
         Ok(None)
     }
     async fn info(&self, sandbox_id: &str) -> Result<SandboxInfo, ProviderError>;
+
+    // Checkpoints of the home: a provider without them answers `Unsupported`, naming itself.
+
+    /// Copy the sandbox's `/home/user` as it is now, consistent even while its processes write,
+    /// under `id` (a new id), as a checkpoint of the sandbox's thread (its owner). A home holding more than `max_bytes` is refused (`NoSpace`, with
+    /// both numbers) before anything is copied.
+    async fn checkpoint(
+        &self,
+        sandbox_id: &str,
+        id: &CheckpointId,
+        max_bytes: u64,
+    ) -> Result<CheckpointTaken, ProviderError> {
+        let _ = (sandbox_id, id, max_bytes);
+        Err(checkpoints_unsupported(self.name()))
+    }
+    /// Put checkpoint `id` (of the sandbox's thread) back as the sandbox's `/home/user`, in
+    /// place, stopping its running processes (named in the answer). An unknown checkpoint is `NotFound`, and changes nothing.
+    async fn restore(
+        &self,
+        sandbox_id: &str,
+        id: &CheckpointId,
+    ) -> Result<Restored, ProviderError> {
+        let _ = (sandbox_id, id);
+        Err(checkpoints_unsupported(self.name()))
+    }
+    /// A new sandbox whose home is a copy of the source's (now, or at the checkpoint): another
+    /// machine (its own hostname, machine id and ids), none of the source's processes.
+    async fn fork(&self, request: ForkSandbox) -> Result<CreatedSandbox, ProviderError> {
+        let _ = request;
+        Err(checkpoints_unsupported(self.name()))
+    }
+    /// Delete `thread_id`'s checkpoint `id`; one that is not there succeeds (a provider without
+    /// checkpoints has none).
+    async fn delete_checkpoint(
+        &self,
+        thread_id: &ThreadId,
+        id: &CheckpointId,
+    ) -> Result<(), ProviderError> {
+        let _ = (thread_id, id);
+        Ok(())
+    }
+    /// Delete every checkpoint copy of `thread_id` (its destroy), recorded or not: one a crash
+    /// left unrecorded goes with the rest.
+    async fn delete_thread_checkpoints(&self, thread_id: &ThreadId) -> Result<(), ProviderError> {
+        let _ = thread_id;
+        Ok(())
+    }
     /// Sandboxes whose metadata contains every pair in `metadata`; an empty map lists them all.
     async fn list(
         &self,

@@ -19,6 +19,7 @@ pub enum StoreKind {
     SlackStatus,
     SlackUserThreads,
     SlackSink,
+    Checkpoints,
 }
 
 impl std::fmt::Display for StoreKind {
@@ -32,6 +33,7 @@ impl std::fmt::Display for StoreKind {
             StoreKind::SlackStatus => "Slack status",
             StoreKind::SlackUserThreads => "Slack user threads",
             StoreKind::SlackSink => "Slack sink",
+            StoreKind::Checkpoints => "checkpoint",
         })
     }
 }

@@ -57,6 +57,21 @@ pub enum UseCaseError {
     /// or a day's compute (the thread is paused, never destroyed).
     #[error(transparent)]
     Budget(BudgetExceeded),
+    /// A fork's new thread exists already.
+    #[error("thread {0} exists already; a fork makes a new thread")]
+    ThreadExists(ThreadId),
+    /// The thread has no such checkpoint (another thread's is none of its).
+    #[error("thread {thread_id} has no checkpoint {checkpoint}")]
+    UnknownCheckpoint {
+        thread_id: ThreadId,
+        checkpoint: crate::domain::CheckpointId,
+    },
+    /// A checkpoint would not fit the thread's checkpoint quota: the message has the numbers.
+    #[error("{0}")]
+    CheckpointQuota(String),
+    /// The request is wrong as sent (a label too long, a fork into itself).
+    #[error("{0}")]
+    BadRequest(String),
     #[error("sandbox provider: {0}")]
     Provider(#[from] ProviderError),
     #[error(transparent)]
@@ -82,6 +97,10 @@ impl UseCaseError {
             UseCaseError::NetworkConflict { .. } => "network_conflict",
             UseCaseError::Interrupted { .. } => "interrupted",
             UseCaseError::Budget(b) => b.code(),
+            UseCaseError::ThreadExists(_) => "thread_exists",
+            UseCaseError::UnknownCheckpoint { .. } => "unknown_checkpoint",
+            UseCaseError::CheckpointQuota(_) => "checkpoint_quota",
+            UseCaseError::BadRequest(_) => "invalid_request",
             UseCaseError::Provider(ProviderError::InvalidRequest(_)) => "invalid_request",
             UseCaseError::Provider(ProviderError::NotFound(_)) => "file_not_found",
             UseCaseError::Provider(ProviderError::NoSpace(_)) => "no_space",
@@ -132,7 +151,11 @@ impl UseCaseError {
             UseCaseError::UnknownThread(_)
             | UseCaseError::NoSandbox { .. }
             | UseCaseError::NetworkConflict { .. }
-            | UseCaseError::UnknownProcess { .. } => false,
+            | UseCaseError::UnknownProcess { .. }
+            | UseCaseError::ThreadExists(_)
+            | UseCaseError::UnknownCheckpoint { .. }
+            | UseCaseError::CheckpointQuota(_)
+            | UseCaseError::BadRequest(_) => false,
         }
     }
 }

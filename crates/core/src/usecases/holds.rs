@@ -34,7 +34,7 @@ impl Threadbox {
             ResolveOptions {
                 create: true,
                 hold: Some(request),
-                network: None,
+                ..Default::default()
             },
         )
         .await
@@ -204,7 +204,7 @@ impl Threadbox {
     /// gone, or paused behind our back (E2B's autoPause), is folded into the record (resumed,
     /// recreated or expired by the thread's policy) and `op` runs once more. One taken away by
     /// a pause, reset or destroy of the thread while `op` ran is `Interrupted` (`race`).
-    async fn with_sandbox<T, F, Fut>(
+    pub(super) async fn with_sandbox<T, F, Fut>(
         &self,
         thread_id: &ThreadId,
         hold: HoldRequest,

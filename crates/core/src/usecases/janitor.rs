@@ -468,7 +468,7 @@ impl Threadbox {
                 return Ok(Acted::Claimed(work));
             }
             return Ok(
-                match self.finish_destroy(claimed, Cause::Retention).await? {
+                match self.finish_destroy(claimed, Cause::Retention, true).await? {
                     Some(_) => Acted::Destroyed,
                     None => Acted::Skipped,
                 },

@@ -3,6 +3,8 @@
 //! [`Threadbox`] bundles the ports and the configuration; each file adds one family of verbs:
 //! - `budget`: the cap on new sandboxes per scope and hour, and compute budgets per thread and
 //!   scope and day (checked on resolve and by the janitor; a thread over one is paused);
+//! - `checkpoints`: checkpoints of a thread's home (take within the thread's limits, list,
+//!   delete), restore in place, and fork into a new thread;
 //! - `resolve`: get-or-create a thread's sandbox (under a lease, fenced by generation), resume it
 //!   when paused, and apply the gone policy when the provider lost it;
 //! - `pause`: pause, destroy and reset, and the handler of transitions the janitor handed off;
@@ -23,6 +25,7 @@
 //!   the janitor's tending of the pool.
 
 mod budget;
+mod checkpoints;
 mod error;
 mod history;
 mod hold_request;
@@ -40,6 +43,7 @@ mod threadbox;
 mod usage;
 mod warm_pool;
 
+pub use checkpoints::{ForkRequest, RestoreOutcome};
 pub use error::UseCaseError;
 pub use hold_request::HoldRequest;
 pub use inspect::{SandboxRefusals, SandboxStatus};
@@ -48,6 +52,8 @@ pub use network::{NetworkApplied, NetworkChange};
 pub use pause::{Handoff, TransitionOutcome, TransitionWork};
 pub use processes::{ProcessRequest, DEFAULT_PROCESS_IDLE, MAX_PROCESS_IDLE};
 pub use resolve::{ResolveOptions, SandboxHandle};
-pub use threadbox::{Config, Threadbox, WarmPool, DEFAULT_POOL_MAX_AGE, DEFAULT_RECORD_RETENTION};
+pub use threadbox::{
+    Checkpoints, Config, Threadbox, WarmPool, DEFAULT_POOL_MAX_AGE, DEFAULT_RECORD_RETENTION,
+};
 pub use usage::{read_usage, MAX_USAGE_EVENTS};
 pub use warm_pool::{PoolReport, MAX_POOL_SIZE};

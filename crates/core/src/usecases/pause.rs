@@ -61,6 +61,16 @@ impl Threadbox {
         thread_id: &ThreadId,
         cause: Cause,
     ) -> Result<Session, UseCaseError> {
+        self.destroy_with(thread_id, cause, true).await
+    }
+
+    /// `destroy`, keeping the thread's checkpoints or not.
+    async fn destroy_with(
+        &self,
+        thread_id: &ThreadId,
+        cause: Cause,
+        forget_checkpoints: bool,
+    ) -> Result<Session, UseCaseError> {
         self.claim_then_finish(
             thread_id,
             Command::Destroy,
@@ -69,7 +79,8 @@ impl Threadbox {
             |_, _| Ok(()),
             |claimed, claim_events| async move {
                 self.publish(&claim_events).await;
-                self.finish_destroy(claimed, cause).await
+                self.finish_destroy(claimed, cause, forget_checkpoints)
+                    .await
             },
         )
         .await
@@ -128,7 +139,7 @@ impl Threadbox {
         if let Some(exceeded) = self.compute_exceeded(thread_id, session.as_ref()).await? {
             return Err(UseCaseError::Budget(exceeded));
         }
-        self.destroy(thread_id, Cause::User).await?;
+        self.destroy_with(thread_id, Cause::User, false).await?;
         self.resolve(thread_id).await
     }
 
@@ -211,9 +222,15 @@ impl Threadbox {
         &self,
         claimed: Session,
         cause: Cause,
+        forget_checkpoints: bool,
     ) -> Result<Option<Session>, UseCaseError> {
         if let Some(id) = claimed.sandbox_id.as_deref() {
             self.provider.kill(id).await?;
+        }
+        // The thread's checkpoints go with it, except over a reset, which keeps them so that
+        // one can be put back into the fresh sandbox.
+        if forget_checkpoints {
+            self.forget_checkpoints(&claimed.thread_id).await;
         }
         match self
             .finish_claimed(&claimed, Command::DestroySucceeded, cause, |s| {
@@ -390,10 +407,12 @@ impl Threadbox {
                 PauseOutcome::Busy => TransitionOutcome::Done(Status::Active),
                 PauseOutcome::Changed => TransitionOutcome::Stale,
             }),
-            Handoff::Destroy => Ok(match self.finish_destroy(claimed, work.cause).await? {
-                Some(s) => TransitionOutcome::Done(s.status),
-                None => TransitionOutcome::Stale,
-            }),
+            Handoff::Destroy => Ok(
+                match self.finish_destroy(claimed, work.cause, true).await? {
+                    Some(s) => TransitionOutcome::Done(s.status),
+                    None => TransitionOutcome::Stale,
+                },
+            ),
         }
     }
 

@@ -332,7 +332,7 @@ impl Threadbox {
             super::ResolveOptions {
                 create: false,
                 hold: Some(hold),
-                network: None,
+                ..Default::default()
             },
         )
         .await

@@ -5,14 +5,17 @@
 //! the thread and generation, so a late worker whose lease was recovered by someone else is
 //! fenced out by the version check on its final write, kills what it made, and re-reads.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
+use crate::domain::CheckpointId;
 use crate::domain::{
     Cause, Command, Millis, NetworkProfile, Observed, RejectKind, Rejected, Session, Status,
     ThreadId,
 };
-use crate::ports::{CreateSandbox, ProviderError, SandboxOwner, SandboxState};
+use crate::ports::{CreateSandbox, ForkSandbox, ProviderError, SandboxOwner, SandboxState};
 
 use super::error::UseCaseError;
 use super::hold_request::{HoldRequest, PendingHold};
@@ -52,6 +55,11 @@ pub struct ResolveOptions {
     /// thread that exists keeps its own: asking for a different one is
     /// [`UseCaseError::NetworkConflict`] (`set_network` changes it).
     pub network: Option<NetworkProfile>,
+    /// The labels of a thread this call creates (`Session::labels`); a thread that exists keeps
+    /// its own.
+    pub labels: BTreeMap<String, String>,
+    /// The default environment of a thread this call creates (`Session::env`).
+    pub env: BTreeMap<String, String>,
 }
 
 impl Default for ResolveOptions {
@@ -60,6 +68,26 @@ impl Default for ResolveOptions {
             create: true,
             hold: None,
             network: None,
+            labels: BTreeMap::new(),
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+/// Where a fork's sandbox comes from (`Threadbox::fork`, carried through the resolve that
+/// creates its thread).
+#[derive(Clone, Debug)]
+pub(crate) struct ForkFrom {
+    pub source: String,
+    pub checkpoint: Option<CheckpointId>,
+}
+
+impl ForkFrom {
+    fn request(&self, create: CreateSandbox) -> ForkSandbox {
+        ForkSandbox {
+            source: self.source.clone(),
+            checkpoint: self.checkpoint.clone(),
+            create,
         }
     }
 }
@@ -71,6 +99,8 @@ struct Trail {
     resumed: bool,
     recreated: bool,
     pooled: bool,
+    /// The sandbox to make is a fork of another (`Threadbox::fork`): the thread must be new.
+    fork: Option<ForkFrom>,
 }
 
 impl Threadbox {
@@ -86,8 +116,7 @@ impl Threadbox {
             thread_id,
             ResolveOptions {
                 create: false,
-                hold: None,
-                network: None,
+                ..ResolveOptions::default()
             },
         )
         .await
@@ -99,8 +128,31 @@ impl Threadbox {
         thread_id: &ThreadId,
         options: ResolveOptions,
     ) -> Result<SandboxHandle, UseCaseError> {
+        self.resolve_trail(thread_id, options, Trail::default())
+            .await
+    }
+
+    /// Create `thread_id`, which must not exist, with a fork of another sandbox.
+    pub(crate) async fn resolve_fork(
+        &self,
+        thread_id: &ThreadId,
+        options: ResolveOptions,
+        fork: ForkFrom,
+    ) -> Result<SandboxHandle, UseCaseError> {
+        let trail = Trail {
+            fork: Some(fork),
+            ..Trail::default()
+        };
+        self.resolve_trail(thread_id, options, trail).await
+    }
+
+    async fn resolve_trail(
+        &self,
+        thread_id: &ThreadId,
+        options: ResolveOptions,
+        mut trail: Trail,
+    ) -> Result<SandboxHandle, UseCaseError> {
         let mut settling = Settling::start(&self.config);
-        let mut trail = Trail::default();
         let hold = options.hold.as_ref().map(HoldRequest::pending);
         // Each step either answers or leaves the record changed (or contended): read it again.
         loop {
@@ -122,6 +174,10 @@ impl Threadbox {
                 }
                 continue;
             };
+            if trail.fork.is_some() && !trail.created {
+                // Made by someone else since the fork checked: a fork never takes a thread over.
+                return Err(UseCaseError::ThreadExists(thread_id.clone()));
+            }
             if let Some(wanted) = &options.network {
                 if *wanted != current.network {
                     return Err(UseCaseError::NetworkConflict {
@@ -182,6 +238,8 @@ impl Threadbox {
             .network
             .clone()
             .unwrap_or_else(|| self.config.network.for_thread(thread_id).clone());
+        session.labels = options.labels.clone();
+        session.env = options.env.clone();
         match self
             .store
             .insert_new(&session, std::slice::from_ref(&event))
@@ -392,15 +450,21 @@ impl Threadbox {
         // A warm pool member an earlier sandbox of this thread came from (lost, so being
         // replaced): its record goes once the replacement is bound.
         let replaced_member = claimed.pool_member.clone();
-        if self.warm_pool.as_ref().is_some_and(|p| p.size > 0) {
+        let pool_on = trail.fork.is_none() && self.warm_pool.as_ref().is_some_and(|p| p.size > 0);
+        if pool_on {
             // Binding a member writes and sends the next event: this one goes first.
             self.publish(&std::mem::take(&mut claim_events)).await;
         }
-        let taken = self
-            .take_pool_member(&claimed, cause, hold)
-            .instrument(tracing::debug_span!("pool.take"))
-            .await?;
-        match taken {
+        let pool = match trail.fork {
+            // A fork's sandbox is made from its source, never taken from the pool.
+            Some(_) => PoolTake::Empty,
+            None => {
+                self.take_pool_member(&claimed, cause, hold)
+                    .instrument(tracing::debug_span!("pool.take"))
+                    .await?
+            }
+        };
+        match pool {
             PoolTake::Bound(s) => {
                 trail.pooled = true;
                 if let Some(member_id) = &replaced_member {
@@ -422,13 +486,17 @@ impl Threadbox {
             timeout: self.config.sandbox_timeout,
             env: Default::default(),
         };
-        let (created, ()) = tokio::join!(
-            self.provider
-                .create(request)
-                .instrument(tracing::debug_span!("provider.create")),
+        let made = async {
+            match &trail.fork {
+                Some(fork) => self.provider.fork(fork.request(request)).await,
+                None => self.provider.create(request).await,
+            }
+        };
+        let (made, ()) = tokio::join!(
+            made.instrument(tracing::debug_span!("provider.create")),
             self.publish(&claim_events)
         );
-        let created = match created {
+        let created = match made {
             Ok(created) => created,
             Err(error) => {
                 tracing::warn!(thread_id = %claimed.thread_id, %error, "sandbox create failed");

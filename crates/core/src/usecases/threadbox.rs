@@ -6,11 +6,12 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::domain::{
-    BudgetScope, Budgets, Cause, Change, Command, GonePolicy, LifecycleEvent, NetworkDefaults,
-    Pricing, Session, ThreadId, Timers,
+    BudgetScope, Budgets, Cause, Change, CheckpointRetention, Command, GonePolicy, LifecycleEvent,
+    NetworkDefaults, Pricing, Session, ThreadId, Timers,
 };
 use crate::ports::{
-    Clock, DurableQueue, SandboxProvider, SessionStore, WarmPoolStore, WindowCounter,
+    CheckpointStore, Clock, DurableQueue, SandboxProvider, SessionStore, WarmPoolStore,
+    WindowCounter,
 };
 
 use super::error::UseCaseError;
@@ -88,6 +89,13 @@ pub struct WarmPool {
     pub max_age: Duration,
 }
 
+/// The checkpoint store and the per-thread limits (`Threadbox::with_checkpoints`).
+#[derive(Clone)]
+pub struct Checkpoints {
+    pub store: Arc<dyn CheckpointStore>,
+    pub retention: CheckpointRetention,
+}
+
 /// Everything a use case needs. Cheap to clone; share one per process.
 #[derive(Clone)]
 pub struct Threadbox {
@@ -107,6 +115,9 @@ pub struct Threadbox {
     pub warm_pool: Option<WarmPool>,
     /// Woken each time a new thread takes a warm pool member (`with_pool_refills`).
     pub(crate) pool_taken: Option<Arc<tokio::sync::Notify>>,
+    /// Where checkpoint records are kept and the limits (`with_checkpoints`); `None`: the
+    /// checkpoint calls answer `unsupported`.
+    pub checkpoints: Option<Checkpoints>,
     /// Whose budgets this handle's work is charged to (`for_caller`, `usecases::budget`).
     /// Private, so only `for_caller` sets it; a clone carries it into any task it is moved to.
     pub(crate) caller: Option<BudgetScope>,
@@ -141,6 +152,7 @@ impl Threadbox {
             budget_counter: None,
             warm_pool: None,
             pool_taken: None,
+            checkpoints: None,
             caller: None,
         }
     }

@@ -87,10 +87,19 @@ impl SlackWorker {
         let thread = &request.thread_id;
         let outcome = match (request.action, gone(session.as_ref())) {
             // Reset is how a gone thread starts again; the others have nothing to act on.
-            (Action::Pause | Action::Resume, Some(why)) => Outcome::Refused(why),
+            (Action::Pause | Action::Resume | Action::Undo, Some(why)) => Outcome::Refused(why),
             (Action::Pause, None) => self.pause(thread).await,
             (Action::Resume, None) => self.resume(thread).await,
             (Action::Reset, _) => self.reset(thread).await,
+            (Action::Undo, None) => match &request.checkpoint {
+                Some(checkpoint) => self.undo(thread, checkpoint).await,
+                None => Outcome::Refused(":x: This Undo names no checkpoint.".to_owned()),
+            },
+        };
+        // An undo's success is not on the status card: say it.
+        let outcome = match (request.action, outcome) {
+            (Action::Undo, Outcome::Done(text)) => Outcome::Refused(text),
+            (_, outcome) => outcome,
         };
         let note = match outcome {
             Outcome::Done(_) => None,
@@ -166,7 +175,8 @@ impl SlackWorker {
             SlashRequest::Status(t)
             | SlashRequest::Pause(t)
             | SlashRequest::Resume(t)
-            | SlashRequest::Reset(t) => t.as_deref(),
+            | SlashRequest::Reset(t)
+            | SlashRequest::Fork(t) => t.as_deref(),
         };
         let thread = match self.slash_thread(command, target).await {
             Ok(thread) => thread,
@@ -183,6 +193,7 @@ impl SlackWorker {
                 (super::status_line(&session), Some(card))
             }
             SlashRequest::Pause(_) => (self.pause(&thread).await.text(), None),
+            SlashRequest::Fork(_) => (self.fork_in_channel(command, &thread).await, None),
             SlashRequest::Resume(_) => (self.resume(&thread).await.text(), None),
             SlashRequest::Reset(_) => {
                 let question = "Reset this thread's sandbox? Its files and running processes \

@@ -36,6 +36,7 @@ mod home;
 mod live;
 mod refusals;
 mod replies;
+mod turns;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -83,6 +84,8 @@ pub struct SlackWorkerConfig {
     /// Bytes of each output stream kept from a code block: more than a reply shows, since
     /// longer output is shared as a file.
     pub output_cap: usize,
+    /// Take a checkpoint before each code block, and give its reply an Undo button.
+    pub checkpoint_turns: bool,
 }
 
 impl Default for SlackWorkerConfig {
@@ -100,6 +103,7 @@ impl Default for SlackWorkerConfig {
             max_blocks_per_message: 5,
             max_code_chars_per_message: 20_000,
             output_cap: 1024 * 1024,
+            checkpoint_turns: true,
         }
     }
 }
@@ -346,12 +350,17 @@ impl SlackWorker {
                     replies.send(refusal).await;
                     return;
                 }
-                for block in blocks {
+                for (nth, block) in blocks.into_iter().enumerate() {
                     let Some(timeout) = replies.time_for_block(self.config.exec_timeout) else {
                         replies.send(OUT_OF_TIME_REPLY.to_owned()).await;
                         continue;
                     };
                     replies.start().await;
+                    let runs = matches!(block.language, Language::Runnable(_));
+                    let undo = match runs {
+                        true => self.turn_checkpoint(thread_id, nth).await,
+                        false => None,
+                    };
                     let place = live::LivePlace {
                         channel: replies.message.channel.clone(),
                         thread_ts: replies.message.reply_thread_ts.clone(),
@@ -363,13 +372,26 @@ impl SlackWorker {
                     let (reply, live_ts) = self
                         .run_block(thread_id, block, timeout, &place, background)
                         .await;
+                    let undo_blocks = |text: &str| {
+                        undo.as_ref()
+                            .map(|cp| turns::with_undo(text, thread_id, cp))
+                    };
                     match reply {
-                        BlockReply::Text(text) => replies.finish(text, live_ts).await,
+                        BlockReply::Text(text) => {
+                            let blocks = undo_blocks(&text);
+                            replies.finish_with(text, live_ts, blocks).await
+                        }
                         BlockReply::WithFile {
                             text,
                             file,
                             fallback,
-                        } => replies.send_with_file(text, file, fallback, live_ts).await,
+                        } => {
+                            replies.send_with_file(text, file, fallback, live_ts).await;
+                            if undo.is_some() {
+                                let note = "Undo what that code block did to the files:";
+                                replies.send_with(note.to_owned(), undo_blocks(note)).await;
+                            }
+                        }
                     }
                 }
             }

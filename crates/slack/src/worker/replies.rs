@@ -8,6 +8,8 @@ use threadbox_core::ports::{
     FileUpload, OutgoingMessage, PostMessage, RecordOutcome, UpdateMessage,
 };
 
+use serde_json::Value;
+
 use super::{retry, SlackWorker, STARTED};
 use crate::work::{IncomingMessage, PendingReply, WorkItem};
 
@@ -119,12 +121,22 @@ impl<'a> Replies<'a> {
     /// The reply to a code block: the live message edited into it when there is one (posted
     /// anew if the edit fails), else posted.
     pub(super) async fn finish(&mut self, text: String, live_ts: Option<String>) {
+        self.finish_with(text, live_ts, None).await
+    }
+
+    /// [`Self::finish`] with Block Kit `blocks` (the text then is their fallback).
+    pub(super) async fn finish_with(
+        &mut self,
+        text: String,
+        live_ts: Option<String>,
+        blocks: Option<Vec<Value>>,
+    ) {
         if let Some(ts) = live_ts {
             let update = UpdateMessage {
                 channel: self.message.channel.clone(),
                 ts,
                 text: text.clone(),
-                blocks: None,
+                blocks: blocks.clone(),
             };
             match self.worker.api.update_message(&update).await {
                 Ok(()) => {
@@ -136,16 +148,22 @@ impl<'a> Replies<'a> {
                 }
             }
         }
-        self.send(text).await;
+        self.send_with(text, blocks).await;
     }
 
     pub(super) async fn send(&mut self, text: String) {
+        self.send_with(text, None).await
+    }
+
+    /// Post a reply with `blocks`. One deferred by a rate limit goes as text alone (a queued
+    /// reply carries no blocks: its buttons are lost, its words are not).
+    pub(super) async fn send_with(&mut self, text: String, blocks: Option<Vec<Value>>) {
         self.sent += 1;
         let post = PostMessage {
             channel: self.message.channel.clone(),
             thread_ts: self.message.reply_thread_ts.clone(),
             text,
-            blocks: None,
+            blocks,
         };
         let mut attempt = 0;
         let error = loop {

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 
 use threadbox_core::domain::Millis;
 use threadbox_e2b::rfc3339;
+use threadbox_e2b::wire::parse_metadata_filter;
 
 use super::state::{random_hex, FakeState, IdempotencyRecord, Idempotent, Sandbox, World};
 use super::{not_found_message, Fault, RecordedRequest, Route};
@@ -140,7 +141,10 @@ pub(super) fn json_response(status: u16, body: Value) -> Response {
 
 /// E2B's error body: `{"code": <status>, "message": ...}`.
 pub(super) fn error(status: u16, message: impl Into<String>) -> Response {
-    json_response(status, json!({"code": status, "message": message.into()}))
+    json_response(
+        status,
+        threadbox_e2b::wire::error_body(status, &message.into()),
+    )
 }
 
 fn coded_error(status: u16, message: &str, error_code: &str) -> Response {
@@ -707,42 +711,6 @@ async fn info(State(world): State<Arc<World>>, SandboxPath(id): SandboxPath) -> 
         Some(s) if s.state != FakeState::Killing => json_response(200, detail_json(s, true)),
         _ => error(404, not_found_message(&id)),
     }
-}
-
-/// Go's `url.QueryUnescape`: `+` is a space, `%XX` a byte, anything else malformed.
-fn query_unescape(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok()
-}
-
-/// The list's `metadata` value, already decoded once by the query parser: unescape it, split it
-/// into pairs, unescape each key and value (docs/e2b.md §2).
-fn parse_metadata_filter(raw: &str) -> Option<BTreeMap<String, String>> {
-    let whole = query_unescape(raw)?;
-    let mut out = BTreeMap::new();
-    for pair in whole.split('&').filter(|p| !p.is_empty()) {
-        let mut parts = pair.split('=');
-        let (k, v) = (parts.next()?, parts.next()?);
-        if parts.next().is_some() {
-            return None;
-        }
-        out.insert(query_unescape(k)?, query_unescape(v)?);
-    }
-    Some(out)
 }
 
 /// `GET /v2/sandboxes`.

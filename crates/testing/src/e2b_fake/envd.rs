@@ -18,6 +18,7 @@ use axum::Router;
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use threadbox_e2b::wire::{self, StartRequest};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -120,27 +121,16 @@ async fn gate(State(world): State<Arc<World>>, mut req: Request, next: Next) -> 
     next.run(req).await
 }
 
-fn frame(flags: u8, message: &Value) -> Bytes {
-    let payload = message.to_string().into_bytes();
-    let mut out = Vec::with_capacity(5 + payload.len());
-    out.push(flags);
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(&payload);
-    Bytes::from(out)
-}
-
 fn event(kind: &str, body: Value) -> Bytes {
-    frame(0, &json!({"event": {kind: body}}))
+    Bytes::from(wire::event_frame(kind, body))
 }
 
 fn end_stream(error: Option<(&str, String)>) -> Bytes {
-    frame(
-        0x02,
-        &match error {
-            None => json!({}),
-            Some((code, message)) => json!({"error": {"code": code, "message": message}}),
-        },
-    )
+    Bytes::from(wire::end_stream_frame(
+        error
+            .as_ref()
+            .map(|(code, message)| (*code, message.as_str())),
+    ))
 }
 
 fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
@@ -163,25 +153,6 @@ fn failed_stream(code: &str, message: String) -> Response {
     let (tx, rx) = mpsc::channel(1);
     let _ = tx.try_send(end_stream(Some((code, message))));
     stream_response(rx)
-}
-
-#[derive(Deserialize)]
-struct StartRequest {
-    process: ProcessConfig,
-    /// Omitted means true (legacy clients).
-    #[serde(default)]
-    stdin: Option<bool>,
-}
-
-#[derive(Deserialize)]
-struct ProcessConfig {
-    cmd: String,
-    #[serde(default)]
-    args: Vec<String>,
-    #[serde(default)]
-    envs: BTreeMap<String, String>,
-    #[serde(default)]
-    cwd: Option<String>,
 }
 
 /// `process.Process/Start`.
@@ -310,17 +281,8 @@ async fn start(
 }
 
 fn parse_request_frame(body: &[u8]) -> Result<StartRequest, String> {
-    if body.len() < 5 {
-        return Err("missing request envelope".into());
-    }
-    if body[0] != 0 {
-        return Err(format!("unexpected envelope flags {}", body[0]));
-    }
-    let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
-    if body.len() != 5 + len {
-        return Err("request envelope length does not match the body".into());
-    }
-    serde_json::from_slice(&body[5..]).map_err(|e| format!("invalid StartRequest: {e}"))
+    serde_json::from_slice(wire::request_frame(body)?)
+        .map_err(|e| format!("invalid StartRequest: {e}"))
 }
 
 /// Stream one process: `start`, its output as it comes, `end`, then the end-of-stream frame.

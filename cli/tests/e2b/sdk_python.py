@@ -1,0 +1,149 @@
+"""E2B's official Python SDK (pinned in scripts/lib.sh) against threadbox's E2B API.
+
+Usage: sdk_python.py BASE_URL API_KEY PREFIX
+
+Sets only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY, runs what code written for E2B does,
+and prints what it saw as one JSON object for cli/tests/e2b_sdk.rs to check. PREFIX keeps the
+thread names of one run apart from another's.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+base, key, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
+os.environ["E2B_API_URL"] = f"{base}/e2b"
+os.environ["E2B_SANDBOX_URL"] = f"{base}/e2b"
+os.environ["E2B_API_KEY"] = key
+
+from e2b import (  # noqa: E402  (the variables above must be set first)
+    AuthenticationException,
+    CommandExitException,
+    NotFoundException,
+    Sandbox,
+    SandboxQuery,
+)
+
+seen = {}
+
+
+def name(suffix):
+    return f"{prefix}-{suffix}"
+
+
+# Create by idempotency key: the same key is the same thread, so the same sandbox.
+sbx = Sandbox.create(idempotency_key=name("agent"), metadata={"suite": prefix})
+again = Sandbox.create(idempotency_key=name("agent"))
+seen["by_key"] = {"id": sbx.sandbox_id, "again": again.sandbox_id}
+
+# The create's envs are every command's default environment; a command's own win.
+with_envs = Sandbox.create(idempotency_key=name("envs"), envs={"GREETING": "hi", "WHO": "nobody"})
+seen["envs"] = with_envs.commands.run("echo $GREETING $WHO", envs={"WHO": "there"}).stdout
+
+# Create by the thread's metadata entry, as an SDK without idempotency keys does.
+by_meta = Sandbox.create(metadata={"threadbox_thread": name("meta"), "suite": prefix})
+by_meta_again = Sandbox.create(metadata={"threadbox_thread": name("meta")})
+seen["by_metadata"] = {"id": by_meta.sandbox_id, "again": by_meta_again.sandbox_id}
+
+# Eight creates at once for one new thread.
+burst, errors = [], []
+
+
+def create_burst():
+    try:
+        burst.append(Sandbox.create(idempotency_key=name("burst")).sandbox_id)
+    except Exception as e:  # noqa: BLE001  (reported to the test, which fails on it)
+        errors.append(repr(e))
+
+
+threads = [threading.Thread(target=create_burst) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+seen["burst"] = {"ids": sorted(set(burst)), "count": len(burst), "errors": errors}
+
+# A command's output arrives while it runs.
+start = time.monotonic()
+lines = []
+result = sbx.commands.run(
+    "echo first; sleep 2; echo second",
+    on_stdout=lambda line: lines.append([line, time.monotonic() - start]),
+)
+seen["run"] = {
+    "stdout": result.stdout,
+    "exit_code": result.exit_code,
+    "lines": lines,
+    "took": time.monotonic() - start,
+}
+try:
+    sbx.commands.run("echo oops; exit 3")
+    seen["failing"] = {"raised": False}
+except CommandExitException as e:
+    seen["failing"] = {"raised": True, "exit_code": e.exit_code, "stdout": e.stdout}
+
+# A background command: listed, then killed.
+handle = sbx.commands.run("sleep 600", background=True)
+listed = [p.pid for p in sbx.commands.list()]
+killed = sbx.commands.kill(handle.pid)
+time.sleep(0.5)
+after = [p.pid for p in sbx.commands.list()]
+seen["background"] = {"pid": handle.pid, "listed": listed, "killed": killed, "after": after}
+
+# Files: write, read, list, exists, make_dir, rename, remove.
+sbx.files.write("notes/hello.txt", "hello from python\n")
+sbx.files.write_files([{"path": "notes/two.txt", "data": b"two"}])
+made = sbx.files.make_dir("notes/sub")
+made_again = sbx.files.make_dir("notes/sub")
+sbx.files.rename("notes/two.txt", "notes/three.txt")
+entries = sorted(e.name for e in sbx.files.list("notes"))
+text = sbx.files.read("notes/hello.txt")
+sbx.files.remove("notes/three.txt")
+seen["files"] = {
+    "read": text,
+    "list": entries,
+    "made": made,
+    "made_again": made_again,
+    "exists_after_remove": sbx.files.exists("notes/three.txt"),
+    "exists": sbx.files.exists("notes/hello.txt"),
+}
+
+# Pause, then connect: the files are still there, under the same id.
+paused = sbx.pause()
+info = Sandbox.get_info(sbx.sandbox_id)
+resumed = Sandbox.connect(sbx.sandbox_id)
+seen["pause"] = {
+    "paused": paused,
+    "state": str(info.state.value if hasattr(info.state, "value") else info.state),
+    "connected_id": resumed.sandbox_id,
+    "read_after": resumed.files.read("notes/hello.txt"),
+    "running": resumed.is_running(),
+}
+
+# List, filtered by metadata.
+mine = Sandbox.list(query=SandboxQuery(metadata={"suite": prefix})).next_items()
+seen["list"] = sorted(s.sandbox_id for s in mine)
+
+# Kill: gone for the control plane, and for envd.
+seen["kill"] = {"first": Sandbox.kill(by_meta.sandbox_id), "second": Sandbox.kill(by_meta.sandbox_id)}
+try:
+    Sandbox.get_info(by_meta.sandbox_id)
+    seen["kill"]["info"] = "found"
+except NotFoundException:
+    seen["kill"]["info"] = "not found"
+except Exception as e:  # noqa: BLE001
+    seen["kill"]["info"] = f"{type(e).__name__}: {e}"
+seen["kill"]["running"] = by_meta.is_running()
+
+# A wrong key is refused.
+try:
+    Sandbox.create(idempotency_key=name("intruder"), api_key="not-a-threadbox-key")
+    seen["wrong_key"] = "created"
+except AuthenticationException:
+    seen["wrong_key"] = "AuthenticationException"
+except Exception as e:  # noqa: BLE001
+    seen["wrong_key"] = f"{type(e).__name__}: {e}"
+
+print(json.dumps(seen))

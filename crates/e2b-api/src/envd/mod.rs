@@ -1,0 +1,219 @@
+//! envd, the agent E2B runs in each sandbox, as threadbox serves it: under the same base URL as
+//! the control plane, each request naming its sandbox with `E2b-Sandbox-Id` (what the SDKs send
+//! when `E2B_SANDBOX_URL` is set) and carrying the sandbox's `X-Access-Token`.
+//!
+//! - `process`: `process.Process` (Start and Connect stream; List, SendInput, SendSignal,
+//!   Update) over threadbox's background processes;
+//! - `filesystem`: `filesystem.Filesystem` (Stat, MakeDir, Move, ListDir, Remove);
+//! - `files`: `GET`/`POST /files`.
+//!
+//! As in E2B, the proxy's checks come first (no such sandbox, or gone: 502), then envd's token
+//! (401). A paused sandbox is resumed by the call, as E2B's auto-resume does.
+
+mod files;
+mod filesystem;
+mod process;
+
+use std::collections::BTreeMap;
+
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use threadbox_api::http::{sandbox_path, Caller};
+use threadbox_core::domain::{Session, ThreadId};
+use threadbox_core::usecases::Threadbox;
+use threadbox_e2b::wire::error_body;
+
+use super::error::ConnectError;
+use super::ids::{check_envd_token, thread_of};
+use super::{header, read_body, E2bApi, MAX_JSON_BODY};
+
+/// The port envd listens on; the SDKs name it in `E2b-Sandbox-Port`.
+const ENVD_PORT: &str = "49983";
+/// The sandbox user's home, where relative paths start.
+const HOME: &str = "/home/user";
+
+/// The sandbox a request reached, and the use cases acting for the caller its token names; put
+/// in the request's extensions by [`gate`].
+#[derive(Clone)]
+pub(crate) struct Reached {
+    pub thread: ThreadId,
+    pub tb: Threadbox,
+    /// The thread's default environment (the create's `envVars`), under each command's own.
+    pub env: BTreeMap<String, String>,
+}
+
+pub(super) fn routes(api: E2bApi) -> Router<E2bApi> {
+    let gated = process::routes()
+        .merge(filesystem::routes())
+        .merge(files::routes())
+        .route_layer(middleware::from_fn_with_state(api, gate));
+    Router::new().route("/health", get(health)).merge(gated)
+}
+
+/// A Connect service's routes: each of its methods a `POST /{service}/{method}`, as the Connect
+/// protocol names unary and server-streaming calls alike.
+fn connect_service(
+    service: &str,
+    methods: Vec<(&str, axum::routing::MethodRouter<E2bApi>)>,
+) -> Router<E2bApi> {
+    methods
+        .into_iter()
+        .fold(Router::new(), |router, (method, handler)| {
+            router.route(&format!("/{service}/{method}"), handler)
+        })
+}
+
+/// The sandbox proxy's answer for a sandbox that is not there (E2B's 502).
+fn not_found(sandbox_id: &str) -> Response {
+    (
+        StatusCode::BAD_GATEWAY,
+        Json(json!({
+            "sandboxId": sandbox_id,
+            "message": "The sandbox was not found",
+            "code": 502,
+        })),
+    )
+        .into_response()
+}
+
+/// The proxy's routing and checks: the sandbox id from `E2b-Sandbox-Id`, the port, and whether
+/// the thread has a sandbox E2B would route to.
+async fn route(api: &E2bApi, headers: &HeaderMap) -> Result<(String, Session), Response> {
+    let Some(id) = header(headers, "e2b-sandbox-id") else {
+        return Err(not_found(""));
+    };
+    if header(headers, "e2b-sandbox-port").is_some_and(|p| p != ENVD_PORT) {
+        return Err((
+            StatusCode::BAD_GATEWAY,
+            Json(json!({
+                "sandboxId": id,
+                "message": "The sandbox is running but port is not open",
+                "code": 502,
+            })),
+        )
+            .into_response());
+    }
+    let Ok(thread) = thread_of(id) else {
+        return Err(not_found(id));
+    };
+    match api.tb.session(&thread).await {
+        Ok(Some(session)) if super::control::reachable(&session) => Ok((id.to_owned(), session)),
+        _ => Err(not_found(id)),
+    }
+}
+
+/// Every envd call but `/health`: routed, then the token checked (E2B's 401 in envd's shape).
+async fn gate(State(api): State<E2bApi>, mut request: Request, next: Next) -> Response {
+    let (id, session) = match route(&api, request.headers()).await {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let scope = header(request.headers(), "x-access-token")
+        .and_then(|token| check_envd_token(&api.key, &id, token))
+        .filter(|scope| api.auth.knows_scope(scope.as_ref()));
+    let Some(scope) = scope else {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(error_body(
+                401,
+                "unauthorized access, please provide a valid access token or method signing if supported",
+            )),
+        )
+            .into_response();
+    };
+    request.extensions_mut().insert(Reached {
+        thread: session.thread_id,
+        tb: api.for_caller(&Caller(scope)),
+        env: session.env,
+    });
+    next.run(request).await
+}
+
+/// `GET /health`: envd's 204 for a sandbox that is there (the SDKs' `is_running`), the proxy's
+/// 502 for one that is not; without a sandbox header, the API's own health.
+async fn health(State(api): State<E2bApi>, headers: HeaderMap) -> Response {
+    if header(&headers, "e2b-sandbox-id").is_none() {
+        return Json(json!({ "status": "ok" })).into_response();
+    }
+    match route(&api, &headers).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(response) => response,
+    }
+}
+
+/// A path as envd takes it (absolute, or relative to the user's home), checked as threadbox's
+/// API checks every path.
+pub(crate) fn envd_path(path: &str) -> Result<String, ConnectError> {
+    let absolute = if path.starts_with('/') {
+        path.to_owned()
+    } else if path.is_empty() {
+        HOME.to_owned()
+    } else {
+        format!("{HOME}/{}", path.trim_start_matches("./"))
+    };
+    sandbox_path(&absolute).map_err(|e| ConnectError::invalid(e.message))
+}
+
+/// A unary Connect call's request: `application/json`, one JSON message, at most
+/// [`MAX_JSON_BODY`] bytes (Connect's 415 for another content type). Handlers answer
+/// `Result<Json<_>, ConnectError>`: the message, or Connect's unary error.
+pub(crate) struct Unary<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Unary<T> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, _: &S) -> Result<Self, Self::Rejection> {
+        let json = header(request.headers(), "content-type")
+            .is_some_and(|t| t.starts_with("application/json"));
+        if !json {
+            return Err((
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "envd's unary calls take application/json",
+            )
+                .into_response());
+        }
+        let bytes = read_body(request.into_body(), MAX_JSON_BODY)
+            .await
+            .map_err(|e| ConnectError::new("resource_exhausted", e.message).into_response())?;
+        serde_json::from_slice(&bytes)
+            .map(Unary)
+            .map_err(|e| ConnectError::invalid(format!("invalid request: {e}")).into_response())
+    }
+}
+
+/// A unary call's answer.
+pub(crate) type Answer = Result<Json<serde_json::Value>, ConnectError>;
+
+/// The unimplemented methods of a service, named.
+pub(crate) async fn unimplemented(request: Request) -> Response {
+    ConnectError::new(
+        "unimplemented",
+        format!(
+            "{} is not supported by threadbox's E2B API (see docs/e2b-api.md)",
+            request.uri().path().trim_start_matches(super::BASE_PATH)
+        ),
+    )
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envd_paths_start_at_home() {
+        assert_eq!(envd_path("a/b.txt").unwrap(), "/home/user/a/b.txt");
+        assert_eq!(envd_path("./a").unwrap(), "/home/user/a");
+        assert_eq!(envd_path("/tmp/x").unwrap(), "/tmp/x");
+        assert_eq!(envd_path("").unwrap(), "/home/user");
+        assert_eq!(envd_path("../etc").unwrap_err().code, "invalid_argument");
+        assert!(envd_path("/a/\0").is_err());
+    }
+}
