@@ -283,8 +283,11 @@ impl DevArgs {
     }
 
     pub(super) fn warm_pool_size(&self, provider: &provider::ChosenProvider) -> usize {
-        self.warm_pool
-            .unwrap_or(if provider.is_runc() { 2 } else { 0 })
+        self.warm_pool.unwrap_or(if provider.is_runc() {
+            threadbox_runc::DEFAULT_WARM_POOL
+        } else {
+            0
+        })
     }
 
     /// The profiles new threads get (both settings were checked when the flags were read).

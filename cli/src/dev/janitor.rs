@@ -57,6 +57,29 @@ pub async fn run(
     tracing::debug!("janitor stopped");
 }
 
+/// Refill the warm pool each time a new thread takes a member (`taken`, see
+/// `Threadbox::with_pool_refills`) until `shutdown` turns true; a refill under way finishes
+/// first. Without it the pool would refill only at the next sweep, and a burst of new threads
+/// past the pool's size would wait for creates.
+pub async fn refill_pool(
+    tb: Threadbox,
+    taken: std::sync::Arc<tokio::sync::Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = taken.notified() => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let report = tb.refill_pool().await;
+        tracing::debug!(?report, "warm pool refilled after a take");
+    }
+    tracing::debug!("warm pool refill stopped");
+}
+
 /// Delete sink messages and dead letters older than the record retention, a batch per
 /// transaction, until a batch comes back short or `deadline` passes.
 async fn delete_aged_rows(tb: &Threadbox, database: &Database, deadline: Instant) -> Aged {

@@ -80,7 +80,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         caps,
     } = open_sandboxes(&args, &chosen, &data_dir, egress_credentials).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let tb = build_threadbox(&args, &chosen, &stores, provider, pricing, clock.clone()).await?;
+    // Woken by each warm pool take: the pool is refilled at once, not at the next sweep.
+    let pool_taken = Arc::new(tokio::sync::Notify::new());
+    let tb = build_threadbox(&args, &chosen, &stores, provider, pricing, clock.clone())
+        .await?
+        .with_pool_refills(pool_taken.clone());
     let (auth, banner_auth) = load_auth(&args)?;
     let slack = slack::setup(slack::SlackDeps {
         data_dir: &data_dir,
@@ -126,7 +130,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     ));
     let targets: Vec<Arc<dyn FanoutTarget>> =
         vec![Arc::new(LogTarget), subscribers.clone(), slack.target];
-    let loops = spawn_loops(&args, &tb, &stores, targets, slack.work, &shutdown).await?;
+    let mut loops = spawn_loops(&args, &tb, &stores, targets, slack.work, &shutdown).await?;
+    loops.push((
+        "warm pool refill",
+        tokio::spawn(janitor::refill_pool(
+            tb.clone(),
+            pool_taken,
+            shutdown.subscribe(),
+        )),
+    ));
     let live = ws::routes(LiveSocket {
         gateway: LiveGateway::new(subscribers, token_key.clone()),
         sender: sockets,

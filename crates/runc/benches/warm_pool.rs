@@ -36,24 +36,24 @@
 //! the bare containers deleted and the bundle's sandbox killed.
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use threadbox_core::domain::{pool_key, Cause, MemberState, ThreadId};
 use threadbox_core::ports::{
-    CreateSandbox, DurableQueue, ExecCommand, ExecRequest, NetworkProfile, SandboxOwner,
-    SandboxProvider, SystemClock, WarmPoolStore,
+    DurableQueue, ExecCommand, ExecRequest, NetworkProfile, SandboxProvider, SystemClock,
+    WarmPoolStore,
 };
 use threadbox_core::usecases::{Config, SweepOptions, Threadbox, WarmPool, DEFAULT_POOL_MAX_AGE};
 use threadbox_runc::RuncProvider;
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
 
+#[path = "support/bare.rs"]
+mod bare;
 #[path = "../tests/support/sandboxes.rs"]
 mod sandboxes;
+use bare::{percentile, BareRunc};
 use sandboxes::{bench_runc, state_config};
 
 const DEFAULT_RUNS: usize = 20;
@@ -109,124 +109,6 @@ impl Row {
     fn median(&self) -> f64 {
         percentile(&self.total, 0.5)
     }
-}
-
-/// Nearest rank, in ms.
-fn percentile(samples: &[Duration], p: f64) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1].as_secs_f64() * 1000.0
-}
-
-/// The runc command line on the bundle a provider wrote, with nothing of the provider around it.
-struct BareRunc {
-    binary: PathBuf,
-    root: PathBuf,
-    bundle: PathBuf,
-    /// runc's stderr, read only when a call fails (a file, so no pipe is waited on).
-    stderr: PathBuf,
-}
-
-impl BareRunc {
-    /// `runc --root R <args>`, stdio to /dev/null (stderr to a file); panics when it fails.
-    async fn call<S: AsRef<OsStr>>(&self, args: &[S]) {
-        let stderr = std::fs::File::create(&self.stderr).expect("stderr file");
-        let status = tokio::process::Command::new(&self.binary)
-            .arg("--root")
-            .arg(&self.root)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .status()
-            .await
-            .expect("spawn runc");
-        if !status.success() {
-            let said = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-            let args: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
-            panic!("runc {} failed ({status}): {said}", args.join(" "));
-        }
-    }
-
-    /// The container's init pid, or `None` when runc has no such container; with the time the
-    /// `runc state` call took.
-    async fn init_pid(&self, id: &str) -> (Option<i32>, Duration) {
-        let started = Instant::now();
-        let out = tokio::process::Command::new(&self.binary)
-            .arg("--root")
-            .arg(&self.root)
-            .args(["state", id])
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .expect("spawn runc state");
-        let took = started.elapsed();
-        if !out.status.success() {
-            return (None, took);
-        }
-        let state: serde_json::Value = serde_json::from_slice(&out.stdout).expect("runc state");
-        (Some(state["pid"].as_i64().unwrap_or(0) as i32), took)
-    }
-
-    /// The timed part: start a container on the bundle, run `true` in it.
-    async fn run_and_exec(&self, id: &str) -> (Duration, Duration) {
-        let started = Instant::now();
-        let bundle = self.bundle.as_os_str();
-        self.call(&[
-            OsStr::new("run"),
-            OsStr::new("--detach"),
-            OsStr::new("--bundle"),
-            bundle,
-            OsStr::new(id),
-        ])
-        .await;
-        let ran = started.elapsed();
-        self.call(&["exec", id, "true"]).await;
-        (ran, started.elapsed())
-    }
-
-    /// Kill the container's init, reap it (this process is the provider's child subreaper, so
-    /// orphaned inits come to it; a zombie would keep `runc delete` polling), and delete it.
-    /// Returns how long its `runc state` took.
-    async fn remove(&self, id: &str) -> Duration {
-        let (Some(pid), took) = self.init_pid(id).await else {
-            return Duration::ZERO;
-        };
-        if pid > 0 {
-            tokio::task::spawn_blocking(move || kill_and_reap(pid))
-                .await
-                .expect("reaper");
-        }
-        self.call(&["delete", "--force", id]).await;
-        took
-    }
-}
-
-fn kill_and_reap(pid: i32) {
-    // SAFETY: plain system calls on a pid runc just reported as this container's init.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        let mut status = 0;
-        // SAFETY: as above; `status` is ours.
-        let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if reaped == pid {
-            return;
-        }
-        if reaped < 0 {
-            // Not our child: dead enough once it is a zombie or gone.
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
-            if matches!(state, None | Some('Z') | Some('X')) {
-                return;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    panic!("container init {pid} still alive after SIGKILL");
 }
 
 async fn timed_first_exec(tb: &Threadbox, id: &ThreadId, pooled: bool) -> (Duration, Duration) {
@@ -310,7 +192,7 @@ async fn main() {
         .clone()
         .with_warm_pool(WarmPool { size: 0, ..pool });
 
-    let (bare, source) = bare_runc(&bundle_maker, runc, dir.path()).await;
+    let (bare, source) = BareRunc::on_copy_of(&bundle_maker, runc, dir.path()).await;
 
     let mut pooled_row = Row::new("pooled (warm pool)", ["resolve", "exec"]);
     let mut unpooled_row = Row::new("unpooled (create)", ["resolve", "exec"]);
@@ -467,36 +349,4 @@ impl Results {
             if p / b < GOAL_RATIO { "met" } else { "not met" }
         );
     }
-}
-
-/// The bare row's runc, and its bundle: one the provider wrote (the sandbox's id returned), its
-/// container stopped, the bundle kept.
-async fn bare_runc(bundle_maker: &RuncProvider, runc: PathBuf, dir: &Path) -> (BareRunc, String) {
-    let source = bundle_maker
-        .create(CreateSandbox {
-            owner: SandboxOwner {
-                thread_id: thread("bench-bare-bundle"),
-                generation: 1,
-            },
-            network: NetworkProfile::Restricted,
-            timeout: Duration::from_secs(3600),
-            env: Default::default(),
-        })
-        .await
-        .expect("create the bare bundle")
-        .sandbox_id;
-    let bare = BareRunc {
-        binary: runc,
-        root: bundle_maker.config().runc_root(),
-        bundle: bundle_maker.config().sandboxes_dir().join(&source),
-        stderr: dir.join("runc-stderr.log"),
-    };
-    bare.remove(&source).await;
-    assert!(Path::new(&bare.bundle).join("config.json").exists());
-    println!(
-        "runc: {}; bare bundle {} (written by the provider, its container stopped)",
-        bare.binary.display(),
-        bare.bundle.display()
-    );
-    (bare, source)
 }

@@ -279,6 +279,7 @@ pub(crate) fn write_bundle(
     let owner = ids.user_on_host();
     std::os::unix::fs::chown(&home, Some(owner.0), Some(owner.1))?;
     if let Some(pool) = spec.home_volume {
+        let _span = tracing::debug_span!("mount.home").entered();
         pool.take(&bundle.home_image())?;
         volume::mount(&bundle.home_image(), &home, owner)?;
         fs::set_permissions(&home, fs::Permissions::from_mode(0o750))?;
@@ -292,6 +293,7 @@ pub(crate) fn write_bundle(
     // Rootless, there is no mounting on the host: the root is a plain directory (the sandbox
     // then sees the bundle's path as its root's source in /proc/mounts; nothing more).
     if !ids.is_rootless() {
+        let _span = tracing::debug_span!("mount.rootfs").entered();
         volume::mount_tmpfs(&rootfs, ROOTFS_TMPFS_OPTIONS)?;
     }
     for dir in ["", "proc", "dev", "sys", "usr", "tmp", "home/user", "etc"] {
@@ -320,8 +322,10 @@ pub(crate) fn write_bundle(
     }
 
     if !ids.is_identity() && !ids.is_rootless() {
+        let _span = tracing::debug_span!("userns.create").entered();
         create_user_namespace(ids, &bundle.userns_pin())?;
     }
+    let _span = tracing::debug_span!("bundle.config").entered();
     let config = oci_config(bundle, spec);
     let bytes = serde_json::to_vec_pretty(&config).map_err(io::Error::other)?;
     write_file(&bundle.dir().join("config.json"), &bytes, 0o600).map(drop)

@@ -2,6 +2,8 @@
 //! a paused sandbox, and runc's refusal to start one turned into the error that says why
 //! (`exec` runs it).
 
+use tracing::Instrument;
+
 use super::admission::ExecHold;
 use super::exec::{self, ExecError, ExecTarget};
 use super::runtime::ContainerStatus;
@@ -46,7 +48,11 @@ impl RuncProvider {
         }
         let slot = self.slot(sandbox_id);
         let _hold = {
-            let _lifecycle = slot.lifecycle.lock().await;
+            let _lifecycle = slot
+                .lifecycle
+                .lock()
+                .instrument(tracing::debug_span!("lifecycle.lock"))
+                .await;
             // A frozen cgroup makes runc refuse a command in a paused sandbox; rootless there
             // is none, and the command would run, so it is refused here (pause takes the same
             // lock, so this cannot race it).
@@ -57,7 +63,10 @@ impl RuncProvider {
             }
             ExecHold::admit(slot.clone(), self.commands.clone(), &self.config)?
         };
-        let cgroup = self.container_cgroup(sandbox_id, &slot).await?;
+        let cgroup = self
+            .container_cgroup(sandbox_id, &slot)
+            .instrument(tracing::debug_span!("cgroup.lookup"))
+            .await?;
         let cwd = request.cwd.clone();
         let target = ExecTarget {
             runc: &self.runc,

@@ -116,6 +116,13 @@ pub struct RuncConfig {
     pub network: super::network::NetworkConfig,
 }
 
+/// The warm pool a host running runc sandboxes keeps per network profile unless told otherwise
+/// (`threadbox dev --warm-pool`). Members cost only memory here (no running time is billed), and
+/// with the pool refilled on each take, this many absorbs a burst of new threads arriving
+/// faster than one create (the `floor` benchmark's burst row says how many of 10 in a second
+/// took a member).
+pub const DEFAULT_WARM_POOL: usize = 2;
+
 /// The default host-wide table of allocated id ranges.
 pub const HOST_ID_RANGES_DIR: &str = "/var/lib/threadbox/idranges";
 

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use super::admission::limit;
 use super::bundle::{write_bundle, Bundle, BundleSpec, SandboxRecord};
 use super::exec;
@@ -28,10 +30,17 @@ impl RuncProvider {
         let slot = self.slot(&id);
         let _lifecycle = slot.lifecycle.lock().await;
         // Held until the bundle directory exists, which is what the count sees.
-        let admitting = self.admitting_sandbox.lock().await;
-        self.admit_sandbox()?;
-        let ids = self.allocate_ids(&id)?;
-        let written = self.lay_out(&bundle, &request, ids).await;
+        let admitting = self
+            .admitting_sandbox
+            .lock()
+            .instrument(tracing::debug_span!("admission.wait"))
+            .await;
+        tracing::debug_span!("admission.count").in_scope(|| self.admit_sandbox())?;
+        let ids = tracing::debug_span!("userns.ids").in_scope(|| self.allocate_ids(&id))?;
+        let written = self
+            .lay_out(&bundle, &request, ids)
+            .instrument(tracing::debug_span!("bundle.write"))
+            .await;
         drop(admitting);
         let started = match written {
             Ok(()) => self.start(&id, &bundle, &request.network, ids).await,
@@ -51,7 +60,7 @@ impl RuncProvider {
             // Full means a refill is already due, which will see this take too.
             let _ = refill.try_send(());
         }
-        self.remember_cgroup(&id, &bundle);
+        tracing::debug_span!("cgroup.find").in_scope(|| self.remember_cgroup(&id, &bundle));
         tracing::info!(sandbox_id = %id, "sandbox created");
         Ok(CreatedSandbox {
             sandbox_id: id,
@@ -115,7 +124,10 @@ impl RuncProvider {
             self.volumes.clone(),
         );
         let layout = bundle.clone();
+        // The caller's span, so the mounts' and the user namespace's spans nest under it.
+        let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
+            let _span = span.entered();
             let spec = BundleSpec {
                 hostname,
                 annotations,
@@ -144,14 +156,21 @@ impl RuncProvider {
         ids: IdRange,
     ) -> Result<(), ProviderError> {
         let saved = match profile {
-            NetworkProfile::Networked { allow } => Some(self.prepare_network(bundle, ids, allow)?),
+            NetworkProfile::Networked { allow } => Some(
+                tracing::debug_span!("network.prepare")
+                    .in_scope(|| self.prepare_network(bundle, ids, allow))?,
+            ),
             NetworkProfile::Restricted => None,
         };
         self.runc
             .run_detached(id, bundle.dir(), &bundle.init_pid_file())
             .await?;
         match saved {
-            Some(saved) => self.attach_network(id, &saved).await,
+            Some(saved) => {
+                self.attach_network(id, &saved)
+                    .instrument(tracing::debug_span!("network.attach"))
+                    .await
+            }
             None => Ok(()),
         }
     }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::bundle::HOME;
 use super::cgroup::ContainerCgroup;
@@ -125,6 +126,9 @@ pub(crate) async fn run(
         .run_dir
         .join(format!("exec-{}.pid", uuid::Uuid::new_v4().simple()));
     let (status_read, status_write) = status_pipe()?;
+    // `runc exec` from spawn to its return (the command started): what bare runc's exec costs.
+    let runc_span = tracing::debug_span!("runc", op = "exec");
+    let entered = runc_span.enter();
     let mut child = runc_exec(&target, &request, &pid_file, &status_write)
         .spawn()
         .map_err(|e| ProviderError::Internal(format!("could not run runc exec: {e}")))?;
@@ -138,9 +142,12 @@ pub(crate) async fn run(
         armed: true,
     };
     let streams = Streams::start(&mut child, &request, output);
+    drop(entered);
 
     // runc returns once the command has started (or failed to).
-    let runc_status = wait_for_runc(&mut child, target.runc).await?;
+    let runc_status = wait_for_runc(&mut child, target.runc)
+        .instrument(runc_span)
+        .await?;
     if !runc_status.success() {
         starting.armed = false;
         let stderr = streams.runc_stderr().await;
@@ -158,7 +165,9 @@ pub(crate) async fn run(
     starting.armed = false;
 
     let remaining = request.timeout.saturating_sub(started.elapsed());
-    let timed_out = wait_for_leader(&guard, remaining).await?;
+    let timed_out = wait_for_leader(&guard, remaining)
+        .instrument(tracing::debug_span!("command.wait"))
+        .await?;
     // The wrapper wrote its status before it exited, so it is in the pipe now, or never will be.
     let status_text = if timed_out {
         String::new()
@@ -182,7 +191,10 @@ pub(crate) async fn run(
     } else {
         DRAIN_AFTER_EXIT
     };
-    let collected = streams.collect(grace).await;
+    let collected = streams
+        .collect(grace)
+        .instrument(tracing::debug_span!("output.drain"))
+        .await;
     let oom_after = target.cgroup.as_ref().and_then(|c| c.oom_kills());
     let ended = Ended {
         reported: status_text.trim().parse().ok(),

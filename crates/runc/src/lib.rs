@@ -78,7 +78,9 @@ use threadbox_core::ports::{
     ProviderError, Restored, SandboxInfo, SandboxProvider, SandboxState,
 };
 
-pub use self::config::{find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits};
+pub use self::config::{
+    find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits, DEFAULT_WARM_POOL,
+};
 pub use self::network::NetworkConfig;
 pub use self::rootless::WEAKER as ROOTLESS_WEAKER;
 
@@ -324,18 +326,27 @@ impl SandboxProvider for RuncProvider {
         self.existing_bundle(sandbox_id)?;
         let slot = self.slot(sandbox_id);
         let _lifecycle = slot.lifecycle.lock().await;
-        let state = self.live_state(sandbox_id).await?;
-        let resumed = state.status == ContainerStatus::Paused;
-        if resumed {
-            if let Err(e) = self.runc.resume(sandbox_id).await {
-                return Err(self.classify(sandbox_id, e).await);
+        // Resumed straight away: a connect is nearly always for a sandbox its record says is
+        // paused, and asking `runc state` first cost a second runc process, as long as the
+        // resume itself. Only a refused resume asks, to tell a running sandbox (nothing to
+        // resume) from a gone one.
+        match self.runc.resume(sandbox_id).await {
+            Ok(()) => {
+                tracing::info!(sandbox_id, "sandbox resumed");
+                Ok(Connected {
+                    resumed: true,
+                    provider_session_id: None,
+                })
             }
-            tracing::info!(sandbox_id, "sandbox resumed");
+            Err(e) => match self.runc.state(sandbox_id).await? {
+                Some(state) if state.status == ContainerStatus::Paused => Err(e.into()),
+                Some(state) if state.status.is_alive() => Ok(Connected {
+                    resumed: false,
+                    provider_session_id: None,
+                }),
+                _ => Err(gone(sandbox_id)),
+            },
         }
-        Ok(Connected {
-            resumed,
-            provider_session_id: None,
-        })
     }
 
     #[tracing::instrument(skip(self))]

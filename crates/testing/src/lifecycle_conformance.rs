@@ -451,6 +451,45 @@ pub async fn resolve_resumes_a_paused_sandbox(h: Harness) {
     assert!(!resumed.resumed, "resuming an active thread is a no-op");
 }
 
+/// A command sent to a paused thread wakes it in the same call (one round trip for the caller,
+/// whatever the way in: HTTP exec, Slack, MCP): the sandbox is resumed (the provider refuses a
+/// command in a paused one), the command runs, and the resume's two events reach the queue
+/// once each, in order, although the first is sent while the provider resumes.
+pub async fn a_command_to_a_paused_thread_resumes_it_in_the_same_call(h: Harness) {
+    let thread = tid("wake-1");
+    let first = h.tb.resolve(&thread).await.unwrap();
+    h.tb.pause(&thread).await.unwrap();
+    h.drain_events().await;
+    let out =
+        h.tb.exec(&thread, ExecRequest::shell("echo woke"))
+            .await
+            .expect("a command to a paused thread runs");
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(h.provider.connects(), 1, "resumed once, in the same call");
+    let record = h.tb.store.load(&thread).await.unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.sandbox_id.as_deref()),
+        (Status::Active, Some(first.sandbox_id.as_str()))
+    );
+    let delivered: Vec<_> = h
+        .drain_events()
+        .await
+        .into_iter()
+        .map(|e| (e.from, e.to, e.seq))
+        .collect();
+    use Status::*;
+    assert_eq!(
+        delivered,
+        vec![(Some(Paused), Resuming, 5), (Some(Resuming), Active, 6)],
+        "the wake's events, once each and in order"
+    );
+    assert_eq!(
+        h.tb.redrive_unsent(100).await.unwrap(),
+        0,
+        "both marked sent"
+    );
+}
+
 /// Invariant 6, recreate policy: the sandbox is replaced in a new generation and the event says so.
 pub async fn a_gone_sandbox_is_recreated_and_the_event_says_so(h: Harness) {
     let thread = tid("slack:T1:C1:1700000000.000100");

@@ -74,6 +74,7 @@ macro_rules! lifecycle_conformance_tests {
             the_janitor_never_acts_on_a_stale_read,
             a_running_command_is_never_paused,
             resolve_resumes_a_paused_sandbox,
+            a_command_to_a_paused_thread_resumes_it_in_the_same_call,
             a_gone_sandbox_is_recreated_and_the_event_says_so,
             illegal_commands_are_refused_and_change_nothing,
             retention_destroys_and_the_next_resolve_starts_fresh,

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::domain::{Hold, Millis, Session, Status, ThreadId};
 use crate::ports::{
     ExecRequest, ExecResult, FileChunks, FileEntry, GrepMatch, OutputSink, ProviderError,
@@ -160,13 +162,20 @@ impl Threadbox {
                         .await
                         .ok();
                 }
+                let span = tracing::debug_span!("provider.exec");
                 let result = match output {
                     Some(output) => {
                         self.provider
                             .exec_streaming(&sandbox_id, request, output)
+                            .instrument(span)
                             .await
                     }
-                    None => self.provider.exec(&sandbox_id, request).await,
+                    None => {
+                        self.provider
+                            .exec(&sandbox_id, request)
+                            .instrument(span)
+                            .await
+                    }
                 };
                 match result {
                     // Killed, but not by its timeout or memory: if its sandbox was taken away
@@ -207,10 +216,17 @@ impl Threadbox {
     {
         let mut retried = false;
         loop {
-            let handle = self.acquire_hold(thread_id, hold.clone()).await?;
+            let handle = self
+                .acquire_hold(thread_id, hold.clone())
+                .instrument(tracing::debug_span!("resolve"))
+                .await?;
             let result = op(handle.sandbox_id.clone()).await;
             if let Some(hold_id) = handle.hold_id.as_deref() {
-                if let Err(error) = self.release_hold(thread_id, hold_id).await {
+                let released = self
+                    .release_hold(thread_id, hold_id)
+                    .instrument(tracing::debug_span!("hold.release"))
+                    .await;
+                if let Err(error) = released {
                     tracing::warn!(%error, "releasing a hold failed; it expires on its own");
                 }
             }

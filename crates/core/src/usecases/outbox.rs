@@ -1,6 +1,8 @@
 //! The outbox: events are written with the session that made them and handed to the lifecycle
 //! queue right after. If the process dies in between, the janitor finds them unsent and re-drives.
 
+use tracing::Instrument;
+
 use crate::domain::LifecycleEvent;
 use crate::ports::OutgoingMessage;
 
@@ -14,7 +16,11 @@ impl Threadbox {
         if events.is_empty() {
             return;
         }
-        if let Err(error) = self.try_publish(events).await {
+        let published = self
+            .try_publish(events)
+            .instrument(tracing::debug_span!("events.publish"))
+            .await;
+        if let Err(error) = published {
             tracing::warn!(%error, count = events.len(), "lifecycle events not sent yet; the janitor will re-drive them");
         }
     }
@@ -28,8 +34,14 @@ impl Threadbox {
                 body: serde_json::to_string(e).expect("events always serialise"),
             })
             .collect::<Vec<_>>();
-        self.events.send(&messages).await?;
-        self.store.mark_sent(events).await?;
+        self.events
+            .send(&messages)
+            .instrument(tracing::debug_span!("events.send"))
+            .await?;
+        self.store
+            .mark_sent(events)
+            .instrument(tracing::debug_span!("store.mark_sent"))
+            .await?;
         Ok(())
     }
 

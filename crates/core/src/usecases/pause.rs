@@ -1,7 +1,9 @@
 //! Pause, destroy and reset: the transitions that take a sandbox out of service; and the
 //! handler of the transitions the janitor claimed and handed to the transition queue.
 
-use crate::domain::{Cause, Command, RejectKind, Session, Status, ThreadId};
+use tracing::Instrument;
+
+use crate::domain::{Cause, Command, LifecycleEvent, RejectKind, Session, Status, ThreadId};
 use crate::ports::{OutgoingMessage, ProviderError, RecordOutcome};
 
 use super::error::UseCaseError;
@@ -37,8 +39,11 @@ impl Threadbox {
             Cause::User,
             Status::Paused,
             held,
-            |claimed| async move {
-                match self.finish_pause(claimed, Cause::User).await? {
+            |claimed, claim_events| async move {
+                match self
+                    .finish_pause_publishing(claimed, Cause::User, &claim_events)
+                    .await?
+                {
                     PauseOutcome::Paused(s) => Ok(Some(s)),
                     PauseOutcome::Busy => Err(UseCaseError::Held(thread_id.clone())),
                     PauseOutcome::Changed => Ok(None),
@@ -72,14 +77,19 @@ impl Threadbox {
             cause,
             Status::Destroyed,
             |_, _| Ok(()),
-            |claimed| self.finish_destroy(claimed, cause, forget_checkpoints),
+            |claimed, claim_events| async move {
+                self.publish(&claim_events).await;
+                self.finish_destroy(claimed, cause, forget_checkpoints)
+                    .await
+            },
         )
         .await
     }
 
     /// The claim-and-retry loop of a transition asked for by a caller: read the record, `check`
     /// it, claim `command` on it (one conditional write), and `finish` the claimed record (the
-    /// provider call and its result, `None` when the record changed meanwhile). Another writer
+    /// provider call and its result, `None` when the record changed meanwhile), which publishes
+    /// the claim's events (`Threadbox::claim`) before it writes the next. Another writer
     /// first, or a finish that found the record changed, means: read again and decide again. A
     /// thread another transition holds is waited for (or recovered once its lease ran out). A
     /// thread already `settled` is returned as it is.
@@ -94,22 +104,22 @@ impl Threadbox {
     ) -> Result<Session, UseCaseError>
     where
         C: Fn(&Session, crate::domain::Millis) -> Result<(), UseCaseError>,
-        F: Fn(Session) -> Fut,
+        F: Fn(Session, Vec<LifecycleEvent>) -> Fut,
         Fut: std::future::Future<Output = Result<Option<Session>, UseCaseError>>,
     {
         let mut settling = Settling::start(&self.config);
         loop {
             let current = self.load(thread_id).await?;
             check(&current, self.clock.now())?;
-            match self.step(&current, command, cause, None, |_| {}).await {
-                Ok(Step::Moved(claimed)) => {
-                    if let Some(done) = finish(claimed).await? {
+            match self.claim(&current, command, cause).await {
+                Ok((Step::Moved(claimed), claim_events)) => {
+                    if let Some(done) = finish(claimed, claim_events).await? {
                         return Ok(done);
                     }
                 }
-                Ok(Step::NoOp) if current.status == settled => return Ok(current),
-                Ok(Step::Conflict) => continue,
-                Ok(Step::NoOp)
+                Ok((Step::NoOp, _)) if current.status == settled => return Ok(current),
+                Ok((Step::Conflict, _)) => continue,
+                Ok((Step::NoOp, _))
                 | Err(UseCaseError::Rejected(crate::domain::Rejected {
                     kind: RejectKind::Busy,
                     ..
@@ -147,14 +157,31 @@ impl Threadbox {
         Ok(())
     }
 
-    /// We hold the pause lease on `claimed` (status pausing): pause the sandbox.
+    /// We hold the pause lease on `claimed` (status pausing), whose event is already sent:
+    /// pause the sandbox.
     pub(crate) async fn finish_pause(
         &self,
         claimed: Session,
         cause: Cause,
     ) -> Result<PauseOutcome, UseCaseError> {
+        self.finish_pause_publishing(claimed, cause, &[]).await
+    }
+
+    /// `finish_pause`, sending the claim's events (`Threadbox::claim`) while the sandbox pauses.
+    async fn finish_pause_publishing(
+        &self,
+        claimed: Session,
+        cause: Cause,
+        claim_events: &[LifecycleEvent],
+    ) -> Result<PauseOutcome, UseCaseError> {
         let sandbox_id = claimed.sandbox_id.clone().unwrap_or_default();
-        match self.provider.pause(&sandbox_id).await {
+        let (paused, ()) = tokio::join!(
+            self.provider
+                .pause(&sandbox_id)
+                .instrument(tracing::debug_span!("provider.pause")),
+            self.publish(claim_events)
+        );
+        match paused {
             Ok(()) => {
                 crate::fault::point("after-provider-pause");
                 match self

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
 
 use crate::domain::CheckpointId;
 use crate::domain::{
@@ -156,7 +157,12 @@ impl Threadbox {
         // Each step either answers or leaves the record changed (or contended): read it again.
         loop {
             let now = self.clock.now();
-            let Some(current) = self.store.load(thread_id).await? else {
+            let loaded = self
+                .store
+                .load(thread_id)
+                .instrument(tracing::debug_span!("store.load"))
+                .await?;
+            let Some(current) = loaded else {
                 if !options.create {
                     return Err(UseCaseError::UnknownThread(thread_id.clone()));
                 }
@@ -237,12 +243,13 @@ impl Threadbox {
         match self
             .store
             .insert_new(&session, std::slice::from_ref(&event))
+            .instrument(tracing::debug_span!("store.insert_new"))
             .await
         {
             Ok(()) => {
-                self.publish(std::slice::from_ref(&event)).await;
                 trail.created = true;
-                self.create_sandbox(session, Cause::User, hold, trail).await
+                self.create_sandbox(session, vec![event], Cause::User, hold, trail)
+                    .await
             }
             Err(e) => {
                 // Another resolve created the thread (or the write failed): the slot made
@@ -299,12 +306,11 @@ impl Threadbox {
         {
             return Err(UseCaseError::Budget(exceeded));
         }
-        match self
-            .step(current, Command::Resume, Cause::User, None, |_| {})
-            .await?
-        {
-            Step::Moved(s) => self.resume_sandbox(s, hold, trail).await,
-            Step::NoOp | Step::Conflict => Ok(None),
+        match self.claim(current, Command::Resume, Cause::User).await? {
+            (Step::Moved(s), claim_events) => {
+                self.resume_sandbox(s, &claim_events, hold, trail).await
+            }
+            (Step::NoOp | Step::Conflict, _) => Ok(None),
         }
     }
 
@@ -342,7 +348,8 @@ impl Threadbox {
         match claimed? {
             Step::Moved(s) => {
                 trail.created = true;
-                self.create_sandbox(s, Cause::User, hold, trail).await
+                self.create_sandbox(s, Vec::new(), Cause::User, hold, trail)
+                    .await
             }
             Step::NoOp | Step::Conflict => Ok(None),
         }
@@ -377,7 +384,7 @@ impl Threadbox {
                     recreated: true,
                     ..Trail::default()
                 };
-                self.create_sandbox(s.clone(), Cause::Recreated, &None, &mut trail)
+                self.create_sandbox(s.clone(), Vec::new(), Cause::Recreated, &None, &mut trail)
                     .await?;
             }
         }
@@ -415,7 +422,8 @@ impl Threadbox {
         {
             Step::Moved(s) if s.status == Status::Creating => {
                 trail.recreated = true;
-                self.create_sandbox(s, Cause::Recreated, hold, trail).await
+                self.create_sandbox(s, Vec::new(), Cause::Recreated, hold, trail)
+                    .await
             }
             Step::Moved(s) if s.status == Status::Expired => Err(Rejected {
                 kind: RejectKind::Expired,
@@ -427,12 +435,14 @@ impl Threadbox {
         }
     }
 
-    /// We hold the creation lease on `claimed` (status creating): bind a warm pool member, or
-    /// make the sandbox and bind it.
+    /// We hold the creation lease on `claimed` (status creating), whose `claim_events` are not
+    /// sent yet (`Threadbox::claim`): bind a warm pool member, or make the sandbox (sending
+    /// them meanwhile) and bind it.
     /// `Ok(None)` means we were fenced out and the caller should re-read.
     async fn create_sandbox(
         &self,
         claimed: Session,
+        mut claim_events: Vec<crate::domain::LifecycleEvent>,
         cause: Cause,
         hold: &Option<PendingHold>,
         trail: &mut Trail,
@@ -440,10 +450,19 @@ impl Threadbox {
         // A warm pool member an earlier sandbox of this thread came from (lost, so being
         // replaced): its record goes once the replacement is bound.
         let replaced_member = claimed.pool_member.clone();
+        let pool_on = trail.fork.is_none() && self.warm_pool.as_ref().is_some_and(|p| p.size > 0);
+        if pool_on {
+            // Binding a member writes and sends the next event: this one goes first.
+            self.publish(&std::mem::take(&mut claim_events)).await;
+        }
         let pool = match trail.fork {
             // A fork's sandbox is made from its source, never taken from the pool.
             Some(_) => PoolTake::Empty,
-            None => self.take_pool_member(&claimed, cause, hold).await?,
+            None => {
+                self.take_pool_member(&claimed, cause, hold)
+                    .instrument(tracing::debug_span!("pool.take"))
+                    .await?
+            }
         };
         match pool {
             PoolTake::Bound(s) => {
@@ -467,10 +486,16 @@ impl Threadbox {
             timeout: self.config.sandbox_timeout,
             env: Default::default(),
         };
-        let made = match &trail.fork {
-            Some(fork) => self.provider.fork(fork.request(request)).await,
-            None => self.provider.create(request).await,
+        let made = async {
+            match &trail.fork {
+                Some(fork) => self.provider.fork(fork.request(request)).await,
+                None => self.provider.create(request).await,
+            }
         };
+        let (made, ()) = tokio::join!(
+            made.instrument(tracing::debug_span!("provider.create")),
+            self.publish(&claim_events)
+        );
         let created = match made {
             Ok(created) => created,
             Err(error) => {
@@ -518,15 +543,23 @@ impl Threadbox {
         }
     }
 
-    /// We hold the resume lease on `claimed` (status resuming): connect, resuming the sandbox.
+    /// We hold the resume lease on `claimed` (status resuming): connect, resuming the sandbox,
+    /// while the claim's events go to the queue.
     async fn resume_sandbox(
         &self,
         claimed: Session,
+        claim_events: &[crate::domain::LifecycleEvent],
         hold: &Option<PendingHold>,
         trail: &mut Trail,
     ) -> Result<Option<SandboxHandle>, UseCaseError> {
         let sandbox_id = claimed.sandbox_id.clone().unwrap_or_default();
-        match self.provider.connect(&sandbox_id).await {
+        let (connected, ()) = tokio::join!(
+            self.provider
+                .connect(&sandbox_id)
+                .instrument(tracing::debug_span!("provider.connect")),
+            self.publish(claim_events)
+        );
+        match connected {
             Ok(connected) => {
                 let now = self.clock.now();
                 let step = self

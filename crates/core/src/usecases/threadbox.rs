@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::domain::{
     BudgetScope, Budgets, Cause, Change, CheckpointRetention, Command, GonePolicy, LifecycleEvent,
     NetworkDefaults, Pricing, Session, ThreadId, Timers,
@@ -111,6 +113,8 @@ pub struct Threadbox {
     pub budget_counter: Option<Arc<dyn WindowCounter>>,
     /// Sandboxes made ahead for new threads (`with_warm_pool`); `None`: every create waits.
     pub warm_pool: Option<WarmPool>,
+    /// Woken each time a new thread takes a warm pool member (`with_pool_refills`).
+    pub(crate) pool_taken: Option<Arc<tokio::sync::Notify>>,
     /// Where checkpoint records are kept and the limits (`with_checkpoints`); `None`: the
     /// checkpoint calls answer `unsupported`.
     pub checkpoints: Option<Checkpoints>,
@@ -147,6 +151,7 @@ impl Threadbox {
             transitions: None,
             budget_counter: None,
             warm_pool: None,
+            pool_taken: None,
             checkpoints: None,
             caller: None,
         }
@@ -212,7 +217,12 @@ impl Threadbox {
                 Step::Conflict => {}
                 done => return Ok(done),
             }
-            let Some(now) = self.store.load(&claimed.thread_id).await? else {
+            let Some(now) = self
+                .store
+                .load(&claimed.thread_id)
+                .instrument(tracing::debug_span!("store.load"))
+                .await?
+            else {
                 return Ok(Step::Conflict);
             };
             let same_claim = now.status == claimed.status
@@ -225,20 +235,58 @@ impl Threadbox {
         }
     }
 
+    /// `step` for a claim (a transition's first write, which takes its lease) whose event the
+    /// caller publishes itself, at the same time as the provider call the claim is for: the
+    /// event is stored with the claim whatever happens (the outbox), and the queue send and
+    /// its mark overlap the runtime's work instead of adding to it. The caller must have
+    /// published it before it writes the thread's next event, so they reach the queue in order.
+    pub(crate) async fn claim(
+        &self,
+        current: &Session,
+        command: Command,
+        cause: Cause,
+    ) -> Result<(Step, Vec<LifecycleEvent>), UseCaseError> {
+        let mut next = current.clone();
+        match next.apply(command, cause, self.change(None), &self.config.timers)? {
+            None => Ok((Step::NoOp, Vec::new())),
+            Some(event) => {
+                let events = vec![event];
+                let step = self.save(next, current.version, &events).await?;
+                Ok((step, events))
+            }
+        }
+    }
+
     /// Write `next` if the stored version is still `expected`, with `events` in the same write.
     pub(crate) async fn write(
         &self,
-        mut next: Session,
+        next: Session,
         expected: u64,
         events: Vec<LifecycleEvent>,
     ) -> Result<Step, UseCaseError> {
+        let step = self.save(next, expected, &events).await?;
+        if let Step::Moved(_) = step {
+            self.publish(&events).await;
+        }
+        Ok(step)
+    }
+
+    /// `write` without publishing the events.
+    async fn save(
+        &self,
+        mut next: Session,
+        expected: u64,
+        events: &[LifecycleEvent],
+    ) -> Result<Step, UseCaseError> {
         next.version = expected + 1;
         self.due_for_budget_check(&mut next);
-        match self.store.save(&next, expected, &events).await {
-            Ok(()) => {
-                self.publish(&events).await;
-                Ok(Step::Moved(next))
-            }
+        let saved = self
+            .store
+            .save(&next, expected, events)
+            .instrument(tracing::debug_span!("store.save", events = events.len()))
+            .await;
+        match saved {
+            Ok(()) => Ok(Step::Moved(next)),
             Err(e) if e.is_conflict() => Ok(Step::Conflict),
             Err(e) => Err(e.into()),
         }
@@ -247,6 +295,7 @@ impl Threadbox {
     pub async fn load(&self, thread_id: &ThreadId) -> Result<Session, UseCaseError> {
         self.store
             .load(thread_id)
+            .instrument(tracing::debug_span!("store.load"))
             .await?
             .ok_or_else(|| UseCaseError::UnknownThread(thread_id.clone()))
     }

@@ -17,6 +17,7 @@ use std::collections::HashSet;
 
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
+use tracing::Instrument;
 
 use crate::domain::{
     pool_key, Cause, Command, MemberClaim, MemberState, Millis, NetworkProfile, PoolMember, Session,
@@ -72,6 +73,30 @@ impl Threadbox {
         self
     }
 
+    /// The same threadbox, which wakes `taken` each time a new thread takes a warm pool member,
+    /// so that a process able to run work in the background refills the pool at once
+    /// ([`Threadbox::refill_pool`]) rather than at the next sweep: a burst of new threads then
+    /// finds members beyond the first `size`. A take while a refill runs leaves `taken`'s permit
+    /// set, so it is seen by the refill after.
+    pub fn with_pool_refills(mut self, taken: std::sync::Arc<tokio::sync::Notify>) -> Self {
+        self.pool_taken = Some(taken);
+        self
+    }
+
+    /// Top every pooled profile's pool up to its size now (retiring old and abandoned members as
+    /// a sweep does, without the provider's listing): what a sweep's tending does, for the
+    /// refill after a take.
+    pub async fn refill_pool(&self) -> PoolReport {
+        let report = self.tend_pool(None).await;
+        if report.failures > 0 {
+            tracing::warn!(
+                ?report,
+                "refilling the warm pool failed; the next sweep tries again"
+            );
+        }
+        report
+    }
+
     /// We hold the creation lease on `claimed`: bind a ready member of its profile, if any.
     pub(super) async fn take_pool_member(
         &self,
@@ -85,6 +110,7 @@ impl Threadbox {
         let listed = match pool
             .store
             .ready(&pool_key(&claimed.network), CLAIM_ATTEMPTS)
+            .instrument(tracing::debug_span!("store.pool_ready"))
             .await
         {
             Ok(listed) => listed,
@@ -136,9 +162,13 @@ impl Threadbox {
             match pool
                 .store
                 .claim_member(&taken, &next, claimed.version, &events)
+                .instrument(tracing::debug_span!("store.claim_member"))
                 .await?
             {
                 PoolClaim::Bound => {
+                    if let Some(taken) = &self.pool_taken {
+                        taken.notify_one();
+                    }
                     self.publish(&events).await;
                     tracing::info!(thread_id = %claimed.thread_id, sandbox_id = ?next.sandbox_id, member_id = %member.member_id, "warm pool sandbox bound");
                     return Ok(PoolTake::Bound(next));
