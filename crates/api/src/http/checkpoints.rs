@@ -16,16 +16,15 @@
 use axum::body::Bytes;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{delete, post};
 use axum::{Json, Router};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::auth::ForCaller;
 use super::error::ApiError;
-use super::extract::Thread;
+use super::extract::{optional_body, Thread};
 use threadbox_core::domain::{Checkpoint, CheckpointCause, CheckpointId, NetworkProfile, ThreadId};
 use threadbox_core::usecases::{ForkRequest, RestoreOutcome, Threadbox};
 
@@ -61,34 +60,6 @@ impl<S: Send + Sync> FromRequestParts<S> for CheckpointParam {
             .unwrap_or_default();
         checkpoint_id(&raw).map(CheckpointParam)
     }
-}
-
-/// A JSON body that may be absent (empty, or `null`): `None` then. Present, it must be sent as
-/// JSON and match `T` exactly.
-fn optional_body<T: DeserializeOwned>(
-    headers: &HeaderMap,
-    body: &[u8],
-    shape: &str,
-) -> Result<Option<T>, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase())
-        .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
-    if !is_json {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "a body must be sent with `Content-Type: application/json`",
-        ));
-    }
-    serde_json::from_slice::<Option<T>>(body).map_err(|e| {
-        ApiError::bad_request("invalid_json", format!("the body must be {shape}: {e}"))
-    })
 }
 
 #[derive(Deserialize)]

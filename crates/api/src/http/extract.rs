@@ -3,6 +3,7 @@
 
 use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
 use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
 use serde::de::DeserializeOwned;
 
@@ -106,6 +107,34 @@ where
         let Query(value) = Query::<T>::from_request_parts(parts, state).await?;
         Ok(ApiQuery(value))
     }
+}
+
+/// A JSON body that may be absent (empty, or `null`): `None` then. Present, it must be sent as
+/// JSON and match `T` exactly.
+pub(super) fn optional_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &[u8],
+    shape: &str,
+) -> Result<Option<T>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
+    if !is_json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "a body must be sent with `Content-Type: application/json`",
+        ));
+    }
+    serde_json::from_slice::<Option<T>>(body).map_err(|e| {
+        ApiError::bad_request("invalid_json", format!("the body must be {shape}: {e}"))
+    })
 }
 
 #[cfg(test)]

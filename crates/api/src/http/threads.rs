@@ -1,7 +1,7 @@
 //! Session routes: resolve, pause, resume, reset, and reading sessions and their events.
 
 use axum::body::Bytes;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::ForCaller;
 use super::error::ApiError;
-use super::extract::{ApiQuery, Thread};
+use super::extract::{optional_body, ApiQuery, Thread};
 use threadbox_core::domain::{
     LifecycleEvent, Millis, NetworkProfile, Session, ThreadId, Usage, MAX_SEQ,
 };
@@ -90,29 +90,8 @@ pub(super) fn network_body(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Option<NetworkProfile>, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase())
-        .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
-    if !is_json {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "a body must be sent with `Content-Type: application/json`",
-        ));
-    }
     // `null` too: clients that always send a JSON body send it for "nothing".
-    let body: Option<NetworkBody> = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_json",
-            format!(r#"the body must be {{"network": ...}}: {e}"#),
-        )
-    })?;
+    let body: Option<NetworkBody> = optional_body(headers, body, r#"{"network": ...}"#)?;
     body.and_then(|b| b.network)
         .map(|value| {
             serde_json::from_value::<NetworkProfile>(value)
