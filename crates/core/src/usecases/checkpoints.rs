@@ -67,6 +67,14 @@ impl Threadbox {
         })
     }
 
+    /// The checkpoint store, once the thread is known: an unknown thread is 404 before any
+    /// checkpoint of it is looked for.
+    async fn store_for(&self, thread_id: &ThreadId) -> Result<&Checkpoints, UseCaseError> {
+        let checkpoints = self.checkpoint_store()?;
+        self.existing(thread_id).await?;
+        Ok(checkpoints)
+    }
+
     /// The thread's record; unknown is 404 (a checkpoint never creates a thread).
     async fn existing(&self, thread_id: &ThreadId) -> Result<Session, UseCaseError> {
         self.load(thread_id).await
@@ -142,8 +150,7 @@ impl Threadbox {
         &self,
         thread_id: &ThreadId,
     ) -> Result<Vec<Checkpoint>, UseCaseError> {
-        let checkpoints = self.checkpoint_store()?;
-        self.existing(thread_id).await?;
+        let checkpoints = self.store_for(thread_id).await?;
         Ok(checkpoints.store.list(thread_id).await?)
     }
 
@@ -153,16 +160,9 @@ impl Threadbox {
         thread_id: &ThreadId,
         id: &CheckpointId,
     ) -> Result<Checkpoint, UseCaseError> {
-        let checkpoints = self.checkpoint_store()?;
-        self.existing(thread_id).await?;
-        checkpoints
-            .store
-            .get(thread_id, id)
-            .await?
-            .ok_or_else(|| UseCaseError::UnknownCheckpoint {
-                thread_id: thread_id.clone(),
-                checkpoint: id.clone(),
-            })
+        let checkpoints = self.store_for(thread_id).await?;
+        let found = checkpoints.store.get(thread_id, id).await?;
+        found.ok_or_else(|| unknown_checkpoint(thread_id, id))
     }
 
     /// Delete one of the thread's checkpoints (its record, then its copy).
@@ -171,16 +171,9 @@ impl Threadbox {
         thread_id: &ThreadId,
         id: &CheckpointId,
     ) -> Result<Checkpoint, UseCaseError> {
-        let checkpoints = self.checkpoint_store()?;
-        self.existing(thread_id).await?;
-        let removed = checkpoints
-            .store
-            .remove(thread_id, id)
-            .await?
-            .ok_or_else(|| UseCaseError::UnknownCheckpoint {
-                thread_id: thread_id.clone(),
-                checkpoint: id.clone(),
-            })?;
+        let checkpoints = self.store_for(thread_id).await?;
+        let removed = checkpoints.store.remove(thread_id, id).await?;
+        let removed = removed.ok_or_else(|| unknown_checkpoint(thread_id, id))?;
         self.delete_copy(thread_id, id).await;
         Ok(removed)
     }
@@ -350,5 +343,13 @@ impl Threadbox {
                 return Ok(s);
             }
         }
+    }
+}
+
+/// A checkpoint this thread does not have (another thread's included).
+fn unknown_checkpoint(thread_id: &ThreadId, id: &CheckpointId) -> UseCaseError {
+    UseCaseError::UnknownCheckpoint {
+        thread_id: thread_id.clone(),
+        checkpoint: id.clone(),
     }
 }
