@@ -88,6 +88,25 @@ pub(crate) struct Runc {
 }
 
 impl Runc {
+    /// Waits for a runc process within the call timeout: a hung runc (a loaded host) is
+    /// `TimedOut`, and waiting on it failing names the binary.
+    async fn in_time<T>(
+        &self,
+        op: &'static str,
+        wait: impl std::future::Future<Output = std::io::Result<T>>,
+    ) -> Result<T, RuncError> {
+        tokio::time::timeout(self.call_timeout, wait)
+            .await
+            .map_err(|_| RuncError::TimedOut {
+                op,
+                after: self.call_timeout,
+            })?
+            .map_err(|source| RuncError::Spawn {
+                binary: self.binary.clone(),
+                source,
+            })
+    }
+
     pub fn new(
         binary: PathBuf,
         root: PathBuf,
@@ -246,16 +265,7 @@ impl Runc {
             }
             kept
         });
-        let status = tokio::time::timeout(self.call_timeout, child.wait())
-            .await
-            .map_err(|_| RuncError::TimedOut {
-                op: "run",
-                after: self.call_timeout,
-            })?
-            .map_err(|source| RuncError::Spawn {
-                binary: self.binary.clone(),
-                source,
-            })?;
+        let status = self.in_time("run", child.wait()).await?;
         if status.success() {
             return Ok(());
         }
@@ -394,16 +404,7 @@ impl Runc {
             binary: self.binary.clone(),
             source,
         })?;
-        let output = tokio::time::timeout(self.call_timeout, child.wait_with_output())
-            .await
-            .map_err(|_| RuncError::TimedOut {
-                op,
-                after: self.call_timeout,
-            })?
-            .map_err(|source| RuncError::Spawn {
-                binary: self.binary.clone(),
-                source,
-            })?;
+        let output = self.in_time(op, child.wait_with_output()).await?;
         if output.status.success() {
             Ok(output.stdout)
         } else {
