@@ -11,7 +11,7 @@ use rusqlite::{params, OptionalExtension, Row, TransactionBehavior};
 
 use super::database::{store_error, Database};
 use threadbox_core::domain::{
-    newest_first, Checkpoint, CheckpointCause, CheckpointId, CheckpointRetention, Millis, ThreadId,
+    Checkpoint, CheckpointCause, CheckpointId, CheckpointRetention, Millis, ThreadId,
 };
 use threadbox_core::ports::{CheckpointStore, StoreError, StoreKind};
 
@@ -92,7 +92,8 @@ fn thread_rows(
     thread: &str,
 ) -> rusqlite::Result<Result<Vec<Checkpoint>, StoreError>> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM checkpoints WHERE thread_id = ?1"
+        // Newest first, as `newest_first` orders them (TEXT compares bytewise, as Rust's str).
+        "SELECT {COLUMNS} FROM checkpoints WHERE thread_id = ?1 ORDER BY created_at DESC, id DESC"
     ))?;
     let rows = stmt.query_map([thread], row)?;
     let mut out = Vec::new();
@@ -174,13 +175,10 @@ impl CheckpointStore for SqliteCheckpointStore {
 
     async fn list(&self, thread_id: &ThreadId) -> Result<Vec<Checkpoint>, StoreError> {
         let thread = thread_id.to_string();
-        let mut all = self
-            .db
+        self.db
             .call(move |conn| thread_rows(conn, &thread))
             .await
-            .map_err(store_error(STORE))??;
-        newest_first(&mut all);
-        Ok(all)
+            .map_err(store_error(STORE))?
     }
 
     async fn remove(
