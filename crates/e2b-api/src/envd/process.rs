@@ -95,6 +95,15 @@ struct Selected {
     process: Selector,
 }
 
+/// A call on one process: which one (`process`), and the method's own fields.
+#[derive(Deserialize)]
+struct OnProcess<Call> {
+    #[serde(default)]
+    process: Selector,
+    #[serde(flatten)]
+    call: Call,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Streams
 
@@ -387,21 +396,18 @@ struct Input {
 }
 
 #[derive(Deserialize)]
-struct SendInputRequest {
-    #[serde(default)]
-    process: Selector,
+struct SendInput {
     input: Input,
 }
 
 /// `SendInput`: bytes to the process's stdin (or terminal), any amount the body holds.
 async fn send_input(
     Extension(at): Extension<Reached>,
-    Unary(request): Unary<SendInputRequest>,
+    Unary(request): Unary<OnProcess<SendInput>>,
 ) -> Answer {
-    let encoded = request
-        .input
-        .stdin
-        .or(request.input.pty)
+    let Input { stdin, pty } = request.call.input;
+    let encoded = stdin
+        .or(pty)
         .ok_or_else(|| ConnectError::invalid("input holds neither stdin nor pty"))?;
     let data = BASE64
         .decode(encoded)
@@ -418,18 +424,16 @@ async fn send_input(
 }
 
 #[derive(Deserialize)]
-struct SendSignalRequest {
-    #[serde(default)]
-    process: Selector,
+struct SendSignal {
     signal: Value,
 }
 
 /// `SendSignal`: SIGKILL or SIGTERM, by name or number.
 async fn send_signal(
     Extension(at): Extension<Reached>,
-    Unary(request): Unary<SendSignalRequest>,
+    Unary(request): Unary<OnProcess<SendSignal>>,
 ) -> Answer {
-    let signal = match &request.signal {
+    let signal = match &request.call.signal {
         Value::String(s) if s == "SIGNAL_SIGKILL" => ProcessSignal::Kill,
         Value::String(s) if s == "SIGNAL_SIGTERM" => ProcessSignal::Term,
         Value::Number(n) if n.as_u64() == Some(9) => ProcessSignal::Kill,
@@ -446,16 +450,17 @@ async fn send_signal(
 }
 
 #[derive(Deserialize)]
-struct UpdateRequest {
-    #[serde(default)]
-    process: Selector,
+struct Update {
     pty: Option<Pty>,
 }
 
 /// `Update`: a terminal's new size.
-async fn update(Extension(at): Extension<Reached>, Unary(request): Unary<UpdateRequest>) -> Answer {
+async fn update(
+    Extension(at): Extension<Reached>,
+    Unary(request): Unary<OnProcess<Update>>,
+) -> Answer {
     let info = selected(&at, &request.process).await?;
-    if let Some(pty) = &request.pty {
+    if let Some(pty) = &request.call.pty {
         at.tb
             .resize_process(&at.thread, &info.id, pty_size(pty)?)
             .await?;
