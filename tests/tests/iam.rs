@@ -267,21 +267,25 @@ async fn connections_api() -> (String, Arc<AtomicBool>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_functions_calls_are_allowed_by_its_role_with_pool_budgets_and_egress_on() {
-    every_path(
+    // On the heap: every function's paths in one future are more than a test thread's 2 MiB
+    // stack holds in a debug build (cargo test runs tests on such threads).
+    Box::pin(every_path(
         "every_functions_calls_are_allowed_by_its_role_with_pool_budgets_and_egress_on",
         EVERYTHING_ON,
         true,
-    )
+    ))
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_functions_calls_are_allowed_by_its_role_with_them_off() {
-    every_path(
+    // On the heap: every function's paths in one future are more than a test thread's 2 MiB
+    // stack holds in a debug build (cargo test runs tests on such threads).
+    Box::pin(every_path(
         "every_functions_calls_are_allowed_by_its_role_with_them_off",
         EVERYTHING_OFF,
         false,
-    )
+    ))
     .await;
 }
 
