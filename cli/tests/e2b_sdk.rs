@@ -46,7 +46,12 @@ async fn run_client(program: &Path, script: &str, args: &[&str], env: &[(&str, &
     }
     let out = command.output().await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the SDK client failed:\n{stderr}");
+    assert!(
+        out.status.success(),
+        "the SDK client failed ({}):\n{stderr}\nstdout:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
     let seen: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
     // What the client saw, for a failing check's reader (`--nocapture`).
