@@ -21,12 +21,11 @@ use threadbox_core::ports::{
     DEFAULT_OUTPUT_CAP,
 };
 use threadbox_runc::{RuncConfig, RuncProvider, SandboxLimits};
-use threadbox_testing::accounts;
 use threadbox_testing::provider_conformance::{create_request, fresh_owner};
 
 #[path = "support/sandboxes.rs"]
 mod sandboxes;
-use sandboxes::{kill_all, new_sandbox, required, runc_or_skip, state_config};
+use sandboxes::{kill_all, new_sandbox, runc_or_skip, state_config};
 
 /// The account the tests run as again when started by root.
 const USER: &str = "threadbox-rootless";
@@ -588,37 +587,5 @@ fn every_test_passes_as_an_ordinary_user() {
     if runc_or_skip("rootless checkpoint tests").is_none() {
         return;
     }
-    let exe = std::env::current_exe().expect("this test binary");
-    if let Err(why) = accounts::ensure_system_account(USER) {
-        if required() {
-            panic!("{why}");
-        }
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
-    let output = Command::new("runuser")
-        .args(["-u", USER, "--"])
-        .arg(&exe)
-        .args([
-            "--skip",
-            "every_test_passes_as_an_ordinary_user",
-            "--test-threads",
-            "2",
-        ])
-        .env("HOME", "/tmp")
-        .env("TMPDIR", "/tmp")
-        .output()
-        .expect("run the tests as an ordinary user");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    eprintln!("{stderr}");
-    assert!(
-        output.status.success(),
-        "the rootless tests failed as {USER}:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        !stdout.contains(" 0 passed"),
-        "nothing ran as {USER}:\n{stdout}"
-    );
+    sandboxes::rerun_as_ordinary_user(USER, "every_test_passes_as_an_ordinary_user");
 }

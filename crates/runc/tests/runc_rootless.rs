@@ -8,7 +8,6 @@
 //! `THREADBOX_REQUIRE_SANDBOXES` is set, which makes that a failure.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,6 @@ use threadbox_core::ports::{
     ExecCommand, ExecRequest, ProviderError, SandboxProvider, SandboxState, DEFAULT_OUTPUT_CAP,
 };
 use threadbox_runc::{RuncConfig, RuncProvider, SandboxLimits};
-use threadbox_testing::accounts;
 
 #[path = "support/sandboxes.rs"]
 mod sandboxes;
@@ -231,39 +229,11 @@ fn every_test_passes_as_an_ordinary_user() {
     if !is_root() {
         return;
     }
-    let exe = std::env::current_exe().expect("this test binary");
-    if let Err(why) = accounts::ensure_system_account(USER) {
-        if required() {
-            panic!("{why}");
-        }
-        eprintln!("SKIPPED: {why}");
+    let Some((_, stderr)) =
+        sandboxes::rerun_as_ordinary_user(USER, "every_test_passes_as_an_ordinary_user")
+    else {
         return;
-    }
-    let output = Command::new("runuser")
-        .args(["-u", USER, "--"])
-        .arg(&exe)
-        .args([
-            "--skip",
-            "every_test_passes_as_an_ordinary_user",
-            "--test-threads",
-            "2",
-        ])
-        .env("HOME", "/tmp")
-        .env("TMPDIR", "/tmp")
-        .output()
-        .expect("run the tests as an ordinary user");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    eprintln!("{stderr}");
-    assert!(
-        output.status.success(),
-        "the rootless tests failed as {USER}:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        !stdout.contains(" 0 passed"),
-        "nothing ran as {USER}:\n{stdout}"
-    );
+    };
     if required() {
         assert!(
             !stderr.contains("SKIPPED"),

@@ -97,3 +97,39 @@ pub fn bench_request(prefix: &str, n: usize, network: NetworkProfile) -> CreateS
         env: Default::default(),
     }
 }
+
+/// As root: runs this test binary again as the ordinary account `user`, every test but
+/// `this_test` (the caller), and asserts they passed and that some ran. `None` (with a message,
+/// or a failure where sandboxes are required) when the account cannot be made; else what the
+/// run printed on stdout and stderr.
+pub fn rerun_as_ordinary_user(user: &str, this_test: &str) -> Option<(String, String)> {
+    let exe = std::env::current_exe().expect("this test binary");
+    if let Err(why) = threadbox_testing::accounts::ensure_system_account(user) {
+        if required() {
+            panic!("{why}");
+        }
+        eprintln!("SKIPPED: {why}");
+        return None;
+    }
+    let output = std::process::Command::new("runuser")
+        .args(["-u", user, "--"])
+        .arg(&exe)
+        .args(["--skip", this_test, "--test-threads", "2"])
+        .env("HOME", "/tmp")
+        .env("TMPDIR", "/tmp")
+        .output()
+        .expect("run the tests as an ordinary user");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        output.status.success(),
+        "the rootless tests failed as {user}:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        !stdout.contains(" 0 passed"),
+        "nothing ran as {user}:\n{stdout}"
+    );
+    Some((stdout, stderr))
+}
