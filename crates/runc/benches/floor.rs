@@ -42,7 +42,7 @@ use threadbox_core::ports::{
     SystemClock, WarmPoolStore,
 };
 use threadbox_core::usecases::{Config, SweepOptions, Threadbox, WarmPool, DEFAULT_POOL_MAX_AGE};
-use threadbox_runc::{RuncProvider, DEFAULT_WARM_POOL};
+use threadbox_runc::DEFAULT_WARM_POOL;
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
 
 #[path = "support/bare.rs"]
@@ -206,21 +206,10 @@ async fn main() {
     let runs = runs();
     let load_before = load_average();
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut config = state_config(dir.path(), runc.clone());
-    // No disk quota: threadbox's sandboxes and the bare ones start from the same bundle.
-    config.limits.disk = None;
-    let mut bare_config = config.clone();
-    bare_config.state_dir = dir.path().join("bare");
-    let provider = match RuncProvider::open(config).await {
-        Ok(p) => Arc::new(p),
-        Err(why) => {
-            eprintln!("floor bench skipped: cannot open the runc provider: {why}");
-            return;
-        }
+    let config = state_config(dir.path(), runc.clone());
+    let Some((provider, bundle_maker)) = bare::providers("floor", config, dir.path()).await else {
+        return;
     };
-    let bundle_maker = RuncProvider::open(bare_config)
-        .await
-        .expect("open the bare bundle's provider");
     let user_namespaces = provider.config().user_namespaces;
 
     let db = dir.path().join("threadbox.db");

@@ -46,7 +46,6 @@ use threadbox_core::ports::{
     WarmPoolStore,
 };
 use threadbox_core::usecases::{Config, SweepOptions, Threadbox, WarmPool, DEFAULT_POOL_MAX_AGE};
-use threadbox_runc::RuncProvider;
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
 
 #[path = "support/bare.rs"]
@@ -155,21 +154,11 @@ async fn main() {
     };
     let runs = runs();
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut config = state_config(dir.path(), runc.clone());
-    // No disk quota for any row: all three start the same sandbox (home a plain directory).
-    config.limits.disk = None;
-    let mut bare_config = config.clone();
-    bare_config.state_dir = dir.path().join("bare");
-    let provider = match RuncProvider::open(config).await {
-        Ok(p) => Arc::new(p),
-        Err(why) => {
-            eprintln!("warm_pool bench skipped: cannot open the runc provider: {why}");
-            return;
-        }
+    let config = state_config(dir.path(), runc.clone());
+    let Some((provider, bundle_maker)) = bare::providers("warm_pool", config, dir.path()).await
+    else {
+        return;
     };
-    let bundle_maker = RuncProvider::open(bare_config)
-        .await
-        .expect("open the bare bundle's provider");
 
     let db = dir.path().join("threadbox.db");
     let store = Arc::new(SqliteSessionStore::open(&db).expect("open the store"));

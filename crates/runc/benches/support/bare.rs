@@ -10,7 +10,32 @@ use std::time::{Duration, Instant};
 
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{CreateSandbox, NetworkProfile, SandboxOwner, SandboxProvider};
-use threadbox_runc::RuncProvider;
+use threadbox_runc::{RuncConfig, RuncProvider};
+
+/// The provider a benchmark measures, and a second one on a state directory of its own that
+/// only writes the bundles bare runc runs. Neither has a disk quota (the home is a plain
+/// directory), so both start the same sandbox. `None`, said on stderr, where runc's provider
+/// cannot open here.
+pub async fn providers(
+    bench: &str,
+    mut config: RuncConfig,
+    dir: &Path,
+) -> Option<(std::sync::Arc<RuncProvider>, RuncProvider)> {
+    config.limits.disk = None;
+    let mut bare_config = config.clone();
+    bare_config.state_dir = dir.join("bare");
+    let provider = match RuncProvider::open(config).await {
+        Ok(p) => std::sync::Arc::new(p),
+        Err(why) => {
+            eprintln!("{bench} bench skipped: cannot open the runc provider: {why}");
+            return None;
+        }
+    };
+    let bundle_maker = RuncProvider::open(bare_config)
+        .await
+        .expect("open the bare bundle's provider");
+    Some((provider, bundle_maker))
+}
 
 /// Nearest rank, in ms.
 pub fn percentile(samples: &[Duration], p: f64) -> f64 {
