@@ -116,6 +116,7 @@ impl ExecBody {
         let timeout = millis_within("timeout_ms", self.timeout_ms, 1, MAX_EXEC_TIMEOUT)?
             .unwrap_or(DEFAULT_EXEC_TIMEOUT);
         let request = ExecRequest {
+            user: Default::default(),
             command,
             cwd,
             env: self.env,

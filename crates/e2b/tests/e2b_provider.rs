@@ -749,6 +749,7 @@ async fn resolve_pause_resume_and_the_janitor_through_the_use_cases() {
     };
     let orphan = provider
         .create(CreateSandbox {
+            image: threadbox_core::domain::ImageName::host(),
             owner: orphan_owner,
             network: NetworkProfile::Restricted,
             timeout: Duration::from_secs(600),

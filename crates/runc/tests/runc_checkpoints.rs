@@ -122,6 +122,7 @@ async fn run(p: &RuncProvider, id: &str, script: &str) -> (Option<i32>, String) 
         .exec(
             id,
             ExecRequest {
+                user: Default::default(),
                 command: ExecCommand::Shell(script.to_owned()),
                 cwd: None,
                 env: BTreeMap::new(),

@@ -81,6 +81,7 @@ async fn run(p: &RuncProvider, id: &str, script: &str) -> (Option<i32>, String) 
         .exec(
             id,
             ExecRequest {
+                user: Default::default(),
                 command: ExecCommand::Shell(script.to_owned()),
                 cwd: None,
                 env: BTreeMap::new(),
@@ -181,6 +182,7 @@ async fn pause_stops_every_process_until_resume() {
         .exec(
             &id,
             ExecRequest {
+                user: Default::default(),
                 command: ExecCommand::Shell("true".into()),
                 cwd: None,
                 env: BTreeMap::new(),

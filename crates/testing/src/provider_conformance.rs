@@ -27,6 +27,7 @@ pub fn fresh_owner(generation: u64) -> SandboxOwner {
 /// A restricted sandbox with one environment variable set at creation.
 pub fn create_request(owner: SandboxOwner) -> CreateSandbox {
     CreateSandbox {
+        image: threadbox_core::domain::ImageName::host(),
         owner,
         network: NetworkProfile::Restricted,
         timeout: Duration::from_secs(600),

@@ -280,6 +280,7 @@ pub async fn reconciliation_knows_members_from_orphans(
     let stray = s
         .provider
         .create(CreateSandbox {
+            image: threadbox_core::domain::ImageName::host(),
             owner: SandboxOwner {
                 thread_id: ThreadId::pool_member("0123456789abcdef0123456789abcdef"),
                 generation: 0,

@@ -44,6 +44,7 @@ pub async fn sweep_record(
     let (mut s, _) = Session::new_creating(thread.clone(), "memory", change(1), timers);
     let sandbox_id = if due {
         let request = CreateSandbox {
+            image: threadbox_core::domain::ImageName::host(),
             owner: SandboxOwner {
                 thread_id: thread,
                 generation: s.generation,

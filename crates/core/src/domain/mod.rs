@@ -6,6 +6,7 @@
 mod budget;
 mod checkpoint;
 mod egress_credentials;
+mod image;
 pub mod network;
 mod network_defaults;
 mod scope;
@@ -30,6 +31,7 @@ pub use checkpoint::{
 pub use egress_credentials::{
     EgressCredentials, EgressCredentialsError, HeaderSecret, HostCredentials,
 };
+pub use image::{unknown_image, ImageInfo, ImageName, HOST_IMAGE, MAX_IMAGE_NAME_LEN};
 pub use network::{Allowlist, AllowlistError, NetworkProfile};
 pub use network_defaults::{parse_profile, NetworkDefaults, NetworkSettingError};
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};

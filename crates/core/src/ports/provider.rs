@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{CheckpointId, Millis, ThreadId};
+use crate::domain::{CheckpointId, ImageInfo, ImageName, Millis, ThreadId};
 
 pub mod exec_files;
 /// The network types are pure data with their validation, so they live in the domain (a
@@ -174,6 +174,8 @@ impl SandboxOwner {
 pub struct CreateSandbox {
     pub owner: SandboxOwner,
     pub network: NetworkProfile,
+    /// What the sandbox starts from: a name the provider lists in [`SandboxProvider::images`].
+    pub image: ImageName,
     /// How long the sandbox may live without a keep-alive before the provider stops it.
     pub timeout: Duration,
     pub env: BTreeMap<String, String>,
@@ -252,6 +254,29 @@ pub struct ExecRequest {
     pub timeout: Duration,
     /// Bytes kept per stream; the rest is dropped and the result says so.
     pub output_cap: usize,
+    /// Who runs it inside the sandbox: its user (the default) or its root.
+    pub user: SandboxUser,
+}
+
+/// Who a command runs as inside its sandbox. `User` is uid 1000 with no capabilities; `Root` is
+/// uid 0 of the sandbox's own user namespace, with the capabilities a container's root has over
+/// what that namespace owns (installing packages into an image's root, for one) and none over
+/// the host. E2B's SDKs name the same two (`user: "root"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxUser {
+    #[default]
+    User,
+    Root,
+}
+
+impl SandboxUser {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Root => "root",
+        }
+    }
 }
 
 /// The longest single argument or `NAME=value` environment string a command may get: the
@@ -306,6 +331,7 @@ impl ExecRequest {
 
     pub fn shell(cmd: impl Into<String>) -> Self {
         Self {
+            user: Default::default(),
             command: ExecCommand::Shell(cmd.into()),
             cwd: None,
             env: BTreeMap::new(),
@@ -472,6 +498,12 @@ pub fn checkpoints_unsupported(provider: &str) -> ProviderError {
 pub trait SandboxProvider: Send + Sync {
     /// A short name stored on session records ("runc", "e2b").
     fn name(&self) -> &str;
+
+    /// The images this provider can start a sandbox from, `host` first. The default, for a
+    /// provider without registered images, is the host image alone.
+    fn images(&self) -> Vec<ImageInfo> {
+        vec![ImageInfo::host(self.name())]
+    }
 
     async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError>;
     /// Make sure the sandbox is running, resuming it if it is paused.

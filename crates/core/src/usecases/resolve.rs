@@ -480,6 +480,7 @@ impl Threadbox {
             generation: claimed.generation,
         };
         let request = CreateSandbox {
+            image: crate::domain::ImageName::host(),
             owner,
             // The thread's own profile (set when it was created, or changed since).
             network: claimed.network.clone(),

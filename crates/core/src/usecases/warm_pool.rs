@@ -299,6 +299,7 @@ impl Threadbox {
         let mut member = PoolMember::creating(network.clone(), self.clock.now());
         pool.store.add_member(&member).await?;
         let request = CreateSandbox {
+            image: crate::domain::ImageName::host(),
             owner: SandboxOwner {
                 thread_id: member.tag(),
                 generation: 0,

@@ -66,6 +66,7 @@ impl BareRunc {
     ) -> (BareRunc, String) {
         let source = bundle_maker
             .create(CreateSandbox {
+                image: threadbox_core::domain::ImageName::host(),
                 owner: SandboxOwner {
                     thread_id: ThreadId::parse("bench-bare-bundle").expect("thread id"),
                     generation: 1,

@@ -88,6 +88,7 @@ pub async fn new_sandbox(p: &RuncProvider) -> String {
 /// A benchmark's `n`th sandbox, for the thread `{prefix}-{n}`.
 pub fn bench_request(prefix: &str, n: usize, network: NetworkProfile) -> CreateSandbox {
     CreateSandbox {
+        image: threadbox_core::domain::ImageName::host(),
         owner: SandboxOwner {
             thread_id: ThreadId::parse(&format!("{prefix}-{n}")).expect("thread id"),
             generation: 1,

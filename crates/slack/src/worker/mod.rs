@@ -482,6 +482,7 @@ impl SlackWorker {
                 .await;
         }
         let request = ExecRequest {
+            user: Default::default(),
             command: ExecCommand::Argv(interpreter.argv(&block.code)),
             cwd: None,
             env: Default::default(),

@@ -46,6 +46,7 @@ fn script(body: &str, args: &[&str]) -> ExecRequest {
     ];
     argv.extend(args.iter().map(|a| a.to_string()));
     ExecRequest {
+        user: Default::default(),
         command: ExecCommand::Argv(argv),
         cwd: None,
         env: Default::default(),

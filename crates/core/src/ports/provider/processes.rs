@@ -533,6 +533,7 @@ fn script(body: &str, args: &[&str], env: &[(&str, &str)]) -> ExecRequest {
     argv.push("threadbox".to_owned());
     argv.extend(args.iter().map(|a| a.to_string()));
     ExecRequest {
+        user: Default::default(),
         command: ExecCommand::Argv(argv),
         cwd: None,
         // Byte-wise patterns and counts, whatever the sandbox's locale.
