@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::programs::find_program;
+use threadbox_core::domain::{ImageName, ImageSetup};
 use threadbox_core::ports::DEFAULT_FILE_CAP;
 
 /// The resource profile every sandbox of one provider runs under.
@@ -114,6 +115,18 @@ pub struct RuncConfig {
     /// Networked sandboxes: the resolver the egress proxy asks, operator exceptions to the
     /// always-refused networks, and the proxy's bounds (see the `network` module).
     pub network: super::network::NetworkConfig,
+    /// Images the operator registered (`threadbox dev --image NAME=SOURCE`), unpacked into
+    /// `images_dir` when the provider opens; `host` (the host's `/usr`) is always there too.
+    pub images: Vec<ImageRegistration>,
+}
+
+/// One image an operator registered on runc: its name, its source as the operator wrote it (see
+/// `image::ImageSource::parse`), and what new sandboxes of it run before their first command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageRegistration {
+    pub name: ImageName,
+    pub source: String,
+    pub setup: Option<ImageSetup>,
 }
 
 /// The warm pool a host running runc sandboxes keeps per network profile unless told otherwise
@@ -171,6 +184,7 @@ impl RuncConfig {
             host_state_dir: PathBuf::from(HOST_STATE_DIR),
             spare_volumes: 2,
             network: Default::default(),
+            images: Vec::new(),
         }
     }
 
@@ -184,6 +198,11 @@ impl RuncConfig {
     /// Where the per-sandbox bundles live.
     pub fn sandboxes_dir(&self) -> PathBuf {
         self.state_dir.join("sandboxes")
+    }
+
+    /// The image store: one unpacked root per image digest (see the `image` module).
+    pub fn images_dir(&self) -> PathBuf {
+        self.state_dir.join("images")
     }
 
     /// Home volumes formatted ahead of creates (see the `volume` module).

@@ -79,7 +79,8 @@ use threadbox_core::ports::{
 };
 
 pub use self::config::{
-    find_runc, host_can_run_sandboxes, DiskQuota, RuncConfig, SandboxLimits, DEFAULT_WARM_POOL,
+    find_runc, host_can_run_sandboxes, DiskQuota, ImageRegistration, RuncConfig, SandboxLimits,
+    DEFAULT_WARM_POOL,
 };
 pub use self::network::NetworkConfig;
 pub use self::rootless::WEAKER as ROOTLESS_WEAKER;

@@ -106,6 +106,39 @@ impl ImageInfo {
     }
 }
 
+/// The longest a setup step's command may run unless its registration says otherwise.
+pub const DEFAULT_SETUP_TIMEOUT_SECS: u64 = 300;
+
+/// What a new sandbox of an image gets before its first command (and a warm pool member before
+/// it is ready): files written, then one command run. Its failure fails the create, with the
+/// command's output. The operator writes it as JSON beside the image's registration
+/// (`threadbox dev --image-setup NAME=FILE`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSetup {
+    /// Absolute path inside the sandbox -> contents (UTF-8). Under `/home/user` a file is the
+    /// user's; elsewhere root's.
+    #[serde(default)]
+    pub files: std::collections::BTreeMap<String, String>,
+    /// A shell command, run after the files are written.
+    #[serde(default)]
+    pub run: Option<String>,
+    /// Who runs it: `root` unless it says `user` (an image's set-up usually installs).
+    #[serde(default = "root_user")]
+    pub user: crate::ports::SandboxUser,
+    /// Seconds the command may take; past it the create fails.
+    #[serde(default = "default_setup_timeout")]
+    pub timeout_secs: u64,
+}
+
+fn root_user() -> crate::ports::SandboxUser {
+    crate::ports::SandboxUser::Root
+}
+
+fn default_setup_timeout() -> u64 {
+    DEFAULT_SETUP_TIMEOUT_SECS
+}
+
 /// The error for a name no image is registered under, naming those that are.
 pub fn unknown_image(name: &str, registered: &[ImageInfo]) -> String {
     let names: Vec<&str> = registered.iter().map(|i| i.name.as_str()).collect();

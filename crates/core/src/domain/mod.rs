@@ -31,7 +31,10 @@ pub use checkpoint::{
 pub use egress_credentials::{
     EgressCredentials, EgressCredentialsError, HeaderSecret, HostCredentials,
 };
-pub use image::{unknown_image, ImageInfo, ImageName, HOST_IMAGE, MAX_IMAGE_NAME_LEN};
+pub use image::{
+    unknown_image, ImageInfo, ImageName, ImageSetup, DEFAULT_SETUP_TIMEOUT_SECS, HOST_IMAGE,
+    MAX_IMAGE_NAME_LEN,
+};
 pub use network::{Allowlist, AllowlistError, NetworkProfile};
 pub use network_defaults::{parse_profile, NetworkDefaults, NetworkSettingError};
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
