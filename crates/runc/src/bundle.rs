@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 
 use super::config::SandboxLimits;
 use super::idmap::{create_user_namespace, remove_user_namespace_pin, IdRange};
+use super::image_root;
 use super::volume::{self, VolumePool};
 use threadbox_core::domain::Millis;
 
@@ -157,9 +158,12 @@ impl Bundle {
         // Rootless, nothing was mounted (and unmounting is refused anyway).
         if rustix::process::geteuid().is_root() {
             remove_user_namespace_pin(&self.userns_pin())?;
-            // Unmounted first, or the walk below would go into the volume file by file.
-            volume::unmount(&self.home())?;
+            // Unmounted first, or the walk below would go into the volume file by file; an
+            // image's root (an overlay whose writable layer is on the volume) before the home
+            // and the volume it holds.
             volume::unmount(&self.rootfs())?;
+            volume::unmount(&self.home())?;
+            volume::unmount(&self.volume())?;
         } else if let Err(e) = fs::remove_file(self.userns_pin()) {
             if e.kind() != io::ErrorKind::NotFound {
                 return Err(e);
@@ -254,7 +258,12 @@ pub(crate) struct BundleSpec<'a> {
     pub ids: IdRange,
     /// Where the home's filesystem comes from, when it has a quota.
     pub home_volume: Option<&'a VolumePool>,
+    /// The unpacked root of the image the sandbox starts from; `None` for the host's `/usr`.
+    pub image: Option<&'a Path>,
 }
+
+/// An image sandbox's login shell: every image has `/bin/sh`, not necessarily the host's.
+const IMAGE_LOGIN_SHELL: &str = "/bin/sh";
 
 /// Lay out a new bundle. The record is written first, so a crash part-way leaves a bundle that
 /// the leftover sweep recognises by its age.
@@ -272,10 +281,33 @@ pub(crate) fn write_bundle(
     bundle.write_record(record)?;
     dirs.mode(0o700).create(bundle.run_dir())?;
 
+    let ids = spec.ids;
+    // Before the root: an image's root is seen through an idmapped mount made with it.
+    if !ids.is_identity() && !ids.is_rootless() {
+        let _span = tracing::debug_span!("userns.create").entered();
+        create_user_namespace(ids, &bundle.userns_pin())?;
+    }
+    match spec.image {
+        Some(image) => {
+            let etc = etc_files(&spec.hostname, IMAGE_LOGIN_SHELL, ids.user_inside());
+            image_root::lay_out(bundle, image, ids, spec.home_volume, &etc)?;
+        }
+        None => lay_out_host_root(bundle, spec)?,
+    }
+    let _span = tracing::debug_span!("bundle.config").entered();
+    let config = oci_config(bundle, spec);
+    let bytes = serde_json::to_vec_pretty(&config).map_err(io::Error::other)?;
+    write_file(&bundle.dir().join("config.json"), &bytes, 0o600).map(drop)
+}
+
+/// A sandbox on the host's `/usr`: its home (a volume when there is a quota) and a root of only
+/// mount points, symlinks and a generated `/etc`, read-only inside.
+fn lay_out_host_root(bundle: &Bundle, spec: &BundleSpec<'_>) -> io::Result<()> {
+    let mut dirs = fs::DirBuilder::new();
+    let ids = spec.ids;
     // The home: owned by the sandbox user (as the host sees it), private to it on the host.
     let home = bundle.home();
     dirs.mode(0o750).create(&home)?;
-    let ids = spec.ids;
     let owner = ids.user_on_host();
     std::os::unix::fs::chown(&home, Some(owner.0), Some(owner.1))?;
     if let Some(pool) = spec.home_volume {
@@ -321,14 +353,7 @@ pub(crate) fn write_bundle(
         write_file(&etc.join("ld.so.cache"), &cache, 0o644)?;
     }
 
-    if !ids.is_identity() && !ids.is_rootless() {
-        let _span = tracing::debug_span!("userns.create").entered();
-        create_user_namespace(ids, &bundle.userns_pin())?;
-    }
-    let _span = tracing::debug_span!("bundle.config").entered();
-    let config = oci_config(bundle, spec);
-    let bytes = serde_json::to_vec_pretty(&config).map_err(io::Error::other)?;
-    write_file(&bundle.dir().join("config.json"), &bytes, 0o600).map(drop)
+    Ok(())
 }
 
 /// The sandbox's own `/etc`: just enough for names, users and the loader. Never the host's.
@@ -390,7 +415,14 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
         ("HOME", HOME),
         ("USER", "user"),
         ("LOGNAME", "user"),
-        ("SHELL", spec.host.login_shell),
+        (
+            "SHELL",
+            if spec.image.is_some() {
+                IMAGE_LOGIN_SHELL
+            } else {
+                spec.host.login_shell
+            },
+        ),
         ("LANG", "C.UTF-8"),
         ("TMPDIR", "/tmp"),
     ]);
@@ -411,17 +443,23 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
                "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
                "options": ["nosuid", "noexec", "nodev", "ro"]}),
-        json!({"destination": "/usr", "type": "bind", "source": "/usr",
-               "options": ["rbind", "ro", "nosuid", "nodev"]}),
         json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
                "options": ["nosuid", "nodev", "mode=1777", format!("size={}", limits.tmp_bytes)]}),
         json!({"destination": HOME, "type": "bind", "source": bundle.home(),
                "options": ["rbind", "rw", "nosuid", "nodev"]}),
     ];
-    for (name, kind) in &spec.host.entries {
-        if let TopLevel::Dir = kind {
-            mounts.push(json!({"destination": format!("/{name}"), "type": "bind",
-                               "source": format!("/{name}"), "options": ["rbind", "ro", "nosuid", "nodev"]}));
+    if spec.image.is_some() {
+        mounts.extend(image_root::managed_mounts(bundle));
+    } else {
+        mounts.push(
+            json!({"destination": "/usr", "type": "bind", "source": "/usr",
+                           "options": ["rbind", "ro", "nosuid", "nodev"]}),
+        );
+        for (name, kind) in &spec.host.entries {
+            if let TopLevel::Dir = kind {
+                mounts.push(json!({"destination": format!("/{name}"), "type": "bind",
+                                   "source": format!("/{name}"), "options": ["rbind", "ro", "nosuid", "nodev"]}));
+            }
         }
     }
 
@@ -469,7 +507,8 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
             },
             "noNewPrivileges": true
         },
-        "root": {"path": "rootfs", "readonly": true},
+        // An image's root is the sandbox's to write (its writable layer); the host's is not.
+        "root": {"path": "rootfs", "readonly": spec.image.is_none()},
         "hostname": spec.hostname,
         "mounts": mounts,
         "annotations": spec.annotations,
@@ -592,6 +631,7 @@ mod tests {
             host: &HostLayout::probe(),
             ids: IdRange::IDENTITY,
             home_volume: None,
+            image: None,
         };
         let config = oci_config(&bundle, &spec);
         assert_eq!(config["process"]["user"]["uid"], 1000);
@@ -647,6 +687,7 @@ mod tests {
             host: &HostLayout::probe(),
             ids,
             home_volume: None,
+            image: None,
         };
         let config = oci_config(&bundle, &spec);
         let user = config["linux"]["namespaces"]

@@ -10,6 +10,7 @@ use super::runtime::ContainerStatus;
 use super::{bundle, gone, network, sandbox_ids, RuncProvider};
 use threadbox_core::ports::{
     is_fork_failure, process_limit_reached, ExecRequest, ExecResult, OutputSink, ProviderError,
+    SandboxUser,
 };
 
 impl RuncProvider {
@@ -44,7 +45,8 @@ impl RuncProvider {
         // A sandbox networked after it was made has the trust store but not the variables that
         // point tools at it; each command gets them, so both kinds behave the same.
         if network::Networks::saved(bundle.dir()).is_some() {
-            self.networks.add_trust_env(&mut request.env);
+            self.networks
+                .add_trust_env(&mut request.env, bundle.has_image_root());
         }
         let slot = self.slot(sandbox_id);
         let _hold = {
@@ -68,12 +70,21 @@ impl RuncProvider {
             .instrument(tracing::debug_span!("cgroup.lookup"))
             .await?;
         let cwd = request.cwd.clone();
+        let ids = sandbox_ids(&bundle);
+        if request.user == SandboxUser::Root && ids.is_identity() {
+            // Without a user namespace of its own the sandbox's root would be the host's.
+            return Err(ProviderError::Unsupported(
+                "commands as root need the sandbox's own user namespace, and this provider runs \
+                 sandboxes without one (user namespaces are off)"
+                    .into(),
+            ));
+        }
         let target = ExecTarget {
             runc: &self.runc,
             id: sandbox_id,
             run_dir: bundle.run_dir(),
             cgroup,
-            ids: sandbox_ids(&bundle),
+            ids,
             pids_limit: (!self.is_rootless()).then_some(self.config.limits.pids),
         };
         match exec::run(target, request, output).await {

@@ -25,10 +25,11 @@ impl RuncProvider {
                 .check_host(self.is_rootless(), self.config.user_namespaces)?;
         }
         exec::validate_env(&request.env)?;
+        let image = self.images.get(&request.image)?;
         let id = new_sandbox_id();
         let bundle = Bundle::new(&self.config.sandboxes_dir(), &id);
         let slot = self.slot(&id);
-        let _lifecycle = slot.lifecycle.lock().await;
+        let lifecycle = slot.lifecycle.lock().await;
         // Held until the bundle directory exists, which is what the count sees.
         let admitting = self
             .admitting_sandbox
@@ -38,7 +39,7 @@ impl RuncProvider {
         tracing::debug_span!("admission.count").in_scope(|| self.admit_sandbox())?;
         let ids = tracing::debug_span!("userns.ids").in_scope(|| self.allocate_ids(&id))?;
         let written = self
-            .lay_out(&bundle, &request, ids)
+            .lay_out(&bundle, &request, ids, image.rootfs.clone())
             .instrument(tracing::debug_span!("bundle.write"))
             .await;
         drop(admitting);
@@ -61,7 +62,23 @@ impl RuncProvider {
             let _ = refill.try_send(());
         }
         tracing::debug_span!("cgroup.find").in_scope(|| self.remember_cgroup(&id, &bundle));
-        tracing::info!(sandbox_id = %id, "sandbox created");
+        // The set-up runs commands, which take the lifecycle lock themselves. Nobody else knows
+        // this sandbox's id until create answers, so nothing can come between.
+        drop(lifecycle);
+        if let Some(setup) = &image.setup {
+            let done = self
+                .run_setup(&id, &request.image, setup)
+                .instrument(tracing::info_span!("image.setup", image = %request.image))
+                .await;
+            if let Err(e) = done {
+                tracing::warn!(sandbox_id = %id, error = %e, "image set-up failed; removing the sandbox");
+                if let Err(kill) = threadbox_core::ports::SandboxProvider::kill(self, &id).await {
+                    tracing::warn!(sandbox_id = %id, error = %kill, "cannot remove a sandbox whose set-up failed");
+                }
+                return Err(e);
+            }
+        }
+        tracing::info!(sandbox_id = %id, image = %request.image, "sandbox created");
         Ok(CreatedSandbox {
             sandbox_id: id,
             provider_session_id: None,
@@ -104,6 +121,7 @@ impl RuncProvider {
         bundle: &Bundle,
         request: &CreateSandbox,
         ids: IdRange,
+        image: Option<std::path::PathBuf>,
     ) -> Result<(), ProviderError> {
         let now = self.clock.now();
         let record = SandboxRecord {
@@ -115,7 +133,7 @@ impl RuncProvider {
         let annotations = request.owner.to_metadata();
         let mut env = request.env.clone();
         if request.network.is_networked() {
-            self.networks.add_trust_env(&mut env);
+            self.networks.add_trust_env(&mut env, image.is_some());
         }
         let (limits, host, swap_limit, volumes) = (
             self.config.limits.clone(),
@@ -137,6 +155,7 @@ impl RuncProvider {
                 host: &host,
                 ids,
                 home_volume: volumes.as_ref(),
+                image: image.as_deref(),
             };
             write_bundle(&layout, &spec, &record)
         })

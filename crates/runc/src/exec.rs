@@ -32,7 +32,7 @@ use super::process::{kill_tree, reap};
 use super::runtime::{error_message, Runc};
 use threadbox_core::ports::{
     forward, is_fork_failure, process_limit_reached, ExecCommand, ExecRequest, ExecResult,
-    OutputChunk, OutputSink, ProviderError,
+    OutputChunk, OutputSink, ProviderError, SandboxUser,
 };
 
 /// Runs `"$@"` (the command) with fd 3 closed, then reports its status on fd 3.
@@ -218,6 +218,26 @@ fn status_pipe() -> Result<(OwnedFd, OwnedFd), ProviderError> {
     Ok((status_read, status_write))
 }
 
+/// What the sandbox's root gets, over what its own user namespace owns only: Docker's default
+/// set without `MKNOD` and `NET_RAW` (no device nodes, no raw sockets). Enough for a package
+/// manager to own, chmod and chown what it installs and to drop to its own users; nothing over
+/// the host, whose ids this namespace does not map. `noNewPrivileges` stays, and the seccomp
+/// filter refuses what it refuses for the user (mounts, new namespaces, ...).
+pub(crate) const ROOT_CAPABILITIES: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_SETFCAP",
+    "CAP_AUDIT_WRITE",
+];
+
 /// `runc exec --detach` of the request under the wrapper, as the sandbox user, with our pipes
 /// as its stdio and the status pipe's write end as its fd 3.
 fn runc_exec(
@@ -235,11 +255,16 @@ fn runc_exec(
         .arg("1")
         .arg("--user")
         .arg({
-            let (uid, gid) = target.ids.user_inside();
+            let (uid, gid) = target.ids.inside(request.user);
             format!("{uid}:{gid}")
         })
         .arg("--cwd")
         .arg(request.cwd.as_deref().unwrap_or(HOME));
+    if request.user == SandboxUser::Root && !target.ids.is_rootless() {
+        for cap in ROOT_CAPABILITIES {
+            cmd.arg("--cap").arg(cap);
+        }
+    }
     for (key, value) in &request.env {
         cmd.arg("--env").arg(format!("{key}={value}"));
     }
@@ -253,7 +278,7 @@ fn runc_exec(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let status_fd = status_write.as_raw_fd();
-    let owner = target.ids.user_on_host();
+    let owner = target.ids.on_host(request.user);
     // SAFETY: the closure only makes async-signal-safe system calls (fstat, fchown, fcntl,
     // dup2) on descriptors it does not own, and allocates nothing.
     unsafe {

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use threadbox_core::ports::SandboxUser;
 
 /// The unprivileged user every process inside a sandbox runs as, inside its namespace.
 pub(crate) const SANDBOX_UID: u32 = 1000;
@@ -75,6 +76,21 @@ impl IdRange {
             Some(_) => (0, 0),
             None => (SANDBOX_UID, SANDBOX_GID),
         }
+    }
+
+    /// Who runs as `user` inside: the sandbox user, or the namespace's root (rootless they are
+    /// one: uid 0, the caller).
+    pub fn inside(self, user: SandboxUser) -> (u32, u32) {
+        match user {
+            SandboxUser::User => self.user_inside(),
+            SandboxUser::Root => (0, 0),
+        }
+    }
+
+    /// Where `user`'s ids land on the host.
+    pub fn on_host(self, user: SandboxUser) -> (u32, u32) {
+        let (uid, gid) = self.inside(user);
+        (self.host_uid(uid), self.host_gid(gid))
     }
 
     /// The sandbox user's uid and gid on the host.

@@ -40,6 +40,8 @@ mod home_copy;
 mod idmap;
 mod ids;
 pub mod image;
+mod image_root;
+mod images;
 mod network;
 mod open;
 mod placement;
@@ -70,7 +72,7 @@ use self::ids::validate_sandbox_id;
 use self::process_records::ContainerProcs;
 use self::runtime::{ContainerState, ContainerStatus, Runc, RuncError};
 use self::volume::VolumePool;
-use threadbox_core::domain::{CheckpointId, ThreadId};
+use threadbox_core::domain::{CheckpointId, ImageInfo, ThreadId};
 use threadbox_core::ports::{
     processes, too_large_upload, CheckpointTaken, Clock, Connected, CreateSandbox, CreatedSandbox,
     ExecRequest, ExecResult, FileChunks, FileEntry, ForkSandbox, GrepMatch, NetworkProfile,
@@ -110,6 +112,8 @@ pub struct RuncProvider {
     admitting_sandbox: tokio::sync::Mutex<()>,
     /// Networked sandboxes' links, resolvers and egress proxy (see the `network` module).
     networks: network::Networks,
+    /// What sandboxes start from: the host image and the registered ones (see `images`).
+    images: images::RegisteredImages,
 }
 
 /// What the provider keeps in memory about one sandbox. Nothing here is needed to find a
@@ -315,6 +319,10 @@ impl RuncProvider {
 impl SandboxProvider for RuncProvider {
     fn name(&self) -> &str {
         "runc"
+    }
+
+    fn images(&self) -> Vec<ImageInfo> {
+        self.images.list()
     }
 
     #[tracing::instrument(skip_all, fields(thread_id = %request.owner.thread_id, generation = request.owner.generation))]

@@ -11,7 +11,9 @@ use super::bundle::{self, Bundle, HostLayout};
 use super::idmap::{IdRange, IdRanges};
 use super::runtime::{ContainerState, Runc};
 use super::volume::VolumePool;
-use super::{cgroup, network, placement, process, rootless, version, RuncConfig, RuncProvider};
+use super::{
+    cgroup, images, network, placement, process, rootless, version, RuncConfig, RuncProvider,
+};
 use threadbox_core::ports::{ProviderError, SystemClock};
 
 impl RuncProvider {
@@ -58,6 +60,7 @@ impl RuncProvider {
         }
         let refill_volumes = volumes.clone().map(spawn_volume_refill);
         let networks = network::Networks::new(config.network.clone(), &config.state_dir)?;
+        let images = images::RegisteredImages::open(&config, rootless).await?;
         let provider = Self {
             rootless_ids,
             host: HostLayout::probe(),
@@ -73,6 +76,7 @@ impl RuncProvider {
             commands: Arc::new(AtomicUsize::new(0)),
             admitting_sandbox: tokio::sync::Mutex::new(()),
             networks,
+            images,
         };
         let live = provider.survey().await?;
         provider.adopt_networks(&live).await;

@@ -79,8 +79,16 @@ impl Networks {
     }
 
     /// Point a networked sandbox's tools at its trust store (see `trust`).
-    pub fn add_trust_env(&self, env: &mut std::collections::BTreeMap<String, String>) {
-        super::trust::add_env(env, self.intercept.is_some());
+    pub fn add_trust_env(
+        &self,
+        env: &mut std::collections::BTreeMap<String, String>,
+        image_root: bool,
+    ) {
+        super::trust::add_env(
+            env,
+            super::trust::TrustPaths::of(image_root),
+            self.intercept.is_some(),
+        );
     }
 
     /// Whether this host can give a sandbox a network; `Unsupported` naming what is missing.
@@ -120,16 +128,17 @@ impl Networks {
     /// Before the container starts: its resolver, its trust store (with the egress CA when
     /// hosts are intercepted) and the record that it is networked.
     pub fn prepare_bundle(&self, bundle_dir: &Path, saved: &Saved) -> io::Result<()> {
-        super::trust::write(
-            &bundle_dir.join("rootfs"),
-            self.intercept.as_ref().map(|i| i.ca_pem()),
-        )?;
+        // Never through an image sandbox's root, which its root user can rearrange: its
+        // managed files are kept outside it and bound in (see `image_root`).
+        let root = crate::image_root::managed_root(bundle_dir);
+        let paths = super::trust::TrustPaths::of(bundle_dir.join("managed").is_dir());
+        super::trust::write(&root, paths, self.intercept.as_ref().map(|i| i.ca_pem()))?;
         let resolv = format!(
             "# threadbox: names are answered by the host end of this sandbox's link, for what\n\
              # its allowlist allows.\nnameserver {}\noptions timeout:2 attempts:2\n",
             saved.link.host()
         );
-        std::fs::write(bundle_dir.join("rootfs/etc/resolv.conf"), resolv)?;
+        std::fs::write(root.join("etc/resolv.conf"), resolv)?;
         let bytes = serde_json::to_vec(saved).map_err(io::Error::other)?;
         std::fs::write(bundle_dir.join(SAVED), bytes)
     }
@@ -287,7 +296,7 @@ impl Networks {
     /// is no longer recorded as networked (its link is already gone: `detach`).
     pub fn restrict_bundle(bundle_dir: &Path) -> io::Result<()> {
         std::fs::write(
-            bundle_dir.join("rootfs/etc/resolv.conf"),
+            crate::image_root::managed_root(bundle_dir).join("etc/resolv.conf"),
             crate::bundle::RESTRICTED_RESOLV_CONF,
         )?;
         match std::fs::remove_file(bundle_dir.join(SAVED)) {

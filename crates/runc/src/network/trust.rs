@@ -9,11 +9,37 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 
-/// Inside the sandbox: every CA it trusts, in one file (where Debian's OpenSSL, curl and git
-/// look by default).
-pub(crate) const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-/// Inside the sandbox: the deployment's egress CA alone (Node adds it to its own roots).
-pub(crate) const EGRESS_CA: &str = "/etc/ssl/certs/threadbox-egress-ca.pem";
+/// Inside a sandbox on the host's `/usr`: every CA it trusts, in one file (where Debian's
+/// OpenSSL, curl and git look by default), and the deployment's egress CA alone (Node adds it
+/// to its own roots).
+pub(crate) const HOST_ROOT_TRUST: TrustPaths = TrustPaths {
+    bundle: "/etc/ssl/certs/ca-certificates.crt",
+    egress_ca: "/etc/ssl/certs/threadbox-egress-ca.pem",
+};
+
+/// Inside an image sandbox: the same files in a directory threadbox binds in, so the image's
+/// own CA bundle stays its package manager's to update.
+pub(crate) const IMAGE_ROOT_TRUST: TrustPaths = TrustPaths {
+    bundle: "/run/threadbox/certs/ca-certificates.crt",
+    egress_ca: "/run/threadbox/certs/threadbox-egress-ca.pem",
+};
+
+/// Where a sandbox's trust store is, inside it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TrustPaths {
+    pub bundle: &'static str,
+    pub egress_ca: &'static str,
+}
+
+impl TrustPaths {
+    pub fn of(image_root: bool) -> Self {
+        if image_root {
+            IMAGE_ROOT_TRUST
+        } else {
+            HOST_ROOT_TRUST
+        }
+    }
+}
 
 /// Where hosts keep their CA bundle (Debian and derivatives, Fedora and derivatives, others).
 const HOST_BUNDLES: &[&str] = &[
@@ -22,10 +48,11 @@ const HOST_BUNDLES: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
-/// Write the trust store into a bundle's root filesystem (`rootfs`, seen as `/` inside).
-pub(crate) fn write(rootfs: &Path, egress_ca: Option<&str>) -> io::Result<()> {
-    let dir = rootfs.join(
-        Path::new(CA_BUNDLE)
+/// Write the trust store under `root` (the host's view of where the sandbox's files go: its
+/// root filesystem, or an image sandbox's managed directory) at `paths`.
+pub(crate) fn write(root: &Path, paths: TrustPaths, egress_ca: Option<&str>) -> io::Result<()> {
+    let dir = root.join(
+        Path::new(paths.bundle)
             .parent()
             .and_then(|p| p.strip_prefix("/").ok())
             .expect("an absolute path in a directory"),
@@ -43,9 +70,9 @@ pub(crate) fn write(rootfs: &Path, egress_ca: Option<&str>) -> io::Result<()> {
             "# threadbox egress CA: this deployment's proxy, for hosts it adds credentials to\n",
         );
         bundle.push_str(ca);
-        write_inside(rootfs, EGRESS_CA, ca)?;
+        write_inside(root, paths.egress_ca, ca)?;
     }
-    write_inside(rootfs, CA_BUNDLE, &bundle)
+    write_inside(root, paths.bundle, &bundle)
 }
 
 fn write_inside(rootfs: &Path, path: &str, text: &str) -> io::Result<()> {
@@ -57,14 +84,14 @@ fn write_inside(rootfs: &Path, path: &str, text: &str) -> io::Result<()> {
 
 /// The variables that point tools at the trust store; `env` (the caller's) wins where it sets
 /// one itself.
-pub(crate) fn add_env(env: &mut BTreeMap<String, String>, egress_ca: bool) {
+pub(crate) fn add_env(env: &mut BTreeMap<String, String>, paths: TrustPaths, egress_ca: bool) {
     let mut vars = vec![
-        ("SSL_CERT_FILE", CA_BUNDLE),
-        ("REQUESTS_CA_BUNDLE", CA_BUNDLE),
-        ("CURL_CA_BUNDLE", CA_BUNDLE),
+        ("SSL_CERT_FILE", paths.bundle),
+        ("REQUESTS_CA_BUNDLE", paths.bundle),
+        ("CURL_CA_BUNDLE", paths.bundle),
     ];
     if egress_ca {
-        vars.push(("NODE_EXTRA_CA_CERTS", EGRESS_CA));
+        vars.push(("NODE_EXTRA_CA_CERTS", paths.egress_ca));
     }
     for (name, value) in vars {
         env.entry(name.to_owned())
@@ -80,26 +107,30 @@ mod tests {
     fn the_bundle_holds_the_egress_ca_after_the_hosts() {
         let root = tempfile::tempdir().unwrap();
         let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-        write(root.path(), Some(ca)).unwrap();
-        let bundle = std::fs::read_to_string(root.path().join(&CA_BUNDLE[1..])).unwrap();
+        write(root.path(), HOST_ROOT_TRUST, Some(ca)).unwrap();
+        let bundle =
+            std::fs::read_to_string(root.path().join(&HOST_ROOT_TRUST.bundle[1..])).unwrap();
         assert!(bundle.ends_with(ca), "{bundle}");
-        let alone = std::fs::read_to_string(root.path().join(&EGRESS_CA[1..])).unwrap();
+        let alone =
+            std::fs::read_to_string(root.path().join(&HOST_ROOT_TRUST.egress_ca[1..])).unwrap();
         assert_eq!(alone, ca);
 
         let plain = tempfile::tempdir().unwrap();
-        write(plain.path(), None).unwrap();
-        assert!(!plain.path().join(&EGRESS_CA[1..]).exists());
+        write(plain.path(), IMAGE_ROOT_TRUST, None).unwrap();
+        assert!(!plain.path().join(&IMAGE_ROOT_TRUST.egress_ca[1..]).exists());
+        assert!(plain.path().join(&IMAGE_ROOT_TRUST.bundle[1..]).is_file());
     }
 
     #[test]
     fn the_callers_variables_win() {
         let mut env = BTreeMap::from([("SSL_CERT_FILE".to_owned(), "/mine.pem".to_owned())]);
-        add_env(&mut env, true);
+        add_env(&mut env, HOST_ROOT_TRUST, true);
         assert_eq!(env["SSL_CERT_FILE"], "/mine.pem");
-        assert_eq!(env["REQUESTS_CA_BUNDLE"], CA_BUNDLE);
-        assert_eq!(env["NODE_EXTRA_CA_CERTS"], EGRESS_CA);
+        assert_eq!(env["REQUESTS_CA_BUNDLE"], HOST_ROOT_TRUST.bundle);
+        assert_eq!(env["NODE_EXTRA_CA_CERTS"], HOST_ROOT_TRUST.egress_ca);
         let mut plain = BTreeMap::new();
-        add_env(&mut plain, false);
+        add_env(&mut plain, IMAGE_ROOT_TRUST, false);
+        assert_eq!(plain["SSL_CERT_FILE"], IMAGE_ROOT_TRUST.bundle);
         assert!(!plain.contains_key("NODE_EXTRA_CA_CERTS"));
     }
 }
