@@ -47,6 +47,29 @@ ensure_image_tools() {
   test -x /bin/busybox || apt_install busybox-static
 }
 
+# The Debian image of the image tests (crates/runc/tests/runc_images_debian.rs) and the images
+# benchmark: a minbase root filesystem tarball of this host's Debian release, made with mmdebstrap
+# from the mirror the host's apt uses (about 170 MB, a minute or two), once: it is kept in the
+# user's cache, outside any clone, and named in THREADBOX_TEST_DEBIAN_IMAGE.
+ensure_debian_image() {
+  local cache="${XDG_CACHE_HOME:-$HOME/.cache}/threadbox/test-images"
+  local suite mirror image
+  suite="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
+  image="$cache/debian-$suite-minbase.tar"
+  if [ ! -s "$image" ]; then
+    apt_install mmdebstrap
+    mirror="$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/\?$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)"
+    [ -n "$mirror" ] || mirror="$(awk '$1 == "deb" && $2 ~ /debian\/?$/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null)"
+    [ -n "$mirror" ] || mirror="http://deb.debian.org/debian"
+    say "building the Debian test image ($suite minbase from $mirror, once; kept in $cache)"
+    mkdir -p "$cache"
+    as_root mmdebstrap --quiet --variant=minbase --mode=root --format=tar "$suite" "$image.partial" \
+      "deb $mirror $suite main" </dev/null
+    mv "$image.partial" "$image"
+  fi
+  export THREADBOX_TEST_DEBIAN_IMAGE="$image"
+}
+
 # Headless Chromium and its WebDriver server, for the dashboard's browser test
 # (cli/tests/dashboard_browser.rs). Debian's packages; the two always share a version.
 ensure_chromium() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test, with everything the tests need installed first (runc, Chromium, cargo-nextest, moto,
-# cargo-lambda, aws-sam-cli, the MCP Python SDK and E2B's Python and JS SDKs). CI runs exactly this.
+# Every test, with everything the tests need installed first (runc, umoci and a Debian image made
+# with mmdebstrap, Chromium, cargo-nextest, moto, cargo-lambda, aws-sam-cli, the MCP Python SDK and
+# E2B's Python and JS SDKs). CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -11,6 +12,7 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 
 ensure_runc
 ensure_image_tools
+ensure_debian_image
 ensure_chromium
 if ! command -v python3 >/dev/null 2>&1; then apt_install python3; fi
 if ! cargo nextest --version >/dev/null 2>&1; then
