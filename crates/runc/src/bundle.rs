@@ -162,6 +162,7 @@ impl Bundle {
             // image's root (an overlay whose writable layer is on the volume) before the home
             // and the volume it holds.
             volume::unmount(&self.rootfs())?;
+            volume::unmount(&self.lower())?;
             volume::unmount(&self.home())?;
             volume::unmount(&self.volume())?;
         } else if let Err(e) = fs::remove_file(self.userns_pin()) {

@@ -68,7 +68,9 @@ impl Bundle {
     pub fn has_image_root(&self) -> bool {
         self.managed().is_dir()
     }
-    fn lower(&self) -> PathBuf {
+    /// The image's idmapped layer, mounted only while the overlay is made (a crash in between
+    /// leaves it for the sweep's removal to unmount).
+    pub(crate) fn lower(&self) -> PathBuf {
         self.dir().join("lower")
     }
     fn layers(&self) -> PathBuf {

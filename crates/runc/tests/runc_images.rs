@@ -5,6 +5,8 @@
 //! idmapped mount); skips with a message elsewhere, and fails instead under
 //! `THREADBOX_REQUIRE_SANDBOXES=1`.
 
+#[path = "support/images.rs"]
+mod images;
 #[path = "support/sandboxes.rs"]
 mod sandboxes;
 
@@ -19,35 +21,8 @@ use threadbox_core::ports::{
 use threadbox_runc::{DiskQuota, ImageRegistration, RuncConfig, RuncProvider};
 use threadbox_testing::provider_conformance::{create_request, fresh_owner};
 
+use images::{busybox_root, BUSYBOX};
 use sandboxes::{require_or_skip, runc_or_skip, state_config, KillAll};
-
-const BUSYBOX: &str = "/bin/busybox";
-
-/// A root filesystem of busybox and its applets, with a root-owned `/usr/local/bin`.
-fn busybox_root(dir: &Path) -> PathBuf {
-    let root = dir.join("busybox-root");
-    for sub in ["bin", "etc", "usr/local/bin", "opt", "var/lib"] {
-        std::fs::create_dir_all(root.join(sub)).unwrap();
-    }
-    std::fs::copy(BUSYBOX, root.join("bin/busybox")).unwrap();
-    let applets = std::process::Command::new(BUSYBOX)
-        .arg("--list")
-        .output()
-        .unwrap();
-    for applet in String::from_utf8_lossy(&applets.stdout).lines() {
-        if applet != "busybox" {
-            std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
-        }
-    }
-    std::fs::write(
-        root.join("etc/passwd"),
-        "root:x:0:0:root:/root:/bin/sh\nubuntu:x:1000:1000::/home/ubuntu:/bin/sh\n",
-    )
-    .unwrap();
-    std::fs::write(root.join("etc/group"), "root:x:0:\n").unwrap();
-    std::fs::write(root.join("etc/motd"), "from the image\n").unwrap();
-    root
-}
 
 struct World {
     provider: RuncProvider,

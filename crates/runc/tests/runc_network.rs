@@ -26,6 +26,8 @@ mod network_world;
 
 use network_world::{World, OTHER, PKG};
 
+#[path = "support/images.rs"]
+mod images;
 #[path = "support/sandboxes.rs"]
 mod sandboxes;
 use sandboxes::{require_or_skip, KillAll};
@@ -532,6 +534,74 @@ async fn a_live_sandboxs_profile_changes_in_place() {
     p.connect(&id).await.unwrap();
     served(&p, &id, "https://pkg.test/", PKG).await;
     reaches(&p, &id, "cat /home/user/kept.txt", "kept").await;
+    p.kill(&id).await.unwrap();
+}
+
+/// An image sandbox networked: its resolver and trust store are threadbox's, bound in from
+/// outside its root, so a live change reaches it even after its root user rearranged `/etc`, and
+/// the host never writes through that root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_sandboxs_network_files_are_kept_outside_its_root() {
+    let Some(world) = world() else { return };
+    if !Path::new(images::BUSYBOX).is_file() {
+        return require_or_skip("image sandboxes", "busybox-static is not installed".into())
+            .unwrap_or(());
+    }
+    let (dir, mut config) = state_for(&world);
+    let image = images::busybox_root(dir.path());
+    config.images = vec![threadbox_runc::ImageRegistration {
+        name: threadbox_core::domain::ImageName::parse("busybox").unwrap(),
+        source: image.display().to_string(),
+        setup: None,
+    }];
+    let _cleanup = KillAll(config.clone());
+    let p = RuncProvider::open(config.clone()).await.expect("open");
+    let mut req = request(networked(&["pkg.test"]));
+    req.image = threadbox_core::domain::ImageName::parse("busybox").unwrap();
+    let id = p.create(req).await.unwrap().sandbox_id;
+
+    reaches(
+        &p,
+        &id,
+        "wget -q -O - http://pkg.test/",
+        &format!("served by {PKG}"),
+    )
+    .await;
+    refused(&p, &id, "wget -q -O - http://other.test/").await;
+    reaches(
+        &p,
+        &id,
+        "echo $SSL_CERT_FILE; head -c 27 $SSL_CERT_FILE",
+        "/run/threadbox/certs/ca-certificates.crt\n-----BEGIN CERTIFICATE-----",
+    )
+    .await;
+    // The sandbox's root points /etc/ssl (where a host-image sandbox's trust store goes) at a
+    // directory of its choosing; the files threadbox keeps are mount points it cannot move.
+    let mut as_root = ExecRequest::shell(
+        "rm -rf /etc/ssl && mkdir -p /hostile && ln -s /hostile /etc/ssl && \
+         (mv /etc/resolv.conf /etc/r 2>/dev/null || echo pinned)",
+    );
+    as_root.user = threadbox_core::ports::SandboxUser::Root;
+    let moved = p.exec(&id, as_root).await.unwrap();
+    assert_eq!(moved.stdout, "pinned\n", "{moved:?}");
+    p.set_network(&id, &NetworkProfile::Restricted)
+        .await
+        .unwrap();
+    reaches(&p, &id, "cat /etc/resolv.conf", "no name servers").await;
+    p.set_network(&id, &networked(&["pkg.test"])).await.unwrap();
+    reaches(
+        &p,
+        &id,
+        "wget -q -O - http://pkg.test/",
+        &format!("served by {PKG}"),
+    )
+    .await;
+    reaches(&p, &id, "ls -A /hostile | wc -l", "0").await;
+    let bundle = config.state_dir.join("sandboxes").join(&id);
+    assert!(
+        !bundle.join("rootfs/hostile/certs").exists() && !Path::new("/hostile").exists(),
+        "a host-side write followed the sandbox's symlink"
+    );
     p.kill(&id).await.unwrap();
 }
 
