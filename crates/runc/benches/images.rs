@@ -236,6 +236,9 @@ fn make_tarball(dir: &Path, mb: usize) -> PathBuf {
     link.set_entry_type(tar::EntryType::Symlink);
     link.set_size(0);
     link.set_mode(0o777);
+    link.set_uid(0);
+    link.set_gid(0);
+    link.set_mtime(0);
     builder.append_link(&mut link, "bin/sh", "busybox").unwrap();
     let mut rng_state = 0x9e37_79b9_7f4a_7c15_u64;
     let mut data = vec![0u8; FILE_BYTES];
@@ -250,6 +253,9 @@ fn make_tarball(dir: &Path, mb: usize) -> PathBuf {
         let mut header = tar::Header::new_gnu();
         header.set_size(FILE_BYTES as u64);
         header.set_mode(0o644);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
         header.set_entry_type(tar::EntryType::Regular);
         builder
             .append_data(

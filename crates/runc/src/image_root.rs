@@ -68,8 +68,7 @@ impl Bundle {
     pub fn has_image_root(&self) -> bool {
         self.managed().is_dir()
     }
-    /// The image's idmapped layer, mounted only while the overlay is made (a crash in between
-    /// leaves it for the sweep's removal to unmount).
+    /// The image's idmapped layer under the overlay, unmounted with the bundle.
     pub(crate) fn lower(&self) -> PathBuf {
         self.dir().join("lower")
     }
@@ -133,11 +132,10 @@ pub(crate) fn lay_out(
         idmapped_bind(image, &lower, &bundle.userns_pin())?;
         let rootfs = bundle.dir().join("rootfs");
         dirs.mode(0o755).create(&rootfs)?;
-        let mounted = mount_overlay(&lower, &upper, &work, &rootfs);
-        // The overlay holds its own reference to the layer: the idmapped mount can go.
-        volume::unmount(&lower)?;
-        fs::remove_dir(&lower)?;
-        mounted?;
+        // The idmapped layer stays mounted under the overlay until the sandbox goes: unmounting
+        // it here would make the create wait out an RCU grace period, and removal unmounts it
+        // with the rest.
+        mount_overlay(&lower, &upper, &work, &rootfs)?;
         write_identity(&rootfs, ids, root, etc)?;
     }
     write_managed(bundle, etc)
