@@ -163,6 +163,7 @@ impl Bundle {
             // and the volume it holds.
             volume::unmount(&self.rootfs())?;
             volume::unmount(&self.lower())?;
+            volume::unmount(&self.managed())?;
             volume::unmount(&self.home())?;
             volume::unmount(&self.volume())?;
         } else if let Err(e) = fs::remove_file(self.userns_pin()) {

@@ -42,7 +42,7 @@ use threadbox_core::domain::{CheckpointId, ThreadId};
 use threadbox_core::fault;
 use threadbox_core::ports::{
     CheckpointTaken, CreatedSandbox, ExecRequest, ForkSandbox, ProviderError, Restored,
-    SandboxOwner, SandboxProvider, StoppedProcess,
+    SandboxOwner, SandboxProvider, SandboxUser, StoppedProcess,
 };
 
 /// The bundle file naming a restore under way.
@@ -280,9 +280,14 @@ impl RuncProvider {
 
     /// Kill every process of the sandbox but its init; the ones that were running.
     async fn stop_processes(&self, sandbox_id: &str) -> Result<Vec<StoppedProcess>, ProviderError> {
-        let result = self
-            .exec(sandbox_id, ExecRequest::shell(STOP_SCRIPT))
-            .await?;
+        // As the sandbox's root where it has one (an image sandbox's root may run processes
+        // too, and the user could not kill them); rootless the one user is uid 0 already, and
+        // without a user namespace of its own no command runs as root.
+        let mut request = ExecRequest::shell(STOP_SCRIPT);
+        if !sandbox_ids(&self.existing_bundle(sandbox_id)?).is_identity() {
+            request.user = SandboxUser::Root;
+        }
+        let result = self.exec(sandbox_id, request).await?;
         Ok(parse_stopped(&result.stdout))
     }
 

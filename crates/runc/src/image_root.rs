@@ -53,6 +53,8 @@ pub(crate) const IMAGE_TRUST_DIR: &str = "/run/threadbox/certs";
 /// inside (`managed/` mirrors it).
 const MANAGED_FILES: &[&str] = &["/etc/resolv.conf", "/etc/hosts", "/etc/hostname"];
 const MANAGED_DIRS: &[&str] = &["/run/threadbox"];
+/// Room for the resolver, hosts and the trust store (the host's CA bundle is about 200 KiB).
+const MANAGED_TMPFS_OPTIONS: &str = "mode=711,size=4m,nr_inodes=256";
 
 impl Bundle {
     /// An image sandbox's volume: the home's filesystem, holding its home and its writable
@@ -66,7 +68,7 @@ impl Bundle {
     }
     /// Whether the sandbox's root is an image's (an overlay) rather than the host's `/usr`.
     pub fn has_image_root(&self) -> bool {
-        self.managed().is_dir()
+        is_image_sandbox(self.dir())
     }
     /// The image's idmapped layer under the overlay, unmounted with the bundle.
     pub(crate) fn lower(&self) -> PathBuf {
@@ -77,13 +79,20 @@ impl Bundle {
     }
 }
 
+/// Whether the bundle at `bundle_dir` is an image sandbox's: known by its volume directory, the
+/// first thing of it made, so a sandbox whose managed files went missing is never taken for a
+/// host-image one (whose files are written into its root).
+pub(crate) fn is_image_sandbox(bundle_dir: &Path) -> bool {
+    bundle_dir.join("volume").is_dir()
+}
+
 /// Where files the host keeps for a sandbox go, as seen from the host: under `managed/` for an
-/// image sandbox, else in its root filesystem (a tmpfs read-only inside, which nothing in the
-/// sandbox can rearrange). Join the path inside, without its leading `/`.
+/// image sandbox (never its root, which its root user controls), else in its root filesystem (a
+/// tmpfs read-only inside, which nothing in the sandbox can rearrange). Join the path inside,
+/// without its leading `/`.
 pub(crate) fn managed_root(bundle_dir: &Path) -> PathBuf {
-    let managed = bundle_dir.join("managed");
-    if managed.is_dir() {
-        managed
+    if is_image_sandbox(bundle_dir) {
+        bundle_dir.join("managed")
     } else {
         bundle_dir.join("rootfs")
     }
@@ -216,7 +225,11 @@ fn write_identity(
 fn write_managed(bundle: &Bundle, etc: &[(&'static str, String)]) -> io::Result<()> {
     let managed = bundle.managed();
     let mut dirs = fs::DirBuilder::new();
-    dirs.recursive(true).mode(0o711);
+    dirs.mode(0o711).create(&managed)?;
+    // A tmpfs of its own, so the binds out of it show paths inside it, not the bundle's on
+    // the host, in the sandbox's mount table.
+    volume::mount_tmpfs(&managed, MANAGED_TMPFS_OPTIONS)?;
+    dirs.recursive(true);
     dirs.create(managed.join("etc"))?;
     dirs.create(managed.join(IMAGE_TRUST_DIR.trim_start_matches('/')))?;
     for inside in MANAGED_FILES {
@@ -419,32 +432,27 @@ fn idmapped_bind(source: &Path, target: &Path, userns: &Path) -> io::Result<()> 
     Ok(())
 }
 
-/// The overlay: `lower` below, `upper` written, `work` its scratch; nosuid and nodev.
+/// The overlay: `lower` below, `upper` written, `work` its scratch; nosuid and nodev. The layers
+/// are named through descriptors (`/proc/self/fd/N`), which overlayfs records as given: the
+/// sandbox's mount table then shows those, never where its bundle is on the host.
 fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> io::Result<()> {
-    for path in [lower, upper, work] {
-        // overlayfs splits its options on ',' and its layers on ':'.
-        if path
-            .as_os_str()
-            .as_bytes()
-            .iter()
-            .any(|b| matches!(b, b',' | b':' | b'\\'))
-        {
-            return Err(io::Error::other(format!(
-                "the state directory's path {} holds ',', ':' or '\\', which overlayfs options \
-                 cannot carry; choose another --data-dir",
-                path.display()
-            )));
-        }
-    }
+    let open = |path: &Path| {
+        rustix::fs::open(
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+    };
+    let (lower, upper, work) = (open(lower)?, open(upper)?, open(work)?);
     let options = CString::new(format!(
-        "lowerdir={},upperdir={},workdir={}",
-        lower.display(),
-        upper.display(),
-        work.display()
+        "lowerdir=/proc/self/fd/{},upperdir=/proc/self/fd/{},workdir=/proc/self/fd/{}",
+        lower.as_raw_fd(),
+        upper.as_raw_fd(),
+        work.as_raw_fd()
     ))
     .map_err(io::Error::other)?;
     let target_c = c_path(target)?;
-    // SAFETY: valid NUL-terminated strings.
+    // SAFETY: valid NUL-terminated strings; the descriptors live until the call returns.
     let rc = unsafe {
         libc::mount(
             c"overlay".as_ptr(),

@@ -268,6 +268,10 @@ async fn an_image_root_gains_nothing_from_setuid_or_device_files() {
             && root_mount.contains("overlay"),
         "{root_mount}"
     );
+    // Nor does it name where the sandbox lives on the host.
+    let state = w.dir.path().to_str().unwrap();
+    let mounts = ok(p, &id, "cat /proc/self/mountinfo", SandboxUser::User).await;
+    assert!(!mounts.contains(state), "{mounts}");
     // The sandbox's root cannot make device nodes (no CAP_MKNOD, and the mount is nodev).
     let mknod = run(p, &id, "mknod /opt/mem c 1 1", SandboxUser::Root).await;
     assert_ne!(mknod.exit_code, Some(0), "root made a device node");

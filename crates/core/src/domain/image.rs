@@ -113,7 +113,7 @@ pub const DEFAULT_SETUP_TIMEOUT_SECS: u64 = 300;
 /// it is ready): files written, then one command run. Its failure fails the create, with the
 /// command's output. The operator writes it as JSON beside the image's registration
 /// (`threadbox dev --image-setup NAME=FILE`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImageSetup {
     /// Absolute path inside the sandbox -> contents (UTF-8). Under `/home/user` a file is the
@@ -129,6 +129,18 @@ pub struct ImageSetup {
     /// Seconds the command may take; past it the create fails.
     #[serde(default = "default_setup_timeout")]
     pub timeout_secs: u64,
+}
+
+impl Default for ImageSetup {
+    /// Nothing to write or run, as JSON's defaults say: root, [`DEFAULT_SETUP_TIMEOUT_SECS`].
+    fn default() -> Self {
+        Self {
+            files: Default::default(),
+            run: None,
+            user: root_user(),
+            timeout_secs: DEFAULT_SETUP_TIMEOUT_SECS,
+        }
+    }
 }
 
 fn root_user() -> crate::ports::SandboxUser {
@@ -169,6 +181,20 @@ mod tests {
             serde_json::to_string(&ImageName::host()).unwrap(),
             "\"host\""
         );
+    }
+
+    #[test]
+    fn a_set_up_step_defaults_alike_in_json_and_in_code() {
+        let parsed: ImageSetup = serde_json::from_str(r#"{"run": "true"}"#).unwrap();
+        assert_eq!(
+            parsed,
+            ImageSetup {
+                run: Some("true".into()),
+                ..ImageSetup::default()
+            }
+        );
+        assert_eq!(parsed.timeout_secs, DEFAULT_SETUP_TIMEOUT_SECS);
+        assert!(serde_json::from_str::<ImageSetup>(r#"{"runn": "x"}"#).is_err());
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub enum ImageError {
     BadArchive(String),
     #[error("image entry {entry:?} refused: {why}")]
     Refused { entry: String, why: &'static str },
+    #[error("image entry {entry:?} refused: {detail}")]
+    TooLarge { entry: String, detail: String },
     #[error("image store {path}: {detail}")]
     Store { path: PathBuf, detail: String },
 }

@@ -51,6 +51,12 @@ impl ImageStore {
             remove_tree(&tmp).map_err(|e| store_error(&tmp, e))?;
         }
         fs::create_dir_all(&tmp).map_err(|e| store_error(&tmp, e))?;
+        // Root's alone: an unpack runs as root and gives entries the owners the image names,
+        // which may be real host users; none of them may reach in, mid-unpack or after (only
+        // the host's root mounts the layer for a sandbox).
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| store_error(&dir, e))?;
         Ok(ImageStore { dir })
     }
 

@@ -461,3 +461,41 @@ fn a_missing_source_and_a_file_that_is_no_archive_are_named() {
     let error = ImageSource::parse(&junk).unwrap_err();
     assert!(error.to_string().contains("junk.tar"), "{error}");
 }
+
+#[test]
+fn an_image_past_the_size_or_entry_bounds_is_refused_naming_the_entry() {
+    use super::unpack::{apply_tar, Writer};
+    let scratch = Scratch::new();
+    let big = vec![7u8; 300];
+    let layer = tar_of(&[
+        Entry::Dir("etc/", 0o755),
+        Entry::File("etc/big", 0o644, &big),
+    ]);
+    let mut writer = Writer::new(&scratch.root.join("a"))
+        .unwrap()
+        .with_limits(200, 100);
+    let error = apply_tar(&mut writer, std::io::Cursor::new(layer)).unwrap_err();
+    assert!(
+        matches!(&error, ImageError::TooLarge { entry, .. } if entry == "etc/big")
+            && error.to_string().contains("more than 200 bytes"),
+        "{error}"
+    );
+
+    let many: Vec<Entry> = (0..5).map(|_| Entry::Dir("d/", 0o755)).collect();
+    let mut writer = Writer::new(&scratch.root.join("b"))
+        .unwrap()
+        .with_limits(1 << 20, 3);
+    let error = apply_tar(&mut writer, std::io::Cursor::new(tar_of(&many))).unwrap_err();
+    assert!(error.to_string().contains("more than 3 entries"), "{error}");
+}
+
+#[test]
+fn the_store_is_roots_alone() {
+    let scratch = Scratch::new();
+    let _store = scratch.store();
+    let mode = fs::metadata(scratch.root.join("store"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+}

@@ -18,6 +18,16 @@ use super::ImageError;
 /// mount is `nosuid` too; dropping them here means a copy of the tree cannot regain them).
 const KEPT_MODE_BITS: u32 = 0o1777;
 
+/// The most an image may unpack to, and the most entries it may hold: far past any real image
+/// (the largest toolchain images are tens of GB and a few hundred thousand files), short of a
+/// compressed bomb filling the disk the sandboxes' homes live on.
+pub const MAX_UNPACKED_BYTES: u64 = 64 << 30;
+pub const MAX_ENTRIES: u64 = 4_000_000;
+/// An unpack stops when the store's filesystem would be left with less than this free.
+pub const MIN_FREE_BYTES: u64 = 1 << 30;
+/// How often (in bytes written) the free space is looked at.
+const FREE_CHECK_EVERY: u64 = 256 << 20;
+
 /// What an unpack wrote and what it left out.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct UnpackStats {
@@ -47,6 +57,10 @@ pub struct Writer {
     /// Paths written by the layer being applied: an opaque whiteout hides only what lower
     /// layers put in its directory.
     this_layer: HashSet<PathBuf>,
+    /// Entries applied so far, every kind, against [`MAX_ENTRIES`].
+    entries: u64,
+    max_bytes: u64,
+    max_entries: u64,
     pub stats: UnpackStats,
 }
 
@@ -61,8 +75,19 @@ impl Writer {
             chown: rustix::process::geteuid().is_root(),
             pending_dir_modes: Vec::new(),
             this_layer: HashSet::new(),
+            entries: 0,
+            max_bytes: MAX_UNPACKED_BYTES,
+            max_entries: MAX_ENTRIES,
             stats: UnpackStats::default(),
         })
+    }
+
+    /// Other bounds than [`MAX_UNPACKED_BYTES`] and [`MAX_ENTRIES`] (the tests' small ones).
+    #[cfg(test)]
+    pub fn with_limits(mut self, bytes: u64, entries: u64) -> Self {
+        self.max_bytes = bytes;
+        self.max_entries = entries;
+        self
     }
 
     /// Starts a new layer: whiteouts from here on hide what the earlier layers wrote.
@@ -71,6 +96,7 @@ impl Writer {
     }
 
     pub fn directory(&mut self, entry: &Path, mode: u32, owner: Owner) -> Result<(), ImageError> {
+        self.count_entry(entry)?;
         let Some(relative) = confined(entry)? else {
             // The root itself ("./"): its mode is the store's, not the image's.
             return Ok(());
@@ -98,6 +124,7 @@ impl Writer {
         owner: Owner,
         content: &mut dyn Read,
     ) -> Result<(), ImageError> {
+        self.count_entry(entry)?;
         let relative =
             confined(entry)?.ok_or_else(|| refused(entry, "a file cannot be the root"))?;
         let path = self.replaceable(entry, &relative)?;
@@ -108,14 +135,36 @@ impl Writer {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| io_refusal(entry, e))?;
-        let written = io::copy(content, &mut file).map_err(|e| io_refusal(entry, e))?;
-        drop(file);
-        self.own(entry, &path, owner)?;
+        let room = self.max_bytes.saturating_sub(self.stats.bytes);
+        let written =
+            io::copy(&mut content.take(room + 1), &mut file).map_err(|e| io_refusal(entry, e))?;
+        if written > room {
+            return Err(too_large(
+                entry,
+                format!(
+                    "the image unpacks to more than {} bytes, the most an image may hold",
+                    self.max_bytes
+                ),
+            ));
+        }
+        // Owner and mode through the open file: the path is never followed again.
+        if self.chown {
+            rustix::fs::fchown(
+                &file,
+                Some(rustix::fs::Uid::from_raw(owner.uid)),
+                Some(rustix::fs::Gid::from_raw(owner.gid)),
+            )
+            .map_err(|e| io_refusal(entry, e.into()))?;
+        }
         if mode & 0o6000 != 0 {
             self.stats.setid_dropped += 1;
         }
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode & KEPT_MODE_BITS))
+        file.set_permissions(fs::Permissions::from_mode(mode & KEPT_MODE_BITS))
             .map_err(|e| io_refusal(entry, e))?;
+        drop(file);
+        if (self.stats.bytes + written) / FREE_CHECK_EVERY > self.stats.bytes / FREE_CHECK_EVERY {
+            self.check_free_space(entry)?;
+        }
         self.stats.files += 1;
         self.stats.bytes += written;
         self.this_layer.insert(relative);
@@ -125,6 +174,7 @@ impl Writer {
     /// A symlink. An absolute target is resolved inside the sandbox's root, so it stays in the
     /// image wherever it points; a relative one must not climb above the image's root.
     pub fn symlink(&mut self, entry: &Path, target: &Path, owner: Owner) -> Result<(), ImageError> {
+        self.count_entry(entry)?;
         let relative =
             confined(entry)?.ok_or_else(|| refused(entry, "a symlink cannot be the root"))?;
         if target.is_relative() && climbs_out(&relative, target) {
@@ -139,6 +189,7 @@ impl Writer {
 
     /// A hard link to a file already written in this image.
     pub fn hard_link(&mut self, entry: &Path, target: &Path) -> Result<(), ImageError> {
+        self.count_entry(entry)?;
         let relative =
             confined(entry)?.ok_or_else(|| refused(entry, "a link cannot be the root"))?;
         let target_relative = confined(target)
@@ -162,6 +213,7 @@ impl Writer {
 
     /// A device node or FIFO: counted, never made.
     pub fn special(&mut self, entry: &Path) -> Result<(), ImageError> {
+        self.count_entry(entry)?;
         confined(entry)?;
         self.stats.special_skipped += 1;
         Ok(())
@@ -270,6 +322,31 @@ impl Writer {
         removed.map_err(|e| io_refusal(entry, e))
     }
 
+    fn count_entry(&mut self, entry: &Path) -> Result<(), ImageError> {
+        self.entries += 1;
+        if self.entries > self.max_entries {
+            return Err(too_large(
+                entry,
+                format!(
+                    "the image holds more than {} entries, the most an image may hold",
+                    self.max_entries
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_free_space(&self, entry: &Path) -> Result<(), ImageError> {
+        let stat = rustix::fs::statvfs(&self.root).map_err(|e| io_refusal(entry, e.into()))?;
+        if stat.f_bavail.saturating_mul(stat.f_frsize) < MIN_FREE_BYTES {
+            return Err(refused(
+                entry,
+                "the image store's disk has less than 1 GiB free; the unpack stopped",
+            ));
+        }
+        Ok(())
+    }
+
     fn own(&self, entry: &Path, path: &Path, owner: Owner) -> Result<(), ImageError> {
         if !self.chown {
             return Ok(());
@@ -328,6 +405,13 @@ fn refused(entry: &Path, why: &'static str) -> ImageError {
     ImageError::Refused {
         entry: entry.display().to_string(),
         why,
+    }
+}
+
+fn too_large(entry: &Path, detail: String) -> ImageError {
+    ImageError::TooLarge {
+        entry: entry.display().to_string(),
+        detail,
     }
 }
 

@@ -131,7 +131,7 @@ impl Networks {
         // Never through an image sandbox's root, which its root user can rearrange: its
         // managed files are kept outside it and bound in (see `image_root`).
         let root = crate::image_root::managed_root(bundle_dir);
-        let paths = super::trust::TrustPaths::of(bundle_dir.join("managed").is_dir());
+        let paths = super::trust::TrustPaths::of(crate::image_root::is_image_sandbox(bundle_dir));
         super::trust::write(&root, paths, self.intercept.as_ref().map(|i| i.ca_pem()))?;
         let resolv = format!(
             "# threadbox: names are answered by the host end of this sandbox's link, for what\n\
