@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::bundle::Bundle;
+use super::create::HomeFiller;
 use super::home_copy::{copy_tree, remove_tree, CopyError, CopyStats, IdMove};
 use super::idmap::IdRange;
 use super::ids::validate_sandbox_id;
@@ -349,7 +350,8 @@ impl RuncProvider {
         self.put_back(sandbox_id, &bundle, &source, from).await
     }
 
-    /// `SandboxProvider::fork`.
+    /// `SandboxProvider::fork`: a create whose home is filled, while its container starts, from
+    /// the source's home (frozen for the copy) or the checkpoint.
     pub(crate) async fn fork_sandbox(
         &self,
         request: ForkSandbox,
@@ -362,39 +364,28 @@ impl RuncProvider {
             }
             None => None,
         };
-        self.live_state(&request.source).await?;
-        let created = self.create_sandbox(request.create).await?;
-        let filled = self
-            .fill_fork(
-                &request.source,
-                &source,
-                &created.sandbox_id,
-                from_checkpoint,
-            )
-            .await;
-        if let Err(e) = filled {
-            let _ = self.kill(&created.sandbox_id).await;
-            return Err(e);
-        }
+        let source_id = request.source.clone();
+        let fill: HomeFiller<'_> = Box::new(move |home, to| {
+            Box::pin(self.fill_fork(source_id, source, home, to, from_checkpoint))
+        });
+        let created = self.create_filled(request.create, Some(fill)).await?;
         tracing::info!(source = %request.source, sandbox_id = %created.sandbox_id, "sandbox forked");
         Ok(created)
     }
 
-    /// Copy the source's home (frozen) or the checkpoint into the new sandbox's home.
+    /// Copy the source's home (frozen) or the checkpoint into the new sandbox's `home`.
     async fn fill_fork(
         &self,
-        source_id: &str,
-        source: &Bundle,
-        new_id: &str,
+        source_id: String,
+        source: Bundle,
+        home: PathBuf,
+        to: IdRange,
         from_checkpoint: Option<(IdRange, PathBuf)>,
     ) -> Result<(), ProviderError> {
-        let target = self.existing_bundle(new_id)?;
-        let to = sandbox_ids(&target);
-        let home = target.home();
-        let new_slot = self.slot(new_id);
-        let _new_lifecycle = new_slot.lifecycle.lock().await;
         let copied = match from_checkpoint {
             Some((from, dir)) => {
+                // The source must still be there, as for a fork of its live home.
+                self.live_state(&source_id).await?;
                 let ids = IdMove { from, to };
                 tokio::task::spawn_blocking(move || {
                     empty_home(&home)?;
@@ -405,13 +396,13 @@ impl RuncProvider {
             }
             None => {
                 let ids = IdMove {
-                    from: sandbox_ids(source),
+                    from: sandbox_ids(&source),
                     to,
                 };
                 let src_home = source.home();
-                let slot = self.slot(source_id);
+                let slot = self.slot(&source_id);
                 let _lifecycle = slot.lifecycle.lock().await;
-                self.frozen(source_id, move || {
+                self.frozen(&source_id, move || {
                     empty_home(&home)?;
                     fault::point("fork-copying");
                     copy_home(&src_home, &home, ids, u64::MAX).map_err(copy_io)

@@ -2,6 +2,9 @@
 //! bundle, prepare its network, start the container and connect it. A failure at any step
 //! leaves nothing behind.
 
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -14,11 +17,33 @@ use super::ids::{hostname_for, new_sandbox_id};
 use super::RuncProvider;
 use threadbox_core::ports::{CreateSandbox, CreatedSandbox, Limit, NetworkProfile, ProviderError};
 
+/// Work on a new sandbox's home done while its container starts (a fork's copy of its source):
+/// given the home's path on the host and the sandbox's ids.
+pub(crate) type HomeFiller<'a> = Box<
+    dyn FnOnce(
+            PathBuf,
+            IdRange,
+        ) -> Pin<Box<dyn Future<Output = Result<(), ProviderError>> + Send + 'a>>
+        + Send
+        + 'a,
+>;
+
 impl RuncProvider {
     /// `SandboxProvider::create`.
     pub(crate) async fn create_sandbox(
         &self,
         request: CreateSandbox,
+    ) -> Result<CreatedSandbox, ProviderError> {
+        self.create_filled(request, None).await
+    }
+
+    /// A create whose home `fill` fills while `runc run` starts the container, so a fork costs
+    /// a create plus what of its copy outlasts the start, not the two one after the other. A
+    /// failed fill fails the create, leaving nothing.
+    pub(crate) async fn create_filled(
+        &self,
+        request: CreateSandbox,
+        fill: Option<HomeFiller<'_>>,
     ) -> Result<CreatedSandbox, ProviderError> {
         if request.network.is_networked() {
             self.networks
@@ -43,9 +68,16 @@ impl RuncProvider {
             .instrument(tracing::debug_span!("bundle.write"))
             .await;
         drop(admitting);
-        let started = match written {
-            Ok(()) => self.start(&id, &bundle, &request.network, ids).await,
-            Err(e) => Err(e),
+        let started = match (written, fill) {
+            (Ok(()), None) => self.start(&id, &bundle, &request.network, ids).await,
+            (Ok(()), Some(fill)) => {
+                let (started, filled) = tokio::join!(
+                    self.start(&id, &bundle, &request.network, ids),
+                    fill(bundle.home(), ids).instrument(tracing::debug_span!("home.fill"))
+                );
+                started.and(filled)
+            }
+            (Err(e), _) => Err(e),
         };
         if let Err(e) = started {
             // Leave nothing behind: a half-made container and its bundle.
