@@ -25,9 +25,12 @@ impl SlackWorker {
         thread_id: &ThreadId,
         nth: usize,
     ) -> Option<CheckpointId> {
-        // Without a checkpoint store (a deployment whose provider has none) there is nothing
-        // to take, and no reason to make the thread first.
-        if !self.config.checkpoint_turns || self.tb.checkpoints.is_none() {
+        // Without a checkpoint store, or with a provider that has no checkpoints (E2B), there
+        // is nothing to take, and no reason to make the thread first.
+        if !self.config.checkpoint_turns
+            || self.tb.checkpoints.is_none()
+            || self.tb.provider.checkpoint_support().is_err()
+        {
             return None;
         }
         // The block would make the thread's sandbox anyway; its checkpoint is then an empty home.
@@ -97,6 +100,10 @@ impl SlackWorker {
         let Some(place) = SlackPlace::of(source) else {
             return ":x: Only a Slack thread can be forked here.".to_owned();
         };
+        // Said before a message is posted for a thread that could not be made.
+        if let Err(error) = self.tb.provider.checkpoint_support() {
+            return format!(":x: The fork failed: {}", failure(&error.into()));
+        }
         let intro = PostMessage {
             channel: command.channel.clone(),
             thread_ts: None,
