@@ -410,3 +410,45 @@ async fn a_reply_a_rate_limit_held_back_keeps_its_undo() {
     assert_eq!(w.drain().await.len(), 1);
     assert_eq!(w.read(THREAD).await, "before\n");
 }
+
+#[tokio::test]
+async fn without_checkpoints_a_block_has_no_undo_and_a_fork_posts_nothing() {
+    let w = world_with(SlackWorkerConfig::default()).await;
+    w.tb.resolve(&thread(THREAD)).await.unwrap();
+    // As E2B: the provider has no checkpoints.
+    w.provider.refuse_checkpoints(true);
+    w.mention("1767225601.000001", "```bash\necho one\n```")
+        .await;
+    assert!(w.undo_buttons().is_empty(), "{:?}", w.fake.messages());
+    assert!(
+        !w.fake.messages().is_empty(),
+        "the block still ran and replied"
+    );
+
+    let form = serde_urlencoded::to_string([
+        ("team_id", "T1"),
+        ("channel_id", "C1"),
+        ("user_id", "U1"),
+        ("command", "/sandbox"),
+        ("text", &format!("fork {THREAD_TS}")),
+        ("trigger_id", "t-fork-2"),
+    ])
+    .unwrap();
+    let (status, body) = w.post(signed(COMMANDS_PATH, &form)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    w.drain().await;
+    let top: Vec<_> = w
+        .fake
+        .messages()
+        .into_iter()
+        .filter(|m| m.thread_ts.is_none())
+        .collect();
+    assert!(top.is_empty(), "no thread was started: {top:?}");
+    let answers = w.fake.ephemerals();
+    assert!(
+        answers.iter().any(|a| a
+            .text
+            .starts_with(":x: The fork failed: the memory provider cannot")),
+        "{answers:?}"
+    );
+}

@@ -102,7 +102,7 @@ impl SlackWorker {
         };
         // Said before a message is posted for a thread that could not be made.
         if let Err(error) = self.tb.provider.checkpoint_support() {
-            return format!(":x: The fork failed: {}", failure(&error.into()));
+            return fork_failed(&error.into());
         }
         let intro = PostMessage {
             channel: command.channel.clone(),
@@ -139,7 +139,7 @@ impl SlackWorker {
             blocks: None,
         };
         if let Err(error) = forked {
-            let text = format!(":x: The fork failed: {}", failure(&error));
+            let text = fork_failed(&error);
             let _ = self
                 .api
                 .post_message(&reply_in(Some(posted.ts.clone()), text.clone()))
@@ -161,6 +161,15 @@ impl SlackWorker {
             super::controls::thread_words(&new_thread)
         )
     }
+}
+
+/// Why a fork failed, with one `:x:`.
+fn fork_failed(error: &UseCaseError) -> String {
+    let why = failure(error);
+    format!(
+        ":x: The fork failed: {}",
+        why.strip_prefix(":x: ").unwrap_or(&why)
+    )
 }
 
 /// A code block's reply with its Undo button under it.
