@@ -46,6 +46,9 @@ use threadbox_lambda::{Env, SecretSet};
 
 use crate::aws::{aws_configured, sdk_config, unique_name};
 pub use crate::repo;
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_http::LambdaEvent;
+use std::time::Duration;
 
 /// The account and region the template is resolved in, and every recorded ARN names.
 pub const ACCOUNT: &str = "123456789012";
@@ -528,6 +531,53 @@ impl IamStack {
             .await
             .unwrap_or_else(|e| panic!("{function}'s wiring: {e}"));
         (sdk, env, tb)
+    }
+
+    /// What the queue holds now, as the SQS event Lambda's poller would hand the consumer.
+    pub async fn drain(&self, queue_url: &str) -> Option<LambdaEvent<SqsEvent>> {
+        let sqs = aws_sdk_sqs::Client::new(&self.sdk);
+        let name = queue_url.rsplit('/').next().unwrap();
+        let mut records = Vec::new();
+        loop {
+            let out = sqs
+                .receive_message()
+                .queue_url(queue_url)
+                .max_number_of_messages(10)
+                .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+                .send()
+                .await
+                .unwrap();
+            let messages = out.messages.unwrap_or_default();
+            if messages.is_empty() {
+                break;
+            }
+            for m in messages {
+                let attributes: serde_json::Map<String, Value> = m
+                    .attributes
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), json!(v)))
+                    .collect();
+                records.push(json!({
+                    "messageId": m.message_id,
+                    "receiptHandle": m.receipt_handle,
+                    "body": m.body,
+                    "attributes": attributes,
+                    "messageAttributes": {},
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": format!("arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"),
+                    "awsRegion": REGION,
+                }));
+            }
+        }
+        if records.is_empty() {
+            return None;
+        }
+        let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
+        Some(LambdaEvent::new(
+            event,
+            crate::lambda::context_with_deadline(Duration::from_secs(120)),
+        ))
     }
 
     /// Every call recorded so far.

@@ -5,14 +5,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use base64::Engine;
 use lambda_http::request::LambdaRequest;
 use lambda_http::tower::ServiceExt;
 use lambda_http::{Adapter, Context, LambdaEvent};
-use serde_json::Value;
+use serde_json::{json, Value};
 use threadbox_api::http::ApiAuth;
 use threadbox_core::usecases::{Config, Threadbox};
 use threadbox_testing::lifecycle_conformance::Harness;
@@ -40,6 +40,67 @@ pub fn fixture_json(name: &str) -> Value {
     serde_json::from_str(&fixture(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
 }
 
+/// An API Gateway HTTP API event for `method path` with a JSON `body`, from the exec fixture.
+pub fn http_event(method: &str, path: &str, query: &str, body: Option<Value>) -> Value {
+    let mut event = fixture_json("apigw-http-exec.json");
+    event["rawPath"] = json!(path);
+    event["rawQueryString"] = json!(query);
+    event["routeKey"] = json!("$default");
+    event["requestContext"]["routeKey"] = json!("$default");
+    event["requestContext"]["http"]["method"] = json!(method);
+    event["requestContext"]["http"]["path"] = json!(path);
+    let headers = event["headers"].as_object_mut().unwrap();
+    headers.remove("content-length");
+    match body {
+        Some(body) => event["body"] = json!(body.to_string()),
+        None => {
+            headers.remove("content-type");
+            event["body"] = Value::Null;
+        }
+    }
+    event
+}
+
+/// Fail, naming `what`, the status and the body, unless `answer` is a success.
+#[track_caller]
+pub fn assert_ok(answer: &ApiAnswer, what: &str) {
+    assert!(
+        (200..300).contains(&answer.status),
+        "{what}: {} {}",
+        answer.status,
+        String::from_utf8_lossy(&answer.body)
+    );
+}
+
+/// The time now, in epoch seconds (what Slack signs).
+pub fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// A Slack request fixture signed now with `secret` (over the body as Slack
+/// sent it: API Gateway may have base64-encoded it).
+pub fn signed(mut event: Value, secret: &str) -> Value {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let text = event["body"].as_str().unwrap().to_owned();
+    let body = if event["isBase64Encoded"].as_bool() == Some(true) {
+        engine.decode(&text).unwrap()
+    } else {
+        text.into_bytes()
+    };
+    let now = now_secs();
+    let signature = threadbox_slack::SigningSecret::new(secret)
+        .unwrap()
+        .sign(now, &body);
+    let headers = event["headers"].as_object_mut().unwrap();
+    headers.insert("x-slack-request-timestamp".into(), json!(now.to_string()));
+    headers.insert("x-slack-signature".into(), json!(signature));
+    headers.remove("content-length");
+    event
+}
+
 /// An invocation context whose deadline is `remaining` from now, as the runtime gives one.
 pub fn context_with_deadline(remaining: Duration) -> Context {
     let now = std::time::SystemTime::now()
@@ -49,6 +110,17 @@ pub fn context_with_deadline(remaining: Duration) -> Context {
     context.request_id = "test-request-id".into();
     context.deadline = (now + remaining).as_millis() as u64;
     context
+}
+
+/// A scheduled janitor event without a time, so the janitor takes the clock's (every minute
+/// reconciles when `ReconcileEveryMinutes` is 1).
+pub fn scheduled_now() -> LambdaEvent<aws_lambda_events::eventbridge::EventBridgeEvent> {
+    let mut json = fixture_json("eventbridge-scheduled.json");
+    json.as_object_mut().unwrap().remove("time");
+    let payload: aws_lambda_events::eventbridge::EventBridgeEvent =
+        serde_json::from_value(json).unwrap();
+    assert!(payload.time.is_none());
+    LambdaEvent::new(payload, context_with_deadline(Duration::from_secs(60)))
 }
 
 /// An SQS batch event with `payload`'s records (`{"Records": [...]}`), as the event source

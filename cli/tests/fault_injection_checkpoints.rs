@@ -209,4 +209,30 @@ async fn killed_mid_fork_copy_the_source_is_as_it_was_and_no_orphan_stays() {
         new["session"]["status"], "error",
         "the fork's record says it failed: {new}"
     );
+    assert_eq!(new["session"]["forked_from"], "fc-src", "{new}");
+
+    // The same fork again makes it: the way out of a crash is to ask once more.
+    let again = dev
+        .post(
+            "/v1/threads/fc-src/fork",
+            Some(json!({ "thread": "fc-new" })),
+        )
+        .await;
+    assert_eq!(again["thread_id"], "fc-new", "{again}");
+    assert_eq!(exec(&dev, "fc-new", "cat note").await, "mine\n");
+    let made = dev.get("/v1/threads/fc-new").await;
+    assert_eq!(made["session"]["status"], "active", "{made}");
+    assert!(
+        causes(&dev, "fc-new").await.iter().any(|c| c == "fork"),
+        "the fork's event, this time"
+    );
+    // Made once, it is taken.
+    let taken = dev
+        .http
+        .post(format!("{}/v1/threads/fc-src/fork", dev.url))
+        .json(&json!({ "thread": "fc-new" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(taken.status(), reqwest::StatusCode::CONFLICT);
 }

@@ -766,4 +766,65 @@ mod checkpoint_conformance {
     }
 
     threadbox_testing::checkpoint_conformance_tests!(store);
+
+    /// A thread whose last checkpoint went (a delete, its destroy) leaves an item TTL removes;
+    /// a record added again takes the item back, without the TTL.
+    #[tokio::test]
+    async fn an_emptied_item_expires_and_a_new_record_keeps_it() {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        use threadbox_core::domain::{CheckpointRetention, ThreadId};
+        use threadbox_testing::checkpoint_conformance::checkpoint;
+        let test = "an_emptied_item_expires_and_a_new_record_keeps_it";
+        if !aws_configured(test) {
+            return;
+        }
+        let sdk = sdk_config().await;
+        let sessions = fresh_store(&sdk).await;
+        let table = sessions.config().sessions_table.clone();
+        let store = DynamoCheckpointStore::from_sdk_config(&sdk, &table);
+        let expires_at = || {
+            let (client, table) = (sessions.client().clone(), table.clone());
+            async move {
+                let item = client
+                    .get_item()
+                    .table_name(table)
+                    .key("thread_id", AttributeValue::S("#checkpoints#cp-ttl".into()))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .unwrap()
+                    .item
+                    .expect("the thread's item");
+                item.get("expires_at")
+                    .map(|v| v.as_n().unwrap().parse::<i64>().unwrap())
+            }
+        };
+        let thread = ThreadId::parse("cp-ttl").unwrap();
+        let first = checkpoint("cp-ttl", 1_000, 10);
+        store
+            .add(&first, &CheckpointRetention::default())
+            .await
+            .unwrap();
+        assert_eq!(expires_at().await, None, "a thread with records keeps them");
+
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        store.remove(&thread, &first.id).await.unwrap().unwrap();
+        let expiry = expires_at().await.expect("an emptied item expires");
+        assert!(
+            (before..before + 60).contains(&expiry),
+            "{expiry} vs {before}"
+        );
+        assert!(store.list(&thread).await.unwrap().is_empty());
+
+        let second = checkpoint("cp-ttl", 2_000, 10);
+        store
+            .add(&second, &CheckpointRetention::default())
+            .await
+            .unwrap();
+        assert_eq!(expires_at().await, None, "records again: no expiry");
+        assert_eq!(store.list(&thread).await.unwrap(), vec![second]);
+    }
 }

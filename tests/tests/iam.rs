@@ -6,11 +6,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest;
-use aws_lambda_events::eventbridge::EventBridgeEvent;
-use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
 use threadbox_aws::sqs::{SqsQueue, SqsQueueUrls};
@@ -18,14 +16,17 @@ use threadbox_core::domain::ThreadId;
 use threadbox_core::fanout::{Fanout, FanoutTarget, LogTarget};
 use threadbox_core::ports::{DurableQueue, SystemClock};
 use threadbox_lambda::batch::{BatchSettler, DEFAULT_MAX_ATTEMPTS};
-use threadbox_slack::{MessageRates, SigningSecret, SlackIngress, SlackWorker, SlackWorkerConfig};
+use threadbox_slack::{MessageRates, SlackIngress, SlackWorker, SlackWorkerConfig};
 use threadbox_testing::e2b_fake::E2bFake;
 use threadbox_testing::slack_fake::SlackFake;
 use threadbox_tests::iam::{
     checker_pythons, denied_calls, repo, resolve_template, Call, IamStack, StackSecrets, ACCOUNT,
     REGION,
 };
-use threadbox_tests::lambda::{context_with_deadline, fixture_json, invoke_http, ApiAnswer};
+use threadbox_tests::lambda::{
+    assert_ok as ok, context_with_deadline, fixture_json, http_event, invoke_http, now_secs,
+    scheduled_now, signed,
+};
 
 const BOT_TOKEN: &str = "xoxb-iam-check-token";
 const SIGNING_SECRET: &str = "iam-check-signing-secret-not-a-real-one";
@@ -53,27 +54,6 @@ const EVERYTHING_OFF: &[(&str, &str)] = &[
     ("ReconcileEveryMinutes", "1"),
     ("EgressCredentialsSecret", ""),
 ];
-
-/// An API Gateway HTTP API event for `method path` with a JSON `body`, from the exec fixture.
-fn http_event(method: &str, path: &str, query: &str, body: Option<Value>) -> Value {
-    let mut event = fixture_json("apigw-http-exec.json");
-    event["rawPath"] = json!(path);
-    event["rawQueryString"] = json!(query);
-    event["routeKey"] = json!("$default");
-    event["requestContext"]["routeKey"] = json!("$default");
-    event["requestContext"]["http"]["method"] = json!(method);
-    event["requestContext"]["http"]["path"] = json!(path);
-    let headers = event["headers"].as_object_mut().unwrap();
-    headers.remove("content-length");
-    match body {
-        Some(body) => event["body"] = json!(body.to_string()),
-        None => {
-            headers.remove("content-type");
-            event["body"] = Value::Null;
-        }
-    }
-    event
-}
 
 /// E2B's control plane through sandbox-api (docs/e2b-api.md): create a thread by idempotency
 /// key, list by metadata, pause, connect, time out and kill, with the key as `X-API-Key`.
@@ -123,97 +103,27 @@ async fn e2b_control_plane(router: &axum::Router) {
     }
 }
 
-fn ok(answer: &ApiAnswer, what: &str) {
-    assert!(
-        (200..300).contains(&answer.status),
-        "{what}: {} {}",
-        answer.status,
-        String::from_utf8_lossy(&answer.body)
-    );
-}
-
-fn now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
-/// A scheduled janitor event without a time, so the janitor takes the clock's (every minute
-/// reconciles here, `ReconcileEveryMinutes` being 1).
-fn scheduled_now() -> LambdaEvent<EventBridgeEvent> {
-    let mut json = fixture_json("eventbridge-scheduled.json");
-    json.as_object_mut().unwrap().remove("time");
-    let payload: EventBridgeEvent = serde_json::from_value(json).unwrap();
-    assert!(payload.time.is_none());
-    LambdaEvent::new(payload, context_with_deadline(Duration::from_secs(60)))
-}
-
-/// What the queue holds now, as the SQS event Lambda's poller would hand the consumer.
-async fn drain(stack: &IamStack, queue_url: &str) -> Option<LambdaEvent<SqsEvent>> {
-    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
-    let name = queue_url.rsplit('/').next().unwrap();
-    let mut records = Vec::new();
-    loop {
-        let out = sqs
-            .receive_message()
-            .queue_url(queue_url)
-            .max_number_of_messages(10)
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-            .send()
-            .await
-            .unwrap();
-        let messages = out.messages.unwrap_or_default();
-        if messages.is_empty() {
-            break;
-        }
-        for m in messages {
-            let attributes: serde_json::Map<String, Value> = m
-                .attributes
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k.as_str().to_owned(), json!(v)))
-                .collect();
-            records.push(json!({
-                "messageId": m.message_id,
-                "receiptHandle": m.receipt_handle,
-                "body": m.body,
-                "attributes": attributes,
-                "messageAttributes": {},
-                "eventSource": "aws:sqs",
-                "eventSourceARN": format!("arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"),
-                "awsRegion": REGION,
-            }));
-        }
+/// Checkpoints through sandbox-api: E2B has none, so taking, restoring and forking answer 501
+/// before anything is read or written; the list reads the thread's records (GetItem).
+async fn e2b_checkpoints(router: &axum::Router, t: &str) {
+    for (path, body) in [
+        (format!("{t}/checkpoints"), json!({"label": "iam"})),
+        (
+            format!("{t}/restore"),
+            json!({"checkpoint": "cp-0123456789abcdef0123"}),
+        ),
+        (format!("{t}/fork"), json!({"thread": "iam-fork"})),
+    ] {
+        let answer = invoke_http(router.clone(), &http_event("POST", &path, "", Some(body))).await;
+        assert_eq!(answer.status, 501, "POST {path}: {:?}", answer.json());
+        assert_eq!(answer.error_code(), "unsupported");
     }
-    if records.is_empty() {
-        return None;
-    }
-    let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
-    Some(LambdaEvent::new(
-        event,
-        context_with_deadline(Duration::from_secs(120)),
-    ))
-}
-
-/// A Slack request fixture signed now with the stack's signing secret (over the body as Slack
-/// sent it: API Gateway may have base64-encoded it).
-fn signed(mut event: Value) -> Value {
-    use base64::Engine;
-    let engine = base64::engine::general_purpose::STANDARD;
-    let text = event["body"].as_str().unwrap().to_owned();
-    let body = if event["isBase64Encoded"].as_bool() == Some(true) {
-        engine.decode(&text).unwrap()
-    } else {
-        text.into_bytes()
-    };
-    let now = now_secs();
-    let signature = SigningSecret::new(SIGNING_SECRET).unwrap().sign(now, &body);
-    let headers = event["headers"].as_object_mut().unwrap();
-    headers.insert("x-slack-request-timestamp".into(), json!(now.to_string()));
-    headers.insert("x-slack-signature".into(), json!(signature));
-    headers.remove("content-length");
-    event
+    let answer = invoke_http(
+        router.clone(),
+        &http_event("GET", &format!("{t}/checkpoints"), "", None),
+    )
+    .await;
+    ok(&answer, "list checkpoints");
 }
 
 /// A record no consumer can read, which it dead-letters at once (`threadbox_lambda::batch`).
@@ -449,6 +359,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         ok(&answer, "mcp tool call");
         let called = answer.json();
         assert_eq!(called["result"]["isError"], json!(false), "{called}");
+        Box::pin(e2b_checkpoints(&router, t)).await;
         e2b_control_plane(&router).await;
         let answer = invoke_http(
             router,
@@ -533,7 +444,10 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         ),
         dedupe.clone(),
         work_queue.clone(),
-        SlackWorkerConfig::default(),
+        SlackWorkerConfig {
+            checkpoint_turns: threadbox_lambda::checkpoint_turns(&env).unwrap(),
+            ..SlackWorkerConfig::default()
+        },
     )
     .with_rates(MessageRates::new(
         Arc::new(threadbox_lambda::window_counter(&sdk, &env).unwrap()),
@@ -573,7 +487,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
             body["event"]["ts"] = json!("1767225591.000200");
         }
         event["body"] = json!(body.to_string());
-        let answer = invoke_http(slack_events.clone(), &signed(event)).await;
+        let answer = invoke_http(slack_events.clone(), &signed(event, SIGNING_SECRET)).await;
         ok(&answer, "slack event");
         assert_eq!(answer.json()["outcome"], "accepted", "{:?}", answer.json());
         if round == 1 {
@@ -582,8 +496,11 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
                 "apigw-http-slack-command.json",
                 "apigw-http-slack-interaction.json",
             ] {
-                let answer =
-                    invoke_http(slack_events.clone(), &signed(fixture_json(fixture))).await;
+                let answer = invoke_http(
+                    slack_events.clone(),
+                    &signed(fixture_json(fixture), SIGNING_SECRET),
+                )
+                .await;
                 ok(&answer, fixture);
             }
         }
@@ -591,7 +508,8 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         if round == 2 {
             send_poison(&stack, &stack.work.queue_url).await;
         }
-        let event = drain(&stack, &stack.work.queue_url)
+        let event = stack
+            .drain(&stack.work.queue_url)
             .await
             .expect("slack-events queued the mention");
         let response = worker.handle(event).await.unwrap();
@@ -629,7 +547,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         // A FIFO queue hands out a group's next records only once the earlier ones are
         // settled: batches until the queue is empty.
         let mut batches = 0;
-        while let Some(event) = drain(&stack, &stack.lifecycle.queue_url).await {
+        while let Some(event) = stack.drain(&stack.lifecycle.queue_url).await {
             let response = handler.handle(event).await.unwrap();
             assert!(response.batch_item_failures.is_empty(), "{response:?}");
             batches += 1;
@@ -663,7 +581,8 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         let handler =
             pause::TransitionHandler::new(tb).with_settler(BatchSettler::new(Arc::new(queue)));
         send_poison(&stack, &stack.transitions.queue_url).await;
-        let event = drain(&stack, &stack.transitions.queue_url)
+        let event = stack
+            .drain(&stack.transitions.queue_url)
             .await
             .expect("the sweep handed transitions to the queue");
         let response = handler.handle(event).await.unwrap();

@@ -140,6 +140,9 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
             None => {}
         }
     }
+    if let Some(source) = &s.forked_from {
+        lines.push(("forked from", source.to_string()));
+    }
     if let Some(error) = &s.last_error {
         lines.push(("last error", error.clone()));
     }
@@ -479,6 +482,7 @@ pub(crate) mod tests {
             pool_member: None,
             labels: Default::default(),
             env: Default::default(),
+            forked_from: None,
         }
     }
 
@@ -649,6 +653,12 @@ pub(crate) mod tests {
         assert!(text.contains("janitor due  2023-11-14T22:23:20Z\n"));
         assert!(text.contains("\n\nSEQ "));
         assert!(text.ends_with("creating → active      user            1\n"));
+        assert!(!text.contains("forked from"), "{text}");
+
+        let mut forked = detail;
+        forked.session.session.forked_from = Some(ThreadId::parse("src").unwrap());
+        let text = thread_detail(&forked, false);
+        assert!(text.contains("forked from  src\n"), "{text}");
     }
 
     #[test]

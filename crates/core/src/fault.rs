@@ -20,7 +20,7 @@
 //! | `restore-marked` | runc restore, the mark written, before anything is stopped | the mark: the next open puts the checkpoint back |
 //! | `restore-emptied` | runc restore, the home emptied, before the checkpoint is copied in | the mark and an empty home: the next open puts the checkpoint back |
 //! | `after-restore` | restore, the home put back, before its event is written | the home as asked, no `restore` event |
-//! | `fork-copying` | runc fork, the new sandbox made and the source frozen, before the copy | a sandbox no record is bound to (the fork's thread `creating` under a lease), and a frozen source its next use or open thaws |
+//! | `fork-copying` | runc fork, the new sandbox made and the source frozen, before the copy | a sandbox no record is bound to (the fork's thread `creating` under a lease, then `error`; the same fork again makes it), and a frozen source its next use or open thaws |
 //! | `after-fork` | fork, the new thread bound to its sandbox, before the `fork` events | both threads as asked, without their `fork` events |
 //!
 //! `after-deliver` may name one target: `after-deliver:slack` fires only for the `slack` target.

@@ -41,7 +41,8 @@ use super::ids::{envd_token, new_thread, sandbox_id, thread_of, BadSandboxId};
 use super::{read_body, E2bApi, ENVD_VERSION, MAX_JSON_BODY};
 
 /// The metadata entry that names a create's thread, for SDKs that send no idempotency key.
-pub const THREAD_METADATA_KEY: &str = "threadbox_thread";
+/// The core's thread label, so a fork's copy of the labels names the fork.
+pub const THREAD_METADATA_KEY: &str = threadbox_core::domain::THREAD_LABEL;
 /// The one template: every sandbox runs the provider's image.
 pub const TEMPLATE: &str = "base";
 /// What `clientID` says (E2B's field is deprecated; the SDKs ignore it).

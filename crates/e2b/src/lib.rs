@@ -412,6 +412,12 @@ impl SandboxProvider for E2bProvider {
         "e2b"
     }
 
+    /// None: the contract threadbox builds on lists E2B's snapshot and fork endpoints only as
+    /// optional, with no restore into a running sandbox (docs/checkpoints.md).
+    fn checkpoint_support(&self) -> Result<(), ProviderError> {
+        Err(threadbox_core::ports::checkpoints_unsupported(self.name()))
+    }
+
     #[tracing::instrument(skip_all, fields(thread_id = %request.owner.thread_id, generation = request.owner.generation))]
     async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError> {
         let key = Self::idempotency_key(&request.owner);

@@ -21,6 +21,8 @@ async fn every_checkpoint_operation_is_unsupported_and_says_e2b() {
         .sandbox_id;
     let cp = CheckpointId::generate();
     let refusals = [
+        // Asked first by the use cases, so a refusal writes nothing.
+        p.checkpoint_support(),
         p.checkpoint(&id, &cp, 1 << 30).await.map(drop),
         p.restore(&id, &cp).await.map(drop),
         p.fork(ForkSandbox {

@@ -31,6 +31,8 @@
 //! | `THREADBOX_RETENTION_SECS` | 604800 (7 days) | destroy after this long idle |
 //! | `THREADBOX_PROVIDER` (+ `E2B_*`) | `runc` | `e2b` in production (see `adapters::e2b`) |
 //! | `THREADBOX_RUNC_STATE_DIR` | `/tmp/threadbox-runc` | runc only (the local loop) |
+//! | `THREADBOX_CHECKPOINTS_KEPT`, `THREADBOX_CHECKPOINT_BYTES` | 20, `2GiB` | every function that uses the store: checkpoints a thread keeps and the bytes they may hold (records on the sessions table) |
+//! | `THREADBOX_CHECKPOINT_TURNS` | `true` | worker: a checkpoint before each code block, and its Undo button |
 //! | `THREADBOX_API_KEYS` | required | HTTP functions: bearer keys, comma-separated |
 //! | `THREADBOX_INVOKE_MODE` | `BUFFERED` | sandbox-api: `RESPONSE_STREAM` behind a streaming function URL (see `http`) |
 //! | `THREADBOX_STREAM_URL` | none | sandbox-api, buffered: the stream URL a streaming request is sent to |
@@ -78,7 +80,7 @@ pub use secrets::SecretSet;
 pub use serve::{
     serve_api, serve_http, serve_schedule, serve_sqs, serve_ws, Build, Error, HttpModes, Setup,
 };
-pub use settings::Settings;
+pub use settings::{checkpoint_turns, Settings, CHECKPOINT_TURNS_VAR};
 pub use slack::{
     signing_secret, slack_api, slack_status_target, slack_status_target_watched,
     slack_user_threads, watch_slack_auth, work_queue,

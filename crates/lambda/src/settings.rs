@@ -8,8 +8,9 @@ use threadbox_aws::dynamo::DynamoConfig;
 use threadbox_aws::sqs::SqsQueueUrls;
 use threadbox_core::config::ConfigError;
 use threadbox_core::domain::{
-    parse_profile, Budgets, NetworkDefaults, NetworkProfile, Pricing, PricingSettings, SandboxSize,
-    Timers, WARM_POOL_VAR,
+    parse_profile, Budgets, CheckpointRetention, NetworkDefaults, NetworkProfile, Pricing,
+    PricingSettings, SandboxSize, Timers, CHECKPOINTS_KEPT_VAR, CHECKPOINT_BYTES_VAR,
+    DEFAULT_CHECKPOINTS_KEPT, DEFAULT_CHECKPOINT_BYTES, MAX_CHECKPOINTS_PER_THREAD, WARM_POOL_VAR,
 };
 use threadbox_core::usecases::{Config, DEFAULT_POOL_MAX_AGE, MAX_POOL_SIZE};
 use threadbox_providers::ProviderConfig;
@@ -31,6 +32,9 @@ pub const NETWORK_VAR: &str = "THREADBOX_NETWORK";
 pub const SLACK_NETWORK_VAR: &str = "THREADBOX_SLACK_NETWORK";
 /// Seconds an unclaimed warm pool member is kept before it is replaced.
 pub const WARM_POOL_MAX_AGE_VAR: &str = "THREADBOX_WARM_POOL_MAX_AGE_SECS";
+/// Whether the Slack worker takes a checkpoint before each code block (`true`, the default, or
+/// `false`), as `threadbox dev --checkpoint-turns` says.
+pub const CHECKPOINT_TURNS_VAR: &str = "THREADBOX_CHECKPOINT_TURNS";
 
 /// Where the runc provider keeps its state when the environment does not say. Only the local
 /// loop runs runc, and /tmp is the one writable place a Lambda sandbox has.
@@ -56,6 +60,10 @@ pub struct Settings {
     /// running time) and how long one is kept.
     pub warm_pool: usize,
     pub warm_pool_max_age: Duration,
+    /// How many checkpoints a thread keeps, and the bytes they may hold together
+    /// (`THREADBOX_CHECKPOINTS_KEPT`, default 20; `THREADBOX_CHECKPOINT_BYTES`, a size like
+    /// `2GiB`, the default).
+    pub checkpoints: CheckpointRetention,
 }
 
 impl Settings {
@@ -121,7 +129,47 @@ impl Settings {
             use_cases,
             warm_pool,
             warm_pool_max_age,
+            checkpoints: checkpoints_from_env(env)?,
         })
+    }
+}
+
+/// The checkpoint limits, read as `threadbox dev` reads its flags' variables.
+pub fn checkpoints_from_env(env: &Env) -> Result<CheckpointRetention, ConfigError> {
+    let keep = env.whole_number(
+        CHECKPOINTS_KEPT_VAR,
+        u64::from(DEFAULT_CHECKPOINTS_KEPT),
+        1..=u64::from(MAX_CHECKPOINTS_PER_THREAD),
+    )? as u32;
+    let max_bytes = match env.get(CHECKPOINT_BYTES_VAR) {
+        None => DEFAULT_CHECKPOINT_BYTES,
+        Some(raw) => match raw.parse::<bytesize::ByteSize>() {
+            Ok(size) if size.as_u64() > 0 => size.as_u64(),
+            _ => {
+                return Err(ConfigError::Invalid {
+                    variable: CHECKPOINT_BYTES_VAR,
+                    reason: format!("{raw:?} is not a size above nothing, like 2GiB or 500MiB"),
+                })
+            }
+        },
+    };
+    // The count is in range already: what is left to refuse is a cap under 1 MiB.
+    CheckpointRetention::new(keep, max_bytes).map_err(|reason| ConfigError::Invalid {
+        variable: CHECKPOINT_BYTES_VAR,
+        reason,
+    })
+}
+
+/// Whether the Slack worker checkpoints each code block (`THREADBOX_CHECKPOINT_TURNS`: `true`,
+/// the default, or `false`).
+pub fn checkpoint_turns(env: &Env) -> Result<bool, ConfigError> {
+    match env.get(CHECKPOINT_TURNS_VAR).as_deref() {
+        None | Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(other) => Err(ConfigError::Invalid {
+            variable: CHECKPOINT_TURNS_VAR,
+            reason: format!("expected true or false, got {other:?}"),
+        }),
     }
 }
 
@@ -287,6 +335,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains(PRICE_GIB_HOUR_VAR), "{err}");
+    }
+
+    #[test]
+    fn checkpoint_limits_and_turns_read_as_threadbox_dev_reads_them() {
+        let defaults = with(&[]).unwrap();
+        assert_eq!(defaults.checkpoints, CheckpointRetention::default());
+        assert!(checkpoint_turns(&Env::from_pairs(&[])).unwrap());
+        let set = with(&[
+            (CHECKPOINTS_KEPT_VAR, "5"),
+            (CHECKPOINT_BYTES_VAR, "500MiB"),
+        ])
+        .unwrap();
+        assert_eq!(
+            set.checkpoints,
+            CheckpointRetention::new(5, 500 << 20).unwrap()
+        );
+        let off = Env::from_pairs(&[(CHECKPOINT_TURNS_VAR, "false")]);
+        assert!(!checkpoint_turns(&off).unwrap());
+        for (var, bad) in [
+            (CHECKPOINTS_KEPT_VAR, "0"),
+            (CHECKPOINTS_KEPT_VAR, "101"),
+            (CHECKPOINT_BYTES_VAR, "lots"),
+            (CHECKPOINT_BYTES_VAR, "0"),
+            (CHECKPOINT_BYTES_VAR, "1KiB"),
+        ] {
+            let err = with(&[(var, bad)]).unwrap_err().to_string();
+            assert!(err.contains(var), "{var}={bad}: {err}");
+        }
+        let err = checkpoint_turns(&Env::from_pairs(&[(CHECKPOINT_TURNS_VAR, "yes")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(CHECKPOINT_TURNS_VAR), "{err}");
     }
 
     #[test]

@@ -7,7 +7,9 @@ use super::env::{Env, SetupError};
 use super::secrets::SecretSet;
 use super::settings::Settings;
 use threadbox_api::http::ApiAuth;
-use threadbox_aws::dynamo::{DynamoDedupe, DynamoSessionStore, DynamoWindowCounter};
+use threadbox_aws::dynamo::{
+    DynamoCheckpointStore, DynamoDedupe, DynamoSessionStore, DynamoWindowCounter,
+};
 use threadbox_aws::sdk::{load_config, ClientSettings, SdkConfig};
 use threadbox_aws::sqs::{SqsQueue, SqsQueueUrls};
 use threadbox_core::config::ConfigError;
@@ -26,7 +28,10 @@ pub async fn aws_config() -> SdkConfig {
 }
 
 /// The use cases over DynamoDB, the SQS lifecycle queue, the configured sandbox provider and the
-/// system clock. E2B refusing its API key marks `secrets` stale, so a rotated key is fetched
+/// system clock, with checkpoint records on the sessions table (`DynamoCheckpointStore`) within
+/// `THREADBOX_CHECKPOINTS_KEPT` and `THREADBOX_CHECKPOINT_BYTES`: a provider without checkpoints
+/// (E2B) then answers their routes `unsupported`, naming itself, and a destroy anywhere
+/// (janitor, pause-queue, a request) forgets the thread's records. E2B refusing its API key marks `secrets` stale, so a rotated key is fetched
 /// again (at most once a minute) instead of failing every call until the next refresh.
 pub async fn threadbox(
     sdk: &SdkConfig,
@@ -41,6 +46,10 @@ pub async fn threadbox(
     } else {
         None
     };
+    let checkpoints = Arc::new(DynamoCheckpointStore::from_sdk_config(
+        sdk,
+        &settings.dynamo.sessions_table,
+    ));
     let store = Arc::new(DynamoSessionStore::from_sdk_config(sdk, settings.dynamo));
     let tb = Threadbox::new(
         store.clone(),
@@ -54,7 +63,8 @@ pub async fn threadbox(
         store,
         size: settings.warm_pool,
         max_age: settings.warm_pool_max_age,
-    });
+    })
+    .with_checkpoints(checkpoints, settings.checkpoints);
     Ok(match budget_counter {
         Some(counter) => tb.with_budget_counter(Arc::new(counter)),
         None => tb,

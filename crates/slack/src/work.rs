@@ -125,6 +125,11 @@ pub struct PendingReply {
     /// before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_id: Option<String>,
+    /// The reply's Block Kit blocks (a code block's result with its Undo button), posted with
+    /// `text` as their fallback, so a reply a rate limit held back keeps its buttons. Absent in
+    /// replies of text alone, and in those queued before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<Vec<serde_json::Value>>,
 }
 
 impl WorkItem {

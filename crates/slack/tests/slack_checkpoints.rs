@@ -21,7 +21,7 @@ use threadbox_slack::{
     COMMANDS_PATH, INTERACTIONS_PATH,
 };
 use threadbox_sqlite::{SqliteCheckpointStore, SqliteQueue};
-use threadbox_testing::slack_fake::SlackFake;
+use threadbox_testing::slack_fake::{Fault, SlackFake};
 use threadbox_testing::InMemoryProvider;
 use tower::ServiceExt;
 
@@ -366,4 +366,90 @@ async fn sandbox_fork_starts_a_new_thread_with_the_files_and_links_the_two() {
         .await
         .unwrap();
     assert_eq!(w.read(THREAD).await, "shared start\n");
+}
+
+#[tokio::test]
+async fn a_reply_a_rate_limit_held_back_keeps_its_undo() {
+    let w = world_with(SlackWorkerConfig::default()).await;
+    w.tb.resolve(&thread(THREAD)).await.unwrap();
+    w.write("before\n").await;
+    // Slack refuses the block's reply for longer than the worker waits inline: it is queued.
+    w.fake.fail_next(
+        "chat.postMessage",
+        Fault::RateLimited {
+            retry_after_secs: 30,
+        },
+    );
+    w.mention("1767225601.000001", "```bash\necho one\n```")
+        .await;
+    assert!(w.undo_buttons().is_empty(), "{:?}", w.fake.messages());
+    w.write("after the block\n").await;
+
+    let handled = w.drain().await;
+    let [WorkItem::Reply(reply)] = &handled[..] else {
+        panic!("the held-back reply, alone: {handled:?}");
+    };
+    assert!(reply.blocks.is_some(), "{reply:?}");
+    let undo = w.undo_buttons();
+    assert_eq!(
+        undo.len(),
+        1,
+        "the reply kept its Undo: {:?}",
+        w.fake.messages()
+    );
+    let value = undo[0]["value"].as_str().unwrap().to_owned();
+    let listed = w.tb.list_checkpoints(&thread(THREAD)).await.unwrap();
+    assert_eq!(value, format!("{}@{THREAD}", listed[0].id));
+
+    // And it works as any Undo does.
+    let trigger = w.fake.issue_trigger();
+    w.interaction(&click_undo(&value, "U1", "1767225700.000001", &trigger))
+        .await;
+    let modal = w.fake.opened_views()[0].view.clone();
+    w.interaction(&submission(&modal, "U1", "V0001")).await;
+    assert_eq!(w.drain().await.len(), 1);
+    assert_eq!(w.read(THREAD).await, "before\n");
+}
+
+#[tokio::test]
+async fn without_checkpoints_a_block_has_no_undo_and_a_fork_posts_nothing() {
+    let w = world_with(SlackWorkerConfig::default()).await;
+    w.tb.resolve(&thread(THREAD)).await.unwrap();
+    // As E2B: the provider has no checkpoints.
+    w.provider.refuse_checkpoints(true);
+    w.mention("1767225601.000001", "```bash\necho one\n```")
+        .await;
+    assert!(w.undo_buttons().is_empty(), "{:?}", w.fake.messages());
+    assert!(
+        !w.fake.messages().is_empty(),
+        "the block still ran and replied"
+    );
+
+    let form = serde_urlencoded::to_string([
+        ("team_id", "T1"),
+        ("channel_id", "C1"),
+        ("user_id", "U1"),
+        ("command", "/sandbox"),
+        ("text", &format!("fork {THREAD_TS}")),
+        ("trigger_id", "t-fork-2"),
+    ])
+    .unwrap();
+    let (status, body) = w.post(signed(COMMANDS_PATH, &form)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    w.drain().await;
+    let top: Vec<_> = w
+        .fake
+        .messages()
+        .into_iter()
+        .filter(|m| m.thread_ts.is_none())
+        .collect();
+    assert!(top.is_empty(), "no thread was started: {top:?}");
+    let answers = w.fake.ephemerals();
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.text.starts_with(":x: The fork failed: ")
+                && a.text.contains("the memory provider cannot")),
+        "{answers:?}"
+    );
 }

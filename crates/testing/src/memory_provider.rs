@@ -217,6 +217,8 @@ pub struct InMemoryProvider {
     hang_after_create: AtomicBool,
     /// Whether `set_network` changes a live sandbox (like E2B) or is unsupported (like runc).
     live_network: AtomicBool,
+    /// Whether checkpoints are refused as `unsupported` (like E2B).
+    no_checkpoints: AtomicBool,
     failures: Mutex<HashMap<Op, VecDeque<ProviderError>>>,
     commands: Mutex<Vec<String>>,
     /// The next exec's name lookup its network refuses, and the exit code it then fails with.
@@ -273,6 +275,19 @@ impl InMemoryProvider {
     /// (`false`, the default, as runc does).
     pub fn support_live_network(&self, on: bool) {
         self.live_network.store(on, Ordering::SeqCst);
+    }
+
+    /// From now on, checkpoints, restores and forks are refused as `unsupported`, as E2B's are
+    /// (`true`), or taken (`false`, the default).
+    pub fn refuse_checkpoints(&self, on: bool) {
+        self.no_checkpoints.store(on, Ordering::SeqCst);
+    }
+
+    fn checkpoints_on(&self) -> Result<(), ProviderError> {
+        match self.no_checkpoints.load(Ordering::SeqCst) {
+            true => Err(threadbox_core::ports::checkpoints_unsupported(self.name())),
+            false => Ok(()),
+        }
     }
 
     pub fn set_create_delay(&self, d: Duration) {
@@ -370,6 +385,10 @@ impl SandboxProvider for InMemoryProvider {
         "memory"
     }
 
+    fn checkpoint_support(&self) -> Result<(), ProviderError> {
+        self.checkpoints_on()
+    }
+
     async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError> {
         let delay = *self.create_delay.lock().unwrap();
         if !delay.is_zero() {
@@ -449,6 +468,7 @@ impl SandboxProvider for InMemoryProvider {
         id: &threadbox_core::domain::CheckpointId,
         max_bytes: u64,
     ) -> Result<threadbox_core::ports::CheckpointTaken, ProviderError> {
+        self.checkpoints_on()?;
         let (thread, home) = self.with(sandbox_id, |s| Ok((thread_of(s), home_of(&s.files))))?;
         let bytes: u64 = home
             .values()
@@ -479,6 +499,7 @@ impl SandboxProvider for InMemoryProvider {
         sandbox_id: &str,
         id: &threadbox_core::domain::CheckpointId,
     ) -> Result<threadbox_core::ports::Restored, ProviderError> {
+        self.checkpoints_on()?;
         let thread = self.with(sandbox_id, |s| Ok(thread_of(s)))?;
         let saved = self
             .checkpoints
@@ -498,6 +519,7 @@ impl SandboxProvider for InMemoryProvider {
         &self,
         request: threadbox_core::ports::ForkSandbox,
     ) -> Result<CreatedSandbox, ProviderError> {
+        self.checkpoints_on()?;
         let thread = self.with(&request.source, |s| Ok(thread_of(s)))?;
         let home = match &request.checkpoint {
             Some(id) => self

@@ -42,6 +42,8 @@ pub async fn insert_then_load_round_trips(store: Arc<dyn SessionStore>) {
     // What its creator gave the thread (E2B's metadata and envVars) is part of the record.
     s.labels = [("team".to_owned(), "red & blue".to_owned())].into();
     s.env = [("GREETING".to_owned(), "hi there".to_owned())].into();
+    // And a fork's source, which decides whether the same fork may make the thread again.
+    s.forked_from = Some(ThreadId::parse("conf-source").unwrap());
     assert_eq!(store.load(&s.thread_id).await.unwrap(), None);
     store
         .insert_new(&s, std::slice::from_ref(&e))

@@ -54,7 +54,11 @@ pub async fn build(setup: Setup) -> Result<WorkHandler, SetupError> {
         threadbox_lambda::watch_slack_auth(Arc::new(threadbox_lambda::slack_api(&env)?), secrets),
         dedupe.clone(),
         work_queue.clone(),
-        SlackWorkerConfig::default(),
+        SlackWorkerConfig {
+            // A checkpoint before each code block, and its Undo (`THREADBOX_CHECKPOINT_TURNS`).
+            checkpoint_turns: threadbox_lambda::checkpoint_turns(&env)?,
+            ..SlackWorkerConfig::default()
+        },
     )
     .with_rates(MessageRates::new(
         Arc::new(threadbox_lambda::window_counter(&sdk, &env)?),

@@ -560,10 +560,179 @@ async fn without_a_checkpoint_store_the_routes_say_unsupported() {
         )
         .await
         .unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(response.status(), StatusCode::NOT_IMPLEMENTED);
     let body = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
         .unwrap();
     let body: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["error"]["code"], "unsupported");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not configured"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_provider_without_checkpoints_answers_501_naming_itself_and_changes_nothing() {
+    let api = Api::new(roomy());
+    api.write("src", "/home/user/a.txt", "x").await;
+    let cp = api.take("src", None).await;
+    api.provider.refuse_checkpoints(true);
+    let events_before = api.causes("src").await.len();
+    let creates_before = api.provider.creates();
+    for (method, uri, body) in [
+        (Method::POST, "/v1/threads/src/checkpoints", None),
+        (
+            Method::POST,
+            "/v1/threads/src/restore",
+            Some(json!({ "checkpoint": cp["id"] })),
+        ),
+        (
+            Method::POST,
+            "/v1/threads/src/fork",
+            Some(json!({ "thread": "never-made" })),
+        ),
+    ] {
+        let message = api
+            .send(method.clone(), uri, body)
+            .await
+            .expect_error(StatusCode::NOT_IMPLEMENTED, "unsupported");
+        assert!(message.contains("memory provider"), "{uri}: {message}");
+    }
+    // Nothing was written or made: no thread for the fork, no event, no sandbox.
+    api.send(Method::GET, "/v1/threads/never-made", None)
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "unknown_thread");
+    assert_eq!(api.causes("src").await.len(), events_before);
+    assert_eq!(api.provider.creates(), creates_before);
+    // What the records alone answer still works: the list, and a delete.
+    let listed = api
+        .send(Method::GET, "/v1/threads/src/checkpoints", None)
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(listed["checkpoints"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_fork_carries_the_sources_labels_and_env_and_names_its_source() {
+    use std::collections::BTreeMap;
+    use threadbox_core::domain::THREAD_LABEL;
+    use threadbox_core::usecases::ResolveOptions;
+    let api = Api::new(roomy());
+    let src = ThreadId::parse("src").unwrap();
+    let labels = BTreeMap::from([
+        ("team".to_owned(), "blue".to_owned()),
+        (THREAD_LABEL.to_owned(), "src".to_owned()),
+    ]);
+    let env = BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]);
+    api.tb
+        .resolve_with(
+            &src,
+            ResolveOptions {
+                labels: labels.clone(),
+                env: env.clone(),
+                ..ResolveOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    api.send(
+        Method::POST,
+        "/v1/threads/src/fork",
+        Some(json!({ "thread": "fork-1" })),
+    )
+    .await
+    .expect(StatusCode::CREATED);
+    let fork = api
+        .tb
+        .store
+        .load(&ThreadId::parse("fork-1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fork.env, env);
+    assert_eq!(fork.labels["team"], "blue");
+    assert_eq!(
+        fork.labels[THREAD_LABEL], "fork-1",
+        "the label naming a thread names the fork"
+    );
+    assert_eq!(fork.labels.len(), 2);
+    assert_eq!(fork.forked_from, Some(src.clone()));
+    let source = api.tb.store.load(&src).await.unwrap().unwrap();
+    assert_eq!((source.labels, source.forked_from), (labels, None));
+}
+
+#[tokio::test]
+async fn a_fork_that_failed_is_made_again_by_the_same_fork_and_by_nothing_else() {
+    use threadbox_core::domain::Status;
+    use threadbox_core::ports::ProviderError;
+    use threadbox_testing::Op;
+    let api = Api::new(roomy());
+    api.write("src", "/home/user/plan.md", "plan A").await;
+    api.write("other", "/home/user/plan.md", "other plan").await;
+    let load = |thread: &'static str| {
+        let store = api.tb.store.clone();
+        async move {
+            store
+                .load(&ThreadId::parse(thread).unwrap())
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+
+    // The fork's sandbox is not made: its thread is left `error`, naming its source.
+    api.provider.fail_next(
+        Op::Create,
+        ProviderError::Internal("the host fell over".into()),
+    );
+    let fork = |source: &'static str, thread: &'static str| {
+        let api = &api;
+        async move {
+            api.send(
+                Method::POST,
+                &format!("/v1/threads/{source}/fork"),
+                Some(json!({ "thread": thread })),
+            )
+            .await
+        }
+    };
+    fork("src", "fk").await.expect(StatusCode::BAD_GATEWAY);
+    let failed = load("fk").await;
+    assert_eq!(failed.status, Status::Error);
+    assert_eq!(failed.forked_from.as_ref().map(|t| t.as_str()), Some("src"));
+
+    // Another source cannot take it over.
+    fork("other", "fk")
+        .await
+        .expect_error(StatusCode::CONFLICT, "thread_exists");
+
+    // The same fork again makes it, with the source's files.
+    let made = fork("src", "fk").await.expect(StatusCode::CREATED);
+    assert_eq!(made["thread_id"], "fk");
+    assert_eq!(
+        api.read("fk", "/home/user/plan.md").await.as_deref(),
+        Some("plan A")
+    );
+    assert_eq!(load("fk").await.status, Status::Active);
+    // Made once, it is taken: a fork into it again is refused.
+    fork("src", "fk")
+        .await
+        .expect_error(StatusCode::CONFLICT, "thread_exists");
+
+    // A thread in error that was never a fork is taken too.
+    api.provider.fail_next(
+        Op::Create,
+        ProviderError::Internal("the host fell over".into()),
+    );
+    api.send(Method::POST, "/v1/threads/plain/resolve", None)
+        .await
+        .expect(StatusCode::BAD_GATEWAY);
+    assert_eq!(load("plain").await.status, Status::Error);
+    fork("src", "plain")
+        .await
+        .expect_error(StatusCode::CONFLICT, "thread_exists");
 }

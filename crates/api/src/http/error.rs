@@ -123,9 +123,10 @@ fn status_of(error: &UseCaseError) -> StatusCode {
         | UseCaseError::NetworkConflict { .. }
         | UseCaseError::Interrupted { .. } => StatusCode::CONFLICT,
         UseCaseError::Provider(p) => match p {
-            ProviderError::InvalidRequest(_) | ProviderError::Unsupported(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            ProviderError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            // What this server's provider (or set-up) does not do, named in the message: not
+            // the request's fault, and no retry helps (E2B's API answers the same, `e2b-api`).
+            ProviderError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
             ProviderError::Conflict(_) => StatusCode::CONFLICT,
             ProviderError::NotFound(_) => StatusCode::NOT_FOUND,
             // The sandbox's own disk is full: nothing the server can fix, and retrying will not

@@ -10,10 +10,14 @@
 //! | `thread_id` | S | `#checkpoints#{thread_id}` |
 //! | `version` | N | bumped by every write, which is conditional on it |
 //! | `checkpoints` | L | the records (M each, mapped by `serde_dynamo`) |
+//! | `expires_at` | N | only once the list is empty: the time it was emptied (epoch seconds) |
 //!
-//! The item has neither `due_shard` nor `kind`, so it is in none of the table's indexes, and no
-//! `expires_at`: it goes when the thread's checkpoints are removed (with the thread). It is
-//! bounded: at most `MAX_CHECKPOINTS_PER_THREAD` records of a few hundred bytes each, well
+//! The item has neither `due_shard` nor `kind`, so it is in none of the table's indexes. Once its
+//! last record is removed (a delete, or the thread's destroy) it is written empty with
+//! `expires_at` now, and the table's TTL deletes it: a destroyed thread leaves nothing behind, with
+//! the `PutItem` every writer may already make (no `DeleteItem` grant). A later add writes the
+//! item whole without `expires_at`, and TTL deletes only an item whose `expires_at` is still past
+//! when it looks, so a thread that has checkpoints again keeps them. It is bounded: at most `MAX_CHECKPOINTS_PER_THREAD` records of a few hundred bytes each, well
 //! under DynamoDB's 400 KB item limit.
 //!
 //! `add` and `remove` read the item strongly consistent and put it back conditional on the
@@ -45,6 +49,9 @@ struct ThreadItem {
     version: u64,
     #[serde(default)]
     checkpoints: Vec<Checkpoint>,
+    /// TTL (epoch seconds), only on an emptied item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at: Option<i64>,
 }
 
 /// The checkpoint records on DynamoDB. Cheap to clone; build one per process.
@@ -54,6 +61,13 @@ pub struct DynamoCheckpointStore {
 }
 
 table_store!(DynamoCheckpointStore, StoreKind::Checkpoints);
+
+/// The time now in epoch seconds, as DynamoDB's TTL reads it.
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
 
 fn key(thread_id: &ThreadId) -> String {
     format!("{KEY_PREFIX}{thread_id}")
@@ -96,10 +110,12 @@ impl DynamoCheckpointStore {
     ) -> Result<bool, StoreError> {
         let key = key(thread_id);
         let version = read.map_or(0, |r| r.version);
+        let expires_at = checkpoints.is_empty().then(now_secs);
         let item = to_item(ThreadItem {
             thread_id: key.clone(),
             version: version + 1,
             checkpoints,
+            expires_at,
         })
         .map_err(|e| {
             self.table

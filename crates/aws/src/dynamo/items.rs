@@ -70,6 +70,8 @@ pub(super) struct SessionItem {
     labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    forked_from: Option<ThreadId>,
     /// Partition key of the due-work index; present exactly when `next_action_at` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     due_shard: Option<u32>,
@@ -115,6 +117,7 @@ impl SessionItem {
             pool_member: s.pool_member.clone(),
             labels: s.labels.clone(),
             env: s.env.clone(),
+            forked_from: s.forked_from.clone(),
             due_shard: due.map(|(shard, _)| shard),
             due_at: due.map(|(_, at)| at),
             expires_at,
@@ -152,6 +155,7 @@ impl SessionItem {
             pool_member: self.pool_member,
             labels: self.labels,
             env: self.env,
+            forked_from: self.forked_from,
         }
     }
 }

@@ -96,7 +96,7 @@
 //!
 //! The sessions table also holds one item per thread with checkpoints (the `CheckpointStore`
 //! port, see `checkpoints.rs`), partition key `#checkpoints#{thread_id}`: its records as a list
-//! and a `version` every write is conditional on; in no index, no TTL.
+//! and a `version` every write is conditional on; in no index; `expires_at` (TTL) once emptied.
 //!
 //! # Requests per call
 //!

@@ -40,7 +40,7 @@ pub use network_defaults::{parse_profile, NetworkDefaults, NetworkSettingError};
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
 pub use session::{
     Change, Hold, LifecycleEvent, Session, Timers, MAX_LABELS, MAX_LABEL_BYTES, MAX_SEQ,
-    PROCESS_HOLD_PREFIX,
+    PROCESS_HOLD_PREFIX, THREAD_LABEL,
 };
 pub use status::{Cause, GonePolicy, Status};
 pub use thread_id::{valid_member_id, InvalidThreadId, ThreadId, MAX_THREAD_ID_LEN};

@@ -125,7 +125,16 @@ pub struct Session {
     /// the names.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// The thread this one was forked from (`Threadbox::fork`), kept for its life. While no
+    /// sandbox was ever bound to it (a fork that failed or crashed before its copy was whole),
+    /// a fork from the same source may make it again: see [`Session::is_unfinished_fork_of`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ThreadId>,
 }
+
+/// The label that names a thread (E2B's sandbox `metadata` key `threadbox-e2b-api` reads a
+/// create's thread from): a fork's copy of its source's labels names the fork instead.
+pub const THREAD_LABEL: &str = "threadbox_thread";
 
 /// The most labels a thread carries.
 pub const MAX_LABELS: usize = 64;
@@ -170,6 +179,7 @@ impl Session {
             pool_member: None,
             labels: BTreeMap::new(),
             env: BTreeMap::new(),
+            forked_from: None,
         };
         // The table decides even the first step, so there is one path for every change.
         let event = session
@@ -381,6 +391,15 @@ impl Session {
     /// Whether a transitional claim has run out, so another worker may recover it.
     pub fn lease_expired(&self, now: Millis) -> bool {
         self.status.is_transitional() && self.lease_until.is_none_or(|until| until <= now)
+    }
+
+    /// Whether this is a fork of `source` that never got its sandbox: still being made, or
+    /// left `creating` or `error` by an attempt that failed or crashed mid-copy. A fork from
+    /// the same source may make such a thread again; any other existing thread is taken.
+    pub fn is_unfinished_fork_of(&self, source: &ThreadId) -> bool {
+        self.forked_from.as_ref() == Some(source)
+            && self.sandbox_id.is_none()
+            && matches!(self.status, Status::Creating | Status::Error)
     }
 }
 

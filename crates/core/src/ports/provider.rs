@@ -542,6 +542,15 @@ pub trait SandboxProvider: Send + Sync {
 
     // Checkpoints of the home: a provider without them answers `Unsupported`, naming itself.
 
+    /// Whether this provider takes, restores and forks checkpoints: `Ok`, or the
+    /// `Unsupported` error its `checkpoint`, `restore` and `fork` would answer. The use cases
+    /// ask first, before they resume, hold or write anything, so a fork on a provider without
+    /// them leaves no thread behind and a Slack turn costs no store write. A provider that
+    /// leaves those three at their defaults answers [`checkpoints_unsupported`] here too.
+    fn checkpoint_support(&self) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
     /// Copy the sandbox's `/home/user` as it is now, consistent even while its processes write,
     /// under `id` (a new id), as a checkpoint of the sandbox's thread (its owner). A home holding more than `max_bytes` is refused (`NoSpace`, with
     /// both numbers) before anything is copied.

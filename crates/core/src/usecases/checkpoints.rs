@@ -10,12 +10,11 @@
 //! change of state: a restore keeps the thread's sandbox and generation, and says which
 //! processes it stopped; a fork writes an event on both threads, each naming the other.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::domain::{
     check_label, Cause, Checkpoint, CheckpointCause, CheckpointId, CheckpointRetention,
-    NetworkProfile, Session, ThreadId,
+    NetworkProfile, Session, ThreadId, THREAD_LABEL,
 };
 use crate::ports::{CheckpointStore, ProviderError, Restored, StoppedProcess};
 
@@ -67,6 +66,14 @@ impl Threadbox {
         })
     }
 
+    /// The checkpoint store, when the provider can also copy homes: what taking, restoring
+    /// and forking need, asked before anything is resumed, held or written.
+    fn copying_store(&self) -> Result<&Checkpoints, UseCaseError> {
+        let checkpoints = self.checkpoint_store()?;
+        self.provider.checkpoint_support()?;
+        Ok(checkpoints)
+    }
+
     /// The checkpoint store, once the thread is known: an unknown thread is 404 before any
     /// checkpoint of it is looked for.
     async fn store_for(&self, thread_id: &ThreadId) -> Result<&Checkpoints, UseCaseError> {
@@ -88,7 +95,7 @@ impl Threadbox {
         label: Option<&str>,
         cause: CheckpointCause,
     ) -> Result<Checkpoint, UseCaseError> {
-        let checkpoints = self.checkpoint_store()?.clone();
+        let checkpoints = self.copying_store()?.clone();
         let label = check_label(label).map_err(UseCaseError::BadRequest)?;
         self.existing(thread_id).await?;
         let id = CheckpointId::generate();
@@ -186,6 +193,7 @@ impl Threadbox {
         thread_id: &ThreadId,
         id: &CheckpointId,
     ) -> Result<RestoreOutcome, UseCaseError> {
+        self.copying_store()?;
         let checkpoint = self.get_checkpoint(thread_id, id).await?;
         let (sandbox_id, restored): (String, Restored) = self
             .with_sandbox(
@@ -231,8 +239,11 @@ impl Threadbox {
     }
 
     /// Start `request.thread` with a copy of the source's home (now, or at a checkpoint):
-    /// another machine, the source's network profile unless another is asked for. The source
-    /// runs on. Refused when the new thread exists (`ThreadExists`).
+    /// another machine, with the source's default environment and labels (the one naming a
+    /// thread names the fork), and the source's network profile unless another is asked for.
+    /// The source runs on. Refused when the new thread exists (`ThreadExists`), unless it is
+    /// this fork left unfinished by an earlier attempt (failed, or crashed mid-copy), which is
+    /// made again.
     #[tracing::instrument(skip(self, request), fields(thread_id = %request.source, fork = %request.thread))]
     pub async fn fork(&self, request: ForkRequest) -> Result<SandboxHandle, UseCaseError> {
         if request.thread == request.source {
@@ -240,14 +251,22 @@ impl Threadbox {
                 "a thread cannot be forked into itself".into(),
             ));
         }
+        // A provider without checkpoints refuses before a thread is written.
+        self.provider.checkpoint_support()?;
         let source = self.existing(&request.source).await?;
         if let Some(id) = &request.checkpoint {
             self.get_checkpoint(&request.source, id).await?;
         }
-        if self.store.load(&request.thread).await?.is_some() {
-            return Err(UseCaseError::ThreadExists(request.thread.clone()));
+        if let Some(taken) = self.store.load(&request.thread).await? {
+            if !taken.is_unfinished_fork_of(&request.source) {
+                return Err(UseCaseError::ThreadExists(request.thread.clone()));
+            }
         }
         let network = request.network.clone().unwrap_or(source.network.clone());
+        let mut labels = source.labels.clone();
+        if let Some(named) = labels.get_mut(THREAD_LABEL) {
+            *named = request.thread.to_string();
+        }
         let hold = HoldRequest::new("fork", COPY_HOLD);
         let (source_handle, handle) = {
             let held = self.acquire_hold(&request.source, hold).await?;
@@ -258,12 +277,12 @@ impl Threadbox {
                         create: true,
                         hold: None,
                         network: Some(network),
-                        // The fork runs commands as its source does; its labels (an E2B
-                        // create's metadata, which can name the thread) stay the source's own.
+                        // The fork runs commands as its source does, and carries its labels.
                         env: source.env.clone(),
-                        labels: BTreeMap::new(),
+                        labels,
                     },
                     ForkFrom {
+                        thread: request.source.clone(),
                         source: held.sandbox_id.clone(),
                         checkpoint: request.checkpoint.clone(),
                     },

@@ -78,6 +78,9 @@ impl Default for ResolveOptions {
 /// creates its thread).
 #[derive(Clone, Debug)]
 pub(crate) struct ForkFrom {
+    /// The source's thread (the new thread's `forked_from`).
+    pub thread: ThreadId,
+    /// The source's sandbox.
     pub source: String,
     pub checkpoint: Option<CheckpointId>,
 }
@@ -174,9 +177,13 @@ impl Threadbox {
                 }
                 continue;
             };
-            if trail.fork.is_some() && !trail.created {
-                // Made by someone else since the fork checked: a fork never takes a thread over.
-                return Err(UseCaseError::ThreadExists(thread_id.clone()));
+            if let Some(fork) = trail.fork.as_ref().filter(|_| !trail.created) {
+                // Made by someone else since the fork checked: a fork never takes a thread
+                // over, except this fork's own that an earlier attempt left without a sandbox
+                // (still being made: wait for it; failed or crashed: make it again).
+                if !current.is_unfinished_fork_of(&fork.thread) {
+                    return Err(UseCaseError::ThreadExists(thread_id.clone()));
+                }
             }
             if let Some(wanted) = &options.network {
                 if *wanted != current.network {
@@ -240,6 +247,7 @@ impl Threadbox {
             .unwrap_or_else(|| self.config.network.for_thread(thread_id).clone());
         session.labels = options.labels.clone();
         session.env = options.env.clone();
+        session.forked_from = trail.fork.as_ref().map(|f| f.thread.clone());
         match self
             .store
             .insert_new(&session, std::slice::from_ref(&event))

@@ -1,6 +1,7 @@
 //! The worker's replies: those to one message, posted in order (editing the live message of a
 //! long command, attaching long output as a file), and a reply that met a rate limit, which goes
-//! back on the work queue as a work item of its own and is posted once.
+//! back on the work queue as a work item of its own, blocks and buttons included, and is posted
+//! once.
 
 use std::time::{Duration, Instant};
 
@@ -155,8 +156,8 @@ impl<'a> Replies<'a> {
         self.send_with(text, None).await
     }
 
-    /// Post a reply with `blocks`. One deferred by a rate limit goes as text alone (a queued
-    /// reply carries no blocks: its buttons are lost, its words are not).
+    /// Post a reply with `blocks`. One deferred by a rate limit goes on the work queue with its
+    /// blocks, so it keeps its buttons (a code block's Undo) when it is posted.
     pub(super) async fn send_with(&mut self, text: String, blocks: Option<Vec<Value>>) {
         self.sent += 1;
         let post = PostMessage {
@@ -191,6 +192,7 @@ impl<'a> Replies<'a> {
             thread_ts: post.thread_ts,
             text: post.text,
             reply_id: Some(reply_id.clone()),
+            blocks: post.blocks,
         });
         let queued = OutgoingMessage {
             group_id: item.group_id(),
@@ -222,7 +224,7 @@ impl SlackWorker {
             channel: reply.channel,
             thread_ts: reply.thread_ts,
             text: reply.text,
-            blocks: None,
+            blocks: reply.blocks,
         };
         match self.api.post_message(&post).await {
             Ok(_) => {

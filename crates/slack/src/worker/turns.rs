@@ -25,9 +25,12 @@ impl SlackWorker {
         thread_id: &ThreadId,
         nth: usize,
     ) -> Option<CheckpointId> {
-        // Without a checkpoint store (a deployment whose provider has none) there is nothing
-        // to take, and no reason to make the thread first.
-        if !self.config.checkpoint_turns || self.tb.checkpoints.is_none() {
+        // Without a checkpoint store, or with a provider that has no checkpoints (E2B), there
+        // is nothing to take, and no reason to make the thread first.
+        if !self.config.checkpoint_turns
+            || self.tb.checkpoints.is_none()
+            || self.tb.provider.checkpoint_support().is_err()
+        {
             return None;
         }
         // The block would make the thread's sandbox anyway; its checkpoint is then an empty home.
@@ -97,6 +100,10 @@ impl SlackWorker {
         let Some(place) = SlackPlace::of(source) else {
             return ":x: Only a Slack thread can be forked here.".to_owned();
         };
+        // Said before a message is posted for a thread that could not be made.
+        if let Err(error) = self.tb.provider.checkpoint_support() {
+            return fork_failed(&error.into());
+        }
         let intro = PostMessage {
             channel: command.channel.clone(),
             thread_ts: None,
@@ -132,7 +139,7 @@ impl SlackWorker {
             blocks: None,
         };
         if let Err(error) = forked {
-            let text = format!(":x: The fork failed: {}", failure(&error));
+            let text = fork_failed(&error);
             let _ = self
                 .api
                 .post_message(&reply_in(Some(posted.ts.clone()), text.clone()))
@@ -154,6 +161,15 @@ impl SlackWorker {
             super::controls::thread_words(&new_thread)
         )
     }
+}
+
+/// Why a fork failed, with one `:x:`.
+fn fork_failed(error: &UseCaseError) -> String {
+    let why = failure(error);
+    format!(
+        ":x: The fork failed: {}",
+        why.strip_prefix(":x: ").unwrap_or(&why)
+    )
 }
 
 /// A code block's reply with its Undo button under it.
