@@ -122,6 +122,20 @@ impl Bundle {
     fn rootfs(&self) -> PathBuf {
         self.dir.join("rootfs")
     }
+    /// An image sandbox's volume, managed files and image layer (see `image_root`).
+    pub fn volume(&self) -> PathBuf {
+        image_root::volume_dir(&self.dir)
+    }
+    pub fn managed(&self) -> PathBuf {
+        image_root::managed_dir(&self.dir)
+    }
+    fn lower(&self) -> PathBuf {
+        image_root::lower_dir(&self.dir)
+    }
+    /// Whether the sandbox's root is an image's (an overlay) rather than the host's `/usr`.
+    pub fn has_image_root(&self) -> bool {
+        image_root::is_image_sandbox(&self.dir)
+    }
     fn record_path(&self) -> PathBuf {
         self.dir.join("sandbox.json")
     }
@@ -292,7 +306,13 @@ pub(crate) fn write_bundle(
     match spec.image {
         Some(image) => {
             let etc = etc_files(&spec.hostname, IMAGE_LOGIN_SHELL, ids.user_inside());
-            image_root::lay_out(bundle, image, ids, spec.home_volume, &etc)?;
+            let paths = image_root::BundlePaths {
+                dir: bundle.dir().to_owned(),
+                home: bundle.home(),
+                home_image: bundle.home_image(),
+                userns_pin: bundle.userns_pin(),
+            };
+            image_root::lay_out(&paths, image, ids, spec.home_volume, &etc)?;
         }
         None => lay_out_host_root(bundle, spec)?,
     }
@@ -451,7 +471,7 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
                "options": ["rbind", "rw", "nosuid", "nodev"]}),
     ];
     if spec.image.is_some() {
-        mounts.extend(image_root::managed_mounts(bundle));
+        mounts.extend(image_root::managed_mounts(bundle.dir()));
     } else {
         mounts.push(
             json!({"destination": "/usr", "type": "bind", "source": "/usr",

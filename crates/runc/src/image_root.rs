@@ -41,7 +41,6 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use serde_json::{json, Value};
 
-use super::bundle::Bundle;
 use super::idmap::IdRange;
 use super::volume;
 
@@ -56,34 +55,33 @@ const MANAGED_DIRS: &[&str] = &["/run/threadbox"];
 /// Room for the resolver, hosts and the trust store (the host's CA bundle is about 200 KiB).
 const MANAGED_TMPFS_OPTIONS: &str = "mode=711,size=4m,nr_inodes=256";
 
-impl Bundle {
-    /// An image sandbox's volume: the home's filesystem, holding its home and its writable
-    /// layer.
-    pub fn volume(&self) -> PathBuf {
-        self.dir().join("volume")
-    }
-    /// What threadbox keeps for an image sandbox, bound read-only into its root.
-    pub fn managed(&self) -> PathBuf {
-        self.dir().join("managed")
-    }
-    /// Whether the sandbox's root is an image's (an overlay) rather than the host's `/usr`.
-    pub fn has_image_root(&self) -> bool {
-        is_image_sandbox(self.dir())
-    }
-    /// The image's idmapped layer under the overlay, unmounted with the bundle.
-    pub(crate) fn lower(&self) -> PathBuf {
-        self.dir().join("lower")
-    }
-    fn layers(&self) -> PathBuf {
-        self.volume().join("layers")
-    }
+/// Where an image sandbox's parts are in its bundle (`bundle`'s paths, passed in so this module
+/// and `bundle` do not name each other).
+pub(crate) struct BundlePaths {
+    pub dir: PathBuf,
+    pub home: PathBuf,
+    pub home_image: PathBuf,
+    pub userns_pin: PathBuf,
+}
+
+/// An image sandbox's volume: the home's filesystem, holding its home and its writable layer.
+pub(crate) fn volume_dir(bundle_dir: &Path) -> PathBuf {
+    bundle_dir.join("volume")
+}
+/// What threadbox keeps for an image sandbox, bound read-only into its root.
+pub(crate) fn managed_dir(bundle_dir: &Path) -> PathBuf {
+    bundle_dir.join("managed")
+}
+/// The image's idmapped layer under the overlay, unmounted with the bundle.
+pub(crate) fn lower_dir(bundle_dir: &Path) -> PathBuf {
+    bundle_dir.join("lower")
 }
 
 /// Whether the bundle at `bundle_dir` is an image sandbox's: known by its volume directory, the
 /// first thing of it made, so a sandbox whose managed files went missing is never taken for a
 /// host-image one (whose files are written into its root).
 pub(crate) fn is_image_sandbox(bundle_dir: &Path) -> bool {
-    bundle_dir.join("volume").is_dir()
+    volume_dir(bundle_dir).is_dir()
 }
 
 /// Where files the host keeps for a sandbox go, as seen from the host: under `managed/` for an
@@ -92,7 +90,7 @@ pub(crate) fn is_image_sandbox(bundle_dir: &Path) -> bool {
 /// without its leading `/`.
 pub(crate) fn managed_root(bundle_dir: &Path) -> PathBuf {
     if is_image_sandbox(bundle_dir) {
-        bundle_dir.join("managed")
+        managed_dir(bundle_dir)
     } else {
         bundle_dir.join("rootfs")
     }
@@ -102,19 +100,19 @@ pub(crate) fn managed_root(bundle_dir: &Path) -> PathBuf {
 /// home bound out of it, the writable layer, the overlay, the sandbox's users and the managed
 /// files. The sandbox's user namespace must be pinned already (the idmap is made with it).
 pub(crate) fn lay_out(
-    bundle: &Bundle,
+    bundle: &BundlePaths,
     image: &Path,
     ids: IdRange,
     quota_volume: Option<&volume::VolumePool>,
     etc: &[(&'static str, String)],
 ) -> io::Result<()> {
     let mut dirs = fs::DirBuilder::new();
-    let volume_dir = bundle.volume();
+    let volume_dir = volume_dir(&bundle.dir);
     dirs.mode(0o700).create(&volume_dir)?;
     if let Some(pool) = quota_volume {
         let _span = tracing::debug_span!("mount.home").entered();
-        pool.take(&bundle.home_image())?;
-        volume::mount(&bundle.home_image(), &volume_dir, (0, 0))?;
+        pool.take(&bundle.home_image)?;
+        volume::mount(&bundle.home_image, &volume_dir, (0, 0))?;
         fs::set_permissions(&volume_dir, fs::Permissions::from_mode(0o700))?;
     }
     let user = ids.user_on_host();
@@ -122,11 +120,10 @@ pub(crate) fn lay_out(
     let home_src = volume_dir.join("home");
     dirs.mode(0o750).create(&home_src)?;
     std::os::unix::fs::chown(&home_src, Some(user.0), Some(user.1))?;
-    let home = bundle.home();
-    dirs.mode(0o750).create(&home)?;
-    bind(&home_src, &home)?;
+    dirs.mode(0o750).create(&bundle.home)?;
+    bind(&home_src, &bundle.home)?;
 
-    let layers = bundle.layers();
+    let layers = volume_dir.join("layers");
     dirs.mode(0o700).create(&layers)?;
     let (upper, work) = (layers.join("upper"), layers.join("work"));
     // The upper directory's owner and mode are the root directory's inside.
@@ -134,12 +131,12 @@ pub(crate) fn lay_out(
     std::os::unix::fs::chown(&upper, Some(root.0), Some(root.1))?;
     dirs.mode(0o700).create(&work)?;
 
-    let lower = bundle.lower();
+    let lower = lower_dir(&bundle.dir);
     dirs.mode(0o700).create(&lower)?;
     {
         let _span = tracing::debug_span!("mount.image").entered();
-        idmapped_bind(image, &lower, &bundle.userns_pin())?;
-        let rootfs = bundle.dir().join("rootfs");
+        idmapped_bind(image, &lower, &bundle.userns_pin)?;
+        let rootfs = bundle.dir.join("rootfs");
         dirs.mode(0o755).create(&rootfs)?;
         // The idmapped layer stays mounted under the overlay until the sandbox goes: unmounting
         // it here would make the create wait out an RCU grace period, and removal unmounts it
@@ -147,12 +144,12 @@ pub(crate) fn lay_out(
         mount_overlay(&lower, &upper, &work, &rootfs)?;
         write_identity(&rootfs, ids, root, etc)?;
     }
-    write_managed(bundle, etc)
+    write_managed(&bundle.dir, etc)
 }
 
 /// The mounts an image sandbox's spec adds: the managed files and directories, read-only.
-pub(crate) fn managed_mounts(bundle: &Bundle) -> Vec<Value> {
-    let managed = bundle.managed();
+pub(crate) fn managed_mounts(bundle_dir: &Path) -> Vec<Value> {
+    let managed = managed_dir(bundle_dir);
     MANAGED_FILES
         .iter()
         .chain(MANAGED_DIRS)
@@ -222,8 +219,8 @@ fn write_identity(
 
 /// The managed files: the resolver (restricted until a network says otherwise), hosts and
 /// hostname, and the directory the trust store goes into.
-fn write_managed(bundle: &Bundle, etc: &[(&'static str, String)]) -> io::Result<()> {
-    let managed = bundle.managed();
+fn write_managed(bundle_dir: &Path, etc: &[(&'static str, String)]) -> io::Result<()> {
+    let managed = managed_dir(bundle_dir);
     let mut dirs = fs::DirBuilder::new();
     dirs.mode(0o711).create(&managed)?;
     // A tmpfs of its own, so the binds out of it show paths inside it, not the bundle's on

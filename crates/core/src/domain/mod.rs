@@ -32,8 +32,8 @@ pub use egress_credentials::{
     EgressCredentials, EgressCredentialsError, HeaderSecret, HostCredentials,
 };
 pub use image::{
-    unknown_image, ImageInfo, ImageName, ImageSetup, DEFAULT_SETUP_TIMEOUT_SECS, HOST_IMAGE,
-    MAX_IMAGE_NAME_LEN,
+    unknown_image, ImageInfo, ImageName, ImageSetup, SandboxUser, DEFAULT_SETUP_TIMEOUT_SECS,
+    HOST_IMAGE, MAX_IMAGE_NAME_LEN,
 };
 pub use network::{Allowlist, AllowlistError, NetworkProfile};
 pub use network_defaults::{parse_profile, NetworkDefaults, NetworkSettingError};

@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::domain::SandboxUser;
 use crate::domain::{CheckpointId, ImageInfo, ImageName, Millis, ThreadId};
 
 pub mod exec_files;
@@ -256,27 +257,6 @@ pub struct ExecRequest {
     pub output_cap: usize,
     /// Who runs it inside the sandbox: its user (the default) or its root.
     pub user: SandboxUser,
-}
-
-/// Who a command runs as inside its sandbox. `User` is uid 1000 with no capabilities; `Root` is
-/// uid 0 of the sandbox's own user namespace, with the capabilities a container's root has over
-/// what that namespace owns (installing packages into an image's root, for one) and none over
-/// the host. E2B's SDKs name the same two (`user: "root"`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SandboxUser {
-    #[default]
-    User,
-    Root,
-}
-
-impl SandboxUser {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::User => "user",
-            Self::Root => "root",
-        }
-    }
 }
 
 /// The longest single argument or `NAME=value` environment string a command may get: the
