@@ -258,6 +258,8 @@ impl Threadbox {
                         create: true,
                         hold: None,
                         network: Some(network),
+                        // The fork's root starts from the image its source's did.
+                        image: Some(source.image.clone()),
                         // The fork runs commands as its source does; its labels (an E2B
                         // create's metadata, which can name the thread) stay the source's own.
                         env: source.env.clone(),
