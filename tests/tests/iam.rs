@@ -42,6 +42,8 @@ const EVERYTHING_ON: &[(&str, &str)] = &[
     ("ThreadComputeBudget", "100000"),
     ("ScopeComputeBudget", "100000"),
     ("ScopeCreatesPerHour", "1000"),
+    // An image besides host, so the image change below writes (and reaches the functions).
+    ("E2bTemplates", "python=base"),
 ];
 
 /// The same conditions off (the template's defaults): a grant only a condition gives must not
@@ -52,6 +54,7 @@ const EVERYTHING_OFF: &[(&str, &str)] = &[
     ("RetentionSeconds", "3"),
     ("ReconcileEveryMinutes", "1"),
     ("EgressCredentialsSecret", ""),
+    ("E2bTemplates", "python=base"),
 ];
 
 /// An API Gateway HTTP API event for `method path` with a JSON `body`, from the exec fixture.
@@ -338,8 +341,8 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     let report = janitor.handle(scheduled_now()).await;
     assert!(report.is_ok(), "first sweep: {report:?}");
 
-    // ---- resolve-session: resolve (a new thread takes a pool member), network, list, show,
-    // events, reset.
+    // ---- resolve-session: resolve (a new thread takes a pool member), network, image, images,
+    // list, show, events, reset (its new sandbox from the image's template).
     {
         let (_, env, tb) = stack
             .start_threadbox("ResolveSessionFunction", &overrides)
@@ -354,6 +357,13 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
                 "",
                 Some(json!({"network": "networked"})),
             ),
+            (
+                "PUT",
+                format!("{t}/image"),
+                "",
+                Some(json!({"image": "python"})),
+            ),
+            ("GET", "/v1/images".to_owned(), "", None),
             ("GET", "/v1/threads".to_owned(), "", None),
             ("GET", "/v1/threads".to_owned(), "usage=true", None),
             ("GET", t.to_owned(), "", None),

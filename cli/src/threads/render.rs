@@ -120,6 +120,7 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
         ("idle", idle(detail.session.idle_seconds)),
         ("sandbox", sandbox),
         ("network", s.network.describe()),
+        ("image", s.image.to_string()),
         ("holds", holds),
         ("last active", utc(s.last_activity_at)),
         ("created", utc(s.created_at)),
@@ -476,6 +477,7 @@ pub(crate) mod tests {
             destroyed_at: None,
             last_error: None,
             network: Default::default(),
+            image: Default::default(),
             pool_member: None,
             labels: Default::default(),
             env: Default::default(),
@@ -642,6 +644,7 @@ pub(crate) mod tests {
              idle         1m1s\n\
              sandbox      sb-demo (runc, generation 1)\n\
              network      restricted\n\
+             image        host\n\
              holds        none\n"
         ));
         assert!(text.contains("paused       -\n"));
