@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::ForCaller;
 use super::error::ApiError;
-use super::extract::{optional_body, Thread};
+use super::extract::{image_name, optional_body, Thread};
 use super::threads::SessionView;
-use threadbox_core::domain::{ImageInfo, ImageName};
+use threadbox_core::domain::ImageInfo;
 use threadbox_core::usecases::{ImageApplied, Threadbox};
 
 /// `PUT /v1/threads/{id}/image`, with the thread routes that bring a sandbox up.
@@ -42,23 +42,6 @@ async fn list(ForCaller(tb): ForCaller) -> Json<ImagesView> {
     Json(ImagesView {
         images: tb.images(),
     })
-}
-
-/// Read an image name from a body's `image` field: `None` when absent or `null`; a name that is
-/// not one (`ImageName::parse`) is a 400 saying what names look like.
-pub(super) fn image_name(value: Option<serde_json::Value>) -> Result<Option<ImageName>, ApiError> {
-    value
-        .filter(|v| !v.is_null())
-        .map(|value| {
-            let serde_json::Value::String(name) = value else {
-                return Err(ApiError::bad_request(
-                    "invalid_image",
-                    "image: expected a registered image's name (GET /v1/images lists them)",
-                ));
-            };
-            ImageName::parse(&name).map_err(|e| ApiError::bad_request("invalid_image", e))
-        })
-        .transpose()
 }
 
 #[derive(Deserialize)]

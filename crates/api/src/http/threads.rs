@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::ForCaller;
 use super::error::ApiError;
-use super::extract::{optional_body, ApiQuery, Thread};
+use super::extract::{image_name, optional_body, ApiQuery, Thread};
 use threadbox_core::domain::{
     LifecycleEvent, Millis, NetworkProfile, Session, ThreadId, Usage, MAX_SEQ,
 };
@@ -131,7 +131,7 @@ async fn resolve(
                 .map_err(|e| ApiError::bad_request("invalid_network", format!("network: {e}")))
         })
         .transpose()?;
-    let image = super::images::image_name(image)?;
+    let image = image_name(image)?;
     let handle = tb
         .resolve_with(
             &thread_id,
