@@ -338,7 +338,9 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         }
         janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap())
     };
-    let report = janitor.handle(scheduled_now()).await;
+    // Each sweep (and the worker's turn) on the heap too: inline, their futures would make
+    // this one's larger than the test thread's stack.
+    let report = Box::pin(janitor.handle(scheduled_now())).await;
     assert!(report.is_ok(), "first sweep: {report:?}");
 
     // ---- resolve-session: resolve (a new thread takes a pool member), network, image, images,
@@ -377,7 +379,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
 
     // ---- sandbox-api: exec (a new thread takes a pool member), files, processes, MCP, tokens.
     let sessions = format!("table/{}", stack.sessions_table);
-    let report = janitor.handle(scheduled_now()).await;
+    let report = Box::pin(janitor.handle(scheduled_now())).await;
     assert!(report.is_ok(), "refill: {report:?}");
     let token;
     {
@@ -572,7 +574,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
                 .await
                 .unwrap();
         } else {
-            let report = janitor.handle(scheduled_now()).await;
+            let report = Box::pin(janitor.handle(scheduled_now())).await;
             assert!(report.is_ok(), "refill: {report:?}");
         }
         let mut event = fixture_json("apigw-http-slack-app-mention.json");
@@ -604,7 +606,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         let event = drain(&stack, &stack.work.queue_url)
             .await
             .expect("slack-events queued the mention");
-        let response = worker.handle(event).await.unwrap();
+        let response = Box::pin(worker.handle(event)).await.unwrap();
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
     if pool {
@@ -661,7 +663,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // ---- janitor again, past the idle pause and retention: the sweep claims pauses and
     // destroys for the transition queue, tends the pool; pause-queue carries them out.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let report = janitor.handle(scheduled_now()).await;
+    let report = Box::pin(janitor.handle(scheduled_now())).await;
     assert!(report.is_ok(), "second sweep: {report:?}");
     {
         let (sdk, env, tb) = stack
@@ -679,7 +681,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         let response = handler.handle(event).await.unwrap();
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
-    let report = janitor.handle(scheduled_now()).await;
+    let report = Box::pin(janitor.handle(scheduled_now())).await;
     assert!(report.is_ok(), "third sweep: {report:?}");
 
     // ---- the janitor at pool size 0 drains the members a larger size made.
@@ -688,7 +690,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         drained.push(("THREADBOX_WARM_POOL".into(), "0".into()));
         let (_, env, tb) = stack.start_threadbox("JanitorFunction", &drained).await;
         let janitor = janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap());
-        let report = janitor.handle(scheduled_now()).await;
+        let report = Box::pin(janitor.handle(scheduled_now())).await;
         assert!(report.is_ok(), "drain: {report:?}");
     }
     if pool {

@@ -452,6 +452,51 @@ mod tests {
     }
 
     #[test]
+    fn image_flags_register_images_and_choose_the_defaults() {
+        let unset = parse(&[]).unwrap();
+        assert!(unset.images.is_empty());
+        assert_eq!(unset.image_defaults().unwrap(), ImageDefaults::default());
+        assert!(unset.image_registrations().unwrap().is_empty());
+
+        let set = parse(&[
+            "--image",
+            "py=/srv/py.tar",
+            "--image",
+            "deb=/srv/deb,node=/srv/node",
+            "--default-image",
+            "py",
+            "--slack-image",
+            "T1=deb;T1/C1=host",
+        ])
+        .unwrap();
+        let names: Vec<&str> = set.images.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["py", "deb", "node"],
+            "repeated, and comma-separated"
+        );
+        let registered = set.image_registrations().unwrap();
+        assert_eq!(registered[1].source, "/srv/deb");
+        assert_eq!(
+            set.image_defaults().unwrap().describe(),
+            "default py; Slack T1: deb; Slack T1/C1: host"
+        );
+
+        for (args, says) in [
+            (&["--image", "py"][..], "NAME=SOURCE"),
+            (&["--default-image", "Py"][..], "not an image name"),
+            (&["--slack-image", "T1=Py"][..], "Slack scope T1"),
+            (&["--image-setup", "py"][..], "NAME=FILE"),
+        ] {
+            let err = parse(args).unwrap_err().to_string();
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+        let twice = parse(&["--image", "py=/a", "--image", "py=/b"]).unwrap();
+        let err = twice.image_registrations().unwrap_err().to_string();
+        assert!(err.contains("registered twice"), "{err}");
+    }
+
+    #[test]
     fn network_flags_are_checked_when_read() {
         let default = parse(&[]).unwrap();
         assert_eq!(
