@@ -106,6 +106,27 @@ impl ImageInfo {
     }
 }
 
+/// Who a command runs as inside its sandbox. `User` is uid 1000 with no capabilities; `Root` is
+/// uid 0 of the sandbox's own user namespace, with the capabilities a container's root has over
+/// what that namespace owns (installing packages into an image's root, for one) and none over
+/// the host. E2B's SDKs name the same two (`user: "root"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxUser {
+    #[default]
+    User,
+    Root,
+}
+
+impl SandboxUser {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Root => "root",
+        }
+    }
+}
+
 /// The longest a setup step's command may run unless its registration says otherwise.
 pub const DEFAULT_SETUP_TIMEOUT_SECS: u64 = 300;
 
@@ -125,14 +146,14 @@ pub struct ImageSetup {
     pub run: Option<String>,
     /// Who runs it: `root` unless it says `user` (an image's set-up usually installs).
     #[serde(default = "root_user")]
-    pub user: crate::ports::SandboxUser,
+    pub user: SandboxUser,
     /// Seconds the command may take; past it the create fails.
     #[serde(default = "default_setup_timeout")]
     pub timeout_secs: u64,
 }
 
-fn root_user() -> crate::ports::SandboxUser {
-    crate::ports::SandboxUser::Root
+fn root_user() -> SandboxUser {
+    SandboxUser::Root
 }
 
 fn default_setup_timeout() -> u64 {

@@ -33,8 +33,8 @@ pub use egress_credentials::{
     EgressCredentials, EgressCredentialsError, HeaderSecret, HostCredentials,
 };
 pub use image::{
-    unknown_image, ImageInfo, ImageName, ImageSetup, DEFAULT_SETUP_TIMEOUT_SECS, HOST_IMAGE,
-    MAX_IMAGE_NAME_LEN,
+    unknown_image, ImageInfo, ImageName, ImageSetup, SandboxUser, DEFAULT_SETUP_TIMEOUT_SECS,
+    HOST_IMAGE, MAX_IMAGE_NAME_LEN,
 };
 pub use image_defaults::{ImageDefaults, ImageSettingError, MAX_IMAGE_SCOPES};
 pub use network::{Allowlist, AllowlistError, NetworkProfile};

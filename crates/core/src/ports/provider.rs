@@ -258,26 +258,8 @@ pub struct ExecRequest {
     pub user: SandboxUser,
 }
 
-/// Who a command runs as inside its sandbox. `User` is uid 1000 with no capabilities; `Root` is
-/// uid 0 of the sandbox's own user namespace, with the capabilities a container's root has over
-/// what that namespace owns (installing packages into an image's root, for one) and none over
-/// the host. E2B's SDKs name the same two (`user: "root"`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SandboxUser {
-    #[default]
-    User,
-    Root,
-}
-
-impl SandboxUser {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::User => "user",
-            Self::Root => "root",
-        }
-    }
-}
+// Who a command runs as: a domain value (an image's set-up step names one too).
+pub use crate::domain::SandboxUser;
 
 /// The longest single argument or `NAME=value` environment string a command may get: the
 /// kernel's `MAX_ARG_STRLEN` (128 KiB, its terminating NUL included). Past it `execve` fails
