@@ -3,13 +3,18 @@
 //! at its first resolve (or gets its Slack scope's), `threads show` says which, a change applies
 //! to the next sandbox, and a bad name is refused naming the registered ones, at start too.
 //!
-//! Needs no runc: only `unshare` (util-linux) and user namespaces or root, for the fake.
+//! The dashboard's thread view shows the image, and its change as it happens, in headless
+//! Chromium.
+//!
+//! Needs no runc: only `unshare` (util-linux) and user namespaces or root, for the fake (and
+//! Debian's `chromium` and `chromium-driver` for the dashboard's test).
 
 mod support;
 
 use std::process::Command;
 
-use serde_json::Value;
+use serde_json::{json, Value};
+use support::dashboard::{self, WAIT};
 use support::e2b::e2b_missing;
 use support::{cli_command, prerequisites_met, text, threads, DevServer};
 use threadbox_testing::e2b_fake::{E2bFake, FakeOptions};
@@ -183,4 +188,52 @@ async fn a_start_naming_an_image_nobody_registered_is_refused() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
     assert!(fake.sandboxes().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_a_threads_image_and_its_change_live() {
+    const ROW: &str = "tr[data-thread=\"img-dash\"]";
+    let Some(dashboard) = dashboard::start(
+        "the_dashboard_shows_a_threads_image_and_its_change_live",
+        e2b_missing(),
+        || async {
+            let fake = fake().await;
+            (start(&fake, &[]).await, fake)
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let (browser, dev) = (&dashboard.browser, &dashboard.dev);
+    let context = || dashboard.context();
+    dashboard.open_live().await;
+
+    dev.post(
+        "/v1/threads/img-dash/resolve",
+        Some(json!({ "image": "python" })),
+    )
+    .await;
+    browser
+        .wait_for_text(&format!("{ROW} .badge"), "active", WAIT, context)
+        .await;
+    browser
+        .click_on(&format!("{ROW} button[data-action=\"select\"]"))
+        .await;
+    browser
+        .wait_for_text("#detail-image", "python", WAIT, context)
+        .await;
+
+    // The change is a `user` event: the open view follows it without a reload.
+    let changed = dev
+        .http
+        .put(format!("{}/v1/threads/img-dash/image", dev.url))
+        .json(&json!({ "image": "host" }))
+        .send()
+        .await
+        .unwrap();
+    assert!(changed.status().is_success(), "{changed:?}");
+    browser
+        .wait_for_text("#detail-image", "host", WAIT, context)
+        .await;
 }
