@@ -4,7 +4,8 @@
 //! to the next sandbox, and a bad name is refused naming the registered ones, at start too.
 //!
 //! The dashboard's thread view shows the image, and its change as it happens, in headless
-//! Chromium.
+//! Chromium. On runc, a bad image flag stops the start before anything is unpacked (needs root
+//! and runc, as every `threadbox dev` test on runc; no image is made).
 //!
 //! Needs no runc: only `unshare` (util-linux) and user namespaces or root, for the fake (and
 //! Debian's `chromium` and `chromium-driver` for the dashboard's test).
@@ -16,7 +17,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 use support::dashboard::{self, WAIT};
 use support::e2b::e2b_missing;
-use support::{cli_command, prerequisites_met, text, threads, DevServer};
+use support::{cli_command, dev_missing, prerequisites_met, text, threads, DevServer};
 use threadbox_testing::e2b_fake::{E2bFake, FakeOptions};
 
 async fn fake() -> E2bFake {
@@ -188,6 +189,59 @@ async fn a_start_naming_an_image_nobody_registered_is_refused() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
     assert!(fake.sandboxes().is_empty());
+}
+
+/// On runc (the default provider) the defaults are checked against the flags' registrations
+/// before any image is unpacked, and a bad set-up file stops the start naming it and its field.
+#[test]
+fn a_runc_start_with_a_bad_image_flag_is_refused_before_anything_is_unpacked() {
+    let test = "a_runc_start_with_a_bad_image_flag_is_refused_before_anything_is_unpacked";
+    if !prerequisites_met(test, &dev_missing()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let setup = dir.path().join("setup.json");
+    std::fs::write(&setup, r#"{"run": "true", "timeout_secs": -1}"#).unwrap();
+    let missing_image = dir.path().join("no-such-image.tar");
+    let missing = missing_image.to_str().unwrap();
+    let setup_arg = format!("py={}", setup.display());
+    let image_arg = format!("py={missing}");
+    for (args, says) in [
+        (
+            vec!["--image", &image_arg, "--default-image", "node"],
+            "--default-image: no image is registered as \"node\"; this deployment has: host, py",
+        ),
+        (
+            vec!["--image", &image_arg, "--image-setup", &setup_arg],
+            "setup.json: field `timeout_secs`: invalid value",
+        ),
+        (
+            vec!["--image", "host=/srv/x"],
+            "`host` is the host's own image",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_threadbox"))
+            .args(["dev", "--port", "0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(&args)
+            .env_remove("THREADBOX_API_KEYS")
+            .env_remove("THREADBOX_PROVIDER")
+            .env_remove("THREADBOX_IMAGES")
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run threadbox dev");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} started: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert!(
+        !dir.path().join("data/sandboxes/images").exists()
+            || std::fs::read_dir(dir.path().join("data/sandboxes/images"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "nothing was unpacked"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -153,6 +153,20 @@ pub fn read_setup(file: &Path) -> anyhow::Result<ImageSetup> {
     Ok(setup)
 }
 
+/// What runc will list for `registrations` once it has unpacked them (digests and sizes come
+/// then): enough to check the defaults before the unpacking, which may take a while.
+pub fn as_listed(registrations: &[ImageRegistration]) -> Vec<ImageInfo> {
+    let mut images = vec![ImageInfo::host("runc")];
+    images.extend(registrations.iter().map(|r| ImageInfo {
+        name: r.name.clone(),
+        digest: None,
+        size_bytes: None,
+        source: r.source.clone(),
+        setup: r.setup.is_some(),
+    }));
+    images
+}
+
 /// Refuse defaults naming an image the provider does not have (checked once it is open, so a
 /// runc image that failed to unpack, or an E2B name with no template, is caught at start).
 pub fn check_defaults(defaults: &ImageDefaults, registered: &[ImageInfo]) -> anyhow::Result<()> {

@@ -268,7 +268,13 @@ async fn open_sandboxes(
     runc_config.limits.disk = args.disk_quota();
     runc_config.limits.file_size_bytes = args.max_file_size;
     runc_config.images = args.image_registrations()?;
-    if !chosen.is_runc() && !runc_config.images.is_empty() {
+    if chosen.is_runc() {
+        // Before any image is unpacked: a default naming none of them fails at once.
+        images::check_defaults(
+            &args.image_defaults()?,
+            &images::as_listed(&runc_config.images),
+        )?;
+    } else if !runc_config.images.is_empty() {
         anyhow::bail!(
             "--image registers runc images; on E2B name templates with {} (NAME=TEMPLATE_ID,...)",
             threadbox_e2b::TEMPLATES_VAR
