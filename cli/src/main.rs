@@ -7,6 +7,7 @@ mod dev;
 mod dlq;
 mod duration;
 mod exit;
+mod images;
 mod mcp;
 mod processes;
 mod secret_file;
@@ -39,6 +40,9 @@ enum Command {
     /// Operate on threads over the HTTP API (`threadbox dev` or a deployed stack): list, show,
     /// pause, resume, reset, exec, events.
     Threads(threads::ThreadsArgs),
+    /// The images sandboxes can start from (name, digest, size, set-up step, source), over the
+    /// HTTP API; `threads resolve --image` and `threads image` choose a thread's.
+    Images(images::ImagesArgs),
     /// A thread's background processes over the HTTP API: start, list, logs (`--follow`),
     /// input, kill.
     Processes(processes::ProcessesArgs),
@@ -71,6 +75,7 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map(|()| std::process::ExitCode::SUCCESS),
             Command::Threads(args) => threads::run(args).await,
+            Command::Images(args) => images::run(args).await,
             Command::Processes(args) => processes::run(args).await,
             Command::Token(args) => token::run(args).map(|()| std::process::ExitCode::SUCCESS),
             Command::Slack(args) => slack::run(args)

@@ -43,6 +43,8 @@ const EVERYTHING_ON: &[(&str, &str)] = &[
     ("ThreadComputeBudget", "100000"),
     ("ScopeComputeBudget", "100000"),
     ("ScopeCreatesPerHour", "1000"),
+    // An image besides host, so the image change below writes (and reaches the functions).
+    ("E2bTemplates", "python=base"),
 ];
 
 /// The same conditions off (the template's defaults): a grant only a condition gives must not
@@ -53,6 +55,7 @@ const EVERYTHING_OFF: &[(&str, &str)] = &[
     ("RetentionSeconds", "3"),
     ("ReconcileEveryMinutes", "1"),
     ("EgressCredentialsSecret", ""),
+    ("E2bTemplates", "python=base"),
 ];
 
 /// E2B's control plane through sandbox-api (docs/e2b-api.md): create a thread by idempotency
@@ -245,11 +248,13 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         }
         janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap())
     };
-    let report = janitor.handle(scheduled_now()).await;
+    // Each sweep (and the worker's turn) on the heap too: inline, their futures would make
+    // this one's larger than the test thread's stack.
+    let report = Box::pin(janitor.handle(scheduled_now())).await;
     assert!(report.is_ok(), "first sweep: {report:?}");
 
-    // ---- resolve-session: resolve (a new thread takes a pool member), network, list, show,
-    // events, reset.
+    // ---- resolve-session: resolve (a new thread takes a pool member), network, image, images,
+    // list, show, events, reset (its new sandbox from the image's template).
     {
         let (_, env, tb) = stack
             .start_threadbox("ResolveSessionFunction", &overrides)
@@ -264,6 +269,13 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
                 "",
                 Some(json!({"network": "networked"})),
             ),
+            (
+                "PUT",
+                format!("{t}/image"),
+                "",
+                Some(json!({"image": "python"})),
+            ),
+            ("GET", "/v1/images".to_owned(), "", None),
             ("GET", "/v1/threads".to_owned(), "", None),
             ("GET", "/v1/threads".to_owned(), "usage=true", None),
             ("GET", t.to_owned(), "", None),
@@ -277,7 +289,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
 
     // ---- sandbox-api: exec (a new thread takes a pool member), files, processes, MCP, tokens.
     let sessions = format!("table/{}", stack.sessions_table);
-    let report = janitor.handle(scheduled_now()).await;
+    let report = Box::pin(janitor.handle(scheduled_now())).await;
     assert!(report.is_ok(), "refill: {report:?}");
     let token;
     {
@@ -476,7 +488,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
                 .await
                 .unwrap();
         } else {
-            let report = janitor.handle(scheduled_now()).await;
+            let report = Box::pin(janitor.handle(scheduled_now())).await;
             assert!(report.is_ok(), "refill: {report:?}");
         }
         let mut event = fixture_json("apigw-http-slack-app-mention.json");
@@ -512,7 +524,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
             .drain(&stack.work.queue_url)
             .await
             .expect("slack-events queued the mention");
-        let response = worker.handle(event).await.unwrap();
+        let response = Box::pin(worker.handle(event)).await.unwrap();
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
     if pool {
@@ -569,7 +581,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
     // ---- janitor again, past the idle pause and retention: the sweep claims pauses and
     // destroys for the transition queue, tends the pool; pause-queue carries them out.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let report = janitor.handle(scheduled_now()).await;
+    let report = Box::pin(janitor.handle(scheduled_now())).await;
     assert!(report.is_ok(), "second sweep: {report:?}");
     {
         let (sdk, env, tb) = stack
@@ -588,7 +600,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         let response = handler.handle(event).await.unwrap();
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
-    let report = janitor.handle(scheduled_now()).await;
+    let report = Box::pin(janitor.handle(scheduled_now())).await;
     assert!(report.is_ok(), "third sweep: {report:?}");
 
     // ---- the janitor at pool size 0 drains the members a larger size made.
@@ -597,7 +609,7 @@ async fn every_path(test: &str, parameters: &[(&str, &str)], pool: bool) {
         drained.push(("THREADBOX_WARM_POOL".into(), "0".into()));
         let (_, env, tb) = stack.start_threadbox("JanitorFunction", &drained).await;
         let janitor = janitor::Janitor::new(tb, janitor::Schedule::from_env(&env).unwrap());
-        let report = janitor.handle(scheduled_now()).await;
+        let report = Box::pin(janitor.handle(scheduled_now())).await;
         assert!(report.is_ok(), "drain: {report:?}");
     }
     if pool {

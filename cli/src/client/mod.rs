@@ -21,7 +21,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
-use threadbox_core::domain::{Millis, NetworkProfile};
+use threadbox_core::domain::{ImageName, Millis, NetworkProfile};
 use threadbox_core::ports::ExecResult;
 use threadbox_core::usecases::SandboxHandle;
 
@@ -31,7 +31,8 @@ pub use processes::FollowUpdate;
 // The exec and process bodies are the API's own.
 pub use threadbox_api::wire::{ExecBody, ProcessBody};
 pub use types::{
-    EventPage, NetworkBody, NetworkSet, ResetView, ThreadDetail, ThreadPage, ThreadView,
+    EventPage, ImageBody, ImageList, ImageSet, NetworkBody, NetworkSet, ResetView, ThreadDetail,
+    ThreadPage, ThreadView,
 };
 
 /// Whether a listing carries each thread's usage (`?usage=true`), and from when.
@@ -339,6 +340,42 @@ impl Client {
             None,
         )
         .await
+    }
+
+    /// Resolve, choosing the image of a thread this call creates (`{"image": NAME}`); a thread
+    /// that exists with another image is a conflict.
+    pub async fn resolve_on(
+        &self,
+        thread_id: &str,
+        image: &ImageName,
+    ) -> Result<SandboxHandle, ClientError> {
+        let url = self.url(Some(thread_id), Some("resolve"));
+        let shown = url.to_string();
+        let request = self.request(Method::POST, url).json(&ImageBody { image });
+        Self::send_and_decode(request, shown).await
+    }
+
+    /// Change the thread's image (recorded with a `user` event; its next sandbox starts from
+    /// it).
+    pub async fn set_image(
+        &self,
+        thread_id: &str,
+        image: &ImageName,
+    ) -> Result<ImageSet, ClientError> {
+        let url = self.url(Some(thread_id), Some("image"));
+        let shown = url.to_string();
+        let request = self.request(Method::PUT, url).json(&ImageBody { image });
+        Self::send_and_decode(request, shown).await
+    }
+
+    /// The images the deployment's sandboxes can start from (`GET /v1/images`).
+    pub async fn images(&self) -> Result<ImageList, ClientError> {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .expect("checked in new: the base URL can be a base")
+            .pop_if_empty()
+            .extend(["v1", "images"]);
+        self.call(Method::GET, url, None, None).await
     }
 
     pub async fn pause(&self, thread_id: &str) -> Result<ThreadView, ClientError> {

@@ -5,7 +5,9 @@
 //! a newer server's additions do not break an older CLI.
 
 use serde::{Deserialize, Serialize};
-use threadbox_core::domain::{LifecycleEvent, NetworkProfile, Session, Usage};
+use threadbox_core::domain::{
+    ImageInfo, ImageName, LifecycleEvent, NetworkProfile, Session, Usage,
+};
 use threadbox_core::usecases::{SandboxHandle, SandboxStatus};
 
 /// A session with how long it has been idle (by the server's clock), and what its sandbox used
@@ -56,6 +58,27 @@ pub struct ResetView {
     pub handle: SandboxHandle,
     pub files_lost: bool,
     pub message: String,
+}
+
+/// The body of `PUT /v1/threads/{id}/image`, and of a resolve choosing one.
+#[derive(Clone, Debug, Serialize)]
+pub struct ImageBody<'a> {
+    pub image: &'a ImageName,
+}
+
+/// The answer to `PUT /v1/threads/{id}/image`: the record as stored, where the image applies
+/// (`next_sandbox`, `unchanged`) and what that means.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ImageSet {
+    pub session: ThreadView,
+    pub applied: String,
+    pub message: String,
+}
+
+/// The answer to `GET /v1/images`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ImageList {
+    pub images: Vec<ImageInfo>,
 }
 
 /// The body of `PUT /v1/threads/{id}/network`.

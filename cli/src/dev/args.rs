@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use threadbox_core::domain::{
-    parse_profile, Budgets, NetworkDefaults, NetworkProfile, SCOPE_COMPUTE_BUDGET_VAR,
-    SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR, WARM_POOL_VAR,
+    parse_profile, Budgets, ImageDefaults, ImageName, NetworkDefaults, NetworkProfile,
+    SCOPE_COMPUTE_BUDGET_VAR, SCOPE_CREATES_PER_HOUR_VAR, THREAD_COMPUTE_BUDGET_VAR, WARM_POOL_VAR,
 };
 use threadbox_core::domain::{
     CheckpointRetention, CHECKPOINTS_KEPT_VAR, CHECKPOINT_BYTES_VAR, DEFAULT_CHECKPOINTS_KEPT,
@@ -17,7 +17,7 @@ use threadbox_core::ports::IpNet;
 use threadbox_core::usecases::MAX_POOL_SIZE;
 use threadbox_runc::DiskQuota;
 
-use super::{api_keys, preflight, provider, ws_limits};
+use super::{api_keys, images, preflight, provider, ws_limits};
 use crate::duration;
 
 #[derive(clap::Args, Debug)]
@@ -143,6 +143,28 @@ pub struct DevArgs {
     /// 'T0123=networked:pypi.org;T0123/C0456=restricted' (a channel beats its workspace).
     #[arg(long, env = "THREADBOX_SLACK_NETWORK", default_value = "", value_parser = parse_slack_network)]
     pub slack_network: String,
+
+    /// Register an image new threads may start from, NAME=SOURCE (repeatable): on runc an OCI
+    /// image layout directory or archive, or a root filesystem directory or tarball. The
+    /// environment variable takes NAME=SOURCE,NAME=SOURCE. `host` (the host's /usr) is always
+    /// there. See docs/images.md.
+    #[arg(long = "image", env = "THREADBOX_IMAGES", value_delimiter = ',', value_parser = images::parse_image)]
+    pub images: Vec<(ImageName, String)>,
+
+    /// A registered image's set-up step, NAME=FILE (repeatable): a JSON file of files to write
+    /// and a command to run in each new sandbox of it before its first command
+    /// (`{"files": {PATH: TEXT}, "run": "...", "user": "root", "timeout_secs": 300}`).
+    #[arg(long = "image-setup", value_parser = images::parse_image_setup)]
+    pub image_setups: Vec<(ImageName, PathBuf)>,
+
+    /// The image of a new thread whose creator names none (`host` unless set).
+    #[arg(long, env = "THREADBOX_DEFAULT_IMAGE", default_value = "host", value_parser = images::parse_image_name)]
+    pub default_image: ImageName,
+
+    /// Per Slack workspace or channel, the image of its new threads:
+    /// 'T0123=python;T0123/C0456=node' (a channel beats its workspace).
+    #[arg(long, env = "THREADBOX_SLACK_IMAGE", default_value = "", value_parser = images::parse_slack_image)]
+    pub slack_image: String,
 
     /// Compute budget of one thread per UTC day, in vCPU-seconds (running seconds times the
     /// sandbox's vCPUs); past it the thread is paused until the next day. 0: none.
@@ -290,6 +312,19 @@ impl DevArgs {
         })
     }
 
+    /// The images new threads get (both settings were checked when the flags were read; that
+    /// the provider has them, once it is open: `images::check_defaults`).
+    pub fn image_defaults(&self) -> anyhow::Result<ImageDefaults> {
+        ImageDefaults::new(self.default_image.clone())
+            .with_slack_setting(&self.slack_image)
+            .context("--slack-image")
+    }
+
+    /// The images the flags register, set-up files read and checked (see `images`).
+    pub fn image_registrations(&self) -> anyhow::Result<Vec<threadbox_runc::ImageRegistration>> {
+        images::registrations(&self.images, &self.image_setups)
+    }
+
     /// The profiles new threads get (both settings were checked when the flags were read).
     pub fn network_defaults(&self) -> anyhow::Result<NetworkDefaults> {
         NetworkDefaults::new(self.network.clone())
@@ -414,6 +449,51 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("only IPv4"), "{err}");
+    }
+
+    #[test]
+    fn image_flags_register_images_and_choose_the_defaults() {
+        let unset = parse(&[]).unwrap();
+        assert!(unset.images.is_empty());
+        assert_eq!(unset.image_defaults().unwrap(), ImageDefaults::default());
+        assert!(unset.image_registrations().unwrap().is_empty());
+
+        let set = parse(&[
+            "--image",
+            "py=/srv/py.tar",
+            "--image",
+            "deb=/srv/deb,node=/srv/node",
+            "--default-image",
+            "py",
+            "--slack-image",
+            "T1=deb;T1/C1=host",
+        ])
+        .unwrap();
+        let names: Vec<&str> = set.images.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["py", "deb", "node"],
+            "repeated, and comma-separated"
+        );
+        let registered = set.image_registrations().unwrap();
+        assert_eq!(registered[1].source, "/srv/deb");
+        assert_eq!(
+            set.image_defaults().unwrap().describe(),
+            "default py; Slack T1: deb; Slack T1/C1: host"
+        );
+
+        for (args, says) in [
+            (&["--image", "py"][..], "NAME=SOURCE"),
+            (&["--default-image", "Py"][..], "not an image name"),
+            (&["--slack-image", "T1=Py"][..], "Slack scope T1"),
+            (&["--image-setup", "py"][..], "NAME=FILE"),
+        ] {
+            let err = parse(args).unwrap_err().to_string();
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+        let twice = parse(&["--image", "py=/a", "--image", "py=/b"]).unwrap();
+        let err = twice.image_registrations().unwrap_err().to_string();
+        assert!(err.contains("registered twice"), "{err}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod args;
 mod dashboard;
 mod data_dir;
 mod egress_credentials;
+mod images;
 mod janitor;
 mod preflight;
 mod processes;
@@ -266,6 +267,19 @@ async fn open_sandboxes(
     }
     runc_config.limits.disk = args.disk_quota();
     runc_config.limits.file_size_bytes = args.max_file_size;
+    runc_config.images = args.image_registrations()?;
+    if chosen.is_runc() {
+        // Before any image is unpacked: a default naming none of them fails at once.
+        images::check_defaults(
+            &args.image_defaults()?,
+            &images::as_listed(&runc_config.images),
+        )?;
+    } else if !runc_config.images.is_empty() {
+        anyhow::bail!(
+            "--image registers runc images; on E2B name templates with {} (NAME=TEMPLATE_ID,...)",
+            threadbox_e2b::TEMPLATES_VAR
+        );
+    }
     let pricing = chosen.pricing(&runc_config.limits)?;
     let caps = chosen.is_runc().then_some((
         runc_config.max_commands_per_sandbox,
@@ -279,6 +293,7 @@ async fn open_sandboxes(
     let provider = threadbox_providers::open(&chosen.config, setup)
         .await
         .with_context(|| format!("starting the {} sandbox provider", chosen.config.name()))?;
+    images::check_defaults(&args.image_defaults()?, &provider.images())?;
     Ok(Sandboxes {
         provider,
         pricing,
@@ -304,6 +319,7 @@ async fn build_threadbox(
         record_retention: args.record_retention,
         pricing,
         network: args.network_defaults()?,
+        images: args.image_defaults()?,
         budgets: args.budgets(),
         ..Config::default()
     };
@@ -584,6 +600,12 @@ fn print_banner(
     );
     if let Ok(network) = args.network_defaults() {
         println!("  network    new threads: {}", network.describe());
+    }
+    if let Ok(images) = args.image_defaults() {
+        println!(
+            "  images     new threads: {} (`threadbox images` lists them)",
+            images.describe()
+        );
     }
     for line in sandbox_lines {
         println!("  {line}");

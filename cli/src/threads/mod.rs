@@ -15,7 +15,7 @@ pub(crate) mod table;
 
 use std::process::ExitCode;
 
-use threadbox_core::domain::{parse_profile, NetworkProfile, ThreadId};
+use threadbox_core::domain::{parse_profile, ImageName, NetworkProfile, ThreadId};
 
 use self::output::Output;
 use crate::client::{ApiArgs, ThreadPage, UsageQuery};
@@ -59,6 +59,10 @@ enum ThreadsCommand {
     Resolve {
         #[arg(value_parser = thread_id)]
         thread: String,
+        /// The image a thread this creates starts from (`threadbox images` lists them); the
+        /// operator's default when absent. A thread that exists with another is a conflict.
+        #[arg(long, value_parser = image_name)]
+        image: Option<ImageName>,
     },
     /// Pause the thread's sandbox (it resumes on next use).
     Pause {
@@ -84,6 +88,14 @@ enum ThreadsCommand {
         #[arg(value_parser = network_profile)]
         profile: NetworkProfile,
     },
+    /// Change the thread's image (`threadbox images` lists them): its sandbox keeps the one it
+    /// was made from, and its next (`reset`, or a recreate) starts from this.
+    Image {
+        #[arg(value_parser = thread_id)]
+        thread: String,
+        #[arg(value_parser = image_name)]
+        image: ImageName,
+    },
     /// Run a command in the thread's sandbox: `exec <thread> -- ls -la`, or `-c 'shell line'`.
     Exec(exec::ExecArgs),
     /// The thread's lifecycle events; `--follow` keeps watching.
@@ -96,6 +108,10 @@ pub(crate) fn thread_id(raw: &str) -> Result<String, String> {
     ThreadId::parse(raw)
         .map(|id| id.as_str().to_owned())
         .map_err(|e| e.to_string())
+}
+
+pub(crate) fn image_name(raw: &str) -> Result<ImageName, String> {
+    ImageName::parse(raw)
 }
 
 fn network_profile(raw: &str) -> Result<NetworkProfile, String> {
@@ -132,8 +148,11 @@ pub async fn run(args: ThreadsArgs) -> anyhow::Result<ExitCode> {
                 out.text(&render::thread_detail(&detail, out.color))?;
             }
         }
-        ThreadsCommand::Resolve { thread } => {
-            let handle = client.resolve(&thread).await?;
+        ThreadsCommand::Resolve { thread, image } => {
+            let handle = match &image {
+                Some(image) => client.resolve_on(&thread, image).await?,
+                None => client.resolve(&thread).await?,
+            };
             if out.json {
                 out.document(&handle)?;
             } else {
@@ -172,6 +191,19 @@ pub async fn run(args: ThreadsArgs) -> anyhow::Result<ExitCode> {
                 out.text(&format!(
                     "{thread}: network {} ({}): {}\n",
                     set.session.session.network.describe(),
+                    set.applied.replace('_', " "),
+                    set.message
+                ))?;
+            }
+        }
+        ThreadsCommand::Image { thread, image } => {
+            let set = client.set_image(&thread, &image).await?;
+            if out.json {
+                out.document(&set)?;
+            } else {
+                out.text(&format!(
+                    "{thread}: image {} ({}): {}\n",
+                    set.session.session.image,
                     set.applied.replace('_', " "),
                     set.message
                 ))?;

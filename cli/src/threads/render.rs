@@ -33,7 +33,13 @@ pub fn threads_table(threads: &[ThreadView], color: bool) -> String {
     let sized = threads
         .iter()
         .any(|t| t.usage.as_ref().is_some_and(|u| u.cost.is_some()));
-    let mut headers = vec!["THREAD", "STATUS", "IDLE", "GEN", "SANDBOX", "HOLDS"];
+    // Images only where some thread has one other than the host's.
+    let with_images = threads.iter().any(|t| !t.session.image.is_host());
+    let mut headers = vec!["THREAD", "STATUS", "IDLE", "GEN", "SANDBOX"];
+    if with_images {
+        headers.push("IMAGE");
+    }
+    headers.push("HOLDS");
     if with_usage {
         headers.extend(["RUNNING", "PAUSED"]);
         if priced {
@@ -54,10 +60,15 @@ pub fn threads_table(threads: &[ThreadView], color: bool) -> String {
             Cell::from(idle(thread.idle_seconds)),
             Cell::from(s.generation.to_string()),
             Cell::from(s.sandbox_id.as_deref().unwrap_or("-")),
+        ];
+        if with_images {
+            row.push(Cell::from(s.image.as_str()));
+        }
+        row.extend([
             // Live holds only: one that ran out keeps nothing awake (a background process's
             // stays in the record until its end is recorded).
             Cell::from(s.live_holds(now()).count().to_string()),
-        ];
+        ]);
         if with_usage {
             let usage = thread.usage.as_ref();
             row.push(Cell::from(
@@ -120,6 +131,7 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
         ("idle", idle(detail.session.idle_seconds)),
         ("sandbox", sandbox),
         ("network", s.network.describe()),
+        ("image", s.image.to_string()),
         ("holds", holds),
         ("last active", utc(s.last_activity_at)),
         ("created", utc(s.created_at)),
@@ -479,6 +491,7 @@ pub(crate) mod tests {
             destroyed_at: None,
             last_error: None,
             network: Default::default(),
+            image: Default::default(),
             pool_member: None,
             labels: Default::default(),
             env: Default::default(),
@@ -564,6 +577,16 @@ pub(crate) mod tests {
         );
         assert_eq!(threads_table(&[], false), "no threads yet\n");
 
+        // A column of images once some thread has one other than host.
+        let mut imaged = threads.clone();
+        imaged[0].session.image = threadbox_core::domain::ImageName::parse("python").unwrap();
+        assert_eq!(
+            threads_table(&imaged, false),
+            "THREAD              STATUS  IDLE   GEN  SANDBOX                IMAGE   HOLDS\n\
+             demo                active  5s     1    sb-demo                python  0\n\
+             slack:T1:C2:1700.5  paused  12m5s  1    sb-slack:T1:C2:1700.5  host    1\n"
+        );
+
         let broken = vec![ThreadView {
             session: Session {
                 last_error: Some("runc said no".into()),
@@ -646,6 +669,7 @@ pub(crate) mod tests {
              idle         1m1s\n\
              sandbox      sb-demo (runc, generation 1)\n\
              network      restricted\n\
+             image        host\n\
              holds        none\n"
         ));
         assert!(text.contains("paused       -\n"));

@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use threadbox_api::http::Caller;
 use threadbox_api::wire::check_env;
 use threadbox_core::domain::{
-    NetworkProfile, Session, Status, ThreadId, MAX_LABELS, MAX_LABEL_BYTES,
+    ImageInfo, ImageName, NetworkProfile, Session, Status, ThreadId, MAX_LABELS, MAX_LABEL_BYTES,
 };
 use threadbox_core::ports::ExecRequest;
 use threadbox_core::usecases::{ResolveOptions, Threadbox};
@@ -43,8 +43,20 @@ use super::{read_body, E2bApi, ENVD_VERSION, MAX_JSON_BODY};
 /// The metadata entry that names a create's thread, for SDKs that send no idempotency key.
 /// The core's thread label, so a fork's copy of the labels names the fork.
 pub const THREAD_METADATA_KEY: &str = threadbox_core::domain::THREAD_LABEL;
-/// The one template: every sandbox runs the provider's image.
+/// The template a create names for the deployment's default image (E2B's SDKs' own default):
+/// the thread gets the operator's default image. Any other template must name a registered
+/// image (`GET /v1/images`), which the thread then starts from; threads on `host` answer as
+/// this template.
 pub const TEMPLATE: &str = "base";
+
+/// The template a thread on `image` answers as: [`TEMPLATE`] for `host`, else the image's name.
+fn template_of(image: &ImageName) -> &str {
+    if image.is_host() {
+        TEMPLATE
+    } else {
+        image.as_str()
+    }
+}
 /// What `clientID` says (E2B's field is deprecated; the SDKs ignore it).
 const CLIENT_ID: &str = "threadbox";
 /// E2B's longest timeout (Pro plan): 24 hours.
@@ -107,11 +119,12 @@ pub(crate) fn reachable(session: &Session) -> bool {
 
 impl E2bApi {
     /// `Sandbox`: what create and connect answer.
-    fn sandbox_json(&self, thread: &ThreadId, caller: &Caller) -> Value {
+    fn sandbox_json(&self, thread: &ThreadId, image: &ImageName, caller: &Caller) -> Value {
         let id = sandbox_id(thread);
+        let template = template_of(image);
         json!({
-            "templateID": TEMPLATE,
-            "alias": TEMPLATE,
+            "templateID": template,
+            "alias": template,
             "sandboxID": id,
             "clientID": CLIENT_ID,
             "envdVersion": ENVD_VERSION,
@@ -133,9 +146,10 @@ impl E2bApi {
             _ => session.paused_at.unwrap_or(session.last_activity_at),
         };
         let size = self.tb.config.pricing.size;
+        let template = template_of(&session.image);
         let mut detail = json!({
-            "templateID": TEMPLATE,
-            "alias": TEMPLATE,
+            "templateID": template,
+            "alias": template,
             "sandboxID": id,
             "clientID": CLIENT_ID,
             "startedAt": rfc3339::format(started),
@@ -329,14 +343,24 @@ fn thread_named(
 
 impl NewSandbox {
     /// The resolve options this create asks for, after refusing what threadbox cannot do.
-    fn options(&self) -> Result<ResolveOptions, E2bError> {
-        if self.template_id != TEMPLATE {
-            return Err(E2bError::bad_request(format!(
-                "template {:?}: threadbox has no E2B templates; every sandbox runs its \
-                 provider's image, asked for as template {TEMPLATE:?}",
-                self.template_id
-            )));
-        }
+    /// `registered`: the images the deployment has, which a template other than [`TEMPLATE`]
+    /// must name.
+    fn options(&self, registered: &[ImageInfo]) -> Result<ResolveOptions, E2bError> {
+        let image = match self.template_id.as_str() {
+            TEMPLATE => None,
+            named => match registered.iter().find(|i| i.name.as_str() == named) {
+                Some(info) => Some(info.name.clone()),
+                None => {
+                    let names: Vec<&str> = registered.iter().map(|i| i.name.as_str()).collect();
+                    return Err(E2bError::bad_request(format!(
+                        "template {named:?}: threadbox's templates are its images: \
+                         {TEMPLATE:?} for the deployment's default, or one of {} \
+                         (GET /v1/images)",
+                        names.join(", ")
+                    )));
+                }
+            },
+        };
         check_timeout(self.timeout)?;
         let env = self.env_vars.clone().unwrap_or_default();
         // Held to a command's own rules and limits on its environment.
@@ -364,6 +388,7 @@ impl NewSandbox {
             // `false` asks for no network; otherwise the thread's configured profile.
             network: (self.allow_internet_access == Some(false))
                 .then_some(NetworkProfile::Restricted),
+            image,
             labels,
             env,
             ..ResolveOptions::default()
@@ -378,14 +403,20 @@ async fn create(
     headers: HeaderMap,
     JsonBody(request): Required<NewSandbox>,
 ) -> Result<Response, E2bError> {
-    let options = request.options()?;
+    let tb = api.for_caller(&caller);
+    let options = request.options(&tb.images())?;
     let thread = thread_named(&headers, &options.labels)?;
-    api.for_caller(&caller)
-        .resolve_with(&thread, options)
-        .await?;
+    let asked = options.image.clone();
+    tb.resolve_with(&thread, options).await?;
+    // The thread's own image: the one asked for (a thread with another is a conflict), else
+    // its record's (the default for a new thread, or what an existing one has).
+    let image = match asked {
+        Some(image) => image,
+        None => tb.load(&thread).await?.image,
+    };
     Ok((
         StatusCode::CREATED,
-        Json(api.sandbox_json(&thread, &caller)),
+        Json(api.sandbox_json(&thread, &image, &caller)),
     )
         .into_response())
 }
@@ -646,7 +677,9 @@ async fn resumed(
     } else {
         StatusCode::OK
     };
-    let sandbox = target.api.sandbox_json(&thread, &target.caller);
+    let sandbox = target
+        .api
+        .sandbox_json(&thread, &session.image, &target.caller);
     Ok((status, Json(sandbox)).into_response())
 }
 

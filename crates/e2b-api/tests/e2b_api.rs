@@ -179,6 +179,55 @@ impl Api {
     }
 }
 
+/// A `templateID` naming a registered image chooses the new thread's image; `base` keeps the
+/// deployment's default; the answers (create, info, list, connect) name the thread's image as
+/// its template, and a later create naming another is a conflict.
+#[tokio::test]
+async fn a_template_naming_a_registered_image_chooses_the_threads_image() {
+    let api = Api::new();
+    api.provider.register_image("python");
+    let create = |key: &'static str, template: &'static str| {
+        let api = &api;
+        async move {
+            let request = Request::post("/e2b/v2/sandboxes")
+                .header("x-api-key", KEY)
+                .header("content-type", "application/json")
+                .header("idempotency-key", key)
+                .body(Body::from(json!({ "templateID": template }).to_string()))
+                .unwrap();
+            api.send(request).await
+        }
+    };
+    let py = create("py-run", "python").await;
+    assert_eq!(py.status, StatusCode::CREATED, "{:?}", py.json());
+    assert_eq!(py.json()["templateID"], "python");
+    let thread = ThreadId::parse("py-run").unwrap();
+    let session = api.tb.load(&thread).await.unwrap();
+    assert_eq!(session.image.as_str(), "python");
+    let sandbox = session.sandbox_id.unwrap();
+    assert_eq!(api.provider.image_of(&sandbox).unwrap().as_str(), "python");
+    let id = py.json()["sandboxID"].as_str().unwrap().to_owned();
+    let info = api
+        .control(Method::GET, &format!("/sandboxes/{id}"), None)
+        .await;
+    assert_eq!(info.json()["templateID"], "python", "{:?}", info.json());
+
+    // `base` again: the thread as it is, still python; `host` asked for by name: a conflict.
+    let again = create("py-run", "base").await;
+    assert_eq!(again.status, StatusCode::CREATED);
+    assert_eq!(again.json()["templateID"], "python");
+    let other = create("py-run", "host").await;
+    let m = other.expect_e2b_error(StatusCode::CONFLICT);
+    assert!(m.contains("PUT /v1/threads/py-run/image"), "{m}");
+
+    // `base` for a new thread: the default image, host here, answered as `base`.
+    let plain = create("plain-run", "base").await;
+    assert_eq!(plain.json()["templateID"], "base");
+    let plain = api.tb.load(&ThreadId::parse("plain-run").unwrap()).await;
+    assert!(plain.unwrap().image.is_host());
+    assert_eq!(api.provider.creates(), 2);
+}
+
 #[tokio::test]
 async fn a_create_names_its_thread_and_the_same_name_gives_the_same_sandbox() {
     let api = Api::new();
@@ -452,6 +501,7 @@ async fn bad_keys_bodies_and_features_get_e2b_errors() {
         .await
         .expect_e2b_error(StatusCode::BAD_REQUEST);
     assert!(m.contains("my-template"), "{m}");
+    assert!(m.contains("one of host (GET /v1/images)"), "{m}");
     assert_eq!(
         api.provider.creates(),
         0,

@@ -3,7 +3,8 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `E2B_API_KEY` | required | the team's API key, sent as `X-API-Key` |
-//! | `E2B_TEMPLATE` | `base` | template id or alias every sandbox starts from |
+//! | `E2B_TEMPLATE` | `base` | template id or alias of the `host` image, every sandbox's unless its thread chose another |
+//! | `THREADBOX_E2B_TEMPLATES` | none | more images, `NAME=TEMPLATE_ID,NAME=TEMPLATE_ID` (names as `domain::ImageName`; `host` is `E2B_TEMPLATE`) |
 //! | `E2B_TIMEOUT_SECS` | `900` | sandbox timeout when a caller gives none, and on resume |
 //! | `E2B_DOMAIN` | `e2b.app` | the domain the API and sandbox hosts live under |
 //! | `E2B_API_URL` | `https://api.<domain>` | control-plane base URL |
@@ -12,10 +13,19 @@
 //! | `E2B_RETRIES` | `3` | control-plane retries after the first attempt; `0` turns them off |
 //! | `THREADBOX_EGRESS_CREDENTIALS` | none | operator credentials at egress (JSON, see `domain::EgressCredentials`), sent as the `rules` of a networked sandbox's `network`; a secret (on Lambda, by reference) |
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use threadbox_core::domain::ImageName;
+
 use super::retry::RetryPolicy;
+
+/// The images besides `host`, each an E2B template: `NAME=TEMPLATE_ID,...`.
+pub const TEMPLATES_VAR: &str = "THREADBOX_E2B_TEMPLATES";
+
+/// The most images [`TEMPLATES_VAR`] may name.
+pub const MAX_TEMPLATES: usize = 100;
 
 /// Operator credentials at egress, JSON (a secret: on Lambda it is given by reference).
 pub const EGRESS_CREDENTIALS_VAR: &str = "THREADBOX_EGRESS_CREDENTIALS";
@@ -60,7 +70,10 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 #[derive(Clone, Debug)]
 pub struct E2bConfig {
     pub api_key: Secret,
+    /// The `host` image's template.
     pub template: String,
+    /// The other images' templates, by name ([`TEMPLATES_VAR`]).
+    pub templates: BTreeMap<ImageName, String>,
     /// Used when a create asks for no timeout, and as the timeout a resume (connect) grants.
     pub default_timeout: Duration,
     pub domain: String,
@@ -85,6 +98,7 @@ impl E2bConfig {
         Self {
             api_key,
             template: DEFAULT_TEMPLATE.to_owned(),
+            templates: BTreeMap::new(),
             default_timeout: Duration::from_secs(900),
             domain: DEFAULT_DOMAIN.to_owned(),
             api_url: format!("https://api.{DEFAULT_DOMAIN}"),
@@ -114,6 +128,13 @@ impl E2bConfig {
 
         if let Some(template) = get("E2B_TEMPLATE") {
             config.template = template.trim().to_owned();
+        }
+        if let Some(setting) = get(TEMPLATES_VAR) {
+            config.templates =
+                parse_templates(&setting).map_err(|reason| ConfigError::Invalid {
+                    variable: TEMPLATES_VAR,
+                    reason,
+                })?;
         }
         if let Some(domain) = get("E2B_DOMAIN") {
             let domain = domain.trim().trim_end_matches('.').to_owned();
@@ -168,6 +189,15 @@ impl E2bConfig {
         Ok(config)
     }
 
+    /// The template an image's sandboxes start from: `host`'s is [`E2bConfig::template`].
+    pub fn template_for(&self, image: &ImageName) -> Option<&str> {
+        if image.is_host() {
+            Some(&self.template)
+        } else {
+            self.templates.get(image).map(String::as_str)
+        }
+    }
+
     /// Where envd answers for this sandbox. `sandbox_domain` is the `domain` E2B returned for
     /// it, when it returned one (sandboxes outside the default cluster).
     pub fn envd_url(&self, sandbox_id: &str, sandbox_domain: Option<&str>) -> String {
@@ -180,6 +210,52 @@ impl E2bConfig {
             ),
         }
     }
+}
+
+/// Read `NAME=TEMPLATE_ID,NAME=TEMPLATE_ID`: valid names, each once, never `host` (that is
+/// `E2B_TEMPLATE`), template ids or aliases as E2B spells them.
+pub fn parse_templates(setting: &str) -> Result<BTreeMap<ImageName, String>, String> {
+    let mut templates = BTreeMap::new();
+    for (i, part) in setting
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .enumerate()
+    {
+        if i >= MAX_TEMPLATES {
+            return Err(format!("at most {MAX_TEMPLATES} images may be named"));
+        }
+        let (name, template) = part
+            .split_once('=')
+            .ok_or_else(|| format!("entry {}: expected NAME=TEMPLATE_ID, got {part:?}", i + 1))?;
+        let name = ImageName::parse(name.trim()).map_err(|e| format!("entry {}: {e}", i + 1))?;
+        if name.is_host() {
+            return Err(format!(
+                "entry {}: `host` is the deployment's own template (E2B_TEMPLATE); name this \
+                 one otherwise",
+                i + 1
+            ));
+        }
+        let template = template.trim();
+        let valid = !template.is_empty()
+            && template.len() <= 128
+            && template
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':'));
+        if !valid {
+            return Err(format!(
+                "entry {} ({name}): {template:?} is not an E2B template id or alias",
+                i + 1
+            ));
+        }
+        if templates
+            .insert(name.clone(), template.to_owned())
+            .is_some()
+        {
+            return Err(format!("{name} is named twice"));
+        }
+    }
+    Ok(templates)
 }
 
 fn parse_base_url(variable: &'static str, raw: &str) -> Result<String, ConfigError> {
@@ -238,6 +314,43 @@ mod tests {
             "https://49983-i123.eu.e2b.dev"
         );
         assert_eq!(c.retry.max_retries, 3);
+    }
+
+    #[test]
+    fn image_templates_are_read_by_name_and_host_is_e2b_template() {
+        let c = E2bConfig::from_env(&lookup(&[
+            ("E2B_API_KEY", "k"),
+            ("E2B_TEMPLATE", "tpl-base"),
+            (TEMPLATES_VAR, " python=tpl-py312 , node-22=team/node:22,"),
+        ]))
+        .unwrap();
+        let name = |n: &str| ImageName::parse(n).unwrap();
+        assert_eq!(c.template_for(&ImageName::host()), Some("tpl-base"));
+        assert_eq!(c.template_for(&name("python")), Some("tpl-py312"));
+        assert_eq!(c.template_for(&name("node-22")), Some("team/node:22"));
+        assert_eq!(c.template_for(&name("ruby")), None);
+        let unset = E2bConfig::from_env(&lookup(&[("E2B_API_KEY", "k")])).unwrap();
+        assert!(unset.templates.is_empty());
+
+        let cases = [
+            ("python", "entry 1: expected NAME=TEMPLATE_ID"),
+            ("Python=tpl", "entry 1: \"Python\" is not an image name"),
+            (
+                "host=tpl",
+                "entry 1: `host` is the deployment's own template",
+            ),
+            ("py=tpl,py=other", "py is named twice"),
+            ("py=", "entry 1 (py): \"\" is not an E2B template id"),
+            ("py=a b", "is not an E2B template id"),
+        ];
+        for (setting, expected) in cases {
+            let err =
+                E2bConfig::from_env(&lookup(&[("E2B_API_KEY", "k"), (TEMPLATES_VAR, setting)]))
+                    .unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains(TEMPLATES_VAR), "{setting}: {text}");
+            assert!(text.contains(expected), "{setting}: {text}");
+        }
     }
 
     #[test]

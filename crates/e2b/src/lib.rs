@@ -41,7 +41,7 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
 use threadbox_core::domain::network::AllowEntry;
-use threadbox_core::domain::EgressCredentials;
+use threadbox_core::domain::{unknown_image, EgressCredentials, ImageInfo, ImageName};
 use threadbox_core::ports::exec_files::checked_path;
 use threadbox_core::ports::{
     always_refused_v4, Connected, CreateSandbox, CreatedSandbox, ExecCommand, ExecRequest,
@@ -49,7 +49,10 @@ use threadbox_core::ports::{
     SandboxProvider, SandboxState, DEFAULT_FILE_CAP,
 };
 
-pub use config::{E2bConfig, Secret, EGRESS_CREDENTIALS_VAR, MAX_TIMEOUT};
+pub use config::{
+    parse_templates, E2bConfig, Secret, EGRESS_CREDENTIALS_VAR, MAX_TEMPLATES, MAX_TIMEOUT,
+    TEMPLATES_VAR,
+};
 pub use errors::E2bError;
 pub use retry::RetryPolicy;
 
@@ -418,6 +421,26 @@ impl SandboxProvider for E2bProvider {
         Err(threadbox_core::ports::checkpoints_unsupported(self.name()))
     }
 
+    /// `host` (the deployment's `E2B_TEMPLATE`), then every image `THREADBOX_E2B_TEMPLATES`
+    /// names; each one's digest is its template id.
+    fn images(&self) -> Vec<ImageInfo> {
+        let info = |name: ImageName, template: &str| ImageInfo {
+            name,
+            digest: Some(template.to_owned()),
+            size_bytes: None,
+            source: format!("e2b template {template}"),
+            setup: false,
+        };
+        let mut images = vec![info(ImageName::host(), &self.config.template)];
+        images.extend(
+            self.config
+                .templates
+                .iter()
+                .map(|(name, template)| info(name.clone(), template)),
+        );
+        images
+    }
+
     #[tracing::instrument(skip_all, fields(thread_id = %request.owner.thread_id, generation = request.owner.generation))]
     async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError> {
         let key = Self::idempotency_key(&request.owner);
@@ -427,8 +450,14 @@ impl SandboxProvider for E2bProvider {
         } else {
             request.timeout.min(MAX_TIMEOUT)
         };
+        let Some(template_id) = self.config.template_for(&request.image) else {
+            return Err(ProviderError::InvalidRequest(unknown_image(
+                request.image.as_str(),
+                &self.images(),
+            )));
+        };
         let body = NewSandbox {
-            template_id: &self.config.template,
+            template_id,
             timeout: whole_secs(timeout),
             auto_pause: true,
             allow_internet_access: request.network.is_networked(),

@@ -8,9 +8,10 @@ use threadbox_aws::dynamo::DynamoConfig;
 use threadbox_aws::sqs::SqsQueueUrls;
 use threadbox_core::config::ConfigError;
 use threadbox_core::domain::{
-    parse_profile, Budgets, CheckpointRetention, NetworkDefaults, NetworkProfile, Pricing,
-    PricingSettings, SandboxSize, Timers, CHECKPOINTS_KEPT_VAR, CHECKPOINT_BYTES_VAR,
-    DEFAULT_CHECKPOINTS_KEPT, DEFAULT_CHECKPOINT_BYTES, MAX_CHECKPOINTS_PER_THREAD, WARM_POOL_VAR,
+    parse_profile, Budgets, CheckpointRetention, ImageDefaults, ImageName, NetworkDefaults,
+    NetworkProfile, Pricing, PricingSettings, SandboxSize, Timers, CHECKPOINTS_KEPT_VAR,
+    CHECKPOINT_BYTES_VAR, DEFAULT_CHECKPOINTS_KEPT, DEFAULT_CHECKPOINT_BYTES,
+    MAX_CHECKPOINTS_PER_THREAD, WARM_POOL_VAR,
 };
 use threadbox_core::usecases::{Config, DEFAULT_POOL_MAX_AGE, MAX_POOL_SIZE};
 use threadbox_providers::ProviderConfig;
@@ -30,6 +31,10 @@ pub const RUNC_STATE_DIR_VAR: &str = "THREADBOX_RUNC_STATE_DIR";
 pub const NETWORK_VAR: &str = "THREADBOX_NETWORK";
 /// Per Slack workspace or channel: `T0123=networked:pypi.org;T0123/C0456=restricted`.
 pub const SLACK_NETWORK_VAR: &str = "THREADBOX_SLACK_NETWORK";
+/// The image of new threads whose creator names none (`host` unless set).
+pub const DEFAULT_IMAGE_VAR: &str = "THREADBOX_DEFAULT_IMAGE";
+/// Per Slack workspace or channel: `T0123=python;T0123/C0456=node`.
+pub const SLACK_IMAGE_VAR: &str = "THREADBOX_SLACK_IMAGE";
 /// Seconds an unclaimed warm pool member is kept before it is replaced.
 pub const WARM_POOL_MAX_AGE_VAR: &str = "THREADBOX_WARM_POOL_MAX_AGE_SECS";
 /// Whether the Slack worker takes a checkpoint before each code block (`true`, the default, or
@@ -111,6 +116,7 @@ impl Settings {
             },
             pricing: pricing_from_env(env, &provider)?,
             network: network_from_env(env)?,
+            images: images_from_env(env, &provider)?,
             budgets: Budgets::read(|name, default, range| env.whole_number(name, default, range))?,
             settle_wait: LAMBDA_SETTLE_WAIT,
             ..Config::default()
@@ -190,6 +196,48 @@ pub fn network_from_env(env: &Env) -> Result<NetworkDefaults, ConfigError> {
     NetworkDefaults::new(default)
         .with_slack_setting(&env.get(SLACK_NETWORK_VAR).unwrap_or_default())
         .map_err(invalid(SLACK_NETWORK_VAR))
+}
+
+/// The images new threads get: `THREADBOX_DEFAULT_IMAGE` (default `host`) and the per Slack
+/// scope `THREADBOX_SLACK_IMAGE`, each naming an image the provider has (on E2B, `host` or a
+/// name `THREADBOX_E2B_TEMPLATES` maps to a template). Empty is unset, as for the network.
+pub fn images_from_env(env: &Env, provider: &ProviderConfig) -> Result<ImageDefaults, ConfigError> {
+    let default = match env.get(DEFAULT_IMAGE_VAR).filter(|v| !v.trim().is_empty()) {
+        Some(value) => ImageName::parse(value.trim()).map_err(|reason| ConfigError::Invalid {
+            variable: DEFAULT_IMAGE_VAR,
+            reason,
+        })?,
+        None => ImageName::host(),
+    };
+    let defaults = ImageDefaults::new(default)
+        .with_slack_setting(&env.get(SLACK_IMAGE_VAR).unwrap_or_default())
+        .map_err(|e| ConfigError::Invalid {
+            variable: SLACK_IMAGE_VAR,
+            reason: e.to_string(),
+        })?;
+    let has = |image: &ImageName| match provider {
+        ProviderConfig::E2b(config) => config.template_for(image).is_some(),
+        // The local loop's runc registers no images.
+        ProviderConfig::Runc => image.is_host(),
+    };
+    for image in defaults.images() {
+        if !has(image) {
+            let variable = if image == &defaults.default {
+                DEFAULT_IMAGE_VAR
+            } else {
+                SLACK_IMAGE_VAR
+            };
+            return Err(ConfigError::Invalid {
+                variable,
+                reason: format!(
+                    "no image is registered as {:?} (on E2B, {} maps names to templates)",
+                    image.as_str(),
+                    threadbox_providers::E2B_TEMPLATES_VAR
+                ),
+            });
+        }
+    }
+    Ok(defaults)
 }
 
 /// What a thread's time is priced at: the provider's defaults (E2B's default sandbox at its
@@ -276,6 +324,48 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("THREADBOX_PROVIDER"), "{err}");
+    }
+
+    #[test]
+    fn image_defaults_name_templates_the_provider_has() {
+        let e2b = [
+            ("THREADBOX_PROVIDER", "e2b"),
+            ("E2B_API_KEY", "e2b_0123456789"),
+            (threadbox_providers::E2B_TEMPLATES_VAR, "python=tpl-py"),
+        ];
+        let unset = with(&e2b).unwrap().use_cases.images;
+        assert_eq!(unset, ImageDefaults::default());
+        let mut set = e2b.to_vec();
+        set.extend([(DEFAULT_IMAGE_VAR, "python"), (SLACK_IMAGE_VAR, "T1=host")]);
+        let images = with(&set).unwrap().use_cases.images;
+        assert_eq!(images.describe(), "default python; Slack T1: host");
+        for (variable, value, says) in [
+            (
+                DEFAULT_IMAGE_VAR,
+                "ruby",
+                "no image is registered as \"ruby\"",
+            ),
+            (DEFAULT_IMAGE_VAR, "Ruby", "is not an image name"),
+            (
+                SLACK_IMAGE_VAR,
+                "T1=ruby",
+                "no image is registered as \"ruby\"",
+            ),
+            (SLACK_IMAGE_VAR, "T1", "expected TEAM=IMAGE"),
+        ] {
+            let mut bad = e2b.to_vec();
+            bad.push((variable, value));
+            let err = with(&bad).unwrap_err().to_string();
+            assert!(
+                err.contains(variable) && err.contains(says),
+                "{value}: {err}"
+            );
+        }
+        // The local loop's runc has host only.
+        let err = with(&[(DEFAULT_IMAGE_VAR, "python")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(DEFAULT_IMAGE_VAR), "{err}");
     }
 
     #[test]

@@ -10,6 +10,10 @@ use threadbox_core::config::{ConfigError, Env};
 /// The variable that selects the provider: `runc` (the default) or `e2b`.
 pub const PROVIDER_VAR: &str = "THREADBOX_PROVIDER";
 
+/// The variable mapping image names to E2B templates (`NAME=TEMPLATE_ID,...`), for settings
+/// that name images.
+pub use threadbox_e2b::TEMPLATES_VAR as E2B_TEMPLATES_VAR;
+
 /// The provider chosen for this process, with its settings (whose `Debug` redacts the key).
 #[derive(Clone, Debug)]
 pub enum ProviderConfig {

@@ -21,7 +21,9 @@ use serde_json::Value;
 use super::blocks::{self, Action};
 use super::format::escape;
 use super::thread::SlackPlace;
-use threadbox_core::domain::{Cause, LifecycleEvent, Pricing, Status, Usage, UsageCost, Window};
+use threadbox_core::domain::{
+    Cause, ImageName, LifecycleEvent, Pricing, Status, Usage, UsageCost, Window,
+};
 use threadbox_core::ports::{
     ApiErrorCode, PostMessage, SlackApi, SlackError, SlackStatusStore, StatusMessage, UpdateMessage,
 };
@@ -85,6 +87,19 @@ impl SlackStatusTarget {
         }
     }
 
+    /// The thread's image as its record says, for the card (with the usage source's store;
+    /// none, logged, when the record cannot be read).
+    async fn image_of(&self, event: &LifecycleEvent) -> Option<ImageName> {
+        let source = self.usage.as_ref()?;
+        match source.sessions.load(&event.thread_id).await {
+            Ok(session) => session.map(|s| s.image),
+            Err(error) => {
+                tracing::warn!(thread_id = %event.thread_id, %error, "status card drawn without the image");
+                None
+            }
+        }
+    }
+
     /// Show `event` in the thread's status message, posting it if there is none (or it was
     /// deleted), editing it otherwise; skipped when the message already shows this event or a
     /// later one.
@@ -100,7 +115,8 @@ impl SlackStatusTarget {
             .map_err(|e| DeliveryError::retry(format!("status store: {e}")))?;
         let text = status_text(event);
         let usage = self.usage_at(event).await;
-        let blocks = Some(status_card(event, usage.as_ref()));
+        let image = self.image_of(event).await;
+        let blocks = Some(status_card(event, usage.as_ref(), image.as_ref()));
         let ts = match stored {
             Some(message) if message.seq >= event.seq => return Ok(()),
             Some(message) => {
@@ -193,9 +209,14 @@ pub fn delivery_error(error: SlackError) -> DeliveryError {
     }
 }
 
-/// The status card: the state in words and colour, a context line, and the buttons for this
-/// state. Buttons carry the thread id, so a click needs no lookup to know which thread it is for.
-pub fn status_card(event: &LifecycleEvent, usage: Option<&Usage>) -> Vec<Value> {
+/// The status card: the state in words and colour, a context line (with the thread's image
+/// when it is not `host`), and the buttons for this state. Buttons carry the thread id, so a
+/// click needs no lookup to know which thread it is for.
+pub fn status_card(
+    event: &LifecycleEvent,
+    usage: Option<&Usage>,
+    image: Option<&ImageName>,
+) -> Vec<Value> {
     let (icon, words) = state_words(event.to);
     let secs = event.at.0.div_euclid(1000);
     let mut context = format!(
@@ -205,6 +226,10 @@ pub fn status_card(event: &LifecycleEvent, usage: Option<&Usage>) -> Vec<Value> 
     );
     if let Some(id) = &event.sandbox_id {
         context.push_str(&format!(" · `{}`", escape(id)));
+    }
+    if let Some(image) = image.filter(|i| !i.is_host()) {
+        // Names are a-z, 0-9, '.', '_' and '-': nothing to escape.
+        context.push_str(&format!(" · image `{image}`"));
     }
     let thread = event.thread_id.as_str();
     let buttons: Vec<Value> = buttons_for(event.to)

@@ -265,4 +265,45 @@ async fn the_card_shows_what_the_thread_ran_and_cost_so_far() {
     // The first card was drawn at the first event, when nothing had run yet.
     let first = serde_json::to_string(&messages[0].blocks_history[0]).unwrap();
     assert!(first.contains("Ran 0s · paused 0s"), "{first}");
+    assert!(!card.contains("image"), "host goes unsaid: {card}");
+}
+
+/// The card names the thread's image when it is not `host`, from the thread's record.
+#[tokio::test]
+async fn the_card_names_the_threads_image() {
+    use threadbox_core::domain::{ImageDefaults, ImageName, Pricing, ThreadId};
+    use threadbox_core::usecases::{Config, Threadbox};
+    use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+    use threadbox_testing::{InMemoryProvider, ManualClock};
+
+    let fake = fake().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("f.db");
+    let sessions = Arc::new(SqliteSessionStore::open(&db).unwrap());
+    let provider = InMemoryProvider::new();
+    provider.register_image("python");
+    let tb = Threadbox::new(
+        sessions.clone(),
+        provider,
+        Arc::new(SqliteQueue::open(&db, "lifecycle", QueueConfig::default()).unwrap()),
+        Arc::new(ManualClock::default()),
+        Config {
+            images: ImageDefaults::new(ImageName::host())
+                .with_slack_setting("T1=python")
+                .unwrap(),
+            ..Config::default()
+        },
+    );
+    let thread = ThreadId::parse(THREAD).unwrap();
+    tb.resolve(&thread).await.unwrap();
+    let status = Arc::new(SqliteSlackStatusStore::open(&db).unwrap());
+    let target = Arc::new(
+        SlackStatusTarget::new(client(&fake), status).with_usage(sessions, Pricing::E2B_DEFAULT),
+    );
+    let fanout = Fanout::new(Arc::new(SqliteDedupe::open(&db).unwrap()), vec![target]);
+    for event in tb.events(&thread, 0, 100).await.unwrap() {
+        assert_eq!(fanout.deliver(&event).await, RecordOutcome::Delivered);
+    }
+    let card = serde_json::to_string(fake.messages()[0].blocks.as_ref().unwrap()).unwrap();
+    assert!(card.contains(" · image `python`"), "{card}");
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use threadbox_core::domain::Millis;
+use threadbox_core::domain::{unknown_image, ImageInfo, ImageName, Millis};
 use threadbox_core::ports::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,6 +44,8 @@ struct MemSandbox {
     running_execs: u32,
     /// The network it was made with, or changed to by `set_network`.
     network: NetworkProfile,
+    /// The image it was made from.
+    image: ImageName,
     /// What its network refused, counted (as runc does) only when made networked.
     refusals: Option<NetworkRefusals>,
 }
@@ -127,7 +129,12 @@ fn glob_matches(pattern: &[u8], path: &[u8]) -> bool {
 }
 
 impl MemSandbox {
-    fn new(metadata: BTreeMap<String, String>, deadline: Millis, network: NetworkProfile) -> Self {
+    fn new(
+        metadata: BTreeMap<String, String>,
+        deadline: Millis,
+        network: NetworkProfile,
+        image: ImageName,
+    ) -> Self {
         let files = ["/", "/home", "/home/user", "/tmp"]
             .into_iter()
             .map(|p| (p.to_owned(), Node::Dir))
@@ -145,6 +152,7 @@ impl MemSandbox {
             deadline: Some(deadline),
             running_execs: 0,
             network,
+            image,
             refusals,
         }
     }
@@ -226,6 +234,8 @@ pub struct InMemoryProvider {
     /// Checkpoints: the files under `/home/user` of a sandbox at the time, by thread and
     /// checkpoint id.
     checkpoints: Mutex<HashMap<(String, String), BTreeMap<String, Node>>>,
+    /// Images registered besides `host` (`register_image`).
+    images: Mutex<Vec<ImageInfo>>,
 }
 
 impl InMemoryProvider {
@@ -269,6 +279,28 @@ impl InMemoryProvider {
             .unwrap()
             .get(id)
             .map(|s| s.network.clone())
+    }
+
+    /// The image a sandbox was made from.
+    pub fn image_of(&self, id: &str) -> Option<ImageName> {
+        self.sandboxes
+            .lock()
+            .unwrap()
+            .get(id)
+            .map(|s| s.image.clone())
+    }
+
+    /// Register an image by name, listed after `host` (as an operator's `--image` does); a
+    /// create naming one that is not registered is refused, as every real provider does.
+    pub fn register_image(&self, name: &str) {
+        let name = ImageName::parse(name).expect("a valid image name");
+        self.images.lock().unwrap().push(ImageInfo {
+            digest: Some(format!("memory:{name}")),
+            size_bytes: Some(0),
+            source: format!("memory image {name}"),
+            setup: false,
+            name,
+        });
     }
 
     /// From now on, `set_network` changes a live sandbox (`true`) or answers `Unsupported`
@@ -389,12 +421,25 @@ impl SandboxProvider for InMemoryProvider {
         self.checkpoints_on()
     }
 
+    fn images(&self) -> Vec<ImageInfo> {
+        let mut images = vec![ImageInfo::host(self.name())];
+        images.extend(self.images.lock().unwrap().iter().cloned());
+        images
+    }
+
     async fn create(&self, request: CreateSandbox) -> Result<CreatedSandbox, ProviderError> {
         let delay = *self.create_delay.lock().unwrap();
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         self.injected(Op::Create)?;
+        let images = self.images();
+        if !images.iter().any(|i| i.name == request.image) {
+            return Err(ProviderError::InvalidRequest(unknown_image(
+                request.image.as_str(),
+                &images,
+            )));
+        }
         self.creates.fetch_add(1, Ordering::SeqCst);
         let id = format!("mem-{}", self.next_id.fetch_add(1, Ordering::SeqCst) + 1);
         self.sandboxes.lock().unwrap().insert(
@@ -403,6 +448,7 @@ impl SandboxProvider for InMemoryProvider {
                 request.owner.to_metadata(),
                 deadline_after(request.timeout),
                 request.network,
+                request.image,
             ),
         );
         if self.hang_after_create.load(Ordering::SeqCst) {

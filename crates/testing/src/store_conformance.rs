@@ -78,6 +78,41 @@ pub async fn insert_then_load_round_trips(store: Arc<dyn SessionStore>) {
     );
 }
 
+/// The thread's image is part of the record: chosen at insert, changed with its `user` event,
+/// and read back as written.
+pub async fn an_image_round_trips_with_its_change(store: Arc<dyn SessionStore>) {
+    use threadbox_core::domain::ImageName;
+    let (mut s, e) = new_session("conf-image", 1_000);
+    assert!(s.image.is_host());
+    s.image = ImageName::parse("python-3.12").unwrap();
+    store
+        .insert_new(&s, std::slice::from_ref(&e))
+        .await
+        .unwrap();
+    let loaded = store.load(&s.thread_id).await.unwrap().unwrap();
+    assert_eq!(loaded.image.as_str(), "python-3.12");
+    assert_eq!(loaded, s);
+
+    let mut next = s.clone();
+    let noted = next
+        .set_image(ImageName::parse("node_22.x").unwrap(), change(2_000))
+        .unwrap();
+    next.version += 1;
+    store
+        .save(&next, s.version, std::slice::from_ref(&noted))
+        .await
+        .unwrap();
+    let loaded = store.load(&s.thread_id).await.unwrap().unwrap();
+    assert_eq!(loaded.image.as_str(), "node_22.x");
+    assert_eq!(loaded, next);
+    let events = store.events_after(&s.thread_id, 0, 10).await.unwrap();
+    assert_eq!(events, vec![e, noted]);
+    assert_eq!(
+        events[1].detail.as_deref(),
+        Some("image: node_22.x (from python-3.12)")
+    );
+}
+
 pub async fn second_insert_conflicts_and_changes_nothing(store: Arc<dyn SessionStore>) {
     let (s, e) = new_session("conf-b", 1_000);
     store

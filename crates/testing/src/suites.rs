@@ -10,6 +10,7 @@ macro_rules! store_conformance_tests {
     ($make:path) => {
         $crate::store_conformance_tests!(@each $make,
             insert_then_load_round_trips,
+            an_image_round_trips_with_its_change,
             second_insert_conflicts_and_changes_nothing,
             save_writes_session_and_events_together,
             stale_save_conflicts_and_writes_nothing,
@@ -166,6 +167,7 @@ macro_rules! warm_pool_conformance_tests {
     ($make:path) => {
         $crate::warm_pool_conformance_tests!(@each $make,
             a_new_thread_takes_a_ready_member_and_the_pool_refills,
+            a_thread_on_an_image_takes_only_a_member_of_that_image,
             sixty_four_new_threads_never_share_a_member,
             old_and_lost_members_are_replaced_and_size_zero_drains,
             reconciliation_knows_members_from_orphans,

@@ -131,6 +131,91 @@ pub async fn a_new_thread_takes_a_ready_member_and_the_pool_refills(
     assert!(s.provider.live_ids().contains(&handle.sandbox_id));
 }
 
+/// Members are kept per image: a pool fills for the default image and every image a Slack
+/// scope gets, a thread on image X takes only a member of X (never one of `host`, however many
+/// are ready), and creates one of X when X's pool is empty.
+pub async fn a_thread_on_an_image_takes_only_a_member_of_that_image(
+    store: Arc<dyn SessionStore>,
+    pool: Arc<dyn WarmPoolStore>,
+    events: Arc<dyn DurableQueue>,
+) {
+    use threadbox_core::domain::{image_pool_key, ImageDefaults, ImageName};
+    use threadbox_core::usecases::ResolveOptions;
+    let mut s = setup(store.clone(), pool, events, 2);
+    s.provider.register_image("py");
+    let py = ImageName::parse("py").unwrap();
+    s.tb.config.images = ImageDefaults::new(ImageName::host())
+        .with_slack_setting("T1=py")
+        .unwrap();
+    let report = sweep(&s.tb).await;
+    assert_eq!(report.pool.created, 4, "two of each image: {report:?}");
+    let py_members = s
+        .pool
+        .unclaimed(&image_pool_key(&NetworkProfile::Restricted, &py), 10)
+        .await
+        .unwrap();
+    assert_eq!(py_members.len(), 2);
+    for m in &py_members {
+        assert_eq!(m.image, py, "the record keeps its image");
+        let id = m.sandbox_id.as_deref().unwrap();
+        assert_eq!(s.provider.image_of(id), Some(py.clone()));
+    }
+    assert_eq!(members(s.pool.as_ref()).await.len(), 2, "host's pool");
+    let py_sandboxes: HashSet<String> = py_members
+        .iter()
+        .filter_map(|m| m.sandbox_id.clone())
+        .collect();
+
+    // Asked for by name, and by the Slack workspace's default: both take py members.
+    let asked =
+        s.tb.resolve_with(
+            &tid("image-asked"),
+            ResolveOptions {
+                image: Some(py.clone()),
+                ..ResolveOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let scoped =
+        s.tb.resolve(&tid("slack:T1:C1:1767225600.000100"))
+            .await
+            .unwrap();
+    for handle in [&asked, &scoped] {
+        assert!(handle.pooled, "{handle:?}");
+        assert!(py_sandboxes.contains(&handle.sandbox_id), "{handle:?}");
+        let record = store.load(&handle.thread_id).await.unwrap().unwrap();
+        assert_eq!(record.image, py);
+    }
+    // py's pool is empty now; host's two are ready, and never given to a py thread.
+    let third =
+        s.tb.resolve_with(
+            &tid("image-third"),
+            ResolveOptions {
+                image: Some(py.clone()),
+                ..ResolveOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(third.created && !third.pooled, "{third:?}");
+    assert_eq!(s.provider.image_of(&third.sandbox_id), Some(py.clone()));
+    assert_eq!(members(s.pool.as_ref()).await.len(), 2, "host's untouched");
+    assert_eq!(s.provider.creates(), 5);
+
+    // A host thread takes a host member.
+    let host = s.tb.resolve(&tid("image-host")).await.unwrap();
+    assert!(host.pooled && !py_sandboxes.contains(&host.sandbox_id));
+    assert_eq!(
+        s.provider.image_of(&host.sandbox_id),
+        Some(ImageName::host())
+    );
+
+    // The next sweep tops both pools up again.
+    let report = sweep(&s.tb).await;
+    assert_eq!(report.pool.created, 3, "{report:?}");
+}
+
 /// 64 new threads at once over a pool of 16: every thread gets its own sandbox, no member is
 /// bound twice, and those that found no member created one.
 pub async fn sixty_four_new_threads_never_share_a_member(

@@ -217,6 +217,11 @@
           event.detail.startsWith("network: ")) {
         thread.network_text = event.detail.slice("network: ".length);
       }
+      // So is an image change: `image: NAME (from OLD)`.
+      if (event.cause === "user" && event.from === event.to && event.detail &&
+          event.detail.startsWith("image: ")) {
+        thread.image = event.detail.slice("image: ".length).split(" ")[0];
+      }
       renderRow(event.thread_id);
     }
     if (event.thread_id === state.selected) addEvents([event]);
@@ -399,6 +404,8 @@
       ? thread.sandbox_id + " (" + thread.provider + ", generation " + thread.generation + ")"
       : "none (generation " + thread.generation + ")";
     $("detail-network").textContent = networkText(thread);
+    // The image the thread's next sandbox starts from (the one it has, unless changed since).
+    $("detail-image").textContent = thread.image || "host";
     $("detail-error").textContent = thread.last_error || "none";
   }
 

@@ -110,7 +110,7 @@ fn status_of(error: &UseCaseError) -> StatusCode {
         | UseCaseError::UnknownProcess { .. }
         | UseCaseError::UnknownCheckpoint { .. } => StatusCode::NOT_FOUND,
         UseCaseError::ThreadExists(_) => StatusCode::CONFLICT,
-        UseCaseError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        UseCaseError::BadRequest(_) | UseCaseError::UnknownImage(_) => StatusCode::BAD_REQUEST,
         // Like a full disk: nothing the server can fix; deleting checkpoints or files makes room.
         UseCaseError::CheckpointQuota(_) => StatusCode::INSUFFICIENT_STORAGE,
         UseCaseError::Rejected(r) => match r.kind {
@@ -121,6 +121,7 @@ fn status_of(error: &UseCaseError) -> StatusCode {
         UseCaseError::Held(_)
         | UseCaseError::NoSandbox { .. }
         | UseCaseError::NetworkConflict { .. }
+        | UseCaseError::ImageConflict { .. }
         | UseCaseError::Interrupted { .. } => StatusCode::CONFLICT,
         UseCaseError::Provider(p) => match p {
             ProviderError::InvalidRequest(_) => StatusCode::BAD_REQUEST,

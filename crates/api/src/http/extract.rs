@@ -8,7 +8,7 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
-use threadbox_core::domain::ThreadId;
+use threadbox_core::domain::{ImageName, ThreadId};
 
 /// The longest sandbox path accepted (Linux's PATH_MAX).
 pub(crate) const MAX_SANDBOX_PATH: usize = 4096;
@@ -135,6 +135,23 @@ pub(super) fn optional_body<T: DeserializeOwned>(
     serde_json::from_slice::<Option<T>>(body).map_err(|e| {
         ApiError::bad_request("invalid_json", format!("the body must be {shape}: {e}"))
     })
+}
+
+/// Read an image name from a body's `image` field: `None` when absent or `null`; a name that is
+/// not one (`ImageName::parse`) is a 400 saying what names look like.
+pub(super) fn image_name(value: Option<serde_json::Value>) -> Result<Option<ImageName>, ApiError> {
+    value
+        .filter(|v| !v.is_null())
+        .map(|value| {
+            let serde_json::Value::String(name) = value else {
+                return Err(ApiError::bad_request(
+                    "invalid_image",
+                    "image: expected a registered image's name (GET /v1/images lists them)",
+                ));
+            };
+            ImageName::parse(&name).map_err(|e| ApiError::bad_request("invalid_image", e))
+        })
+        .transpose()
 }
 
 #[cfg(test)]

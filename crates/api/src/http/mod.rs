@@ -6,6 +6,7 @@
 //! - `sandbox`: exec and files;
 //! - `processes`: background processes (start, list, output, input, resize, signal);
 //! - `checkpoints`: checkpoints of a thread's home (take, list, delete), restore, fork;
+//! - `images`: the images sandboxes can start from, and changing a thread's;
 //!
 //! Routes that belong to another layer come with it, and are merged in by the caller: minting
 //! live-events tokens (`live::token_routes`: the caller holds the key), the MCP endpoint
@@ -20,6 +21,7 @@ mod checkpoints;
 mod error;
 mod exec_stream;
 mod extract;
+mod images;
 mod local_only;
 mod processes;
 mod sandbox;
@@ -29,6 +31,8 @@ mod threads;
 mod budget_tests;
 #[cfg(test)]
 mod checkpoint_tests;
+#[cfg(test)]
+mod image_tests;
 #[cfg(test)]
 mod tests;
 
@@ -66,9 +70,10 @@ pub const MAX_JSON_BODY: usize = 1024 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteGroup {
     /// `POST /v1/threads/{id}/resolve` and `/reset`: bring a thread's sandbox up; and
-    /// `PUT /v1/threads/{id}/network`: the thread's network profile.
+    /// `PUT /v1/threads/{id}/network` and `/image`: the thread's network profile and image.
     Resolve,
-    /// `GET /v1/threads`, `GET /v1/threads/{id}` and `GET /v1/threads/{id}/events`.
+    /// `GET /v1/threads`, `GET /v1/threads/{id}`, `GET /v1/threads/{id}/events` and
+    /// `GET /v1/images`.
     Read,
     /// `POST /v1/threads/{id}/pause`.
     Pause,
@@ -92,8 +97,8 @@ impl RouteGroup {
 
     fn routes(self) -> Router<Threadbox> {
         match self {
-            RouteGroup::Resolve => threads::resolve_routes(),
-            RouteGroup::Read => threads::read_routes(),
+            RouteGroup::Resolve => threads::resolve_routes().merge(images::change_routes()),
+            RouteGroup::Read => threads::read_routes().merge(images::list_routes()),
             RouteGroup::Pause => threads::pause_routes(),
             RouteGroup::Resume => threads::resume_routes(),
             RouteGroup::Sandbox => sandbox::routes()

@@ -18,22 +18,22 @@ use threadbox_core::usecases::{Config, HoldRequest, Threadbox};
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
 use threadbox_testing::{InMemoryProvider, ManualClock, Op};
 
-struct Api {
+pub(super) struct Api {
     router: Router,
-    tb: Threadbox,
-    provider: Arc<InMemoryProvider>,
+    pub(super) tb: Threadbox,
+    pub(super) provider: Arc<InMemoryProvider>,
     clock: Arc<ManualClock>,
     _dir: tempfile::TempDir,
 }
 
-struct Reply {
-    status: StatusCode,
+pub(super) struct Reply {
+    pub(super) status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
 }
 
 impl Reply {
-    fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!(
                 "body is not JSON ({e}): {}",
@@ -55,7 +55,7 @@ impl Reply {
     }
 
     #[track_caller]
-    fn expect_error(&self, status: StatusCode, code: &str) {
+    pub(super) fn expect_error(&self, status: StatusCode, code: &str) {
         assert_eq!(
             self.status,
             status,
@@ -75,7 +75,7 @@ fn config() -> Config {
 }
 
 impl Api {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self::with(ApiAuth::disabled(), config())
     }
 
@@ -111,7 +111,7 @@ impl Api {
         }
     }
 
-    async fn call(&self, method: Method, uri: &str) -> Reply {
+    pub(super) async fn call(&self, method: Method, uri: &str) -> Reply {
         self.send(
             Request::builder()
                 .method(method)
@@ -122,7 +122,7 @@ impl Api {
         .await
     }
 
-    async fn post_json(&self, uri: &str, body: impl Into<Body>) -> Reply {
+    pub(super) async fn post_json(&self, uri: &str, body: impl Into<Body>) -> Reply {
         self.send(
             Request::post(uri)
                 .header(header::CONTENT_TYPE, "application/json")
@@ -137,7 +137,7 @@ impl Api {
             .await
     }
 
-    async fn resolve(&self, thread: &str) -> Value {
+    pub(super) async fn resolve(&self, thread: &str) -> Value {
         let reply = self
             .call(Method::POST, &format!("/v1/threads/{thread}/resolve"))
             .await;
@@ -1096,7 +1096,7 @@ async fn a_thread_shows_its_usage_and_a_listing_carries_it_on_request() {
         .expect_error(StatusCode::BAD_REQUEST, "invalid_query");
 }
 
-async fn put_json(api: &Api, uri: &str, body: Value) -> Reply {
+pub(super) async fn put_json(api: &Api, uri: &str, body: Value) -> Reply {
     api.send(
         Request::put(uri)
             .header(header::CONTENT_TYPE, "application/json")

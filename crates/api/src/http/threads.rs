@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::ForCaller;
 use super::error::ApiError;
-use super::extract::{optional_body, ApiQuery, Thread};
+use super::extract::{image_name, optional_body, ApiQuery, Thread};
 use threadbox_core::domain::{
     LifecycleEvent, Millis, NetworkProfile, Session, ThreadId, Usage, MAX_SEQ,
 };
@@ -52,7 +52,7 @@ pub(crate) fn resume_routes() -> Router<Threadbox> {
 /// A session as the API shows it: the record plus how long it has been idle, and in a listing
 /// that asks for it (`?usage=true`) what its sandbox used.
 #[derive(Serialize)]
-struct SessionView {
+pub(super) struct SessionView {
     #[serde(flatten)]
     session: Session,
     idle_seconds: u64,
@@ -61,7 +61,7 @@ struct SessionView {
 }
 
 impl SessionView {
-    fn new(mut session: Session, now: Millis) -> Self {
+    pub(super) fn new(mut session: Session, now: Millis) -> Self {
         let idle_seconds = now.since(session.last_activity_at).as_secs();
         // The default environment's names, not its values (often credentials).
         for value in session.env.values_mut() {
@@ -100,21 +100,44 @@ pub(super) fn network_body(
         .transpose()
 }
 
+/// The body of a resolve (optional): `{"network": ..., "image": NAME}`, each optional.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    network: Option<serde_json::Value>,
+    image: Option<serde_json::Value>,
+}
+
 /// Get-or-create the thread's sandbox: 201 when this call created it, 200 otherwise. An
-/// optional body `{"network": ...}` chooses the profile of a thread this call creates; a
-/// thread that exists with another profile is a 409 (`PUT .../network` changes it).
+/// optional body `{"network": ..., "image": NAME}` chooses the profile and the image of a
+/// thread this call creates; a thread that exists with another is a 409 (`PUT .../network`
+/// and `PUT .../image` change them). An image no one registered is a 400 naming those that are.
 async fn resolve(
     ForCaller(tb): ForCaller,
     Thread(thread_id): Thread,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
-    let network = network_body(&headers, &body)?;
+    let body: Option<ResolveBody> = optional_body(
+        &headers,
+        &body,
+        r#"{"network": ... (optional), "image": "NAME" (optional)}"#,
+    )?;
+    let (network, image) = body.map_or((None, None), |b| (b.network, b.image));
+    let network = network
+        .filter(|v| !v.is_null())
+        .map(|value| {
+            serde_json::from_value::<NetworkProfile>(value)
+                .map_err(|e| ApiError::bad_request("invalid_network", format!("network: {e}")))
+        })
+        .transpose()?;
+    let image = image_name(image)?;
     let handle = tb
         .resolve_with(
             &thread_id,
             ResolveOptions {
                 network,
+                image,
                 ..ResolveOptions::default()
             },
         )

@@ -14,7 +14,7 @@ use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
 use super::schema::{attr, EVENT_ID_GUARD_PREFIX, SESSION_KIND};
 use threadbox_core::domain::{
-    Cause, Hold, LifecycleEvent, Millis, NetworkProfile, Session, Status, ThreadId,
+    Cause, Hold, ImageName, LifecycleEvent, Millis, NetworkProfile, Session, Status, ThreadId,
 };
 use threadbox_core::ports::{StoreError, StoreKind};
 
@@ -64,6 +64,9 @@ pub(super) struct SessionItem {
     /// which read as restricted.
     #[serde(default)]
     network: NetworkProfile,
+    /// The thread's image; absent on records older than images, which read as `host`.
+    #[serde(default)]
+    image: ImageName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pool_member: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -114,6 +117,7 @@ impl SessionItem {
             destroyed_at: s.destroyed_at,
             last_error: s.last_error.clone(),
             network: s.network.clone(),
+            image: s.image.clone(),
             pool_member: s.pool_member.clone(),
             labels: s.labels.clone(),
             env: s.env.clone(),
@@ -152,6 +156,7 @@ impl SessionItem {
             destroyed_at: self.destroyed_at,
             last_error: self.last_error,
             network: self.network,
+            image: self.image,
             pool_member: self.pool_member,
             labels: self.labels,
             env: self.env,
@@ -345,6 +350,26 @@ mod tests {
         assert_eq!(
             decode_session(item).unwrap().network,
             NetworkProfile::Restricted
+        );
+    }
+
+    #[test]
+    fn an_image_round_trips_and_an_old_item_reads_as_host() {
+        let mut s = session(Some(5_000));
+        s.image = ImageName::parse("python-3.12").unwrap();
+        let item = encode("session", &SessionItem::from_session(&s, 8, None)).unwrap();
+        assert_eq!(
+            item.get("image"),
+            Some(&AttributeValue::S("python-3.12".into()))
+        );
+        assert_eq!(decode_session(item.clone()).unwrap(), s);
+        let mut old = item;
+        assert!(old.remove("image").is_some());
+        assert!(decode_session(old.clone()).unwrap().image.is_host());
+        old.insert("image".into(), AttributeValue::S("../etc".into()));
+        assert!(
+            decode_session(old).is_err(),
+            "a bad name is a corrupt record"
         );
     }
 

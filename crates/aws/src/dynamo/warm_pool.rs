@@ -33,7 +33,8 @@ use super::session_store::{
     conditional_put, names, sent_items, sent_refs, string, DynamoSessionStore, Names, QueryPage,
 };
 use threadbox_core::domain::{
-    LifecycleEvent, MemberClaim, MemberState, Millis, NetworkProfile, PoolMember, Session, ThreadId,
+    ImageName, LifecycleEvent, MemberClaim, MemberState, Millis, NetworkProfile, PoolMember,
+    Session, ThreadId,
 };
 use threadbox_core::ports::{PoolClaim, StoreError, StoreKind, WarmPoolStore, WriteCondition};
 
@@ -69,6 +70,9 @@ struct PoolMemberItem {
     member_id: String,
     pool: String,
     network: NetworkProfile,
+    /// Absent on members from before images, which are of the host image.
+    #[serde(default)]
+    image: ImageName,
     state: MemberState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sandbox_id: Option<String>,
@@ -94,6 +98,7 @@ impl PoolMemberItem {
             member_id: m.member_id.clone(),
             pool: m.pool.clone(),
             network: m.network.clone(),
+            image: m.image.clone(),
             state: m.state,
             sandbox_id: m.sandbox_id.clone(),
             provider_session_id: m.provider_session_id.clone(),
@@ -111,6 +116,7 @@ impl PoolMemberItem {
             member_id: self.member_id,
             pool: self.pool,
             network: self.network,
+            image: self.image,
             state: self.state,
             sandbox_id: self.sandbox_id,
             provider_session_id: self.provider_session_id,

@@ -7,6 +7,7 @@ mod budget;
 mod checkpoint;
 mod egress_credentials;
 mod image;
+mod image_defaults;
 pub mod network;
 mod network_defaults;
 mod scope;
@@ -35,6 +36,7 @@ pub use image::{
     unknown_image, ImageInfo, ImageName, ImageSetup, SandboxUser, DEFAULT_SETUP_TIMEOUT_SECS,
     HOST_IMAGE, MAX_IMAGE_NAME_LEN,
 };
+pub use image_defaults::{ImageDefaults, ImageSettingError, MAX_IMAGE_SCOPES};
 pub use network::{Allowlist, AllowlistError, NetworkProfile};
 pub use network_defaults::{parse_profile, NetworkDefaults, NetworkSettingError};
 pub use scope::{InvalidScope, ThreadScope, ANY_THREAD, MAX_SCOPE_THREADS};
@@ -52,5 +54,6 @@ pub use usage::{
     PRICE_VCPU_HOUR_VAR, SANDBOX_MEMORY_GIB_VAR, SANDBOX_VCPUS_VAR,
 };
 pub use warm_pool::{
-    pool_key, MemberClaim, MemberState, PoolMember, MEMBER_CREATE_LEASE, WARM_POOL_VAR,
+    image_pool_key, pool_key, MemberClaim, MemberState, PoolMember, MEMBER_CREATE_LEASE,
+    WARM_POOL_VAR,
 };

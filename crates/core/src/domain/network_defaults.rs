@@ -89,14 +89,25 @@ impl NetworkDefaults {
 
     /// The profile a new thread `thread_id` gets.
     pub fn for_thread(&self, thread_id: &ThreadId) -> &NetworkProfile {
-        let (Some(team), Some(channel)) = (thread_id.slack_team(), thread_id.slack_channel())
-        else {
-            return &self.default;
-        };
+        match (thread_id.slack_team(), thread_id.slack_channel()) {
+            (Some(team), Some(channel)) => self.for_scope(&format!("{team}/{channel}")),
+            _ => &self.default,
+        }
+    }
+
+    /// The profile of a Slack scope (`TEAM` or `TEAM/CHANNEL`): its own, else its workspace's,
+    /// else the default.
+    pub fn for_scope(&self, scope: &str) -> &NetworkProfile {
+        let team = scope.split_once('/').map_or(scope, |(team, _)| team);
         self.slack
-            .get(&format!("{team}/{channel}"))
+            .get(scope)
             .or_else(|| self.slack.get(team))
             .unwrap_or(&self.default)
+    }
+
+    /// The Slack scopes named.
+    pub fn scopes(&self) -> impl Iterator<Item = &str> {
+        self.slack.keys().map(String::as_str)
     }
 
     /// One line per rule, for a start-up banner: `default restricted; T1 networked (...)`.
@@ -147,7 +158,8 @@ pub fn parse_profile(setting: &str) -> Result<NetworkProfile, NetworkSettingErro
     }
 }
 
-fn valid_scope(scope: &str) -> bool {
+/// A Slack scope as settings name it: `TEAM` or `TEAM/CHANNEL`, letters and digits.
+pub(super) fn valid_scope(scope: &str) -> bool {
     let id =
         |s: &str| !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_alphanumeric());
     match scope.split_once('/') {

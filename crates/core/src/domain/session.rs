@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::image::ImageName;
 use super::network::NetworkProfile;
 use super::status::{Cause, Status};
 use super::thread_id::ThreadId;
@@ -110,6 +111,12 @@ pub struct Session {
     /// profiles existed read as restricted.
     #[serde(default)]
     pub network: NetworkProfile,
+    /// The image the thread's sandboxes start from (`domain::image`): chosen when the thread is
+    /// created, changed with a `user` event (applying to its next sandbox), and given to the
+    /// provider for every sandbox it makes. Records written before images existed read as
+    /// `host`.
+    #[serde(default)]
+    pub image: ImageName,
     /// The warm pool member whose sandbox this generation took over (`domain::warm_pool`), so
     /// destroying the thread also drops the member's record; `None` for a sandbox made for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,6 +183,7 @@ impl Session {
             destroyed_at: None,
             last_error: None,
             network: NetworkProfile::Restricted,
+            image: ImageName::host(),
             pool_member: None,
             labels: BTreeMap::new(),
             env: BTreeMap::new(),
@@ -291,6 +299,24 @@ impl Session {
         }
         let detail = format!("network: {}", network.describe());
         self.network = network;
+        Some(self.note(
+            Cause::User,
+            Change {
+                detail: Some(detail),
+                ..change
+            },
+        ))
+    }
+
+    /// Change the thread's image, with a `user` event in its stream (`from` and `to` are the
+    /// current state). The sandbox it has keeps the image it was made from; the next one (a
+    /// reset, or a recreate) starts from this. `None` when it is already this image.
+    pub fn set_image(&mut self, image: ImageName, change: Change) -> Option<LifecycleEvent> {
+        if self.image == image {
+            return None;
+        }
+        let detail = format!("image: {image} (from {})", self.image);
+        self.image = image;
         Some(self.note(
             Cause::User,
             Change {
@@ -459,6 +485,36 @@ mod tests {
         let old: Session = serde_json::from_value(json).unwrap();
         assert_eq!(old.network, NetworkProfile::Restricted);
         assert_eq!(old, s);
+    }
+
+    #[test]
+    fn an_image_change_is_a_user_event_in_place_and_a_repeat_writes_nothing() {
+        let (mut s, _) = new_session();
+        assert!(s.image.is_host());
+        let seq = s.last_seq;
+        let py = ImageName::parse("python-3.12").unwrap();
+        let ev = s.set_image(py.clone(), change(1, 2_000)).unwrap();
+        assert_eq!(s.image, py);
+        assert_eq!(ev.cause, Cause::User);
+        assert_eq!((ev.from, ev.to), (Some(s.status), s.status));
+        assert_eq!(ev.seq, seq + 1);
+        assert_eq!(ev.detail.as_deref(), Some("image: python-3.12 (from host)"));
+        assert_eq!(s.set_image(py, change(2, 3_000)), None);
+        assert_eq!(s.last_seq, seq + 1, "no change, no event");
+    }
+
+    #[test]
+    fn a_record_from_before_images_reads_as_host() {
+        let (s, _) = new_session();
+        let mut json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["image"], "host");
+        json.as_object_mut().unwrap().remove("image");
+        let old: Session = serde_json::from_value(json).unwrap();
+        assert!(old.image.is_host());
+        assert_eq!(old, s);
+        json = serde_json::to_value(&s).unwrap();
+        json["image"] = "Not An Image".into();
+        assert!(serde_json::from_value::<Session>(json).is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::image::ImageName;
 use super::network::NetworkProfile;
 #[cfg(test)]
 use super::thread_id::valid_member_id;
@@ -25,7 +26,19 @@ pub const WARM_POOL_VAR: &str = "THREADBOX_WARM_POOL";
 /// The longest a member may stay `creating` before the janitor counts its creator as dead.
 pub const MEMBER_CREATE_LEASE: Duration = Duration::from_secs(120);
 
-/// Which pool a profile's members go to: `restricted`, `networked`, or `allow-` and a stable
+/// Which pool members of a profile and an image go to: the profile's [`pool_key`] for the host
+/// image (the keys members had before images existed), else that key, `@` and the image's name
+/// (`restricted@python`). A thread takes only a member of its own profile and image.
+pub fn image_pool_key(network: &NetworkProfile, image: &ImageName) -> String {
+    let key = pool_key(network);
+    if image.is_host() {
+        key
+    } else {
+        format!("{key}@{image}")
+    }
+}
+
+/// Which pool a profile's members of the host image go to: `restricted`, `networked`, or `allow-` and a stable
 /// 64-bit FNV-1a hash of the allowlist, so the key is short whatever the list holds. Two lists
 /// that collide share a key but never a member: a claim also checks the profile itself.
 pub fn pool_key(network: &NetworkProfile) -> String {
@@ -79,9 +92,12 @@ pub struct MemberClaim {
 pub struct PoolMember {
     /// A random id (32 hex digits); the sandbox's tag is [`ThreadId::pool_member`] of it.
     pub member_id: String,
-    /// [`pool_key`] of `network`.
+    /// [`image_pool_key`] of `network` and `image`.
     pub pool: String,
     pub network: NetworkProfile,
+    /// The image its sandbox was made from; records from before images read as `host`.
+    #[serde(default)]
+    pub image: ImageName,
     pub state: MemberState,
     pub sandbox_id: Option<String>,
     pub provider_session_id: Option<String>,
@@ -90,12 +106,18 @@ pub struct PoolMember {
 }
 
 impl PoolMember {
-    /// A member about to be created, with a fresh id.
+    /// A member of the host image about to be created, with a fresh id.
     pub fn creating(network: NetworkProfile, now: Millis) -> Self {
+        Self::creating_from(network, ImageName::host(), now)
+    }
+
+    /// A member of `image` about to be created, with a fresh id.
+    pub fn creating_from(network: NetworkProfile, image: ImageName, now: Millis) -> Self {
         Self {
             member_id: uuid::Uuid::new_v4().simple().to_string(),
-            pool: pool_key(&network),
+            pool: image_pool_key(&network, &image),
             network,
+            image,
             state: MemberState::Creating,
             sandbox_id: None,
             provider_session_id: None,
@@ -131,6 +153,20 @@ mod tests {
         assert!(one.starts_with("allow-") && one.len() == 22, "{one}");
         assert_eq!(one, pool_key(&allow(&["pypi.org"])), "stable");
         assert_ne!(one, pool_key(&allow(&["pypi.org", "github.com"])));
+        let host = ImageName::host();
+        let py = ImageName::parse("python").unwrap();
+        assert_eq!(
+            image_pool_key(&NetworkProfile::Restricted, &host),
+            "restricted"
+        );
+        assert_eq!(
+            image_pool_key(&NetworkProfile::Restricted, &py),
+            "restricted@python"
+        );
+        assert_eq!(
+            image_pool_key(&allow(&["pypi.org"]), &py),
+            format!("{one}@python")
+        );
     }
 
     #[test]

@@ -277,6 +277,8 @@ impl Threadbox {
                         create: true,
                         hold: None,
                         network: Some(network),
+                        // The fork's root starts from the image its source's did.
+                        image: Some(source.image.clone()),
                         // The fork runs commands as its source does, and carries its labels.
                         env: source.env.clone(),
                         labels,

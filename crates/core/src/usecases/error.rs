@@ -53,6 +53,20 @@ pub enum UseCaseError {
         thread_id: ThreadId,
         current: String,
     },
+    /// A resolve named an image other than the thread's own.
+    #[error(
+        "thread {thread_id} already has the image {current}; a resolve chooses the image only \
+         when it creates the thread: PUT /v1/threads/{thread_id}/image changes it (for its next \
+         sandbox)"
+    )]
+    ImageConflict {
+        thread_id: ThreadId,
+        current: crate::domain::ImageName,
+    },
+    /// No image is registered under the name asked for (`domain::unknown_image` says which
+    /// are).
+    #[error("{0}")]
+    UnknownImage(String),
     /// A budget refused the work (`usecases::budget`): a scope's hourly cap on new sandboxes,
     /// or a day's compute (the thread is paused, never destroyed).
     #[error(transparent)]
@@ -95,6 +109,8 @@ impl UseCaseError {
             UseCaseError::NoSandbox { .. } => "no_sandbox",
             UseCaseError::UnknownProcess { .. } => "unknown_process",
             UseCaseError::NetworkConflict { .. } => "network_conflict",
+            UseCaseError::ImageConflict { .. } => "image_conflict",
+            UseCaseError::UnknownImage(_) => "unknown_image",
             UseCaseError::Interrupted { .. } => "interrupted",
             UseCaseError::Budget(b) => b.code(),
             UseCaseError::ThreadExists(_) => "thread_exists",
@@ -151,6 +167,8 @@ impl UseCaseError {
             UseCaseError::UnknownThread(_)
             | UseCaseError::NoSandbox { .. }
             | UseCaseError::NetworkConflict { .. }
+            | UseCaseError::ImageConflict { .. }
+            | UseCaseError::UnknownImage(_)
             | UseCaseError::UnknownProcess { .. }
             | UseCaseError::ThreadExists(_)
             | UseCaseError::UnknownCheckpoint { .. }

@@ -15,6 +15,8 @@
 //! - `history`: reading sessions and their events (listing, one thread, events after a seq);
 //! - `inspect`: reading a sandbox's files as they are, for GETs (never creates or resumes);
 //! - `janitor`: the scheduled sweep;
+//! - `image`: the image a thread's sandboxes start from (checked against the provider's, changed
+//!   with a `user` event for the thread's next sandbox);
 //! - `network`: changing a thread's network profile (recorded with a `user` event, applied live
 //!   where the provider can, otherwise to the thread's next sandbox);
 //! - `settle`: waiting, with backoff and an end, for another worker's transition of a thread;
@@ -30,6 +32,7 @@ mod error;
 mod history;
 mod hold_request;
 mod holds;
+mod image;
 mod inspect;
 mod janitor;
 mod network;
@@ -46,6 +49,7 @@ mod warm_pool;
 pub use checkpoints::{ForkRequest, RestoreOutcome};
 pub use error::UseCaseError;
 pub use hold_request::HoldRequest;
+pub use image::{ImageApplied, ImageChange};
 pub use inspect::{SandboxRefusals, SandboxStatus};
 pub use janitor::{SweepOptions, SweepReport};
 pub use network::{NetworkApplied, NetworkChange};

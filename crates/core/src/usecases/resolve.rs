@@ -12,8 +12,8 @@ use tracing::Instrument;
 
 use crate::domain::CheckpointId;
 use crate::domain::{
-    Cause, Command, Millis, NetworkProfile, Observed, RejectKind, Rejected, Session, Status,
-    ThreadId,
+    Cause, Command, ImageName, Millis, NetworkProfile, Observed, RejectKind, Rejected, Session,
+    Status, ThreadId,
 };
 use crate::ports::{CreateSandbox, ForkSandbox, ProviderError, SandboxOwner, SandboxState};
 
@@ -55,6 +55,11 @@ pub struct ResolveOptions {
     /// thread that exists keeps its own: asking for a different one is
     /// [`UseCaseError::NetworkConflict`] (`set_network` changes it).
     pub network: Option<NetworkProfile>,
+    /// The image of a thread this call creates (`None`: the configured default). It must be
+    /// one the provider has ([`UseCaseError::UnknownImage`]); a thread that exists keeps its
+    /// own: asking for a different one is [`UseCaseError::ImageConflict`] (`set_image` changes
+    /// it).
+    pub image: Option<ImageName>,
     /// The labels of a thread this call creates (`Session::labels`); a thread that exists keeps
     /// its own.
     pub labels: BTreeMap<String, String>,
@@ -68,6 +73,7 @@ impl Default for ResolveOptions {
             create: true,
             hold: None,
             network: None,
+            image: None,
             labels: BTreeMap::new(),
             env: BTreeMap::new(),
         }
@@ -155,6 +161,9 @@ impl Threadbox {
         options: ResolveOptions,
         mut trail: Trail,
     ) -> Result<SandboxHandle, UseCaseError> {
+        if let Some(image) = &options.image {
+            self.check_image(image)?;
+        }
         let mut settling = Settling::start(&self.config);
         let hold = options.hold.as_ref().map(HoldRequest::pending);
         // Each step either answers or leaves the record changed (or contended): read it again.
@@ -190,6 +199,14 @@ impl Threadbox {
                     return Err(UseCaseError::NetworkConflict {
                         thread_id: thread_id.clone(),
                         current: current.network.describe(),
+                    });
+                }
+            }
+            if let Some(wanted) = &options.image {
+                if *wanted != current.image {
+                    return Err(UseCaseError::ImageConflict {
+                        thread_id: thread_id.clone(),
+                        current: current.image.clone(),
                     });
                 }
             }
@@ -245,6 +262,10 @@ impl Threadbox {
             .network
             .clone()
             .unwrap_or_else(|| self.config.network.for_thread(thread_id).clone());
+        session.image = options
+            .image
+            .clone()
+            .unwrap_or_else(|| self.config.images.for_thread(thread_id).clone());
         session.labels = options.labels.clone();
         session.env = options.env.clone();
         session.forked_from = trail.fork.as_ref().map(|f| f.thread.clone());
@@ -488,7 +509,8 @@ impl Threadbox {
             generation: claimed.generation,
         };
         let request = CreateSandbox {
-            image: crate::domain::ImageName::host(),
+            // The thread's own image (set when it was created, or changed since).
+            image: claimed.image.clone(),
             owner,
             // The thread's own profile (set when it was created, or changed since).
             network: claimed.network.clone(),

@@ -6,8 +6,8 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::domain::{
-    BudgetScope, Budgets, Cause, Change, CheckpointRetention, Command, GonePolicy, LifecycleEvent,
-    NetworkDefaults, Pricing, Session, ThreadId, Timers,
+    BudgetScope, Budgets, Cause, Change, CheckpointRetention, Command, GonePolicy, ImageDefaults,
+    LifecycleEvent, NetworkDefaults, Pricing, Session, ThreadId, Timers,
 };
 use crate::ports::{
     CheckpointStore, Clock, DurableQueue, SandboxProvider, SessionStore, WarmPoolStore,
@@ -28,6 +28,9 @@ pub struct Config {
     /// The network profile a new thread gets when its creator names none (per Slack workspace
     /// and channel, else the default).
     pub network: NetworkDefaults,
+    /// The image a new thread starts from when its creator names none (per Slack workspace and
+    /// channel, else the default; `host` unless the operator says otherwise).
+    pub images: ImageDefaults,
     /// How long a caller waits for another worker's transition before getting `Busy`
     /// (`usecases::settle`). Behind API Gateway it must end well before the gateway's 30 s.
     pub settle_wait: Duration,
@@ -61,6 +64,7 @@ impl Default for Config {
             gone_policy_api: GonePolicy::Recreate,
             sandbox_timeout: Duration::from_secs(15 * 60),
             network: NetworkDefaults::default(),
+            images: ImageDefaults::default(),
             settle_wait: Duration::from_secs(30),
             settle_poll: Duration::from_millis(20),
             settle_poll_max: Duration::from_millis(500),

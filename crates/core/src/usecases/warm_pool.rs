@@ -9,7 +9,11 @@
 //! - **Tending** (`tend_pool`, each sweep): members older than `max_age` or missing from the
 //!   provider are retired (record removed on its `ready` state first, so a claim and a retire
 //!   never both win, then the sandbox killed); members whose creator died are dropped; the rest
-//!   is topped up to `size` per profile. A size of 0 drains the pool.
+//!   is topped up to `size` per kind. A size of 0 drains the pool.
+//! - **Kinds**: members are kept per (network profile, image) a new thread can get from the
+//!   operator's defaults (`Config::network`, `Config::images`: the defaults and every Slack
+//!   scope either names), each kind in its own pool (`image_pool_key`). A thread takes only a
+//!   member of its own profile and image.
 //! - **Reconciliation** (`janitor`) reads a pool-tagged sandbox's member: creating or ready is
 //!   the pool's, claimed is its thread's, no record is an orphan.
 
@@ -20,7 +24,8 @@ use serde::Serialize;
 use tracing::Instrument;
 
 use crate::domain::{
-    pool_key, Cause, Command, MemberClaim, MemberState, Millis, NetworkProfile, PoolMember, Session,
+    image_pool_key, Cause, Command, ImageName, MemberClaim, MemberState, Millis, NetworkProfile,
+    PoolMember, Session,
 };
 use crate::ports::{CreateSandbox, PoolClaim, ProviderError, SandboxOwner};
 
@@ -109,7 +114,10 @@ impl Threadbox {
         };
         let listed = match pool
             .store
-            .ready(&pool_key(&claimed.network), CLAIM_ATTEMPTS)
+            .ready(
+                &image_pool_key(&claimed.network, &claimed.image),
+                CLAIM_ATTEMPTS,
+            )
             .instrument(tracing::debug_span!("store.pool_ready"))
             .await
         {
@@ -127,6 +135,7 @@ impl Threadbox {
                 m.state == MemberState::Ready
                     && m.sandbox_id.is_some()
                     && m.network == claimed.network
+                    && m.image == claimed.image
             })
             .collect();
         for member in ready {
@@ -188,29 +197,47 @@ impl Threadbox {
         let Some(pool) = &self.warm_pool else {
             return report;
         };
-        for network in self.config.network.profiles() {
+        for (network, image) in self.pooled_kinds() {
             if let Err(error) = self
-                .tend_one(pool, network, listed.as_ref(), &mut report)
+                .tend_one(pool, &network, &image, listed.as_ref(), &mut report)
                 .await
             {
-                tracing::warn!(%error, pool = %pool_key(network), "tending the warm pool failed");
+                tracing::warn!(%error, pool = %image_pool_key(&network, &image), "tending the warm pool failed");
                 report.failures += 1;
             }
         }
         report
     }
 
+    /// Every (network profile, image) the operator's defaults give a new thread: the defaults'
+    /// own, then each Slack scope either setting names, each kind once.
+    pub fn pooled_kinds(&self) -> Vec<(NetworkProfile, ImageName)> {
+        let (network, images) = (&self.config.network, &self.config.images);
+        let mut kinds = vec![(network.default.clone(), images.default.clone())];
+        for scope in network.scopes().chain(images.scopes()) {
+            let kind = (
+                network.for_scope(scope).clone(),
+                images.for_scope(scope).clone(),
+            );
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        kinds
+    }
+
     async fn tend_one(
         &self,
         pool: &WarmPool,
         network: &NetworkProfile,
+        image: &ImageName,
         listed: Option<&Listed<'_>>,
         report: &mut PoolReport,
     ) -> Result<(), UseCaseError> {
         let size = pool.size.min(MAX_POOL_SIZE);
         let members = pool
             .store
-            .unclaimed(&pool_key(network), MAX_POOL_SIZE * 2)
+            .unclaimed(&image_pool_key(network, image), MAX_POOL_SIZE * 2)
             .await?;
         let now = self.clock.now();
         let mut kept = 0;
@@ -248,7 +275,7 @@ impl Threadbox {
         }
         let missing = size.saturating_sub(kept);
         let made: Vec<Result<(), UseCaseError>> = stream::iter(0..missing)
-            .map(|_| self.make_member(pool, network.clone()))
+            .map(|_| self.make_member(pool, network.clone(), image.clone()))
             .buffer_unordered(CREATE_CONCURRENCY)
             .collect()
             .await;
@@ -295,11 +322,13 @@ impl Threadbox {
         &self,
         pool: &WarmPool,
         network: NetworkProfile,
+        image: ImageName,
     ) -> Result<(), UseCaseError> {
-        let mut member = PoolMember::creating(network.clone(), self.clock.now());
+        let mut member =
+            PoolMember::creating_from(network.clone(), image.clone(), self.clock.now());
         pool.store.add_member(&member).await?;
         let request = CreateSandbox {
-            image: crate::domain::ImageName::host(),
+            image,
             owner: SandboxOwner {
                 thread_id: member.tag(),
                 generation: 0,

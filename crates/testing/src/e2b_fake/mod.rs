@@ -186,6 +186,8 @@ impl RecordedRequest {
 #[derive(Clone, Debug)]
 pub struct SandboxView {
     pub sandbox_id: String,
+    /// The `templateID` it was created from.
+    pub template_id: String,
     pub state: FakeState,
     pub metadata: BTreeMap<String, String>,
     pub env_vars: BTreeMap<String, String>,
@@ -367,6 +369,7 @@ impl Drop for E2bFake {
 fn view(s: &state::Sandbox) -> SandboxView {
     SandboxView {
         sandbox_id: s.id.clone(),
+        template_id: s.template_id.clone(),
         state: s.state,
         metadata: s.metadata.clone(),
         env_vars: s.env_vars.clone(),
