@@ -1,4 +1,4 @@
-//! Where a container lives on the host: its init pid and its memory cgroup.
+//! Where a container lives on the host: its init pid, its memory cgroup and its freezer.
 //!
 //! runc nests each container's cgroups under the cgroups of the process that created it, so the
 //! path depends on who ran `runc run`; we read it back from the init process instead of
@@ -18,6 +18,9 @@ pub(crate) struct ContainerCgroup {
     version: Version,
     /// The init's `/proc/<pid>/cgroup` line we found `dir` from, to tell a reused pid apart.
     membership: String,
+    /// The container's freezer: v1's freezer controller directory, or its v2 cgroup (where
+    /// `cgroup.freeze` is); `None` where neither is found (runc's pause is used then).
+    freezer: Option<(Version, PathBuf)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,12 +43,63 @@ impl ContainerCgroup {
         .ok_or_else(|| io::Error::other("no cgroup filesystem with the memory controller"))?;
         let rel = rel.strip_prefix(mount.root.as_str()).unwrap_or(rel);
         let dir = mount.point.join(rel.trim_start_matches('/'));
+        let freezer = freezer_of(init_pid, &mounts);
         Ok(Self {
             init_pid,
             dir,
             version,
             membership,
+            freezer,
         })
+    }
+
+    /// Whether the container is frozen, from its freezer (`None`: no freezer found, or it
+    /// cannot be read).
+    pub fn is_frozen(&self) -> Option<bool> {
+        let (version, dir) = self.freezer.as_ref()?;
+        match version {
+            Version::V1 => {
+                let state = fs::read_to_string(dir.join("freezer.state")).ok()?;
+                Some(state.trim() != "THAWED")
+            }
+            Version::V2 => {
+                let events = fs::read_to_string(dir.join("cgroup.events")).ok()?;
+                Some(events.lines().any(|l| l.trim() == "frozen 1"))
+            }
+        }
+    }
+
+    /// Freeze or thaw the container through its freezer, as `runc pause` and `runc resume` do,
+    /// without starting runc: written, then read back until the kernel says it is done (a
+    /// freeze of a cgroup whose tasks are mid-fork takes a few rounds), at most `within`.
+    pub fn set_frozen(&self, frozen: bool, within: std::time::Duration) -> io::Result<()> {
+        let Some((version, dir)) = self.freezer.as_ref() else {
+            return Err(io::Error::other("no freezer for this container"));
+        };
+        let (file, value) = match (version, frozen) {
+            (Version::V1, true) => ("freezer.state", "FROZEN"),
+            (Version::V1, false) => ("freezer.state", "THAWED"),
+            (Version::V2, true) => ("cgroup.freeze", "1"),
+            (Version::V2, false) => ("cgroup.freeze", "0"),
+        };
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            fs::write(dir.join(file), value)?;
+            let done = match version {
+                Version::V1 => fs::read_to_string(dir.join("freezer.state"))?.trim() == value,
+                Version::V2 => self.is_frozen() == Some(frozen),
+            };
+            if done {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the container's freezer did not reach {value}"),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Is `init_pid` still the init we found (not exited, its pid not reused)?
@@ -147,6 +201,24 @@ fn memory_membership(pid: i32) -> io::Result<String> {
         .ok_or_else(|| io::Error::other(format!("process {pid} has no memory cgroup")))
 }
 
+/// The container's freezer directory: the v1 freezer controller's, else its v2 cgroup.
+fn freezer_of(pid: i32, mounts: &CgroupMounts) -> Option<(Version, PathBuf)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let v1 = text.lines().find(|l| {
+        l.split(':')
+            .nth(1)
+            .is_some_and(|ctrls| ctrls.split(',').any(|c| c == "freezer"))
+    });
+    let (line, mount) = match (v1, &mounts.v1_freezer, &mounts.v2) {
+        (Some(line), Some(mount), _) => (line, mount),
+        (None, _, Some(mount)) => (text.lines().find(|l| l.starts_with("0::"))?, mount),
+        _ => return None,
+    };
+    let (version, rel) = parse_membership(line)?;
+    let rel = rel.strip_prefix(mount.root.as_str()).unwrap_or(rel);
+    Some((version, mount.point.join(rel.trim_start_matches('/'))))
+}
+
 fn parse_membership(line: &str) -> Option<(Version, &str)> {
     let mut parts = line.splitn(3, ':');
     let (id, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -165,6 +237,7 @@ struct Mount {
 
 struct CgroupMounts {
     v1_memory: Option<Mount>,
+    v1_freezer: Option<Mount>,
     v2: Option<Mount>,
 }
 
@@ -177,6 +250,7 @@ impl CgroupMounts {
     fn parse(mountinfo: &str) -> Self {
         let mut mounts = CgroupMounts {
             v1_memory: None,
+            v1_freezer: None,
             v2: None,
         };
         for line in mountinfo.lines() {
@@ -200,6 +274,13 @@ impl CgroupMounts {
                         .is_some_and(|opts| opts.split(',').any(|o| o == "memory")) =>
                 {
                     mounts.v1_memory.get_or_insert_with(mount);
+                }
+                "cgroup"
+                    if right
+                        .get(2)
+                        .is_some_and(|opts| opts.split(',').any(|o| o == "freezer")) =>
+                {
+                    mounts.v1_freezer.get_or_insert_with(mount);
                 }
                 "cgroup2" => {
                     mounts.v2.get_or_insert_with(mount);
@@ -239,6 +320,7 @@ mod tests {
 25 1 0:23 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
 30 25 0:28 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 31 25 0:29 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+32 25 0:30 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
 33 25 0:31 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
 
@@ -248,6 +330,10 @@ mod tests {
         assert_eq!(
             m.v1_memory.unwrap().point,
             PathBuf::from("/sys/fs/cgroup/memory")
+        );
+        assert_eq!(
+            m.v1_freezer.unwrap().point,
+            PathBuf::from("/sys/fs/cgroup/freezer")
         );
         assert_eq!(m.v2.unwrap().point, PathBuf::from("/sys/fs/cgroup/unified"));
     }

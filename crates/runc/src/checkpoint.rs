@@ -196,6 +196,17 @@ impl RuncProvider {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
+        // As root, through the container's freezer itself (what `runc pause`, `resume` and
+        // `state` do, without starting runc three times: about 30 ms of a fork or a checkpoint
+        // here); rootless, or where no freezer is found, through runc.
+        if !self.is_rootless() {
+            let slot = self.slot(sandbox_id);
+            if let Some(cgroup) = self.container_cgroup(sandbox_id, &slot).await? {
+                if let Some(was_frozen) = cgroup.is_frozen() {
+                    return self.frozen_by_cgroup(cgroup, was_frozen, work).await;
+                }
+            }
+        }
         let state = self.live_state(sandbox_id).await?;
         let was_paused = state.status == ContainerStatus::Paused;
         let started = Instant::now();
@@ -221,6 +232,47 @@ impl RuncProvider {
             if let Err(e) = self.runc.resume(sandbox_id).await {
                 tracing::error!(sandbox_id, error = %e, "cannot thaw a sandbox after copying its home");
                 return Err(self.classify(sandbox_id, e).await);
+            }
+        }
+        let stalled = started.elapsed();
+        let answer = answer.map_err(|e| internal("the home copy panicked", e))?;
+        Ok((answer, stalled))
+    }
+
+    /// [`Self::frozen`] through the container's freezer.
+    async fn frozen_by_cgroup<T, F>(
+        &self,
+        cgroup: std::sync::Arc<crate::cgroup::ContainerCgroup>,
+        was_frozen: bool,
+        work: F,
+    ) -> Result<(T, Duration), ProviderError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let within = self.runc.call_timeout();
+        let started = Instant::now();
+        let set = |frozen: bool| {
+            let cgroup = cgroup.clone();
+            async move {
+                tokio::task::spawn_blocking(move || cgroup.set_frozen(frozen, within))
+                    .await
+                    .map_err(|e| internal("the freezer panicked", e))?
+                    .map_err(|e| {
+                        ProviderError::Unavailable(format!(
+                            "cannot freeze or thaw the sandbox: {e}"
+                        ))
+                    })
+            }
+        };
+        if !was_frozen {
+            set(true).await?;
+        }
+        let answer = tokio::task::spawn_blocking(work).await;
+        if !was_frozen {
+            if let Err(e) = set(false).await {
+                tracing::error!(error = %e, "cannot thaw a sandbox after copying its home");
+                return Err(e);
             }
         }
         let stalled = started.elapsed();
