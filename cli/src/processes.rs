@@ -260,6 +260,7 @@ impl Logs<'_> {
                         next: position,
                         data: Payload::of(&whole),
                         process: page.info,
+                        stderr: Vec::new(),
                     };
                     self.out.document(&wire::to_json(&whole))?;
                 }

@@ -5,9 +5,10 @@
 //! works, and is listed, signalled, written to and re-attached to by its pid. The pid is derived
 //! from threadbox's process id (a 31-bit FNV-1a), so any process finds it again by listing.
 //!
-//! What differs from envd: a background process keeps one output stream, so stderr arrives as
-//! `stdout` data; and a command killed by signal N reports `exitCode: -1` with `signal: N`
-//! status, as envd does, where a command that itself exits with 128+N looks the same.
+//! Output is sent as envd sends it: `stdout` and `stderr` data as each stream wrote it (a
+//! terminal's as `pty`). What differs from envd: a command killed by signal N reports
+//! `exitCode: -1` with `signal: N` status, as envd does, where a command that itself exits with
+//! 128+N looks the same.
 
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ use tokio::time::Instant;
 
 use threadbox_api::wire::{CommandSpec, ProcessBody};
 use threadbox_core::ports::{
-    ProcessChunk, ProcessInfo, ProcessSignal, ProcessState, PtySize, MAX_INPUT_BYTES,
+    OutputStream, ProcessChunk, ProcessInfo, ProcessSignal, ProcessState, PtySize, MAX_INPUT_BYTES,
 };
 use threadbox_core::usecases::MAX_PROCESS_IDLE;
 use threadbox_e2b::wire::{end_stream_frame, event_frame, request_frame, Pty, StartRequest};
@@ -217,7 +218,6 @@ async fn pump(
     pacing: Pacing,
     tx: mpsc::Sender<Vec<u8>>,
 ) {
-    let kind = if pty { "pty" } else { "stdout" };
     let mut killed = false;
     loop {
         let mut window = pacing.keepalive;
@@ -246,6 +246,11 @@ async fn pump(
                     () = to_reader.closed() => return false,
                 };
                 let Some(chunk) = chunk else { return true };
+                let kind = match (pty, chunk.stream) {
+                    (true, _) => "pty",
+                    (false, OutputStream::Stdout) => "stdout",
+                    (false, OutputStream::Stderr) => "stderr",
+                };
                 let frame = event_frame("data", json!({ kind: BASE64.encode(&chunk.data) }));
                 if to_reader.send(frame).await.is_err() {
                     return false;
