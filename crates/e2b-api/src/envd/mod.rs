@@ -28,8 +28,11 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use threadbox_api::http::{sandbox_path, Caller};
 use threadbox_core::domain::{BudgetScope, Session, ThreadId};
+use threadbox_core::ports::SandboxUser;
 use threadbox_core::usecases::Threadbox;
 use threadbox_e2b::wire::error_body;
 
@@ -41,6 +44,37 @@ use super::{header, read_body, E2bApi, MAX_JSON_BODY};
 const ENVD_PORT: &str = "49983";
 /// The sandbox user's home, where relative paths start.
 const HOME: &str = "/home/user";
+
+/// Who a call runs as: envd's basic authentication's username (`Authorization: Basic` of
+/// `name:`, what the SDKs send for `user=`), `root` or `user`; none is the sandbox's user, as on
+/// envd 0.4 and later. Another name is envd's `unauthenticated` (it names no account here).
+pub(crate) fn user_of(headers: &HeaderMap) -> Result<SandboxUser, ConnectError> {
+    let Some(value) = header(headers, "authorization") else {
+        return Ok(SandboxUser::User);
+    };
+    let name = value
+        .strip_prefix("Basic ")
+        .and_then(|b| BASE64.decode(b.trim()).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|s| s.split(':').next().unwrap_or_default().to_owned())
+        .ok_or_else(|| {
+            ConnectError::new(
+                "unauthenticated",
+                "the Authorization header is not basic authentication",
+            )
+        })?;
+    match name.as_str() {
+        "" | "user" => Ok(SandboxUser::User),
+        "root" => Ok(SandboxUser::Root),
+        other => {
+            let shown: String = other.chars().take(64).collect();
+            Err(ConnectError::new(
+                "unauthenticated",
+                format!("invalid username: '{shown}' (a sandbox here has `user` and `root`)"),
+            ))
+        }
+    }
+}
 
 /// The sandbox a request reached, and the use cases acting for the caller its token names; put
 /// in the request's extensions by [`gate`].

@@ -32,7 +32,7 @@ use threadbox_core::ports::{
 use threadbox_core::usecases::MAX_PROCESS_IDLE;
 use threadbox_e2b::wire::{end_stream_frame, event_frame, request_frame, Pty, StartRequest};
 
-use super::{connect_service, envd_path, unimplemented, Answer, Reached, Unary};
+use super::{connect_service, envd_path, unimplemented, user_of, Answer, Reached, Unary};
 use crate::error::ConnectError;
 use crate::{header, read_body, E2bApi, MAX_JSON_BODY};
 
@@ -302,6 +302,7 @@ async fn start(
 ) -> Response {
     let pacing = Pacing::of(&headers);
     let prepared = (|| {
+        let user = user_of(&headers)?;
         let cwd = request.process.cwd.as_deref().map(envd_path).transpose()?;
         let pty = request.pty.as_ref().map(pty_size).transpose()?;
         let mut argv = vec![request.process.cmd];
@@ -315,6 +316,7 @@ async fn start(
             env,
         });
         body.pty = pty;
+        body.user = Some(user);
         // The process keeps its thread awake while it works, up to its deadline.
         body.idle_timeout_ms = pacing.deadline.map(|d| {
             d.saturating_duration_since(Instant::now())
