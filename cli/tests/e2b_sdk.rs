@@ -82,6 +82,21 @@ fn check_common(seen: &Value) {
     assert_eq!(failing["raised"], true, "{failing}");
     assert_eq!(failing["exit_code"], 3, "{failing}");
 
+    // stderr is its own stream, end to end: the result, the callbacks, a failure's error.
+    let streams = &seen["streams"];
+    assert_eq!(streams["stdout"], "out1\nout2\n", "{streams}");
+    assert_eq!(streams["stderr"], "err1\nerr2\n", "{streams}");
+    assert_eq!(streams["on_stdout"], "out1\nout2\n", "{streams}");
+    assert_eq!(streams["on_stderr"], "err1\nerr2\n", "{streams}");
+    assert_eq!(streams["failing"]["stdout"], "fine\n", "{streams}");
+    assert_eq!(streams["failing"]["stderr"], "bad\n", "{streams}");
+    // `user="root"` is the sandbox's root (it may chown); the default is its user.
+    let users = &seen["users"];
+    assert_eq!(users["default"], "1000", "{users}");
+    assert_eq!(users["user"], "1000", "{users}");
+    assert_eq!(users["root"], serde_json::json!(["0", "0"]), "{users}");
+    assert_eq!(users["root_background"], "0", "{users}");
+
     let background = &seen["background"];
     let pid = &background["pid"];
     assert!(

@@ -60,9 +60,11 @@ describe() {
 "#;
 
 /// Runs the command: records its process group, sets up the terminal, then becomes the command.
-/// `$D`, `$PTY` (`COLSxROWS` or empty) and `$WORKDIR` come from the environment.
+/// `$D`, `$PTY` (`COLSxROWS` or empty), `$WORKDIR` and `$OWN` come from the environment.
 pub(super) const RUNNER: &str = r#"read -r _ _ _ _ g _ < /proc/$$/stat; echo "$g" > "$D/pgid"
 if [ -n "$PTY" ]; then tty > "$D/tty"; stty cols "${PTY%x*}" rows "${PTY#*x}" 2>/dev/null; fi
+[ -z "$OWN" ] || chown -h -- "$OWN" "$D/pgid" "$D/tty" 2>/dev/null
+unset OWN
 cd -- "$WORKDIR" || exit 126
 while IFS= read -r -d '' kv; do export "$kv"; done < "$D/env"
 mapfile -d '' -t argv < "$D/argv"
@@ -137,13 +139,20 @@ while (%live) {
 /// terminal, stdout and stderr reach the ring through two FIFOs and [`RELAY`], which keeps
 /// which stream each byte came from; with one (a terminal has one output) or without perl,
 /// they are merged into `split`, as a terminal shows them.
+///
+/// Started as root, `$OWN` (`uid:gid`) is the user who owns the record: the ring's writer runs
+/// as that user (`setpriv`), and what root writes into the record is given to them, so the
+/// user's own calls (a follow, a listing, input, a clean-up) read and write it as any other.
 pub(super) const SUPERVISOR: &str = r#"export D=$1
 C=$(cat "$D/chunk")
+as_owner=; [ -z "$OWN" ] || as_owner="setpriv --reuid=${OWN%:*} --regid=${OWN#*:} --clear-groups"
+mine() { [ -z "$OWN" ] || chown -h -- "$OWN" "$@" 2>/dev/null; }
 if [ -z "$PTY" ] && command -v perl > /dev/null 2>&1 && mkfifo -m 600 "$D/stdout.pipe" "$D/stderr.pipe"; then
-  perl -e "$(cat "$D/relay")" "$D" "$C" "$KEEP" < "$D/stdout.pipe" 3< "$D/stderr.pipe" &
+  mine "$D/stdout.pipe" "$D/stderr.pipe"
+  $as_owner perl -e "$(cat "$D/relay")" "$D" "$C" "$KEEP" < "$D/stdout.pipe" 3< "$D/stderr.pipe" &
   relay=$!
   setsid -w bash "$D/runner" <> "$D/stdin" > "$D/stdout.pipe" 2> "$D/stderr.pipe"
-  echo $? > "$D/code"
+  echo $? > "$D/code"; mine "$D/code"
   wait "$relay"
   rm -f -- "$D/stdout.pipe" "$D/stderr.pipe"
 else
@@ -153,11 +162,11 @@ else
   else
     setsid -w bash "$D/runner" <> "$D/stdin" 2>&1
   fi
-  echo $? > "$D/code"
-} | SHELL=/bin/bash split -b "$C" -d -a 9 --filter="$(cat "$D/filter")" - "$D/out."
+  echo $? > "$D/code"; mine "$D/code"
+} | SHELL=/bin/bash $as_owner split -b "$C" -d -a 9 --filter="$(cat "$D/filter")" - "$D/out."
 fi
-date +%s%3N > "$D/ended_at"
-mv -f "$D/code" "$D/status" 2>/dev/null || echo 255 > "$D/status"
+date +%s%3N > "$D/ended_at"; mine "$D/ended_at"
+mv -f "$D/code" "$D/status" 2>/dev/null || { echo 255 > "$D/status"; mine "$D/status"; }
 "#;
 
 /// `$RECORDS_HOME` is the home the records live under (the user's, when started as root);
@@ -192,10 +201,6 @@ printf '%s' "$FILTER" > "$D/filter"
 printf '%s' "$RELAY" > "$D/relay"
 [ -z "$5" ] || printf '%s' "$5" > "$D/pty"
 mkfifo -m 600 "$D/stdin"
-# Started as root: the record is the user's to read, write input to and clean up.
-if [ "$(id -u)" = 0 ]; then
-  own=$(stat -c %u:%g -- "$home") && chown -h -- "$own" "$home/.threadbox" "$base" "$D" "$D/stdin" || true
-fi
 date +%s%3N > "$D/started_at"
 WORKDIR=${6:-${HOME:-/home/user}}; export WORKDIR; PTY=$5; export PTY; KEEP=$4; export KEEP
 max=$7; nenv=$8; shift 8
@@ -203,6 +208,14 @@ max=$7; nenv=$8; shift 8
 [ "$nenv" -eq 0 ] || printf '%s\0' "${@:1:$nenv}" > "$D/env"
 shift "$nenv"
 printf '%s\0' "$@" > "$D/argv"
+# Started as root (not a rootless sandbox's, whose user is uid 0): the record is the user's.
+OWN=
+if [ "$(id -u)" = 0 ]; then
+  OWN=$(stat -c %u:%g -- "$home") || OWN=
+  case $OWN in 0:*) OWN=;; esac
+  if [ -n "$OWN" ]; then chown -h -- "$OWN" "$home/.threadbox" "$base" && chown -hR -- "$OWN" "$D" || OWN=; fi
+fi
+export OWN
 setsid bash -c "$SUPERVISOR" supervise "$D" < /dev/null > /dev/null 2>&1 &
 echo $! > "$D/supervisor"
 set +e
