@@ -265,4 +265,25 @@ mod tests {
         assert_eq!(envd_path("../etc").unwrap_err().code, "invalid_argument");
         assert!(envd_path("/a/\0").is_err());
     }
+
+    #[test]
+    fn the_basic_auth_username_names_the_user() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("authorization", value.parse().unwrap());
+            user_of(&headers)
+        };
+        assert_eq!(user_of(&HeaderMap::new()).unwrap(), SandboxUser::User);
+        // What the SDKs send for `user="root"` and `user="user"`.
+        assert_eq!(with("Basic cm9vdDo=").unwrap(), SandboxUser::Root);
+        assert_eq!(with("Basic dXNlcjo=").unwrap(), SandboxUser::User);
+        assert_eq!(with("Basic Og==").unwrap(), SandboxUser::User);
+        for bad in ["Basic YWRtaW46", "Bearer x", "Basic !!"] {
+            assert_eq!(with(bad).unwrap_err().code, "unauthenticated", "{bad}");
+        }
+        assert!(with("Basic YWRtaW46")
+            .unwrap_err()
+            .message
+            .contains("'admin'"));
+    }
 }
