@@ -166,6 +166,20 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     let seen = run_client(&python, "sdk_python.py", &[&dev.url, KEY, "py"], &[]).await;
     check_common(&seen);
 
+    // The polled watcher: each ask answers what changed since the last.
+    let watch = &seen["watch"];
+    assert_eq!(
+        watch["first"],
+        serde_json::json!([["a.txt", "create"], ["sub/b.txt", "create"]]),
+        "{watch}"
+    );
+    assert_eq!(
+        watch["second"],
+        serde_json::json!([["a.txt", "write"], ["sub/b.txt", "remove"]]),
+        "{watch}"
+    );
+    assert_eq!(watch["quiet"], 0, "{watch}");
+
     let by_key = &seen["by_key"];
     assert_eq!(by_key["id"], by_key["again"], "{by_key}");
     let files = &seen["files"];
@@ -258,6 +272,13 @@ async fn the_js_sdk_gets_a_threads_sandbox_from_threadbox() {
     )
     .await;
     check_common(&seen);
+    // The streamed watch: each change as it happened.
+    assert_eq!(
+        seen["watch"],
+        serde_json::json!([["a.txt", "create"], ["a.txt", "write"], ["a.txt", "remove"]]),
+        "{}",
+        seen["watch"]
+    );
     let files = &seen["files"];
     assert_eq!(files["read"], "hello from js\n", "{files}");
     assert_eq!(

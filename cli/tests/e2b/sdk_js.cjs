@@ -93,6 +93,20 @@ async function main() {
     root_background: (await rootBackground.wait()).stdout.trim(),
   }
 
+  // Watching a folder: events stream in as the folder changes.
+  await sbx.files.makeDir('jswatched')
+  const watched = []
+  const watch = await sbx.files.watchDir('jswatched', (e) => watched.push([e.name, e.type]))
+  const settle = () => new Promise((resolve) => setTimeout(resolve, 1500))
+  await sbx.files.write('jswatched/a.txt', 'one')
+  await settle()
+  await sbx.files.write('jswatched/a.txt', 'one more')
+  await settle()
+  await sbx.files.remove('jswatched/a.txt')
+  await settle()
+  await watch.stop()
+  seen.watch = watched
+
   // A background command: listed, then killed.
   const handle = await sbx.commands.run('sleep 600', { background: true })
   const listed = (await sbx.commands.list()).map((p) => p.pid)

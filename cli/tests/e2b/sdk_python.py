@@ -111,6 +111,19 @@ seen["users"] = {
     "root_background": sbx.commands.run("id -u", user="root", background=True).wait().stdout.strip(),
 }
 
+# Watching a folder: the sync SDK polls a watcher for what changed since it last asked.
+sbx.files.make_dir("watched/sub")
+watcher = sbx.files.watch_dir("watched", recursive=True)
+sbx.files.write("watched/a.txt", "one")
+sbx.files.write("watched/sub/b.txt", "two")
+first = sorted((e.name, e.type.value) for e in watcher.get_new_events())
+sbx.files.write("watched/a.txt", "one more")
+sbx.files.remove("watched/sub/b.txt")
+second = sorted((e.name, e.type.value) for e in watcher.get_new_events())
+quiet = watcher.get_new_events()
+watcher.stop()
+seen["watch"] = {"first": first, "second": second, "quiet": len(quiet)}
+
 # A background command: listed, then killed.
 handle = sbx.commands.run("sleep 600", background=True)
 listed = [p.pid for p in sbx.commands.list()]

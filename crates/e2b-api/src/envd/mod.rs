@@ -4,7 +4,8 @@
 //!
 //! - `process`: `process.Process` (Start and Connect stream; List, SendInput, SendSignal,
 //!   Update) over threadbox's background processes;
-//! - `filesystem`: `filesystem.Filesystem` (Stat, MakeDir, Move, ListDir, Remove);
+//! - `filesystem`: `filesystem.Filesystem` (Stat, MakeDir, Move, ListDir, Remove), and
+//!   `watch`: its directory watching (WatchDir, CreateWatcher, GetWatcherEvents, RemoveWatcher);
 //! - `files`: `GET`/`POST /files`.
 //!
 //! The sandbox's token is checked first (envd's 401), `/health` included: sandbox ids are
@@ -16,6 +17,9 @@
 mod files;
 mod filesystem;
 mod process;
+mod watch;
+
+pub(crate) use watch::Watchers;
 
 use std::collections::BTreeMap;
 

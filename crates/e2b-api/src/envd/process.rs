@@ -109,7 +109,7 @@ struct OnProcess<Call> {
 // Streams
 
 /// A streaming answer: HTTP 200 and the frames as they come.
-fn stream_response(rx: mpsc::Receiver<Vec<u8>>) -> Response {
+pub(super) fn stream_response(rx: mpsc::Receiver<Vec<u8>>) -> Response {
     let frames = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -125,7 +125,7 @@ fn stream_response(rx: mpsc::Receiver<Vec<u8>>) -> Response {
 
 /// A stream that is only its end-of-stream error (HTTP 200, as connect-go answers a handler that
 /// fails before sending anything).
-fn failed_stream(error: ConnectError) -> Response {
+pub(super) fn failed_stream(error: ConnectError) -> Response {
     let (tx, rx) = mpsc::channel(1);
     let _ = tx.try_send(end_stream_frame(Some((error.code, &error.message))));
     stream_response(rx)
@@ -133,7 +133,7 @@ fn failed_stream(error: ConnectError) -> Response {
 
 /// The one request message of a streaming call (a 415 for another content type; otherwise a
 /// stream that is only its error, as connect-go answers).
-struct Streamed<T>(T);
+pub(super) struct Streamed<T>(pub(super) T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Streamed<T> {
     type Rejection = Response;
@@ -160,13 +160,13 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Streamed
 
 /// How a stream is paced: envd's keepalive (`Keepalive-Ping-Interval`, seconds), and the
 /// process's deadline (`Connect-Timeout-Ms`; absent or 0: none), after which envd kills it.
-struct Pacing {
-    keepalive: Duration,
-    deadline: Option<Instant>,
+pub(super) struct Pacing {
+    pub(super) keepalive: Duration,
+    pub(super) deadline: Option<Instant>,
 }
 
 impl Pacing {
-    fn of(headers: &HeaderMap) -> Self {
+    pub(super) fn of(headers: &HeaderMap) -> Self {
         let keepalive = header(headers, "keepalive-ping-interval")
             .and_then(|s| s.trim().parse::<u64>().ok())
             .map_or(DEFAULT_KEEPALIVE, |s| {
