@@ -97,13 +97,20 @@ async function main() {
   await sbx.files.makeDir('jswatched')
   const watched = []
   const watch = await sbx.files.watchDir('jswatched', (e) => watched.push([e.name, e.type]))
-  const settle = () => new Promise((resolve) => setTimeout(resolve, 1500))
+  // Each change is seen before the next is made (up to 10 s each, however loaded the machine).
+  const seenEvents = async (count) => {
+    for (let i = 0; i < 100 && watched.length < count; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+  }
   await sbx.files.write('jswatched/a.txt', 'one')
-  await settle()
+  await seenEvents(1)
   await sbx.files.write('jswatched/a.txt', 'one more')
-  await settle()
+  await seenEvents(2)
   await sbx.files.remove('jswatched/a.txt')
-  await settle()
+  await seenEvents(3)
+  // Nothing more comes of a quiet folder.
+  await new Promise((resolve) => setTimeout(resolve, 1200))
   await watch.stop()
   seen.watch = watched
 

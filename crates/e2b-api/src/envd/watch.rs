@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use threadbox_core::domain::{Millis, ThreadId};
+use threadbox_core::domain::{Millis, Status, ThreadId};
 use threadbox_core::ports::FileKind;
 use threadbox_core::usecases::UseCaseError;
 use threadbox_e2b::wire::{end_stream_frame, message_frame};
@@ -97,13 +97,14 @@ pub(super) struct WatcherRequest {
 /// One look at `path`: its entries (and with `recursive`, those below it), by path relative to
 /// it. threadbox's own records (`~/.threadbox`) are left out. The first look goes through the
 /// file use case (resuming a paused sandbox, as envd's auto-resume does, and `not_found` for a
-/// folder that is not there); later ones read the sandbox where it is.
+/// folder that is not there); later ones read the sandbox where it is, paused or not, and end
+/// the watch when it is gone (never making another).
 async fn look(
     at: &Reached,
     path: &str,
     recursive: bool,
     first: bool,
-) -> Result<Listing, ConnectError> {
+) -> Result<Option<Listing>, ConnectError> {
     let mut seen = Listing::new();
     let mut level = vec![path.to_owned()];
     let depth = if recursive { MAX_DEPTH } else { 1 };
@@ -115,7 +116,16 @@ async fn look(
                 at.tb.list_dir(&at.thread, dir).await?
             } else {
                 match at.tb.peek_dir(&at.thread, dir).await {
-                    Err(UseCaseError::NoSandbox { .. }) => at.tb.list_dir(&at.thread, dir).await,
+                    // Not readable where it is now (being made or resumed, or paused on a
+                    // provider that sleeps with it): no look this time.
+                    Err(UseCaseError::NoSandbox { status, .. }) if live(status) => return Ok(None),
+                    // Killed meanwhile: the watch ends (a look must never make a sandbox).
+                    Err(UseCaseError::NoSandbox { .. }) => {
+                        return Err(ConnectError::new(
+                            "not_found",
+                            "the sandbox is gone; the watch ended",
+                        ))
+                    }
                     // A folder below that went between two reads: its removal is seen.
                     Err(_) if step > 0 => continue,
                     listed => listed,
@@ -148,7 +158,15 @@ async fn look(
         }
         level = next;
     }
-    Ok(seen)
+    Ok(Some(seen))
+}
+
+/// A thread whose sandbox is there, or on its way.
+fn live(status: Status) -> bool {
+    matches!(
+        status,
+        Status::Creating | Status::Active | Status::Pausing | Status::Paused | Status::Resuming
+    )
 }
 
 /// The events between two looks, as envd's `FilesystemEvent`s, in path order.
@@ -198,7 +216,7 @@ pub(super) async fn watch_dir(
         Err(error) => return failed_stream(error),
     };
     let seen = match look(&at, &path, request.recursive, true).await {
-        Ok(seen) => seen,
+        Ok(seen) => seen.unwrap_or_default(),
         Err(error) => return failed_stream(error),
     };
     let pacing = Pacing::of(&headers);
@@ -240,7 +258,8 @@ async fn stream(
             return;
         }
         let now = match look(&at, &path, recursive, false).await {
-            Ok(now) => now,
+            Ok(Some(now)) => now,
+            Ok(None) => seen.clone(),
             Err(error) => {
                 let _ = tx
                     .send(end_stream_frame(Some((error.code, &error.message))))
@@ -282,7 +301,9 @@ pub(super) async fn create_watcher(
     Unary(request): Unary<WatchRequest>,
 ) -> Answer {
     let path = envd_path(&request.path)?;
-    let seen = look(&at, &path, request.recursive, true).await?;
+    let seen = look(&at, &path, request.recursive, true)
+        .await?
+        .unwrap_or_default();
     let id = uuid::Uuid::new_v4().simple().to_string();
     let mut polled = api
         .watchers
@@ -329,7 +350,9 @@ pub(super) async fn get_watcher_events(
             _ => return Err(no_watcher(&id)),
         }
     };
-    let now = look(&at, &path, recursive, false).await?;
+    let Some(now) = look(&at, &path, recursive, false).await? else {
+        return Ok(Json(json!({ "events": [] })));
+    };
     let mut polled = api
         .watchers
         .polled
