@@ -14,21 +14,26 @@
 //! pgid        the command's process group, written by the command itself before it starts
 //! tty         the terminal's device, with a PTY
 //! out.NNN...  the output as a ring of fixed-size chunks: chunk k holds bytes [k*C, (k+1)*C)
+//! err.NNN...  which of chunk k's bytes came from stderr, a bitmap (only where some did)
 //! code        the exit status as the shell saw it (128+n for signal n)
 //! status      `code` moved here once all output is written: the process has ended
 //! ```
 //!
-//! The output ring is GNU `split` writing fixed-size chunks, each through a filter that deletes
-//! the chunk `keep` places back: offsets stay stable for ever, a reader names where it is with
-//! one number, and the disk the log takes stays bounded (and counts against the sandbox's own
-//! quota). stdout and stderr are merged, as a terminal shows them. The command runs in its own
+//! The output ring is fixed-size chunks, the one `keep` places back deleted as each new one
+//! starts: offsets stay stable for ever, a reader names where it is with one number, and the
+//! disk the log takes stays bounded (and counts against the sandbox's own quota). stdout and
+//! stderr are written in the order they come, as a terminal shows them, and a small Perl
+//! writer (`scripts::RELAY`) tags which bytes came from stderr (`streams`); without Perl, or on
+//! a terminal, GNU `split` writes the ring and everything is stdout. The command runs in its own
 //! session (`setsid`), so a signal to its group never reaches the supervisor, which then records
 //! how it ended. With a PTY, util-linux `script` gives the command a terminal; resizing it is
 //! `stty` on that terminal from another command, and the kernel tells the command (SIGWINCH).
 //!
 //! Every script is a constant; the caller's values arrive as positional arguments, as in
-//! `exec_files`. What the scripts need is bash, coreutils and util-linux (`setsid`, `script`),
-//! present in every Debian- or Ubuntu-based sandbox, E2B's templates included.
+//! `exec_files`. What the scripts need is bash, coreutils, util-linux (`setsid`, `script`,
+//! `setpriv`) and perl-base, present in every Debian- or Ubuntu-based sandbox, E2B's templates
+//! included. A process started as root (`StartProcess::user`) keeps its record the user's: the
+//! ring's writer runs as the user and what root writes there is given to them.
 
 use std::time::Duration;
 
@@ -54,10 +59,10 @@ pub const MAX_OUTPUT_CHUNKS: u32 = 64;
 /// The most output one read returns.
 pub const MAX_OUTPUT_READ: u64 = 1024 * 1024;
 /// Processes kept per sandbox, running or ended; starting one more removes the oldest ended
-/// ones, and past this many running ones a start is refused. Each takes five of the sandbox's
-/// process ids while it runs (its supervisor, the command, the ring's `split` and its writer,
-/// and the subshell between them): 32 take 160 of runc's default 256, leaving the rest to the
-/// commands themselves.
+/// ones, and past this many running ones a start is refused. Each takes at most five of the
+/// sandbox's process ids while it runs (its supervisor, `setsid`, the command and the ring's
+/// writer; `split`, its filter and a subshell where Perl is missing): 32 take 160 of runc's
+/// default 256, leaving the rest to the commands themselves.
 pub const MAX_PROCESSES: usize = 32;
 /// The largest write to a process's input.
 pub const MAX_INPUT_BYTES: usize = 64 * 1024;
