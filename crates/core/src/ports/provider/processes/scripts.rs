@@ -140,12 +140,14 @@ while (%live) {
 /// which stream each byte came from; with one (a terminal has one output) or without perl,
 /// they are merged into `split`, as a terminal shows them.
 ///
-/// Started as root, `$OWN` (`uid:gid`) is the user who owns the record: the ring's writer runs
-/// as that user (`setpriv`), and what root writes into the record is given to them, so the
-/// user's own calls (a follow, a listing, input, a clean-up) read and write it as any other.
+/// Started as root, `$OWN` (`uid:gid`) is the user who owns the record: what root writes into
+/// it is given to them, so the user's own calls (a follow, a listing, input, a clean-up) read
+/// and write it as any other, and the ring's writer runs as them (`setpriv`; where there is none,
+/// as root, its chunks still readable by all and removable from the user's folder).
 pub(super) const SUPERVISOR: &str = r#"export D=$1
 C=$(cat "$D/chunk")
-as_owner=; [ -z "$OWN" ] || as_owner="setpriv --reuid=${OWN%:*} --regid=${OWN#*:} --clear-groups"
+as_owner=
+if [ -n "$OWN" ] && command -v setpriv > /dev/null 2>&1; then as_owner="setpriv --reuid=${OWN%:*} --regid=${OWN#*:} --clear-groups"; fi
 mine() { [ -z "$OWN" ] || chown -h -- "$OWN" "$@" 2>/dev/null; }
 if [ -z "$PTY" ] && command -v perl > /dev/null 2>&1 && mkfifo -m 600 "$D/stdout.pipe" "$D/stderr.pipe"; then
   mine "$D/stdout.pipe" "$D/stderr.pipe"
