@@ -1128,3 +1128,54 @@ async fn a_compressed_upload_is_refused_not_written_compressed() {
         .await
         .expect_e2b_error(StatusCode::NOT_FOUND);
 }
+
+/// A polled watcher is its sandbox's: another sandbox's token neither reads nor removes it.
+/// And they are bounded: past 8 of one sandbox, a new one is `resource_exhausted`.
+#[tokio::test]
+async fn watchers_are_their_sandboxes_own_and_bounded() {
+    let api = Api::new();
+    let sandbox = |reply: Reply| {
+        let made = reply.json();
+        (
+            made["sandboxID"].as_str().unwrap().to_owned(),
+            made["envdAccessToken"].as_str().unwrap().to_owned(),
+        )
+    };
+    let (a, a_token) = sandbox(api.create(Some("t-watch-a"), json!({})).await);
+    let (b, b_token) = sandbox(api.create(Some("t-watch-b"), json!({})).await);
+    let (a, b) = (
+        (a.as_str(), a_token.as_str()),
+        (b.as_str(), b_token.as_str()),
+    );
+    let made = api.fs(a, "CreateWatcher", json!({"path": "/tmp"})).await;
+    assert_eq!(
+        made.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&made.body)
+    );
+    let asked = json!({"watcherId": made.json()["watcherId"]});
+    for method in ["GetWatcherEvents", "RemoveWatcher"] {
+        let other = api.fs(b, method, asked.clone()).await;
+        assert_eq!(other.json()["code"], "not_found", "{method}");
+    }
+    let mine = api.fs(a, "GetWatcherEvents", asked).await;
+    assert_eq!(mine.status, StatusCode::OK);
+    // 8 fill a sandbox's watchers; the next is refused, naming the limit.
+    for _ in 0..8 {
+        let more = api.fs(b, "CreateWatcher", json!({"path": "/tmp"})).await;
+        assert_eq!(more.status, StatusCode::OK);
+    }
+    let refused = api
+        .fs(b, "CreateWatcher", json!({"path": "/tmp"}))
+        .await
+        .json();
+    assert_eq!(refused["code"], "resource_exhausted", "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains('8'),
+        "{refused}"
+    );
+    // Another sandbox's are its own count.
+    let again = api.fs(a, "CreateWatcher", json!({"path": "/tmp"})).await;
+    assert_eq!(again.status, StatusCode::OK);
+}

@@ -13,8 +13,9 @@
 //! keeps both size and time.
 //!
 //! Bounds: a stream looks every [`POLL`] and lasts at most its deadline or [`MAX_STREAM`]; at most
-//! [`MAX_STREAMS`] streams and [`MAX_WATCHERS`] polled watchers run at once per server (past
-//! that, `resource_exhausted`); a polled watcher not asked for [`WATCHER_IDLE`] is forgotten.
+//! [`MAX_STREAMS`] streams and [`MAX_WATCHERS`] polled watchers ([`MAX_SANDBOX_WATCHERS`] of one
+//! sandbox) run at once per server (past that, `resource_exhausted`); a polled watcher not
+//! asked for [`WATCHER_IDLE`] is forgotten.
 //! Polled watchers live in the server that made them (on AWS, the function instance), so a
 //! `GetWatcherEvents` answered elsewhere is `not_found`: `WatchDir` has no such limit.
 
@@ -47,8 +48,9 @@ pub(crate) const POLL: Duration = Duration::from_millis(500);
 const MAX_STREAM: Duration = Duration::from_secs(60 * 60);
 /// `WatchDir` streams at once, per server.
 const MAX_STREAMS: usize = 64;
-/// Polled watchers kept at once, per server.
+/// Polled watchers kept at once, per server and per sandbox.
 const MAX_WATCHERS: usize = 64;
+const MAX_SANDBOX_WATCHERS: usize = 8;
 /// A polled watcher nobody asked for events this long is forgotten.
 const WATCHER_IDLE: Duration = Duration::from_secs(10 * 60);
 /// The deepest a recursive watch looks, and the most entries it holds.
@@ -313,6 +315,12 @@ pub(super) async fn create_watcher(
     polled.retain(|_, w| w.asked.elapsed() < WATCHER_IDLE);
     if polled.len() >= MAX_WATCHERS {
         return Err(busy("polled directory watchers", MAX_WATCHERS));
+    }
+    if polled.values().filter(|w| w.thread == at.thread).count() >= MAX_SANDBOX_WATCHERS {
+        return Err(ConnectError::new(
+            "resource_exhausted",
+            format!("this sandbox already has {MAX_SANDBOX_WATCHERS} watchers; remove one first"),
+        ));
     }
     polled.insert(
         id.clone(),
