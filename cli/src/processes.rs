@@ -112,6 +112,10 @@ struct StartArgs {
     /// (the server's default, 10m, otherwise; at most 24h).
     #[arg(long, value_parser = duration::parse)]
     idle_timeout: Option<Duration>,
+
+    /// Run it as the sandbox's root (uid 0 in the sandbox's own user namespace), not its user.
+    #[arg(long)]
+    root: bool,
 }
 
 impl StartArgs {
@@ -119,6 +123,9 @@ impl StartArgs {
         ProcessBody {
             pty: self.pty,
             idle_timeout_ms: millis(self.idle_timeout),
+            user: self
+                .root
+                .then_some(threadbox_core::ports::SandboxUser::Root),
             ..ProcessBody::running(self.command.spec())
         }
     }
@@ -260,6 +267,7 @@ impl Logs<'_> {
                         next: position,
                         data: Payload::of(&whole),
                         process: page.info,
+                        stderr: Vec::new(),
                     };
                     self.out.document(&wire::to_json(&whole))?;
                 }

@@ -82,6 +82,21 @@ fn check_common(seen: &Value) {
     assert_eq!(failing["raised"], true, "{failing}");
     assert_eq!(failing["exit_code"], 3, "{failing}");
 
+    // stderr is its own stream, end to end: the result, the callbacks, a failure's error.
+    let streams = &seen["streams"];
+    assert_eq!(streams["stdout"], "out1\nout2\n", "{streams}");
+    assert_eq!(streams["stderr"], "err1\nerr2\n", "{streams}");
+    assert_eq!(streams["on_stdout"], "out1\nout2\n", "{streams}");
+    assert_eq!(streams["on_stderr"], "err1\nerr2\n", "{streams}");
+    assert_eq!(streams["failing"]["stdout"], "fine\n", "{streams}");
+    assert_eq!(streams["failing"]["stderr"], "bad\n", "{streams}");
+    // `user="root"` is the sandbox's root (it may chown); the default is its user.
+    let users = &seen["users"];
+    assert_eq!(users["default"], "1000", "{users}");
+    assert_eq!(users["user"], "1000", "{users}");
+    assert_eq!(users["root"], serde_json::json!(["0", "0"]), "{users}");
+    assert_eq!(users["root_background"], "0", "{users}");
+
     let background = &seen["background"];
     let pid = &background["pid"];
     assert!(
@@ -150,6 +165,20 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     let dev = dev_with_key().await;
     let seen = run_client(&python, "sdk_python.py", &[&dev.url, KEY, "py"], &[]).await;
     check_common(&seen);
+
+    // The polled watcher: each ask answers what changed since the last.
+    let watch = &seen["watch"];
+    assert_eq!(
+        watch["first"],
+        serde_json::json!([["a.txt", "create"], ["sub/b.txt", "create"]]),
+        "{watch}"
+    );
+    assert_eq!(
+        watch["second"],
+        serde_json::json!([["a.txt", "write"], ["sub/b.txt", "remove"]]),
+        "{watch}"
+    );
+    assert_eq!(watch["quiet"], 0, "{watch}");
 
     let by_key = &seen["by_key"];
     assert_eq!(by_key["id"], by_key["again"], "{by_key}");
@@ -243,6 +272,13 @@ async fn the_js_sdk_gets_a_threads_sandbox_from_threadbox() {
     )
     .await;
     check_common(&seen);
+    // The streamed watch: each change as it happened.
+    assert_eq!(
+        seen["watch"],
+        serde_json::json!([["a.txt", "create"], ["a.txt", "write"], ["a.txt", "remove"]]),
+        "{}",
+        seen["watch"]
+    );
     let files = &seen["files"];
     assert_eq!(files["read"], "hello from js\n", "{files}");
     assert_eq!(

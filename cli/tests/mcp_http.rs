@@ -51,6 +51,17 @@ async fn an_mcp_host_runs_commands_and_files_through_the_apis_mcp_endpoint() {
             "{case}: {seen}"
         );
     }
+    // `as_root` runs a command as the sandbox's root; without it, as its user.
+    assert_eq!(
+        seen["as_root"]["result"]["stdout"], "0\n",
+        "{}",
+        seen["as_root"]
+    );
+    assert_eq!(
+        seen["as_user"]["result"]["stdout"], "1000\n",
+        "{}",
+        seen["as_user"]
+    );
     // The API's own checks and codes, as its routes answer them.
     let relative = &seen["relative"];
     assert_eq!(relative["error"], true, "{relative}");

@@ -521,3 +521,114 @@ async fn at_the_pid_limit_processes_are_still_listed_read_and_killed() {
         .await;
     assert_eq!(again["stdout"], "again\n", "{again}");
 }
+
+/// A process's stderr is its own stream in threadbox's API too: the output page says which
+/// bytes came from stderr and each followed `output` event names its stream, the text still
+/// both streams in the order written. A body may ask for the sandbox's root (`"user": "root"`);
+/// any other name is a 400 that runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_is_tagged_and_a_body_may_run_as_root() {
+    if !prerequisites_met(
+        "stderr_is_tagged_and_a_body_may_run_as_root",
+        &dev_missing(),
+    ) {
+        return;
+    }
+    let dev = DevServer::start(&[]).await;
+    let thread = "streams";
+    let started = dev
+        .post(
+            &format!("/v1/threads/{thread}/processes"),
+            Some(json!({
+                "cmd": "echo out; sleep 0.2; echo err >&2; sleep 0.2; id -u",
+                "user": "root",
+            })),
+        )
+        .await;
+    let base = format!(
+        "/v1/threads/{thread}/processes/{}",
+        started["id"].as_str().unwrap()
+    );
+    output_until(&dev, &base, 0, "0\n").await;
+    let page = dev.get(&format!("{base}/output?after=0")).await;
+    assert_eq!(page["text"], "out\nerr\n0\n", "{page}");
+    assert_eq!(page["stderr"], json!([[4, 8]]), "{page}");
+    // A page of stdout only has no `stderr`, as before.
+    let page = dev.get(&format!("{base}/output?after=8")).await;
+    assert!(page.get("stderr").is_none(), "{page}");
+
+    let follow = dev
+        .http
+        .get(format!("{}{base}/output?after=0&timeout_ms=10000", dev.url))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let outputs: Vec<Value> = follow
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| v.get("stream").is_some())
+        .collect();
+    let tagged: Vec<(String, String)> = outputs
+        .iter()
+        .map(|v| {
+            (
+                v["stream"].as_str().unwrap().into(),
+                v["text"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tagged,
+        [
+            ("stdout".to_owned(), "out\n".to_owned()),
+            ("stderr".to_owned(), "err\n".to_owned()),
+            ("stdout".to_owned(), "0\n".to_owned()),
+        ],
+        "{follow}"
+    );
+
+    // Exec takes the same field; the default is the user; another name is refused.
+    let as_root = dev
+        .post(
+            &format!("/v1/threads/{thread}/exec"),
+            Some(json!({"cmd": "id -u", "user": "root"})),
+        )
+        .await;
+    assert_eq!(as_root["stdout"], "0\n", "{as_root}");
+    let as_user = dev
+        .post(
+            &format!("/v1/threads/{thread}/exec"),
+            Some(json!({"cmd": "id -u"})),
+        )
+        .await;
+    assert_eq!(as_user["stdout"], "1000\n", "{as_user}");
+    for path in ["exec", "processes"] {
+        let (status, body) = send(
+            &dev,
+            reqwest::Method::POST,
+            &format!("/v1/threads/{thread}/{path}"),
+            Some(json!({"cmd": "touch ~/never", "user": "admin"})),
+        )
+        .await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("admin"),
+            "{body}"
+        );
+    }
+    let never = dev
+        .post(
+            &format!("/v1/threads/{thread}/exec"),
+            Some(json!({"cmd": "ls ~/never 2>&1 || echo absent"})),
+        )
+        .await;
+    assert!(
+        never["stdout"].as_str().unwrap().contains("absent"),
+        "{never}"
+    );
+}

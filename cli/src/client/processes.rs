@@ -140,6 +140,7 @@ impl Client {
         Ok(ProcessOutput {
             offset: page.offset,
             data,
+            stderr: page.stderr.iter().map(|[from, to]| *from..*to).collect(),
             info: page.process,
         })
     }

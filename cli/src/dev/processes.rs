@@ -274,6 +274,7 @@ mod tests {
             pty: None,
             output_chunks: 1,
             idle_limit: Duration::from_secs(idle),
+            user: Default::default(),
         };
         let hanging = ThreadId::parse("a-hanging").unwrap();
         let busy = ThreadId::parse("b-busy").unwrap();

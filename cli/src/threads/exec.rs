@@ -33,6 +33,10 @@ pub struct ExecArgs {
     /// Pass this program's standard input to the command (UTF-8 text).
     #[arg(long)]
     stdin: bool,
+
+    /// Run it as the sandbox's root (uid 0 in the sandbox's own user namespace), not its user.
+    #[arg(long)]
+    root: bool,
 }
 
 impl ExecArgs {
@@ -42,6 +46,9 @@ impl ExecArgs {
             timeout_ms: millis(self.timeout),
             // Ctrl-C on the CLI stops the command, as it would a local one.
             kill_on_disconnect: true,
+            user: self
+                .root
+                .then_some(threadbox_core::ports::SandboxUser::Root),
             ..ExecBody::running(self.command.spec())
         }
     }

@@ -63,6 +63,57 @@ async function main() {
     seen.failing = { raised: true, exit_code: e.exitCode, stdout: e.stdout }
   }
 
+  // stdout and stderr apart, each as it comes, and in a failing command's error.
+  const outSeen = []
+  const errSeen = []
+  const mixed = await sbx.commands.run('echo out1; echo err1 >&2; sleep 0.3; echo out2; echo err2 >&2', {
+    onStdout: (data) => outSeen.push(data),
+    onStderr: (data) => errSeen.push(data),
+  })
+  seen.streams = {
+    stdout: mixed.stdout,
+    stderr: mixed.stderr,
+    on_stdout: outSeen.join(''),
+    on_stderr: errSeen.join(''),
+  }
+  try {
+    await sbx.commands.run('echo fine; echo bad >&2; exit 4')
+  } catch (e) {
+    if (!(e instanceof CommandExitError)) throw e
+    seen.streams.failing = { stdout: e.stdout, stderr: e.stderr }
+  }
+
+  // Who a command runs as: the sandbox's user, or its root when asked.
+  const rootRun = await sbx.commands.run('id -u; touch ~/by-root && chown 0:0 ~/by-root && stat -c %u ~/by-root', { user: 'root' })
+  const rootBackground = await sbx.commands.run('id -u', { user: 'root', background: true })
+  seen.users = {
+    default: (await sbx.commands.run('id -u')).stdout.trim(),
+    user: (await sbx.commands.run('id -u', { user: 'user' })).stdout.trim(),
+    root: rootRun.stdout.split(/\s+/).filter((w) => w),
+    root_background: (await rootBackground.wait()).stdout.trim(),
+  }
+
+  // Watching a folder: events stream in as the folder changes.
+  await sbx.files.makeDir('jswatched')
+  const watched = []
+  const watch = await sbx.files.watchDir('jswatched', (e) => watched.push([e.name, e.type]))
+  // Each change is seen before the next is made (up to 10 s each, however loaded the machine).
+  const seenEvents = async (count) => {
+    for (let i = 0; i < 100 && watched.length < count; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+  }
+  await sbx.files.write('jswatched/a.txt', 'one')
+  await seenEvents(1)
+  await sbx.files.write('jswatched/a.txt', 'one more')
+  await seenEvents(2)
+  await sbx.files.remove('jswatched/a.txt')
+  await seenEvents(3)
+  // Nothing more comes of a quiet folder.
+  await new Promise((resolve) => setTimeout(resolve, 1200))
+  await watch.stop()
+  seen.watch = watched
+
   // A background command: listed, then killed.
   const handle = await sbx.commands.run('sleep 600', { background: true })
   const listed = (await sbx.commands.list()).map((p) => p.pid)

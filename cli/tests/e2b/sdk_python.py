@@ -85,6 +85,45 @@ try:
 except CommandExitException as e:
     seen["failing"] = {"raised": True, "exit_code": e.exit_code, "stdout": e.stdout}
 
+# stdout and stderr apart, each as it comes, and in a failing command's exception.
+out_seen, err_seen = [], []
+mixed = sbx.commands.run(
+    "echo out1; echo err1 >&2; sleep 0.3; echo out2; echo err2 >&2",
+    on_stdout=out_seen.append,
+    on_stderr=err_seen.append,
+)
+seen["streams"] = {
+    "stdout": mixed.stdout,
+    "stderr": mixed.stderr,
+    "on_stdout": "".join(out_seen),
+    "on_stderr": "".join(err_seen),
+}
+try:
+    sbx.commands.run("echo fine; echo bad >&2; exit 4")
+except CommandExitException as e:
+    seen["streams"]["failing"] = {"stdout": e.stdout, "stderr": e.stderr}
+
+# Who a command runs as: the sandbox's user, or its root when asked.
+seen["users"] = {
+    "default": sbx.commands.run("id -u").stdout.strip(),
+    "user": sbx.commands.run("id -u", user="user").stdout.strip(),
+    "root": sbx.commands.run("id -u; touch ~/by-root && chown 0:0 ~/by-root && stat -c %u ~/by-root", user="root").stdout.split(),
+    "root_background": sbx.commands.run("id -u", user="root", background=True).wait().stdout.strip(),
+}
+
+# Watching a folder: the sync SDK polls a watcher for what changed since it last asked.
+sbx.files.make_dir("watched/sub")
+watcher = sbx.files.watch_dir("watched", recursive=True)
+sbx.files.write("watched/a.txt", "one")
+sbx.files.write("watched/sub/b.txt", "two")
+first = sorted((e.name, e.type.value) for e in watcher.get_new_events())
+sbx.files.write("watched/a.txt", "one more")
+sbx.files.remove("watched/sub/b.txt")
+second = sorted((e.name, e.type.value) for e in watcher.get_new_events())
+quiet = watcher.get_new_events()
+watcher.stop()
+seen["watch"] = {"first": first, "second": second, "quiet": len(quiet)}
+
 # A background command: listed, then killed.
 handle = sbx.commands.run("sleep 600", background=True)
 listed = [p.pid for p in sbx.commands.list()]

@@ -69,6 +69,8 @@ async def main(url, key):
                 seen["bad_type"] = await call(session, "read_file", {"path": 42})
                 seen["unknown_field"] = await call(session, "stat", {"path": "/home/user", "follow": True})
                 seen["both"] = await call(session, "run_command", {"command": "true", "argv": ["true"]})
+                seen["as_root"] = await call(session, "run_command", {"command": "id -u", "as_root": True})
+                seen["as_user"] = await call(session, "run_command", {"command": "id -u"})
                 seen["relative"] = await call(session, "read_file", {"path": "notes/a.txt"})
                 seen["missing"] = await call(session, "read_file", {"path": "/home/user/nope"})
 

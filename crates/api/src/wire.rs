@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::http::{sandbox_path, ApiError, MAX_EXEC_TIMEOUT};
 use threadbox_core::ports::{
-    ExecCommand, ExecRequest, ExecResult, ProcessInfo, PtySize, DEFAULT_EXEC_TIMEOUT,
-    DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_CHUNKS, MAX_OUTPUT_CHUNKS,
+    ExecCommand, ExecRequest, ExecResult, OutputStream, ProcessInfo, PtySize, SandboxUser,
+    DEFAULT_EXEC_TIMEOUT, DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_CHUNKS, MAX_OUTPUT_CHUNKS,
 };
 use threadbox_core::usecases::{ProcessRequest, DEFAULT_PROCESS_IDLE, MAX_PROCESS_IDLE};
 
@@ -71,6 +71,9 @@ macro_rules! command_body {
             pub cwd: Option<String>,
             #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
             pub env: BTreeMap<String, String>,
+            /// Who runs it: `"user"` (the default) or `"root"`, the sandbox's root.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub user: Option<SandboxUser>,
             $($(#[$field_meta])* pub $field: $ty,)*
         }
 
@@ -116,7 +119,7 @@ impl ExecBody {
         let timeout = millis_within("timeout_ms", self.timeout_ms, 1, MAX_EXEC_TIMEOUT)?
             .unwrap_or(DEFAULT_EXEC_TIMEOUT);
         let request = ExecRequest {
-            user: Default::default(),
+            user: self.user.unwrap_or_default(),
             command,
             cwd,
             env: self.env,
@@ -179,6 +182,7 @@ impl ProcessBody {
             pty,
             output_chunks,
             idle_limit,
+            user: self.user.unwrap_or_default(),
         };
         // The command and environment are held to the exec's size limits.
         let mut as_exec = ExecRequest::shell("");
@@ -321,6 +325,9 @@ pub struct OutputFrame {
     pub data: Payload,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
+    /// A process's output: the stream the bytes came from (`stdout` or `stderr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<OutputStream>,
 }
 
 /// `exit`: how the command ended (its output came before, as events).
@@ -490,7 +497,8 @@ impl Utf8Pieces {
 }
 
 /// `GET …/processes/{pid}/output`: where the bytes start, where the next read starts, the bytes
-/// and the process.
+/// and the process; with `stderr`, the parts of the bytes (`[from, to)` output offsets, in
+/// order) that came from stderr, the rest being stdout.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct OutputPage {
     pub offset: u64,
@@ -498,6 +506,8 @@ pub struct OutputPage {
     #[serde(flatten)]
     pub data: Payload,
     pub process: ProcessInfo,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stderr: Vec<[u64; 2]>,
 }
 
 /// A body or frame as the server sends it: a JSON object with its keys in order (as `json!`
@@ -560,8 +570,17 @@ mod tests {
         let output = OutputFrame {
             data: Payload::of(b"\xff"),
             offset: Some(3),
+            stream: None,
         };
         assert_eq!(frame_json(&output), r#"{"base64":"/w==","offset":3}"#);
+        let output = OutputFrame {
+            stream: Some(OutputStream::Stderr),
+            ..output
+        };
+        assert_eq!(
+            frame_json(&output),
+            r#"{"base64":"/w==","offset":3,"stream":"stderr"}"#
+        );
         let error = ErrorFrame {
             code: "busy".into(),
             message: "later".into(),

@@ -49,11 +49,18 @@ pub struct E2bApi {
     tb: Threadbox,
     auth: ApiAuth,
     key: TokenKey,
+    /// envd's directory watchers served from here.
+    watchers: std::sync::Arc<envd::Watchers>,
 }
 
 impl E2bApi {
     pub fn new(tb: Threadbox, auth: ApiAuth, key: TokenKey) -> Self {
-        Self { tb, auth, key }
+        Self {
+            tb,
+            auth,
+            key,
+            watchers: Default::default(),
+        }
     }
 
     /// The use cases acting for `caller` (charged to its key's budgets).

@@ -677,9 +677,38 @@ async fn envd_checks_the_sandbox_and_its_token_then_serves_files() {
     assert_eq!(gone.json()["code"], "not_found");
     let removed = api.fs(at, "Remove", json!({"path": "notes/a.txt"})).await;
     assert_eq!(removed.status, StatusCode::OK);
-    let watch = api.fs(at, "WatchDir", json!({"path": "notes"})).await;
-    assert_eq!(watch.status, StatusCode::NOT_IMPLEMENTED);
-    assert_eq!(watch.json()["code"], "unimplemented");
+    // A polled watcher answers what changed since it was last asked (`WatchDir`, streamed, is
+    // run by the SDK tests); a folder that is not there is not found.
+    let made = api.fs(at, "CreateWatcher", json!({"path": "notes"})).await;
+    assert_eq!(
+        made.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&made.body)
+    );
+    let watcher = made.json()["watcherId"].as_str().unwrap().to_owned();
+    api.fs(at, "MakeDir", json!({"path": "notes/new"})).await;
+    api.fs(at, "Remove", json!({"path": "notes/b.txt"})).await;
+    let asked = json!({ "watcherId": watcher });
+    let events = api.fs(at, "GetWatcherEvents", asked.clone()).await.json();
+    assert_eq!(
+        events["events"],
+        json!([
+            {"name": "b.txt", "type": "EVENT_TYPE_REMOVE"},
+            {"name": "new", "type": "EVENT_TYPE_CREATE"},
+        ]),
+        "{events}"
+    );
+    let quiet = api.fs(at, "GetWatcherEvents", asked.clone()).await.json();
+    assert_eq!(quiet["events"], json!([]), "{quiet}");
+    let removed = api.fs(at, "RemoveWatcher", asked.clone()).await;
+    assert_eq!(removed.status, StatusCode::OK);
+    let gone = api.fs(at, "GetWatcherEvents", asked).await;
+    assert_eq!(gone.json()["code"], "not_found");
+    let nowhere = api
+        .fs(at, "CreateWatcher", json!({"path": "nowhere"}))
+        .await;
+    assert_eq!(nowhere.json()["code"], "not_found");
     let bad = api.fs(at, "Stat", json!({"nope": 1})).await;
     assert_eq!(bad.json()["code"], "invalid_argument");
 
@@ -1098,4 +1127,55 @@ async fn a_compressed_upload_is_refused_not_written_compressed() {
     api.files(Method::GET, "path=z.txt", (id, token), "", "")
         .await
         .expect_e2b_error(StatusCode::NOT_FOUND);
+}
+
+/// A polled watcher is its sandbox's: another sandbox's token neither reads nor removes it.
+/// And they are bounded: past 8 of one sandbox, a new one is `resource_exhausted`.
+#[tokio::test]
+async fn watchers_are_their_sandboxes_own_and_bounded() {
+    let api = Api::new();
+    let sandbox = |reply: Reply| {
+        let made = reply.json();
+        (
+            made["sandboxID"].as_str().unwrap().to_owned(),
+            made["envdAccessToken"].as_str().unwrap().to_owned(),
+        )
+    };
+    let (a, a_token) = sandbox(api.create(Some("t-watch-a"), json!({})).await);
+    let (b, b_token) = sandbox(api.create(Some("t-watch-b"), json!({})).await);
+    let (a, b) = (
+        (a.as_str(), a_token.as_str()),
+        (b.as_str(), b_token.as_str()),
+    );
+    let made = api.fs(a, "CreateWatcher", json!({"path": "/tmp"})).await;
+    assert_eq!(
+        made.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&made.body)
+    );
+    let asked = json!({"watcherId": made.json()["watcherId"]});
+    for method in ["GetWatcherEvents", "RemoveWatcher"] {
+        let other = api.fs(b, method, asked.clone()).await;
+        assert_eq!(other.json()["code"], "not_found", "{method}");
+    }
+    let mine = api.fs(a, "GetWatcherEvents", asked).await;
+    assert_eq!(mine.status, StatusCode::OK);
+    // 8 fill a sandbox's watchers; the next is refused, naming the limit.
+    for _ in 0..8 {
+        let more = api.fs(b, "CreateWatcher", json!({"path": "/tmp"})).await;
+        assert_eq!(more.status, StatusCode::OK);
+    }
+    let refused = api
+        .fs(b, "CreateWatcher", json!({"path": "/tmp"}))
+        .await
+        .json();
+    assert_eq!(refused["code"], "resource_exhausted", "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains('8'),
+        "{refused}"
+    );
+    // Another sandbox's are its own count.
+    let again = api.fs(a, "CreateWatcher", json!({"path": "/tmp"})).await;
+    assert_eq!(again.status, StatusCode::OK);
 }

@@ -302,7 +302,14 @@ async fn the_endpoint_lists_the_process_tools_and_answers_bad_calls_as_tool_erro
     };
     assert_eq!(
         properties("start_process"),
-        ["argv", "command", "cwd", "env", "idle_timeout_seconds"]
+        [
+            "argv",
+            "as_root",
+            "command",
+            "cwd",
+            "env",
+            "idle_timeout_seconds"
+        ]
     );
     assert_eq!(properties("list_processes"), Vec::<String>::new());
     assert_eq!(

@@ -29,7 +29,9 @@ use tokio::sync::mpsc;
 
 use super::{ExecBody, ProcessBody, SandboxBackend, ToolFailure};
 use threadbox_api::wire::CommandSpec;
-use threadbox_core::ports::{OutputChunk, ProcessSignal, ProcessState, MAX_OUTPUT_READ};
+use threadbox_core::ports::{
+    OutputChunk, ProcessSignal, ProcessState, SandboxUser, MAX_OUTPUT_READ,
+};
 
 /// The most of a file `read_file` returns: a model's context is the limit, not the API's.
 pub const READ_LIMIT: usize = 1024 * 1024;
@@ -111,6 +113,9 @@ pub struct RunCommand {
     stdin: Option<String>,
     /// Kill the command after this many seconds (at most 600; default 60).
     timeout_seconds: Option<u64>,
+    /// Run it as the sandbox's root (to install packages, say) rather than its user.
+    #[serde(default)]
+    as_root: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -202,6 +207,9 @@ pub struct StartProcess {
     /// its output (default 600 seconds, at least 1, at most 86400); after that the sandbox may
     /// be paused, which freezes the process until the sandbox is next used.
     idle_timeout_seconds: Option<u64>,
+    /// Run it as the sandbox's root rather than its user.
+    #[serde(default)]
+    as_root: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -377,6 +385,7 @@ impl<B: SandboxBackend> SandboxTools<B> {
         let input = ExecBody {
             stdin: args.stdin,
             timeout_ms: millis(args.timeout_seconds),
+            user: args.as_root.then_some(SandboxUser::Root),
             ..ExecBody::running(spec)
         };
         let token = context.meta.get_progress_token().filter(|_| self.progress);
@@ -586,6 +595,7 @@ impl<B: SandboxBackend> SandboxTools<B> {
         let spec = checked!(command(args.command, args.argv, args.cwd, args.env));
         let input = ProcessBody {
             idle_timeout_ms: millis(args.idle_timeout_seconds),
+            user: args.as_root.then_some(SandboxUser::Root),
             ..ProcessBody::running(spec)
         };
         outcome(self.backend.start_process(&self.thread, input).await)

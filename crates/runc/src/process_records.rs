@@ -24,8 +24,8 @@ use super::bundle::HOME;
 use super::cgroup::ContainerCgroup;
 use super::files::{errno, file_type, invalid, SandboxFs};
 use threadbox_core::ports::processes::{
-    check_output_offset, chunk_name, chunk_number, damaged_record, output_extent, RawRecord,
-    MAX_LISTED_PROCESSES, MAX_OUTPUT_CHUNKS, MAX_OUTPUT_READ,
+    check_output_offset, chunk_name, chunk_number, damaged_record, output_extent, tag_bytes,
+    tag_name, RawRecord, MAX_LISTED_PROCESSES, MAX_OUTPUT_CHUNKS, MAX_OUTPUT_READ,
 };
 use threadbox_core::ports::{
     valid_process_id, ProcessInfo, ProcessOutput, ProcessSignal, ProviderError,
@@ -365,11 +365,13 @@ pub(super) fn read_output(
         return Ok(ProcessOutput {
             offset: pos.min(bytes),
             data: Vec::new(),
+            stderr: Vec::new(),
             info: record.info,
         });
     }
     let want = max.min(bytes - pos);
     let mut data = Vec::new();
+    let mut tags = Vec::new();
     let (mut k, mut off) = (pos / record.chunk, pos % record.chunk);
     // A read spans a handful of chunks; a record claiming tiny ones cannot make it open more.
     for _ in 0..=MAX_OUTPUT_CHUNKS {
@@ -379,19 +381,28 @@ pub(super) fn read_output(
         let path = format!("{}/{id}/{}", base(), chunk_name(k));
         let left = want - data.len() as u64;
         // A chunk that left the ring meanwhile (or was never there) ends what can be read.
-        match fs.read_bounded(&path, off, left.min(record.chunk - off)) {
-            Ok(Some(piece)) if !piece.is_empty() => data.extend_from_slice(&piece),
+        let piece = match fs.read_bounded(&path, off, left.min(record.chunk - off)) {
+            Ok(Some(piece)) if !piece.is_empty() => piece,
             Ok(_) => break,
             Err(_) => return Err(damaged_record(id, "an output chunk is not a regular file")),
-        }
+        };
+        // Its tags (chunks are a multiple of 8 bytes, so they join): read after the bytes,
+        // which the writer tags before writing them; missing ones are stdout.
+        let tag_from = off / 8;
+        let tag_len = tag_bytes(off, piece.len() as u64);
+        let tag_path = format!("{}/{id}/{}", base(), tag_name(k));
+        let mut piece_tags = match fs.read_bounded(&tag_path, tag_from, tag_len) {
+            Ok(found) => found.unwrap_or_default(),
+            Err(_) => return Err(damaged_record(id, "a tag file is not a regular file")),
+        };
+        piece_tags.resize(tag_len as usize, 0);
+        // Consecutive pieces meet on a chunk boundary, a whole bitmap byte.
+        tags.extend_from_slice(&piece_tags);
+        data.extend_from_slice(&piece);
         k += 1;
         off = 0;
     }
-    Ok(ProcessOutput {
-        offset: pos,
-        data,
-        info: record.info,
-    })
+    Ok(ProcessOutput::tagged(pos, data, &tags, record.info))
 }
 
 /// The process group a signal to process `id` goes to (its namespace's numbering); `None` when
@@ -443,13 +454,13 @@ mod tests {
     fn record(home: &std::path::Path, id: &str) -> std::path::PathBuf {
         let d = home.join(".threadbox/processes").join(id);
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("chunk"), "4").unwrap();
+        std::fs::write(d.join("chunk"), "8").unwrap();
         std::fs::write(d.join("started_at"), "1000\n").unwrap();
         std::fs::write(d.join("command"), "echo\thi\nthere").unwrap();
         std::fs::write(d.join("status"), "0\n").unwrap();
         std::fs::write(d.join("ended_at"), "2000\n").unwrap();
-        std::fs::write(d.join("out.000000001"), "efgh").unwrap();
-        std::fs::write(d.join("out.000000002"), "ij").unwrap();
+        std::fs::write(d.join("out.000000001"), "efghijkl").unwrap();
+        std::fs::write(d.join("out.000000002"), "mn").unwrap();
         d
     }
 
@@ -464,16 +475,26 @@ mod tests {
         let info = all[0].clone().unwrap();
         assert_eq!(info.id, "abc1");
         assert_eq!(info.exit_code, Some(0));
-        assert_eq!((info.output_start, info.output_bytes), (4, 10));
+        assert_eq!((info.output_start, info.output_bytes), (8, 18));
         assert_eq!(info.command, "echo hi there");
 
         // Reads span chunks, start where the ring does, and stop at its end.
         let read = read_output(&fs, &procs, "abc1", 0, 100).unwrap();
-        assert_eq!((read.offset, read.data.as_slice()), (4, &b"efghij"[..]));
-        let read = read_output(&fs, &procs, "abc1", 6, 3).unwrap();
-        assert_eq!((read.offset, read.data.as_slice()), (6, &b"ghi"[..]));
+        assert_eq!((read.offset, read.data.as_slice()), (8, &b"efghijklmn"[..]));
+        assert!(read.stderr.is_empty());
+        let read = read_output(&fs, &procs, "abc1", 10, 3).unwrap();
+        assert_eq!((read.offset, read.data.as_slice()), (10, &b"ghi"[..]));
         let read = read_output(&fs, &procs, "abc1", 50, 3).unwrap();
-        assert_eq!((read.offset, read.data.len()), (10, 0));
+        assert_eq!((read.offset, read.data.len()), (18, 0));
+        // Tagged: bytes 10 and 11 ("gh") and 16 ("m") came from stderr.
+        let d = home.join(".threadbox/processes/abc1");
+        std::fs::write(d.join("err.000000001"), [0b0000_1100]).unwrap();
+        std::fs::write(d.join("err.000000002"), [0b0000_0001]).unwrap();
+        let read = read_output(&fs, &procs, "abc1", 0, 100).unwrap();
+        assert_eq!(read.stderr, [10..12, 16..17]);
+        let read = read_output(&fs, &procs, "abc1", 11, 6).unwrap();
+        assert_eq!((read.offset, read.data.as_slice()), (11, &b"hijklm"[..]));
+        assert_eq!(read.stderr, [11..12, 16..17]);
         assert!(matches!(
             read_output(&fs, &procs, "abc1", u64::MAX, 3),
             Err(ProviderError::InvalidRequest(_))

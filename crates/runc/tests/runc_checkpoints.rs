@@ -146,6 +146,7 @@ fn background(script: &str) -> StartProcess {
         env: BTreeMap::new(),
         pty: None,
         output_chunks: 1,
+        user: Default::default(),
     }
 }
 

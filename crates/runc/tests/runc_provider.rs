@@ -1404,6 +1404,7 @@ async fn at_its_pid_limit_a_sandbox_is_still_listed_read_and_killed() {
             env: BTreeMap::new(),
             pty: None,
             output_chunks: DEFAULT_OUTPUT_CHUNKS,
+            user: Default::default(),
         },
     )
     .await

@@ -649,6 +649,7 @@ fn start_request(
         env: BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]),
         pty,
         output_chunks: threadbox_core::ports::DEFAULT_OUTPUT_CHUNKS,
+        user: Default::default(),
     }
 }
 
@@ -816,6 +817,75 @@ pub async fn process_output_is_a_bounded_ring_and_ptys_are_terminals(p: &dyn San
     assert!(text.contains("/dev/pts/"), "{text:?}");
     assert!(text.contains("20 50\r\n"), "{text:?}");
     assert!(text.contains("30 70\r\n"), "{text:?}");
+    p.kill(&id).await.expect("kill");
+}
+
+/// stdout and stderr arrive merged in the order written (offsets as ever), each byte tagged with
+/// the stream it came from, in a read and in a follow, across a chunk boundary of the ring.
+pub async fn process_output_keeps_stdout_and_stderr_apart(p: &dyn SandboxProvider) {
+    use threadbox_core::ports::OutputStream::{Stderr, Stdout};
+    let id = create(p, fresh_owner(1)).await;
+    let request = start_request(
+        "printf out1; sleep 0.2; printf err1 >&2; sleep 0.2; printf out2; sleep 0.2; \
+         head -c 300000 /dev/zero | tr '\\0' e >&2; sleep 0.2; echo end",
+        None,
+    );
+    let process = request.id.clone();
+    p.start_process(&id, request).await.expect("start_process");
+    let expected = [
+        (0..4, Stdout),
+        (4..8, Stderr),
+        (8..12, Stdout),
+        (12..300_012, Stderr),
+        (300_012..300_016, Stdout),
+    ];
+    // Followed while it runs: the pieces, joined by stream, are those runs.
+    let (sink, mut output) = tokio::sync::mpsc::channel(8);
+    let follow = p.follow_process_output(&id, &process, 0, Duration::from_secs(20), sink);
+    let watch = async {
+        let mut runs: Vec<(std::ops::Range<u64>, _)> = Vec::new();
+        let mut data = Vec::new();
+        while let Some(chunk) = output.recv().await {
+            assert_eq!(chunk.offset, data.len() as u64, "offsets follow the output");
+            data.extend_from_slice(&chunk.data);
+            let end = data.len() as u64;
+            match runs.last_mut() {
+                Some((range, stream)) if *stream == chunk.stream => range.end = end,
+                _ => runs.push((chunk.offset..end, chunk.stream)),
+            }
+        }
+        (runs, data)
+    };
+    let (reached, (runs, data)) = tokio::join!(follow, watch);
+    assert_eq!(reached.expect("follow_process_output"), 300_016);
+    assert_eq!(runs, expected);
+    assert!(data.starts_with(b"out1err1out2eee") && data.ends_with(b"eeeend\n"));
+    until_ended(p, &id, &process).await;
+    // Read whole, and from inside a run.
+    let read = p
+        .read_process_output(&id, &process, 0, 1024 * 1024)
+        .await
+        .expect("read_process_output");
+    assert_eq!(read.data, data);
+    assert_eq!(read.stderr, [4..8, 12..300_012]);
+    let pieces: Vec<_> = read
+        .pieces()
+        .into_iter()
+        .map(|c| (c.offset..c.offset + c.data.len() as u64, c.stream))
+        .collect();
+    assert_eq!(pieces, expected);
+    let read = p.read_process_output(&id, &process, 5, 10).await.unwrap();
+    assert_eq!(
+        (read.offset, read.data.as_slice()),
+        (5, b"rr1out2eee".as_slice())
+    );
+    assert_eq!(read.stderr, [5..8, 12..15]);
+    let read = p
+        .read_process_output(&id, &process, 300_000, 100)
+        .await
+        .unwrap();
+    assert_eq!(read.stderr, vec![300_000..300_012]);
+    assert!(read.data.ends_with(b"eend\n"));
     p.kill(&id).await.expect("kill");
 }
 

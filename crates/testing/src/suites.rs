@@ -255,6 +255,7 @@ macro_rules! provider_conformance_tests {
             processes_outlive_the_call_take_input_and_end_with_their_status,
             processes_are_followed_and_signalled,
             process_output_is_a_bounded_ring_and_ptys_are_terminals,
+            process_output_keeps_stdout_and_stderr_apart,
             tampered_process_records_are_refused_not_trusted,
         );
     };

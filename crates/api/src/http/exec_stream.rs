@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use super::error::ApiError;
 use crate::wire::{self, ErrorFrame, ExitFrame, OutputFrame, Piece, Utf8Pieces};
 use threadbox_core::domain::ThreadId;
-use threadbox_core::ports::{ExecRequest, ExecResult, OutputChunk};
+use threadbox_core::ports::{ExecRequest, ExecResult, OutputChunk, OutputStream};
 use threadbox_core::usecases::{Threadbox, UseCaseError};
 
 /// Output chunks in flight between the command and the socket: enough to ride out a slow
@@ -136,6 +136,7 @@ pub(super) struct Utf8Events {
     name: &'static str,
     pieces: Utf8Pieces,
     offset: Option<u64>,
+    stream: Option<OutputStream>,
 }
 
 impl Utf8Events {
@@ -144,14 +145,22 @@ impl Utf8Events {
             name,
             pieces: Utf8Pieces::separate(),
             offset: None,
+            stream: None,
         }
     }
 
-    pub(super) fn with_offset(name: &'static str, offset: u64) -> Self {
+    /// A process's output from `offset`, of one stream: each event says which.
+    pub(super) fn of_stream(name: &'static str, offset: u64, stream: OutputStream) -> Self {
         Self {
             offset: Some(offset),
+            stream: Some(stream),
             ..Self::new(name)
         }
+    }
+
+    /// The stream its events name, if they name one.
+    pub(super) fn stream(&self) -> Option<OutputStream> {
+        self.stream
     }
 
     /// With an offset: where the next bytes pushed are expected to start.
@@ -179,6 +188,7 @@ impl Utf8Events {
         let frame = OutputFrame {
             data: piece.payload(),
             offset: self.offset,
+            stream: self.stream,
         };
         if let Some(offset) = &mut self.offset {
             *offset += piece.byte_len() as u64;

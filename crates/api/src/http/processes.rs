@@ -36,7 +36,8 @@ use super::sandbox::wants_event_stream;
 use crate::wire::{self, millis_within, EndFrame, OutputPage, Payload, PayloadError, ProcessBody};
 use threadbox_core::domain::ThreadId;
 use threadbox_core::ports::{
-    valid_process_id, ProcessChunk, ProcessSignal, PtySize, MAX_INPUT_BYTES, MAX_OUTPUT_READ,
+    valid_process_id, OutputStream, ProcessChunk, ProcessSignal, PtySize, MAX_INPUT_BYTES,
+    MAX_OUTPUT_READ,
 };
 use threadbox_core::usecases::Threadbox;
 
@@ -142,6 +143,7 @@ async fn output(
         next: read.next(),
         data: Payload::of(&read.data),
         process: read.info,
+        stderr: read.stderr.iter().map(|r| [r.start, r.end]).collect(),
     };
     // As a JSON value, so its keys go out in order as they always have.
     Ok(Json(wire::to_json(&page)).into_response())
@@ -174,7 +176,7 @@ fn follow_events(
     let state = Follow {
         output: Some(output),
         task: Some(task),
-        text: Utf8Events::with_offset(wire::OUTPUT, after),
+        text: Utf8Events::of_stream(wire::OUTPUT, after, OutputStream::Stdout),
         pending: Vec::new(),
     };
     let events = futures::stream::unfold(state, |mut state| async move {
@@ -186,10 +188,14 @@ fn follow_events(
             if let Some(output) = &mut state.output {
                 match output.recv().await {
                     Some(chunk) => {
-                        // After output that left the ring, events go on from where it resumes.
-                        if state.text.expects() != Some(chunk.offset) {
+                        // After output that left the ring, events go on from where it resumes;
+                        // each event is of one stream.
+                        if state.text.expects() != Some(chunk.offset)
+                            || state.text.stream() != Some(chunk.stream)
+                        {
                             state.pending = state.text.finish();
-                            state.text = Utf8Events::with_offset(wire::OUTPUT, chunk.offset);
+                            state.text =
+                                Utf8Events::of_stream(wire::OUTPUT, chunk.offset, chunk.stream);
                         }
                         state.pending.extend(state.text.push(&chunk.data));
                     }

@@ -20,7 +20,7 @@ pub mod processes;
 mod refusals;
 
 pub use processes::{
-    check_output_offset, new_process_id, valid_process_id, ProcessChunk, ProcessInfo,
+    check_output_offset, new_process_id, valid_process_id, OutputStream, ProcessChunk, ProcessInfo,
     ProcessOutput, ProcessSignal, ProcessSink, ProcessState, PtySize, StartProcess,
     DEFAULT_OUTPUT_CHUNKS, MAX_INPUT_BYTES, MAX_LISTED_PROCESSES, MAX_OUTPUT_CHUNKS,
     MAX_OUTPUT_OFFSET, MAX_OUTPUT_READ, MAX_PROCESSES, OUTPUT_CHUNK_BYTES,

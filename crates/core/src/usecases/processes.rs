@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::domain::{Cause, Session, Status, ThreadId, PROCESS_HOLD_PREFIX};
 use crate::ports::{
     check_output_offset, new_process_id, ExecCommand, ProcessInfo, ProcessOutput, ProcessSignal,
-    ProcessSink, ProcessState, ProviderError, PtySize, StartProcess,
+    ProcessSink, ProcessState, ProviderError, PtySize, SandboxUser, StartProcess,
 };
 
 use super::error::UseCaseError;
@@ -44,6 +44,8 @@ pub struct ProcessRequest {
     pub output_chunks: u32,
     /// How long the process keeps the thread awake without activity.
     pub idle_limit: Duration,
+    /// Who runs it: the sandbox's user (the default) or its root.
+    pub user: SandboxUser,
 }
 
 fn hold_id(process_id: &str) -> String {
@@ -120,6 +122,7 @@ impl Threadbox {
                 env: request.env.clone(),
                 pty: request.pty,
                 output_chunks: request.output_chunks,
+                user: request.user,
             };
             match self.provider.start_process(&handle.sandbox_id, start).await {
                 Ok(info) => {

@@ -1,5 +1,5 @@
 //! envd's `filesystem.Filesystem` over threadbox's file use cases (their path checks, holds
-//! and limits). Watching a directory is not offered: its methods answer `unimplemented`.
+//! and limits). Watching a directory is `watch`'s.
 
 use axum::routing::post;
 use axum::{Extension, Json, Router};
@@ -10,7 +10,7 @@ use threadbox_core::ports::{ExecCommand, ExecRequest, FileEntry, FileKind};
 use threadbox_core::usecases::UseCaseError;
 use threadbox_e2b::rfc3339;
 
-use super::{connect_service, envd_path, unimplemented, Answer, Reached, Unary};
+use super::{connect_service, envd_path, watch, Answer, Reached, Unary};
 use crate::error::ConnectError;
 use crate::E2bApi;
 
@@ -28,10 +28,10 @@ pub(super) fn routes() -> Router<E2bApi> {
             ("Move", post(move_entry)),
             ("ListDir", post(list_dir)),
             ("Remove", post(remove)),
-            ("WatchDir", post(unimplemented)),
-            ("CreateWatcher", post(unimplemented)),
-            ("GetWatcherEvents", post(unimplemented)),
-            ("RemoveWatcher", post(unimplemented)),
+            ("WatchDir", post(watch::watch_dir)),
+            ("CreateWatcher", post(watch::create_watcher)),
+            ("GetWatcherEvents", post(watch::get_watcher_events)),
+            ("RemoveWatcher", post(watch::remove_watcher)),
         ],
     )
 }

@@ -4,7 +4,8 @@
 //!
 //! - `process`: `process.Process` (Start and Connect stream; List, SendInput, SendSignal,
 //!   Update) over threadbox's background processes;
-//! - `filesystem`: `filesystem.Filesystem` (Stat, MakeDir, Move, ListDir, Remove);
+//! - `filesystem`: `filesystem.Filesystem` (Stat, MakeDir, Move, ListDir, Remove), and
+//!   `watch`: its directory watching (WatchDir, CreateWatcher, GetWatcherEvents, RemoveWatcher);
 //! - `files`: `GET`/`POST /files`.
 //!
 //! The sandbox's token is checked first (envd's 401), `/health` included: sandbox ids are
@@ -16,6 +17,9 @@
 mod files;
 mod filesystem;
 mod process;
+mod watch;
+
+pub(crate) use watch::Watchers;
 
 use std::collections::BTreeMap;
 
@@ -28,8 +32,11 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use threadbox_api::http::{sandbox_path, Caller};
 use threadbox_core::domain::{BudgetScope, Session, ThreadId};
+use threadbox_core::ports::SandboxUser;
 use threadbox_core::usecases::Threadbox;
 use threadbox_e2b::wire::error_body;
 
@@ -41,6 +48,37 @@ use super::{header, read_body, E2bApi, MAX_JSON_BODY};
 const ENVD_PORT: &str = "49983";
 /// The sandbox user's home, where relative paths start.
 const HOME: &str = "/home/user";
+
+/// Who a call runs as: envd's basic authentication's username (`Authorization: Basic` of
+/// `name:`, what the SDKs send for `user=`), `root` or `user`; none is the sandbox's user, as on
+/// envd 0.4 and later. Another name is envd's `unauthenticated` (it names no account here).
+pub(crate) fn user_of(headers: &HeaderMap) -> Result<SandboxUser, ConnectError> {
+    let Some(value) = header(headers, "authorization") else {
+        return Ok(SandboxUser::User);
+    };
+    let name = value
+        .strip_prefix("Basic ")
+        .and_then(|b| BASE64.decode(b.trim()).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|s| s.split(':').next().unwrap_or_default().to_owned())
+        .ok_or_else(|| {
+            ConnectError::new(
+                "unauthenticated",
+                "the Authorization header is not basic authentication",
+            )
+        })?;
+    match name.as_str() {
+        "" | "user" => Ok(SandboxUser::User),
+        "root" => Ok(SandboxUser::Root),
+        other => {
+            let shown: String = other.chars().take(64).collect();
+            Err(ConnectError::new(
+                "unauthenticated",
+                format!("invalid username: '{shown}' (a sandbox here has `user` and `root`)"),
+            ))
+        }
+    }
+}
 
 /// The sandbox a request reached, and the use cases acting for the caller its token names; put
 /// in the request's extensions by [`gate`].
@@ -230,5 +268,26 @@ mod tests {
         assert_eq!(envd_path("").unwrap(), "/home/user");
         assert_eq!(envd_path("../etc").unwrap_err().code, "invalid_argument");
         assert!(envd_path("/a/\0").is_err());
+    }
+
+    #[test]
+    fn the_basic_auth_username_names_the_user() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("authorization", value.parse().unwrap());
+            user_of(&headers)
+        };
+        assert_eq!(user_of(&HeaderMap::new()).unwrap(), SandboxUser::User);
+        // What the SDKs send for `user="root"` and `user="user"`.
+        assert_eq!(with("Basic cm9vdDo=").unwrap(), SandboxUser::Root);
+        assert_eq!(with("Basic dXNlcjo=").unwrap(), SandboxUser::User);
+        assert_eq!(with("Basic Og==").unwrap(), SandboxUser::User);
+        for bad in ["Basic YWRtaW46", "Bearer x", "Basic !!"] {
+            assert_eq!(with(bad).unwrap_err().code, "unauthenticated", "{bad}");
+        }
+        assert!(with("Basic YWRtaW46")
+            .unwrap_err()
+            .message
+            .contains("'admin'"));
     }
 }

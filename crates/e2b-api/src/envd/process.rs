@@ -5,9 +5,10 @@
 //! works, and is listed, signalled, written to and re-attached to by its pid. The pid is derived
 //! from threadbox's process id (a 31-bit FNV-1a), so any process finds it again by listing.
 //!
-//! What differs from envd: a background process keeps one output stream, so stderr arrives as
-//! `stdout` data; and a command killed by signal N reports `exitCode: -1` with `signal: N`
-//! status, as envd does, where a command that itself exits with 128+N looks the same.
+//! Output is sent as envd sends it: `stdout` and `stderr` data as each stream wrote it (a
+//! terminal's as `pty`). What differs from envd: a command killed by signal N reports
+//! `exitCode: -1` with `signal: N` status, as envd does, where a command that itself exits with
+//! 128+N looks the same.
 
 use std::time::Duration;
 
@@ -26,12 +27,12 @@ use tokio::time::Instant;
 
 use threadbox_api::wire::{CommandSpec, ProcessBody};
 use threadbox_core::ports::{
-    ProcessChunk, ProcessInfo, ProcessSignal, ProcessState, PtySize, MAX_INPUT_BYTES,
+    OutputStream, ProcessChunk, ProcessInfo, ProcessSignal, ProcessState, PtySize, MAX_INPUT_BYTES,
 };
 use threadbox_core::usecases::MAX_PROCESS_IDLE;
 use threadbox_e2b::wire::{end_stream_frame, event_frame, request_frame, Pty, StartRequest};
 
-use super::{connect_service, envd_path, unimplemented, Answer, Reached, Unary};
+use super::{connect_service, envd_path, unimplemented, user_of, Answer, Reached, Unary};
 use crate::error::ConnectError;
 use crate::{header, read_body, E2bApi, MAX_JSON_BODY};
 
@@ -108,7 +109,7 @@ struct OnProcess<Call> {
 // Streams
 
 /// A streaming answer: HTTP 200 and the frames as they come.
-fn stream_response(rx: mpsc::Receiver<Vec<u8>>) -> Response {
+pub(super) fn stream_response(rx: mpsc::Receiver<Vec<u8>>) -> Response {
     let frames = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -124,7 +125,7 @@ fn stream_response(rx: mpsc::Receiver<Vec<u8>>) -> Response {
 
 /// A stream that is only its end-of-stream error (HTTP 200, as connect-go answers a handler that
 /// fails before sending anything).
-fn failed_stream(error: ConnectError) -> Response {
+pub(super) fn failed_stream(error: ConnectError) -> Response {
     let (tx, rx) = mpsc::channel(1);
     let _ = tx.try_send(end_stream_frame(Some((error.code, &error.message))));
     stream_response(rx)
@@ -132,7 +133,7 @@ fn failed_stream(error: ConnectError) -> Response {
 
 /// The one request message of a streaming call (a 415 for another content type; otherwise a
 /// stream that is only its error, as connect-go answers).
-struct Streamed<T>(T);
+pub(super) struct Streamed<T>(pub(super) T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Streamed<T> {
     type Rejection = Response;
@@ -159,13 +160,13 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Streamed
 
 /// How a stream is paced: envd's keepalive (`Keepalive-Ping-Interval`, seconds), and the
 /// process's deadline (`Connect-Timeout-Ms`; absent or 0: none), after which envd kills it.
-struct Pacing {
-    keepalive: Duration,
-    deadline: Option<Instant>,
+pub(super) struct Pacing {
+    pub(super) keepalive: Duration,
+    pub(super) deadline: Option<Instant>,
 }
 
 impl Pacing {
-    fn of(headers: &HeaderMap) -> Self {
+    pub(super) fn of(headers: &HeaderMap) -> Self {
         let keepalive = header(headers, "keepalive-ping-interval")
             .and_then(|s| s.trim().parse::<u64>().ok())
             .map_or(DEFAULT_KEEPALIVE, |s| {
@@ -217,7 +218,6 @@ async fn pump(
     pacing: Pacing,
     tx: mpsc::Sender<Vec<u8>>,
 ) {
-    let kind = if pty { "pty" } else { "stdout" };
     let mut killed = false;
     loop {
         let mut window = pacing.keepalive;
@@ -246,6 +246,11 @@ async fn pump(
                     () = to_reader.closed() => return false,
                 };
                 let Some(chunk) = chunk else { return true };
+                let kind = match (pty, chunk.stream) {
+                    (true, _) => "pty",
+                    (false, OutputStream::Stdout) => "stdout",
+                    (false, OutputStream::Stderr) => "stderr",
+                };
                 let frame = event_frame("data", json!({ kind: BASE64.encode(&chunk.data) }));
                 if to_reader.send(frame).await.is_err() {
                     return false;
@@ -297,6 +302,7 @@ async fn start(
 ) -> Response {
     let pacing = Pacing::of(&headers);
     let prepared = (|| {
+        let user = user_of(&headers)?;
         let cwd = request.process.cwd.as_deref().map(envd_path).transpose()?;
         let pty = request.pty.as_ref().map(pty_size).transpose()?;
         let mut argv = vec![request.process.cmd];
@@ -310,6 +316,7 @@ async fn start(
             env,
         });
         body.pty = pty;
+        body.user = Some(user);
         // The process keeps its thread awake while it works, up to its deadline.
         body.idle_timeout_ms = pacing.deadline.map(|d| {
             d.saturating_duration_since(Instant::now())

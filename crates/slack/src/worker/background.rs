@@ -50,6 +50,7 @@ impl SlackWorker {
             output_chunks: chunks_for(cap),
             // Held awake for the block's whole limit, then some for the follow-up to stop it.
             idle_limit: limit + Duration::from_secs(60),
+            user: Default::default(),
         };
         let started = match self.tb.start_process(thread_id, request).await {
             Ok(info) => info,

@@ -14,29 +14,42 @@
 //! pgid        the command's process group, written by the command itself before it starts
 //! tty         the terminal's device, with a PTY
 //! out.NNN...  the output as a ring of fixed-size chunks: chunk k holds bytes [k*C, (k+1)*C)
+//! err.NNN...  which of chunk k's bytes came from stderr, a bitmap (only where some did)
 //! code        the exit status as the shell saw it (128+n for signal n)
 //! status      `code` moved here once all output is written: the process has ended
 //! ```
 //!
-//! The output ring is GNU `split` writing fixed-size chunks, each through a filter that deletes
-//! the chunk `keep` places back: offsets stay stable for ever, a reader names where it is with
-//! one number, and the disk the log takes stays bounded (and counts against the sandbox's own
-//! quota). stdout and stderr are merged, as a terminal shows them. The command runs in its own
+//! The output ring is fixed-size chunks, the one `keep` places back deleted as each new one
+//! starts: offsets stay stable for ever, a reader names where it is with one number, and the
+//! disk the log takes stays bounded (and counts against the sandbox's own quota). stdout and
+//! stderr are written in the order they come, as a terminal shows them, and a small Perl
+//! writer (`scripts::RELAY`) tags which bytes came from stderr (`streams`); without Perl, or on
+//! a terminal, GNU `split` writes the ring and everything is stdout. The command runs in its own
 //! session (`setsid`), so a signal to its group never reaches the supervisor, which then records
 //! how it ended. With a PTY, util-linux `script` gives the command a terminal; resizing it is
 //! `stty` on that terminal from another command, and the kernel tells the command (SIGWINCH).
 //!
 //! Every script is a constant; the caller's values arrive as positional arguments, as in
-//! `exec_files`. What the scripts need is bash, coreutils and util-linux (`setsid`, `script`),
-//! present in every Debian- or Ubuntu-based sandbox, E2B's templates included.
+//! `exec_files`. What the scripts need is bash, coreutils, util-linux (`setsid`, `script`,
+//! `setpriv`) and perl-base, present in every Debian- or Ubuntu-based sandbox, E2B's templates
+//! included. A process started as root (`StartProcess::user`) keeps its record the user's: the
+//! ring's writer runs as the user and what root writes there is given to them.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::{ExecCommand, ExecRequest, OutputChunk, ProviderError, SandboxProvider, SLOW_READER};
+use super::{
+    ExecCommand, ExecRequest, OutputChunk, ProviderError, SandboxProvider, SandboxUser, SLOW_READER,
+};
 use crate::domain::Millis;
+
+mod scripts;
+mod streams;
+
+use scripts::*;
+pub use streams::{stderr_ranges, tag_bytes, tagged_pieces, OutputStream};
 
 /// Bytes in one chunk of a process's output ring.
 pub const OUTPUT_CHUNK_BYTES: u64 = 256 * 1024;
@@ -46,10 +59,10 @@ pub const MAX_OUTPUT_CHUNKS: u32 = 64;
 /// The most output one read returns.
 pub const MAX_OUTPUT_READ: u64 = 1024 * 1024;
 /// Processes kept per sandbox, running or ended; starting one more removes the oldest ended
-/// ones, and past this many running ones a start is refused. Each takes five of the sandbox's
-/// process ids while it runs (its supervisor, the command, the ring's `split` and its writer,
-/// and the subshell between them): 32 take 160 of runc's default 256, leaving the rest to the
-/// commands themselves.
+/// ones, and past this many running ones a start is refused. Each takes at most five of the
+/// sandbox's process ids while it runs (its supervisor, `setsid`, the command and the ring's
+/// writer; `split`, its filter and a subshell where Perl is missing): 32 take 160 of runc's
+/// default 256, leaving the rest to the commands themselves.
 pub const MAX_PROCESSES: usize = 32;
 /// The largest write to a process's input.
 pub const MAX_INPUT_BYTES: usize = 64 * 1024;
@@ -63,6 +76,8 @@ pub const MAX_OUTPUT_OFFSET: u64 = i64::MAX as u64;
 /// The largest chunk size a record may claim (threadbox writes [`OUTPUT_CHUNK_BYTES`]).
 const MAX_RECORD_CHUNK: u64 = 64 * 1024 * 1024;
 
+/// The sandbox user's home, where the records are (`$HOME` of the scripts run as the user).
+const RECORDS_HOME: &str = "/home/user";
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a follower looks for new output inside the sandbox.
 const FOLLOW_POLL: &str = "0.05";
@@ -158,7 +173,7 @@ impl RawRecord<'_> {
 /// Where a process's output is, from what its record holds: the chunk size and the chunk files
 /// there are (their numbers, and the newest one's size). `None` when that does not add up.
 pub fn output_extent(chunk: u64, chunks: &[u64], last_size: u64) -> Option<(u64, u64)> {
-    if chunk == 0 || chunk > MAX_RECORD_CHUNK {
+    if chunk == 0 || !chunk.is_multiple_of(8) || chunk > MAX_RECORD_CHUNK {
         return None;
     }
     let (Some(first), Some(last)) = (chunks.iter().min(), chunks.iter().max()) else {
@@ -180,6 +195,11 @@ pub fn chunk_number(name: &str) -> Option<u64> {
 /// A chunk file's name from its number.
 pub fn chunk_name(n: u64) -> String {
     format!("out.{n:09}")
+}
+
+/// A chunk's tag file's name from its number (see [`streams`]).
+pub fn tag_name(n: u64) -> String {
+    format!("err.{n:09}")
 }
 
 /// The record of a process that is there but not well formed (the sandbox changed its files).
@@ -226,6 +246,8 @@ pub struct StartProcess {
     pub pty: Option<PtySize>,
     /// Chunks of [`OUTPUT_CHUNK_BYTES`] the output ring keeps.
     pub output_chunks: u32,
+    /// Who runs it: the sandbox's user, or its root (as `ExecRequest::user`).
+    pub user: SandboxUser,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -255,11 +277,13 @@ pub struct ProcessInfo {
 }
 
 /// Output of a followed process, as it comes, each piece with the offset it starts at (a piece
-/// after output that left the ring starts later than the one before ended).
+/// after output that left the ring starts later than the one before ended) and the stream it
+/// came from (see [`streams`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessChunk {
     pub offset: u64,
     pub data: Vec<u8>,
+    pub stream: OutputStream,
 }
 
 /// Where a follow sends its output.
@@ -271,6 +295,9 @@ pub struct ProcessOutput {
     /// Where `data` starts: `after`, or later when what was asked for has left the ring.
     pub offset: u64,
     pub data: Vec<u8>,
+    /// The parts of `data` (absolute offsets, in order) that came from stderr; the rest is
+    /// stdout.
+    pub stderr: Vec<std::ops::Range<u64>>,
     pub info: ProcessInfo,
 }
 
@@ -278,6 +305,43 @@ impl ProcessOutput {
     /// Where the next read should start.
     pub fn next(&self) -> u64 {
         self.offset + self.data.len() as u64
+    }
+
+    /// `data` and where it starts, tagged by its tags (bitmap bytes from `offset / 8`).
+    pub fn tagged(offset: u64, data: Vec<u8>, tags: &[u8], info: ProcessInfo) -> Self {
+        let stderr = stderr_ranges(offset, data.len() as u64, tags)
+            .into_iter()
+            .filter(|(_, stream)| *stream == OutputStream::Stderr)
+            .map(|(range, _)| range)
+            .collect();
+        Self {
+            offset,
+            data,
+            stderr,
+            info,
+        }
+    }
+
+    /// `data` in pieces by stream, in order.
+    pub fn pieces(&self) -> Vec<ProcessChunk> {
+        let mut pieces = Vec::new();
+        let mut at = self.offset;
+        let piece = |from: u64, to: u64, stream| ProcessChunk {
+            offset: from,
+            data: self.data[(from - self.offset) as usize..(to - self.offset) as usize].to_vec(),
+            stream,
+        };
+        for range in &self.stderr {
+            if range.start > at {
+                pieces.push(piece(at, range.start, OutputStream::Stdout));
+            }
+            pieces.push(piece(range.start, range.end, OutputStream::Stderr));
+            at = range.end;
+        }
+        if at < self.next() {
+            pieces.push(piece(at, self.next(), OutputStream::Stdout));
+        }
+        pieces
     }
 }
 
@@ -317,212 +381,6 @@ impl ProcessSignal {
     }
 }
 
-/// The processes' folder and one process's, from its id (`$1`); exit 3 when it does not exist.
-const PROCESS_DIR: &str = r#"
-base="${HOME:-/home/user}/.threadbox/processes"
-D="$base/$1"
-if [ ! -d "$D" ] || [ -L "$D" ]; then printf 'no such process: %s\n' "$1" >&2; exit 3; fi
-"#;
-
-/// `val FILE VAR [N]`: the first line (or with N, the first N characters) of one of a record's
-/// files into VAR, empty when it cannot be read. The sandbox writes these files and may plant
-/// anything in their place, so only a regular file is read; it is opened read-write, which
-/// never blocks even on a FIFO swapped in after the check, and read with a timeout and a bound.
-/// All builtins: no process is forked.
-const VAL: &str = r#"
-val() {
-  local __v=
-  if [ -f "$1" ] && [ ! -L "$1" ]; then
-    if [ -n "$3" ]; then IFS= read -r -t 1 -N "$3" __v <> "$1"; else IFS= read -r -t 1 -n 64 __v <> "$1"; fi || :
-  fi 2>/dev/null
-  printf -v "$2" '%s' "$__v"
-}
-num() { case $1 in ''|*[!0-9]*) return 1;; esac; [ ${#1} -le 18 ]; }
-"#;
-
-/// One line describing the process in `$D` (its id is `${D##*/}`): tab-separated id, state,
-/// exit code, started, ended, pty, output bytes, output start, then the command (tabs and line
-/// breaks in it replaced by spaces). Fails (status 1, nothing printed) for a record whose chunk
-/// size is not a number. Leaves the chunk size, output bytes and start in `R_C`, `R_BYTES` and
-/// `R_START`. The host checks every field again (`RawRecord::check`).
-const DESCRIBE: &str = r#"
-describe() {
-  local d=$1 id=${1##*/} state=running code= started= ended= last=-1 first=-1 size=0 pty=0 cmd= C= sup= f n bytes start
-  val "$d/chunk" C
-  num "$C" && [ ${#C} -le 9 ] && [ "$C" -gt 0 ] || return 1
-  { [ -e "$d/tty" ] || [ -e "$d/pty" ]; } && pty=1
-  val "$d/started_at" started
-  if [ -e "$d/status" ]; then state=exited; val "$d/status" code; val "$d/ended_at" ended
-  else
-    val "$d/supervisor" sup
-    if ! num "$sup" || ! kill -0 "$sup" 2>/dev/null; then state=lost; fi
-  fi
-  for f in "$d"/out.[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]; do
-    [ -f "$f" ] && [ ! -L "$f" ] || continue
-    n=${f##*.}; n=$((10#$n))
-    [ $last -lt $n ] && last=$n
-    { [ $first -lt 0 ] || [ $first -gt $n ]; } && first=$n
-  done
-  if [ $last -ge 0 ]; then
-    size=$(stat -c %s -- "$d/out.$(printf %09d $last)" 2>/dev/null); num "$size" || size=0
-    bytes=$((last * C + size)); start=$((first * C))
-  else bytes=0; start=0; fi
-  val "$d/command" cmd 300
-  cmd=${cmd//[$'\t\n\r']/ }
-  R_C=$C; R_BYTES=$bytes; R_START=$start
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$state" "$code" "$started" "$ended" "$pty" "$bytes" "$start" "$cmd"
-}
-"#;
-
-/// Runs the command: records its process group, sets up the terminal, then becomes the command.
-/// `$D`, `$PTY` (`COLSxROWS` or empty) and `$WORKDIR` come from the environment.
-const RUNNER: &str = r#"read -r _ _ _ _ g _ < /proc/$$/stat; echo "$g" > "$D/pgid"
-if [ -n "$PTY" ]; then tty > "$D/tty"; stty cols "${PTY%x*}" rows "${PTY#*x}" 2>/dev/null; fi
-cd -- "$WORKDIR" || exit 126
-while IFS= read -r -d '' kv; do export "$kv"; done < "$D/env"
-mapfile -d '' -t argv < "$D/argv"
-exec "${argv[@]}"
-"#;
-
-/// `split`'s filter for each new chunk: delete the chunk `$KEEP` places back, then write this one.
-const RING_FILTER: &str = r#"n=${FILE##*.}; old=$((10#$n - KEEP)); if [ $old -ge 0 ]; then rm -f -- "$D/out.$(printf %09d $old)"; fi; exec cat > "$FILE""#;
-
-/// The supervisor: runs the command (through `script` with a PTY) in a session of its own, its
-/// output through the ring, then records how it ended. `$1` is the process folder.
-const SUPERVISOR: &str = r#"export D=$1
-{
-  if [ -n "$PTY" ]; then
-    setsid -w script -qfec "bash $(printf %q "$D/runner")" /dev/null <> "$D/stdin" 2>&1
-  else
-    setsid -w bash "$D/runner" <> "$D/stdin" 2>&1
-  fi
-  echo $? > "$D/code"
-} | SHELL=/bin/bash split -b "$(cat "$D/chunk")" -d -a 9 --filter="$(cat "$D/filter")" - "$D/out."
-date +%s%3N > "$D/ended_at"
-mv -f "$D/code" "$D/status" 2>/dev/null || echo 255 > "$D/status"
-"#;
-
-/// `$1` id, `$2` command text, `$3` chunk bytes, `$4` chunks kept, `$5` PTY size or empty, `$6`
-/// working directory or empty, `$7` most processes, `$8` how many `NAME=value` arguments follow
-/// for the command's environment; the rest is the argv.
-const START: &str = r#"set -e
-base="${HOME:-/home/user}/.threadbox/processes"
-mkdir -p "$base"
-D="$base/$1"
-running=0
-for d in "$base"/*/; do
-  [ -d "$d" ] || continue
-  [ -e "$d/status" ] && continue
-  val "$d/supervisor" s
-  num "$s" && kill -0 "$s" 2>/dev/null && running=$((running + 1))
-done
-if [ "$running" -ge "$7" ]; then printf 'this sandbox already runs %s background processes; stop one first\n' "$running" >&2; exit 4; fi
-# Forget the oldest ended processes past the limit.
-ls -1tr "$base" | while read -r old; do
-  [ "$(ls -1 "$base" | wc -l)" -ge "$7" ] || break
-  case $old in ''|*[!A-Za-z0-9]*) continue;; esac
-  if [ -e "$base/$old/status" ]; then rm -rf -- "${base:?}/$old"; fi
-done || true
-if [ -e "$D" ]; then printf 'process %s exists already\n' "$1" >&2; exit 4; fi
-mkdir "$D"
-printf '%s' "$2" > "$D/command"
-printf '%s' "$3" > "$D/chunk"
-printf '%s' "$RUNNER" > "$D/runner"
-printf '%s' "$FILTER" > "$D/filter"
-[ -z "$5" ] || printf '%s' "$5" > "$D/pty"
-mkfifo -m 600 "$D/stdin"
-date +%s%3N > "$D/started_at"
-WORKDIR=${6:-${HOME:-/home/user}}; export WORKDIR; PTY=$5; export PTY; KEEP=$4; export KEEP
-max=$7; nenv=$8; shift 8
-: > "$D/env"
-[ "$nenv" -eq 0 ] || printf '%s\0' "${@:1:$nenv}" > "$D/env"
-shift "$nenv"
-printf '%s\0' "$@" > "$D/argv"
-setsid bash -c "$SUPERVISOR" supervise "$D" < /dev/null > /dev/null 2>&1 &
-echo $! > "$D/supervisor"
-set +e
-# Wait (briefly) until the command has said it runs, so a signal right after reaches it.
-for _ in $(seq 200); do if [ -e "$D/pgid" ] || [ -e "$D/status" ]; then break; fi; sleep 0.01; done
-describe "$D"
-"#;
-
-/// `$1` the most records to describe. Only folders named like a process id are records: a
-/// name with a tab or a line break in it must not be able to forge one.
-const LIST: &str = r#"base="${HOME:-/home/user}/.threadbox/processes"
-[ -d "$base" ] && [ ! -L "$base" ] || exit 0
-n=0
-for d in "$base"/*; do
-  id=${d##*/}
-  case $id in ''|*[!A-Za-z0-9]*) continue;; esac
-  [ ${#id} -le 32 ] && [ -d "$d" ] && [ ! -L "$d" ] || continue
-  n=$((n + 1)); [ $n -le "$1" ] || break
-  describe "$d"
-done
-exit 0
-"#;
-
-/// `$2` offset, `$3` most bytes: the description line, then the bytes from the offset (or from
-/// the ring's start when the offset has left it).
-const READ: &str = r#"describe "$D" || { echo "the record of process $1 is damaged" >&2; exit 6; }
-C=$R_C; bytes=$R_BYTES; start=$R_START
-pos=$2; [ "$pos" -lt "$start" ] && pos=$start
-[ "$pos" -ge "$bytes" ] && exit 0
-want=$3; [ $((bytes - pos)) -lt "$want" ] && want=$((bytes - pos))
-printf '%s\n' "$pos"
-k=$((pos / C)); off=$((pos % C)); last=$(((bytes - 1) / C))
-{
-  dd if="$D/out.$(printf %09d $k)" iflag=nonblock,skip_bytes skip="$off" bs=65536 status=none 2>/dev/null
-  j=$((k + 1)); while [ $j -le $last ]; do dd if="$D/out.$(printf %09d $j)" iflag=nonblock bs=65536 status=none 2>/dev/null; j=$((j + 1)); done
-} | head -c "$want"
-"#;
-
-/// `$2` offset: output from there as it comes, until the process has ended and all of it is
-/// sent. A jump over output that left the ring is reported on stderr as `skip N`.
-const FOLLOW: &str = r#"val "$D/chunk" C
-num "$C" && [ ${#C} -le 9 ] && [ "$C" -gt 0 ] || { echo "the record of process $1 is damaged" >&2; exit 6; }
-pos=$2
-while :; do
-  k=$((pos / C)); off=$((pos % C)); f="$D/out.$(printf %09d $k)"
-  ended=0; [ -e "$D/status" ] && ended=1
-  if [ -f "$f" ] && [ ! -L "$f" ]; then
-    size=$(stat -c %s -- "$f"); num "$size" || size=0
-    if [ "$size" -gt "$off" ]; then
-      dd if="$f" iflag=nonblock,skip_bytes skip="$off" bs=65536 status=none 2>/dev/null | head -c $((size - off))
-      pos=$((pos + size - off)); continue
-    fi
-    if [ "$size" -ge "$C" ]; then pos=$(((k + 1) * C)); continue; fi
-  else
-    first=-1
-    for g in "$D"/out.[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]; do [ -f "$g" ] || continue; n=${g##*.}; n=$((10#$n)); { [ $first -lt 0 ] || [ $n -lt $first ]; } && first=$n; done
-    if [ $first -gt $k ]; then echo "skip $((first * C - pos))" >&2; pos=$((first * C)); continue; fi
-  fi
-  if [ $ended = 1 ]; then exit 0; fi
-  if [ ! -e "$D/status" ] && { val "$D/supervisor" sup; ! num "$sup" || ! kill -0 "$sup" 2>/dev/null; }; then exit 0; fi
-  sleep "$POLL"
-done
-"#;
-
-/// `$2` signal name: to the command's whole process group.
-const SIGNAL: &str = r#"if [ -e "$D/status" ]; then exit 0; fi
-val "$D/pgid" g
-num "$g" && [ "$g" -gt 1 ] || { echo "the process has not started yet" >&2; exit 5; }
-kill -s "$2" -- "-$g" 2>/dev/null || kill -s "$2" -- "$g" 2>/dev/null || true
-"#;
-
-/// Input on stdin goes to the process's input.
-const INPUT: &str = r#"if [ -e "$D/status" ]; then echo "the process has ended" >&2; exit 5; fi
-[ -p "$D/stdin" ] || { echo "the process takes no input" >&2; exit 5; }
-exec cat > "$D/stdin"
-"#;
-
-/// `$2` columns, `$3` rows.
-const RESIZE: &str = r#"if [ ! -e "$D/tty" ]; then echo "the process has no terminal" >&2; exit 5; fi
-[ -e "$D/status" ] && exit 0
-val "$D/tty" t
-case $t in /dev/pts/[0-9]*) ;; *) echo "the process has no terminal" >&2; exit 5;; esac
-stty -F "$t" cols "$2" rows "$3"
-"#;
-
 fn script(body: &str, args: &[&str], env: &[(&str, &str)]) -> ExecRequest {
     // Every script reads records with `val` and `num`.
     let mut argv = vec![
@@ -557,7 +415,11 @@ fn process_script(body: &str, id: &str, args: &[&str]) -> Result<ExecRequest, Pr
     }
     let mut all = vec![id];
     all.extend_from_slice(args);
-    Ok(script(&format!("{PROCESS_DIR}{DESCRIBE}{body}"), &all, &[]))
+    Ok(script(
+        &format!("{PROCESS_DIR}{DESCRIBE}{TAGS}{body}"),
+        &all,
+        &[],
+    ))
 }
 
 /// Run a script, its stdout whole; a non-zero exit is the error its stderr names.
@@ -718,15 +580,21 @@ pub(crate) async fn start<P: SandboxProvider + ?Sized>(
     ];
     args.extend(env.iter().map(String::as_str));
     args.extend(argv.iter().map(String::as_str));
-    let exec = script(
+    let mut exec = script(
         &format!("{DESCRIBE}{START}"),
         &args,
         &[
             ("RUNNER", RUNNER),
             ("FILTER", RING_FILTER),
+            ("RELAY", RELAY),
             ("SUPERVISOR", SUPERVISOR),
         ],
     );
+    if request.user == SandboxUser::Root {
+        // The records stay in the user's home, whoever started the process.
+        exec.env.insert("RECORDS_HOME".into(), RECORDS_HOME.into());
+    }
+    exec.user = request.user;
     exec.check_sizes().map_err(ProviderError::InvalidRequest)?;
     let out = run(provider, sandbox_id, exec).await?;
     let text = String::from_utf8_lossy(&out);
@@ -788,20 +656,22 @@ pub async fn read_output<P: SandboxProvider + ?Sized>(
         return Ok(ProcessOutput {
             offset: after.max(info.output_start).min(info.output_bytes),
             data: Vec::new(),
+            stderr: Vec::new(),
             info,
         });
     };
-    let offset: u64 = String::from_utf8_lossy(&rest[..offset_end])
+    // `POS LEN`, LEN's tags, then at most LEN bytes.
+    let (offset, len) = String::from_utf8_lossy(&rest[..offset_end])
         .trim()
-        .parse()
-        .ok()
-        .filter(|o| *o <= info.output_bytes)
+        .split_once(' ')
+        .and_then(|(o, l)| Some((o.parse::<u64>().ok()?, l.parse::<u64>().ok()?)))
+        .filter(|(o, l)| *l <= max && o.checked_add(*l).is_some_and(|e| e <= info.output_bytes))
         .ok_or_else(|| damaged_record(id, "its output does not add up"))?;
-    Ok(ProcessOutput {
-        offset,
-        data: rest[offset_end + 1..].to_vec(),
-        info,
-    })
+    let rest = &rest[offset_end + 1..];
+    let tags = (tag_bytes(offset, len) as usize).min(rest.len());
+    let (tags, data) = rest.split_at(tags);
+    let data = data[..data.len().min(len as usize)].to_vec();
+    Ok(ProcessOutput::tagged(offset, data, tags, info))
 }
 
 /// Follow from `after`: the output as it comes, each piece with its offset, and the offset
@@ -823,41 +693,50 @@ pub(crate) async fn follow_output<P: SandboxProvider + ?Sized>(
     let (tx, mut rx) = mpsc::channel(16);
     let relay = async {
         let mut position = after;
+        let mut frames = streams::Frames::default();
         let mut stderr = Vec::new();
         let mut open = true;
+        let mut broken = None;
         while let Some(chunk) = rx.recv().await {
             match chunk {
-                OutputChunk::Stdout(data) => {
-                    let piece = ProcessChunk {
-                        offset: position,
-                        data,
-                    };
-                    position += piece.data.len() as u64;
-                    if open {
-                        let sent = tokio::time::timeout(SLOW_READER, output.send(piece)).await;
-                        open = matches!(sent, Ok(Ok(())));
+                OutputChunk::Stdout(bytes) if broken.is_none() => {
+                    match frames.push(&bytes, FRAME_BYTES) {
+                        Ok((pieces, reached)) => {
+                            position = reached.unwrap_or(position);
+                            for piece in pieces {
+                                if open {
+                                    let sent =
+                                        tokio::time::timeout(SLOW_READER, output.send(piece)).await;
+                                    open = matches!(sent, Ok(Ok(())));
+                                }
+                            }
+                        }
+                        Err(e) => broken = Some(e),
                     }
                 }
-                // The script reports a jump over output that left the ring as `skip N`.
+                OutputChunk::Stdout(_) => {}
                 OutputChunk::Stderr(bytes) => {
-                    stderr.extend_from_slice(&bytes);
-                    while let Some(end) = stderr.iter().position(|&b| b == b'\n') {
-                        let line: Vec<u8> = stderr.drain(..=end).collect();
-                        let line = String::from_utf8_lossy(&line);
-                        if let Some(n) = line.trim().strip_prefix("skip ") {
-                            position = position.saturating_add(n.parse::<u64>().unwrap_or(0));
-                        }
+                    if stderr.len() < 64 * 1024 {
+                        stderr.extend_from_slice(&bytes);
                     }
                 }
             }
         }
-        (position, stderr)
+        if frames.cut() && broken.is_none() {
+            broken = Some("it ended in the middle of a frame".into());
+        }
+        (position, stderr, broken)
     };
-    let (result, (position, stderr)) =
+    let (result, (position, stderr, broken)) =
         tokio::join!(provider.exec_streaming(sandbox_id, request, tx), relay);
     let result = result?;
     match result.exit_code {
-        Some(0) | None => Ok(position),
+        Some(0) | None => match broken {
+            // A follow cut short (its timeout) may end in the middle of a frame.
+            Some(_) if result.exit_code.is_none() => Ok(position),
+            Some(what) => Err(damaged_record(id, &format!("its output stream: {what}"))),
+            None => Ok(position),
+        },
         code => Err(script_error(code, &stderr)),
     }
 }
@@ -973,8 +852,10 @@ mod tests {
             check_output_offset(1 << 63),
             Err(ProviderError::InvalidRequest(_))
         ));
-        assert_eq!(output_extent(4, &[1, 2], 2), Some((10, 4)));
-        assert_eq!(output_extent(4, &[], 0), Some((0, 0)));
+        assert_eq!(output_extent(8, &[1, 2], 2), Some((18, 8)));
+        assert_eq!(output_extent(8, &[], 0), Some((0, 0)));
+        // Chunks are whole bytes of their tag bitmaps.
+        assert_eq!(output_extent(4, &[1, 2], 2), None);
         assert_eq!(output_extent(0, &[1], 0), None);
         assert_eq!(output_extent(MAX_RECORD_CHUNK, &[u64::MAX / 2], 0), None);
         assert_eq!(chunk_number("out.000000012"), Some(12));
