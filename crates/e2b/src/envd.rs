@@ -20,10 +20,10 @@ use super::connect::{
     FrameDecoder, ProcessConfig, StartRequest,
 };
 use super::errors::{E2bError, Plane};
-use threadbox_core::ports::{forward, OutputChunk, OutputSink};
+use threadbox_core::ports::{forward, OutputChunk, OutputSink, SandboxUser};
 
-/// The template's default user; E2B's SDK sends it explicitly (older envd needs it).
-const USER: &str = "user";
+// The Linux user a call runs as is the Basic username: the template's `user` unless a command
+// asks for `root` (E2B's SDKs send it explicitly; older envd needs it).
 /// How long past a command's own timeout we keep reading before giving up on envd's answer.
 const GRACE: Duration = Duration::from_secs(5);
 /// envd sends a keepalive event after this many idle seconds (the SDK's value).
@@ -48,6 +48,8 @@ pub(crate) struct ProcessSpec {
     pub output_cap: usize,
     /// Where the output goes as it comes, for a streaming exec; it is then not kept.
     pub output: Option<OutputSink>,
+    /// Who runs it: the template's `user`, or `root`.
+    pub user: SandboxUser,
 }
 
 /// What a finished (or abandoned) process produced.
@@ -77,6 +79,17 @@ impl EnvdClient {
     }
 
     fn request(&self, target: &Target, method: Method, path: &str) -> RequestBuilder {
+        self.request_as(target, method, path, SandboxUser::User)
+    }
+
+    /// A call made as `user` (envd runs a process as the Basic username's Linux user).
+    fn request_as(
+        &self,
+        target: &Target,
+        method: Method,
+        path: &str,
+        user: SandboxUser,
+    ) -> RequestBuilder {
         self.http
             .request(method, format!("{}{path}", target.base))
             .header("E2b-Sandbox-Id", &target.sandbox_id)
@@ -84,7 +97,10 @@ impl EnvdClient {
             .header("X-Access-Token", target.token.expose())
             .header(
                 "Authorization",
-                format!("Basic {}", encode_bytes(format!("{USER}:").as_bytes())),
+                format!(
+                    "Basic {}",
+                    encode_bytes(format!("{}:", user.as_str()).as_bytes())
+                ),
             )
     }
 
@@ -111,7 +127,7 @@ impl EnvdClient {
         let message = serde_json::to_vec(&start)
             .map_err(|e| E2bError::Protocol(format!("encoding the start request: {e}")))?;
         let request = self
-            .request(target, Method::POST, "/process.Process/Start")
+            .request_as(target, Method::POST, "/process.Process/Start", spec.user)
             .header(CONTENT_TYPE, "application/connect+json")
             .header("Connect-Protocol-Version", "1")
             .header(
@@ -266,7 +282,7 @@ impl EnvdClient {
     ) -> Result<Vec<u8>, E2bError> {
         let request = self
             .request(target, Method::GET, "/files")
-            .query(&[("path", path), ("username", USER)]);
+            .query(&[("path", path), ("username", SandboxUser::User.as_str())]);
         let mut response = self.send(request, Plane::Files).await?;
         let too_large = || E2bError::Rejected {
             status: 413,
@@ -300,7 +316,7 @@ impl EnvdClient {
     ) -> Result<(), E2bError> {
         let request = self
             .request(target, Method::POST, "/files")
-            .query(&[("path", path), ("username", USER)])
+            .query(&[("path", path), ("username", SandboxUser::User.as_str())])
             .header(CONTENT_TYPE, "application/octet-stream")
             .body(contents.to_vec());
         self.send(request, Plane::Files).await.map(drop)

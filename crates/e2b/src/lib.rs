@@ -252,6 +252,7 @@ impl E2bProvider {
             timeout: request.timeout,
             output_cap: request.output_cap,
             output,
+            user: request.user,
         };
         let out = self.run(sandbox_id, &spec).await?;
         Ok(ExecResult {

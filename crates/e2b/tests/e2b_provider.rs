@@ -909,3 +909,14 @@ async fn operator_credentials_become_e2b_rules_and_never_sandbox_variables() {
     assert_eq!(fine.status(), 204);
     p.kill(&id).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_command_as_root_asks_envd_for_the_root_user() {
+    let (_fake, p) = setup().await;
+    let id = new_sandbox(&p).await;
+    let mut as_root = ExecRequest::shell("echo $USER");
+    as_root.user = threadbox_core::ports::SandboxUser::Root;
+    assert_eq!(p.exec(&id, as_root).await.unwrap().stdout, "root\n");
+    let as_user = ExecRequest::shell("echo $USER");
+    assert_eq!(p.exec(&id, as_user).await.unwrap().stdout, "user\n");
+}

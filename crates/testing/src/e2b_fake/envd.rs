@@ -191,6 +191,18 @@ async fn start(
         .filter(|s| *s > 0)
         .map(Duration::from_secs);
 
+    // envd runs the process as the Basic username's Linux user; a template has `user` and
+    // `root`, and the SDKs send one of them.
+    let user = match basic_user(&headers).as_deref() {
+        None | Some("user") => "user",
+        Some("root") => "root",
+        Some(other) => {
+            return failed_stream(
+                "unauthenticated",
+                format!("user '{other}' does not exist in the sandbox"),
+            )
+        }
+    };
     let p = &request.process;
     let cwd = match p.cwd.as_deref() {
         None | Some("") => HOME.to_owned(),
@@ -237,7 +249,7 @@ async fn start(
         .env_clear()
         .env("PATH", DEFAULT_PATH)
         .env("HOME", HOME)
-        .env("USER", "user")
+        .env("USER", user)
         .env("LANG", "C.UTF-8")
         .envs(&sandbox.env_vars)
         .envs(&p.envs)
@@ -369,6 +381,17 @@ fn signal_name(signal: i32) -> String {
         6 => "aborted".into(),
         other => format!("signal {other}"),
     }
+}
+
+/// The username of a `Basic` authorization header, if there is one.
+fn basic_user(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get("authorization")?.to_str().ok()?;
+    let encoded = value.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    Some(text.split(':').next().unwrap_or_default().to_owned())
 }
 
 /// Copy one pipe into `data` events, base64 as protojson writes bytes.
