@@ -333,7 +333,7 @@ async fn apt_installs_into_a_debian_thread_through_threadbox_dev() {
     let started = dev
         .post(
             "/v1/threads/deb/processes",
-            Some(json!({"cmd": "perl -e 'print \"perl in the image\\n\"; sleep 30'"})),
+            Some(json!({"cmd": "perl -e '$| = 1; print \"perl in the image\\n\"; sleep 30'"})),
         )
         .await;
     let pid = started["id"].as_str().unwrap().to_owned();
