@@ -202,6 +202,11 @@ async fn the_python_sdk_gets_a_threads_sandbox_from_threadbox() {
     assert!(listed.contains(&by_key["id"]), "{listed:?}");
     assert_eq!(seen["wrong_key"], "AuthenticationException");
     assert_eq!(seen["big_stdin"], "200000", "stdin past 64 KiB in one send");
+    assert_eq!(
+        seen["stream_input"],
+        serde_json::json!({"status": 200, "stdout": "HELLO WORLD"}),
+        "StreamInput's messages reach the process in order"
+    );
     let gzip = seen["gzip_upload"].as_str().unwrap();
     assert!(gzip.contains("gzip=False"), "{gzip}");
     let cap = &seen["process_cap"];

@@ -7,12 +7,16 @@ and prints what it saw as one JSON object for cli/tests/e2b_sdk.rs to check. PRE
 thread names of one run apart from another's.
 """
 
+import base64
 import json
 import os
+import struct
 import sys
 import threading
 import time
 import urllib.request
+
+import httpx  # the SDK's own HTTP client
 
 base, key, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
 os.environ["E2B_API_URL"] = f"{base}/e2b"
@@ -165,6 +169,37 @@ try:
 except Exception as e:  # noqa: BLE001  (reported to the test, which fails on it)
     seen["big_stdin"] = repr(e)
     counter.kill()
+
+# StreamInput, envd's client stream of input (no SDK method sends it; Connect clients can):
+# `start` naming the process, then `data` and `keepalive` messages, one envelope each.
+def envelope(message):
+    payload = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(payload)) + payload
+
+upper = sbx.commands.run("head -c 11 | tr a-z A-Z", background=True, stdin=True, timeout=30)
+try:
+    body = (
+        envelope({"start": {"process": {"pid": upper.pid}}})
+        + envelope({"data": {"input": {"stdin": base64.b64encode(b"hello ").decode()}}})
+        + envelope({"keepalive": {}})
+        + envelope({"data": {"input": {"stdin": base64.b64encode(b"world").decode()}}})
+    )
+    answer = httpx.post(
+        f"{sbx.envd_api_url}/process.Process/StreamInput",
+        content=body,
+        headers={
+            "content-type": "application/connect+json",
+            "connect-protocol-version": "1",
+            "X-Access-Token": sbx._envd_access_token,
+            "E2b-Sandbox-Id": sbx.sandbox_id,
+            "Authorization": "Basic " + base64.b64encode(b"user:").decode(),
+        },
+        timeout=30,
+    )
+    seen["stream_input"] = {"status": answer.status_code, "stdout": upper.wait().stdout}
+except Exception as e:  # noqa: BLE001  (reported to the test, which fails on it)
+    seen["stream_input"] = repr(e)
+    upper.kill()
 
 # A download past the 100 MiB a provider reads into memory: streamed, as threadbox's API does.
 sbx.commands.run("head -c 110000000 /dev/zero > ~/big.bin")

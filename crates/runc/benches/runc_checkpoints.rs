@@ -11,6 +11,10 @@
 //! the home: the time a checkpoint takes and the sandbox's stall (how long it was frozen), a
 //! restore, and a fork's time to its first command against a fresh create's time to its first
 //! command. Medians of `THREADBOX_BENCH_ROUNDS` rounds (3).
+//!
+//! `THREADBOX_BENCH_DIR=/mnt/xfs` puts the state (homes and checkpoints) on another filesystem,
+//! and `THREADBOX_BENCH_NO_QUOTA=1` makes each home a plain directory there instead of a volume:
+//! on XFS or btrfs the copies are then clones (`FICLONE`), which is the copy-on-write case.
 
 use std::time::{Duration, Instant};
 
@@ -145,8 +149,15 @@ async fn main() {
     if std::env::var_os("THREADBOX_BENCH_BIG_HOME").is_some() {
         sizes.push(2048);
     }
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = match std::env::var_os("THREADBOX_BENCH_DIR") {
+        Some(base) => tempfile::tempdir_in(base),
+        None => tempfile::tempdir(),
+    }
+    .expect("temp dir");
     let mut config = state_config(dir.path(), runc);
+    if std::env::var_os("THREADBOX_BENCH_NO_QUOTA").is_some() {
+        config.limits.disk = None;
+    }
     if let Some(disk) = config.limits.disk.as_mut() {
         *disk = DiskQuota {
             bytes: 4 << 30,
@@ -156,7 +167,11 @@ async fn main() {
     let p = RuncProvider::open(config).await.expect("open provider");
     println!(
         "runc checkpoints ({}, medians of {rounds} rounds; a writer appends to the home throughout)",
-        if p.is_rootless() { "rootless" } else { "root, home volumes" }
+        match (p.is_rootless(), p.config().limits.disk.is_some()) {
+            (true, _) => "rootless",
+            (false, true) => "root, home volumes",
+            (false, false) => "root, plain-directory homes",
+        }
     );
     println!("home    checkpoint  stall     restore   fork→1st cmd  create→1st cmd  fork/create");
     let mut next = 0;

@@ -17,6 +17,7 @@
 mod files;
 mod filesystem;
 mod process;
+mod stream_input;
 mod watch;
 
 pub(crate) use watch::Watchers;

@@ -56,7 +56,7 @@ pub(super) fn routes() -> Router<E2bApi> {
             ("SendSignal", post(send_signal)),
             ("Update", post(update)),
             ("CloseStdin", post(unimplemented)),
-            ("StreamInput", post(unimplemented)),
+            ("StreamInput", post(super::stream_input::stream_input)),
         ],
     )
 }
@@ -85,8 +85,8 @@ fn pty_size(pty: &Pty) -> Result<PtySize, ConnectError> {
 }
 
 #[derive(Deserialize, Default)]
-struct Selector {
-    pid: Option<u32>,
+pub(super) struct Selector {
+    pub(super) pid: Option<u32>,
     tag: Option<String>,
 }
 
@@ -342,7 +342,10 @@ async fn start(
 }
 
 /// The running process a selector names.
-async fn selected(at: &Reached, selector: &Selector) -> Result<ProcessInfo, ConnectError> {
+pub(super) async fn selected(
+    at: &Reached,
+    selector: &Selector,
+) -> Result<ProcessInfo, ConnectError> {
     let Some(pid) = selector.pid else {
         return Err(match &selector.tag {
             Some(tag) => {
@@ -397,9 +400,9 @@ async fn list(Extension(at): Extension<Reached>, Unary(_): Unary<Value>) -> Answ
 }
 
 #[derive(Deserialize)]
-struct Input {
-    stdin: Option<String>,
-    pty: Option<String>,
+pub(super) struct Input {
+    pub(super) stdin: Option<String>,
+    pub(super) pty: Option<String>,
 }
 
 #[derive(Deserialize)]
