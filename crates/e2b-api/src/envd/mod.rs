@@ -28,7 +28,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -93,6 +93,11 @@ pub(crate) struct Reached {
 
 pub(super) fn routes(api: E2bApi) -> Router<E2bApi> {
     let gated = process::routes()
+        // StreamInput reads a stream of its own; it builds on `process`, so it is routed here.
+        .merge(connect_service(
+            "process.Process",
+            vec![("StreamInput", post(stream_input::stream_input))],
+        ))
         .merge(filesystem::routes())
         .merge(files::routes())
         .route_layer(middleware::from_fn_with_state(api, gate));

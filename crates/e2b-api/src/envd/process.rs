@@ -56,7 +56,6 @@ pub(super) fn routes() -> Router<E2bApi> {
             ("SendSignal", post(send_signal)),
             ("Update", post(update)),
             ("CloseStdin", post(unimplemented)),
-            ("StreamInput", post(super::stream_input::stream_input)),
         ],
     )
 }
