@@ -239,6 +239,43 @@ impl RuncProvider {
         }
     }
 
+    /// Pause or resume through the container's freezer itself, as root, when this process
+    /// knows the container's cgroup already (it made the container, or ran a command in it):
+    /// one write where `runc pause` and `runc resume` start a runc process to make it, and
+    /// `runc state` reads the same freezer back. Whether it was done; when not (rootless, no
+    /// cgroup known, no freezer, or the write failed), `None`, and the caller asks runc; when
+    /// done, whether the container was frozen before.
+    async fn set_frozen_directly(
+        &self,
+        sandbox_id: &str,
+        slot: &Slot,
+        frozen: bool,
+    ) -> Option<bool> {
+        if self.is_rootless() {
+            return None;
+        }
+        let cgroup = slot
+            .cgroup
+            .lock()
+            .expect("poisoned")
+            .clone()
+            .filter(|c| c.is_current())?;
+        let was_frozen = cgroup.is_frozen()?;
+        if was_frozen == frozen {
+            return Some(was_frozen);
+        }
+        let within = self.runc.call_timeout();
+        let set = tokio::task::spawn_blocking(move || cgroup.set_frozen(frozen, within)).await;
+        match set {
+            Ok(Ok(())) => Some(was_frozen),
+            Ok(Err(e)) => {
+                tracing::debug!(sandbox_id, error = %e, "the freezer refused; asking runc");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     fn info_from(&self, bundle: &Bundle, state: ContainerState) -> SandboxInfo {
         let record = bundle.read_record().ok();
         SandboxInfo {
@@ -339,6 +376,15 @@ impl SandboxProvider for RuncProvider {
         // paused, and asking `runc state` first cost a second runc process, as long as the
         // resume itself. Only a refused resume asks, to tell a running sandbox (nothing to
         // resume) from a gone one.
+        if let Some(was_frozen) = self.set_frozen_directly(sandbox_id, &slot, false).await {
+            if was_frozen {
+                tracing::info!(sandbox_id, "sandbox resumed");
+            }
+            return Ok(Connected {
+                resumed: was_frozen,
+                provider_session_id: None,
+            });
+        }
         match self.runc.resume(sandbox_id).await {
             Ok(()) => {
                 tracing::info!(sandbox_id, "sandbox resumed");
@@ -365,6 +411,12 @@ impl SandboxProvider for RuncProvider {
         let _lifecycle = slot.lifecycle.lock().await;
         if slot.execs.load(Ordering::SeqCst) > 0 {
             return Err(ProviderError::Conflict("a command is running".into()));
+        }
+        if let Some(was_frozen) = self.set_frozen_directly(sandbox_id, &slot, true).await {
+            if !was_frozen {
+                tracing::info!(sandbox_id, "sandbox paused");
+            }
+            return Ok(());
         }
         match self.runc.pause(sandbox_id).await {
             Ok(()) => {
