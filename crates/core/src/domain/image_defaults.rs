@@ -6,115 +6,39 @@
 //! Per Slack scope, written compactly for a flag or an environment variable:
 //! `T0123=python;T0123/C0456=node-22` (a workspace, or a workspace's channel; the channel wins).
 
-use std::collections::BTreeMap;
-
 use super::image::ImageName;
-use super::network_defaults::valid_scope;
-use super::thread_id::ThreadId;
+use super::slack_scoped::{SlackScoped, MAX_SLACK_SCOPES};
 
 /// The most Slack scopes one setting may name.
-pub const MAX_IMAGE_SCOPES: usize = 1000;
+pub const MAX_IMAGE_SCOPES: usize = MAX_SLACK_SCOPES;
 
 /// A setting that could not be read; says which part and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ImageSettingError(String);
 
-/// The images new threads get.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ImageDefaults {
-    /// For every thread no scope below names (API threads included).
-    pub default: ImageName,
-    /// Keyed `TEAM` or `TEAM/CHANNEL`.
-    slack: BTreeMap<String, ImageName>,
-}
+/// The images new threads get: the default, and per Slack scope (`SlackScoped`'s
+/// `for_thread`, `for_scope`, `scopes`).
+pub type ImageDefaults = SlackScoped<ImageName>;
 
-impl ImageDefaults {
-    pub fn new(default: ImageName) -> Self {
-        Self {
-            default,
-            slack: BTreeMap::new(),
-        }
-    }
-
+impl SlackScoped<ImageName> {
     /// Add the per-scope setting (`T1=IMAGE;T1/C1=IMAGE`); an empty one adds nothing.
-    pub fn with_slack_setting(mut self, setting: &str) -> Result<Self, ImageSettingError> {
-        for (i, part) in setting
-            .split(';')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .enumerate()
-        {
-            if i >= MAX_IMAGE_SCOPES {
-                return Err(ImageSettingError(format!(
-                    "at most {MAX_IMAGE_SCOPES} Slack scopes may be named"
-                )));
-            }
-            let (scope, image) = part.split_once('=').ok_or_else(|| {
-                ImageSettingError(format!(
-                    "Slack scope {}: expected TEAM=IMAGE or TEAM/CHANNEL=IMAGE, got {part:?}",
-                    i + 1
-                ))
-            })?;
-            let scope = scope.trim();
-            if !valid_scope(scope) {
-                return Err(ImageSettingError(format!(
-                    "Slack scope {scope:?}: expected a team id (T0123) or TEAM/CHANNEL \
-                     (T0123/C0456), letters and digits only"
-                )));
-            }
-            let image = ImageName::parse(image.trim())
-                .map_err(|why| ImageSettingError(format!("Slack scope {scope}: {why}")))?;
-            if self.slack.insert(scope.to_owned(), image).is_some() {
-                return Err(ImageSettingError(format!(
-                    "Slack scope {scope} is named twice"
-                )));
-            }
-        }
-        Ok(self)
-    }
-
-    /// The image a new thread `thread_id` starts from.
-    pub fn for_thread(&self, thread_id: &ThreadId) -> &ImageName {
-        match (thread_id.slack_team(), thread_id.slack_channel()) {
-            (Some(team), Some(channel)) => self.for_scope(&format!("{team}/{channel}")),
-            _ => &self.default,
-        }
-    }
-
-    /// The image of a Slack scope (`TEAM` or `TEAM/CHANNEL`): its own, else its workspace's,
-    /// else the default.
-    pub fn for_scope(&self, scope: &str) -> &ImageName {
-        let team = scope.split_once('/').map_or(scope, |(team, _)| team);
-        self.slack
-            .get(scope)
-            .or_else(|| self.slack.get(team))
-            .unwrap_or(&self.default)
-    }
-
-    /// The Slack scopes named.
-    pub fn scopes(&self) -> impl Iterator<Item = &str> {
-        self.slack.keys().map(String::as_str)
+    pub fn with_slack_setting(self, setting: &str) -> Result<Self, ImageSettingError> {
+        self.with_setting(setting, "IMAGE", |value| ImageName::parse(value.trim()))
+            .map_err(ImageSettingError)
     }
 
     /// Every image these defaults name (the default first), to check against what the provider
     /// has registered.
     pub fn images(&self) -> Vec<&ImageName> {
-        let mut images = vec![&self.default];
-        for image in self.slack.values() {
-            if !images.contains(&image) {
-                images.push(image);
-            }
-        }
-        images
+        self.distinct()
     }
 
     /// One line: `default host; Slack T1: python`.
     pub fn describe(&self) -> String {
         let mut parts = vec![format!("default {}", self.default)];
         parts.extend(
-            self.slack
-                .iter()
+            self.overrides()
                 .map(|(scope, image)| format!("Slack {scope}: {image}")),
         );
         parts.join("; ")
@@ -124,6 +48,7 @@ impl ImageDefaults {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ThreadId;
 
     fn thread(id: &str) -> ThreadId {
         ThreadId::parse(id).unwrap()

@@ -12,6 +12,7 @@ pub mod network;
 mod network_defaults;
 mod scope;
 mod session;
+mod slack_scoped;
 mod status;
 mod thread_id;
 mod time;

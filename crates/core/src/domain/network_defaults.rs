@@ -8,114 +8,38 @@
 //! - per Slack scope: `T0123=networked:pypi.org;T0123/C0456=restricted` (a workspace, or a
 //!   workspace's channel; the channel wins).
 
-use std::collections::BTreeMap;
-
 use super::network::{Allowlist, NetworkProfile};
-use super::thread_id::ThreadId;
-
-/// The most Slack scopes one setting may name.
-pub const MAX_NETWORK_SCOPES: usize = 1000;
+use super::slack_scoped::SlackScoped;
 
 /// A setting that could not be read; says which part and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct NetworkSettingError(String);
 
-/// The profiles new threads get.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NetworkDefaults {
-    /// For every thread no scope below names (API threads included).
-    pub default: NetworkProfile,
-    /// Keyed `TEAM` or `TEAM/CHANNEL`.
-    slack: BTreeMap<String, NetworkProfile>,
-}
+/// The profiles new threads get: the default, and per Slack scope (`SlackScoped`'s
+/// `for_thread`, `for_scope`, `scopes`).
+pub type NetworkDefaults = SlackScoped<NetworkProfile>;
 
-impl NetworkDefaults {
-    pub fn new(default: NetworkProfile) -> Self {
-        Self {
-            default,
-            slack: BTreeMap::new(),
-        }
-    }
-
+impl SlackScoped<NetworkProfile> {
     /// Every distinct profile these defaults give a new thread: the ones the warm pool keeps
     /// sandboxes ready for.
     pub fn profiles(&self) -> Vec<&NetworkProfile> {
-        let mut profiles = vec![&self.default];
-        for profile in self.slack.values() {
-            if !profiles.contains(&profile) {
-                profiles.push(profile);
-            }
-        }
-        profiles
+        self.distinct()
     }
 
     /// Add the per-scope setting (`T1=profile;T1/C1=profile`); an empty one adds nothing.
-    pub fn with_slack_setting(mut self, setting: &str) -> Result<Self, NetworkSettingError> {
-        for (i, part) in setting
-            .split(';')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .enumerate()
-        {
-            if i >= MAX_NETWORK_SCOPES {
-                return Err(NetworkSettingError(format!(
-                    "at most {MAX_NETWORK_SCOPES} Slack scopes may be named"
-                )));
-            }
-            let (scope, profile) = part.split_once('=').ok_or_else(|| {
-                NetworkSettingError(format!(
-                    "Slack scope {}: expected TEAM=PROFILE or TEAM/CHANNEL=PROFILE, got {part:?}",
-                    i + 1
-                ))
-            })?;
-            let scope = scope.trim();
-            if !valid_scope(scope) {
-                return Err(NetworkSettingError(format!(
-                    "Slack scope {scope:?}: expected a team id (T0123) or TEAM/CHANNEL \
-                     (T0123/C0456), letters and digits only"
-                )));
-            }
-            let profile = parse_profile(profile)
-                .map_err(|why| NetworkSettingError(format!("Slack scope {scope}: {why}")))?;
-            if self.slack.insert(scope.to_owned(), profile).is_some() {
-                return Err(NetworkSettingError(format!(
-                    "Slack scope {scope} is named twice"
-                )));
-            }
-        }
-        Ok(self)
-    }
-
-    /// The profile a new thread `thread_id` gets.
-    pub fn for_thread(&self, thread_id: &ThreadId) -> &NetworkProfile {
-        match (thread_id.slack_team(), thread_id.slack_channel()) {
-            (Some(team), Some(channel)) => self.for_scope(&format!("{team}/{channel}")),
-            _ => &self.default,
-        }
-    }
-
-    /// The profile of a Slack scope (`TEAM` or `TEAM/CHANNEL`): its own, else its workspace's,
-    /// else the default.
-    pub fn for_scope(&self, scope: &str) -> &NetworkProfile {
-        let team = scope.split_once('/').map_or(scope, |(team, _)| team);
-        self.slack
-            .get(scope)
-            .or_else(|| self.slack.get(team))
-            .unwrap_or(&self.default)
-    }
-
-    /// The Slack scopes named.
-    pub fn scopes(&self) -> impl Iterator<Item = &str> {
-        self.slack.keys().map(String::as_str)
+    pub fn with_slack_setting(self, setting: &str) -> Result<Self, NetworkSettingError> {
+        self.with_setting(setting, "PROFILE", |value| {
+            parse_profile(value).map_err(|e| e.0)
+        })
+        .map_err(NetworkSettingError)
     }
 
     /// One line per rule, for a start-up banner: `default restricted; T1 networked (...)`.
     pub fn describe(&self) -> String {
         let mut parts = vec![self.default.describe()];
         parts.extend(
-            self.slack
-                .iter()
+            self.overrides()
                 .map(|(scope, profile)| format!("Slack {scope}: {}", profile.describe())),
         );
         parts.join("; ")
@@ -158,19 +82,10 @@ pub fn parse_profile(setting: &str) -> Result<NetworkProfile, NetworkSettingErro
     }
 }
 
-/// A Slack scope as settings name it: `TEAM` or `TEAM/CHANNEL`, letters and digits.
-pub(super) fn valid_scope(scope: &str) -> bool {
-    let id =
-        |s: &str| !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_alphanumeric());
-    match scope.split_once('/') {
-        Some((team, channel)) => id(team) && id(channel),
-        None => id(scope),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ThreadId;
 
     fn thread(id: &str) -> ThreadId {
         ThreadId::parse(id).unwrap()
