@@ -45,6 +45,16 @@ pub(crate) const HOME: &str = "/home/user";
 const INIT_SCRIPT: &str =
     "exec </dev/null >/dev/null 2>&1; while :; do sleep 2147483647 & wait $!; done";
 
+/// The container's init: the command runner (which also reaps), else a shell that only sleeps
+/// and reaps.
+fn init_args(runner: bool) -> Vec<&'static str> {
+    if runner {
+        vec![super::runner::INIT_PATH]
+    } else {
+        vec!["/bin/sh", "-c", INIT_SCRIPT]
+    }
+}
+
 /// Paths runc masks and makes read-only in `/proc` and `/sys` (runc's and Docker's defaults).
 const MASKED_PATHS: &[&str] = &[
     "/proc/acpi",
@@ -276,6 +286,9 @@ pub(crate) struct BundleSpec<'a> {
     pub home_volume: Option<&'a VolumePool>,
     /// The unpacked root of the image the sandbox starts from; `None` for the host's `/usr`.
     pub image: Option<&'a Path>,
+    /// The init is the command runner, passed by `runc run` as fd 3 (see `runner`); else a
+    /// shell that sleeps.
+    pub runner: bool,
 }
 
 /// An image sandbox's login shell: every image has `/bin/sh`, not necessarily the host's.
@@ -520,7 +533,7 @@ fn oci_config(bundle: &Bundle, spec: &BundleSpec<'_>) -> Value {
         "process": {
             "terminal": false,
             "user": {"uid": spec.ids.user_inside().0, "gid": spec.ids.user_inside().1},
-            "args": ["/bin/sh", "-c", INIT_SCRIPT],
+            "args": init_args(spec.runner),
             "env": env,
             "cwd": HOME,
             "capabilities": {
@@ -654,6 +667,7 @@ mod tests {
             ids: IdRange::IDENTITY,
             home_volume: None,
             image: None,
+            runner: false,
         };
         let config = oci_config(&bundle, &spec);
         assert_eq!(config["process"]["user"]["uid"], 1000);
@@ -710,6 +724,7 @@ mod tests {
             ids,
             home_volume: None,
             image: None,
+            runner: false,
         };
         let config = oci_config(&bundle, &spec);
         let user = config["linux"]["namespaces"]

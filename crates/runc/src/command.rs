@@ -86,6 +86,7 @@ impl RuncProvider {
             cgroup,
             ids,
             pids_limit: (!self.is_rootless()).then_some(self.config.limits.pids),
+            runner: Some(bundle.run_dir()),
         };
         match exec::run(target, request, output).await {
             Ok(_) if !bundle.exists() => Err(gone(sandbox_id)),

@@ -14,7 +14,9 @@ use super::bundle::{write_bundle, Bundle, BundleSpec, SandboxRecord};
 use super::exec;
 use super::idmap::IdRange;
 use super::ids::{hostname_for, new_sandbox_id};
+use super::runner;
 use super::RuncProvider;
+use std::os::fd::AsFd;
 use threadbox_core::ports::{CreateSandbox, CreatedSandbox, Limit, NetworkProfile, ProviderError};
 
 /// Work on a new sandbox's home done while its container starts (a fork's copy of its source):
@@ -174,6 +176,7 @@ impl RuncProvider {
             self.volumes.clone(),
         );
         let layout = bundle.clone();
+        let runner = self.runner.is_some();
         // The caller's span, so the mounts' and the user namespace's spans nest under it.
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
@@ -188,6 +191,7 @@ impl RuncProvider {
                 ids,
                 home_volume: volumes.as_ref(),
                 image: image.as_deref(),
+                runner,
             };
             write_bundle(&layout, &spec, &record)
         })
@@ -213,8 +217,19 @@ impl RuncProvider {
             ),
             NetworkProfile::Restricted => None,
         };
+        // The command runner's image and the socket it will listen on, as fds 3 and 4.
+        let listener = match &self.runner {
+            Some(_) => Some(runner::listen(&bundle.run_dir()).map_err(|e| {
+                ProviderError::Internal(format!("cannot make the command runner's socket: {e}"))
+            })?),
+            None => None,
+        };
+        let passed: Vec<std::os::fd::BorrowedFd<'_>> = match (&self.runner, &listener) {
+            (Some(image), Some(listener)) => vec![image.fd(), listener.as_fd()],
+            _ => Vec::new(),
+        };
         self.runc
-            .run_detached(id, bundle.dir(), &bundle.init_pid_file())
+            .run_detached(id, bundle.dir(), &bundle.init_pid_file(), &passed)
             .await?;
         match saved {
             Some(saved) => {

@@ -1,26 +1,28 @@
 //! Running one command in a sandbox.
 //!
-//! `runc exec --detach` starts the command and returns at once; the command's stdio are our
-//! pipes, passed straight through (no copying in runc). The command runs under a small shell
-//! wrapper that writes its exit status to an extra pipe (`--preserve-fds 1`, fd 3) as it ends.
-//! We wait for the wrapper's exit through a pidfd on tokio's reactor, then read the status the
-//! pipe already holds: no thread is held per running command (tokio's blocking pool, which
-//! SQLite also uses, stays free however many run), and nothing in the sandbox can delay the
-//! answer by keeping the pipe open. A background child still holding stdout open does not
-//! either. (Attached `runc exec` waits for every holder of stdout to close it, so `server &`
-//! would hang the call until the timeout.)
+//! The sandbox user's commands start through the command runner, the container's init (see
+//! `runner`): a connection, a `fork` and an `exec` inside the sandbox, with our pipes as the
+//! command's stdio. Root's commands, and every command in a sandbox made without a runner,
+//! start with `runc exec --detach`, which returns at once, the stdio again our pipes, passed
+//! straight through (no copying in runc). Either way the command runs under a small shell
+//! wrapper that writes its exit status to an extra pipe (fd 3) as it ends, and becomes a
+//! session and process-group leader. We wait for the wrapper's exit through a pidfd on
+//! tokio's reactor, then read the status the pipe already holds: no thread is held per running
+//! command (tokio's blocking pool, which SQLite also uses, stays free however many run), and
+//! nothing in the sandbox can delay the answer by keeping the pipe open. A background child
+//! still holding stdout open does not either. (Attached `runc exec` waits for every holder of
+//! stdout to close it, so `server &` would hang the call until the timeout.)
 //!
-//! runc makes the command a session and process-group leader, so a timeout kills the whole tree
-//! with one `kill(-pgid)`, followed by a sweep of the container's cgroup for descendants that
-//! left the group.
+//! A timeout kills the whole tree with one `kill(-pgid)`, followed by a sweep of the
+//! container's cgroup for descendants that left the group.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -29,6 +31,7 @@ use super::bundle::HOME;
 use super::cgroup::ContainerCgroup;
 use super::idmap::IdRange;
 use super::process::{kill_tree, reap};
+use super::runner::{self, StartError};
 use super::runtime::{error_message, Runc};
 use threadbox_core::ports::{
     forward, is_fork_failure, process_limit_reached, ExecCommand, ExecRequest, ExecResult,
@@ -111,6 +114,9 @@ pub(crate) struct ExecTarget<'a> {
     pub ids: IdRange,
     /// The sandbox's pid limit, to name it when it stops a command from starting.
     pub pids_limit: Option<u32>,
+    /// The bundle's `run/` directory when the sandbox's init is the command runner (see
+    /// `runner`): the sandbox user's commands start through it.
+    pub runner: Option<PathBuf>,
 }
 
 /// Run `request`; with `output`, its output goes there as it comes instead of into the result.
@@ -122,18 +128,156 @@ pub(crate) async fn run(
     let started = Instant::now();
     let streaming = output.is_some();
     let oom_before = target.cgroup.as_ref().and_then(|c| c.oom_kills());
+    let (status_read, status_write) = status_pipe()?;
+    // A frozen runner would not answer until the sandbox is resumed: there, `runc exec`
+    // refuses at once, and the refusal says why.
+    let frozen = target.cgroup.as_ref().and_then(|c| c.is_frozen()) == Some(true);
+    let by_runner = match &target.runner {
+        Some(run_dir) if request.user == SandboxUser::User && !frozen => {
+            start_by_runner(&target, run_dir, &request, &status_write, output.clone()).await?
+        }
+        _ => None,
+    };
+    let Launched {
+        leader,
+        exited,
+        streams,
+    } = match by_runner {
+        Some(launched) => launched,
+        None => start_by_runc(&target, &request, &status_write, output).await?,
+    };
+    // Our copy of the write end must go, or the status pipe never reports the wrapper's end.
+    drop(status_write);
+    let guard = TreeGuard {
+        leader,
+        cgroup: target.cgroup.clone(),
+        armed: true,
+    };
+    let remaining = request.timeout.saturating_sub(started.elapsed());
+    let timed_out = wait_for_leader(&guard, exited, remaining)
+        .instrument(tracing::debug_span!("command.wait"))
+        .await?;
+    finish(
+        guard,
+        streams,
+        &status_read,
+        timed_out,
+        started,
+        oom_before,
+        &target,
+        streaming,
+    )
+    .await
+}
+
+/// A started command: its leader (the wrapper), a pidfd on it where the starter gave one, and
+/// its streams.
+struct Launched {
+    leader: i32,
+    exited: Option<OwnedFd>,
+    streams: Streams,
+}
+
+/// Through the sandbox's command runner (see `runner`): `None` when the sandbox has none
+/// listening, and nothing was sent.
+async fn start_by_runner(
+    target: &ExecTarget<'_>,
+    run_dir: &Path,
+    request: &ExecRequest,
+    status_write: &OwnedFd,
+    output: Option<OutputSink>,
+) -> Result<Option<Launched>, ExecError> {
+    use rustix::pipe::{pipe_with, PipeFlags};
+    let pipe = || {
+        pipe_with(PipeFlags::CLOEXEC)
+            .map_err(|e| ProviderError::Internal(format!("cannot make a pipe: {e}")))
+    };
+    let (stdin_read, stdin_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    // The sandbox user's, as `runc exec`'s are (see `prepare_child_fds`).
+    let (uid, gid) = target.ids.on_host(request.user);
+    for end in [&stdin_read, &stdout_write, &stderr_write] {
+        let _ = rustix::fs::fchown(
+            end,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        );
+    }
+    let argv = wrapped_argv(request);
+    let cwd = request.cwd.clone().unwrap_or_else(|| HOME.to_owned());
+    let env = request.env.clone();
+    let within = target.runc.call_timeout();
+    let run_dir = run_dir.to_owned();
+    let cgroup = target.cgroup.clone();
+    // On a task of its own: a caller that goes away while the runner answers must not leave
+    // the command running unwatched, so the task kills what was started if nobody takes it.
+    let (answer_to, answer) = tokio::sync::oneshot::channel();
+    let status_write = status_write
+        .try_clone()
+        .map_err(|e| ProviderError::Internal(format!("cannot share the status pipe: {e}")))?;
+    tokio::spawn(
+        async move {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let ends = [stdin_read, stdout_write, stderr_write, status_write];
+            let fds = [
+                ends[0].as_fd(),
+                ends[1].as_fd(),
+                ends[2].as_fd(),
+                ends[3].as_fd(),
+            ];
+            let started = runner::start(&run_dir, &argv, &cwd, &env, fds, within).await;
+            // The command has its own copies now: ours must go, or its output never ends.
+            drop(ends);
+            if let Err(Ok(started)) = answer_to.send(started) {
+                let leader = started.leader;
+                tokio::task::spawn_blocking(move || kill_tree(leader, cgroup.as_deref()));
+            }
+        }
+        .instrument(tracing::debug_span!("runner.start")),
+    );
+    let started = match answer.await {
+        Ok(started) => started,
+        Err(_) => Err(StartError::Broken("the runner's task ended".into())),
+    };
+    match started {
+        Ok(started) => Ok(Some(Launched {
+            leader: started.leader,
+            exited: Some(started.exited),
+            streams: Streams::start(
+                Some(tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write).map_err(io_error)?),
+                tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_read).map_err(io_error)?,
+                tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_read).map_err(io_error)?,
+                request,
+                output,
+            ),
+        })),
+        Err(StartError::Unreachable) => Ok(None),
+        Err(StartError::Refused(words)) => Err(ExecError::NotStarted(words)),
+        Err(StartError::Broken(why)) => Err(ProviderError::Unavailable(why).into()),
+    }
+}
+
+fn io_error(e: std::io::Error) -> ExecError {
+    ProviderError::Internal(format!("cannot set up the command's pipes: {e}")).into()
+}
+
+/// Through `runc exec --detach`: the command's leader once runc has started it.
+async fn start_by_runc(
+    target: &ExecTarget<'_>,
+    request: &ExecRequest,
+    status_write: &OwnedFd,
+    output: Option<OutputSink>,
+) -> Result<Launched, ExecError> {
     let pid_file = target
         .run_dir
         .join(format!("exec-{}.pid", uuid::Uuid::new_v4().simple()));
-    let (status_read, status_write) = status_pipe()?;
     // `runc exec` from spawn to its return (the command started): what bare runc's exec costs.
     let runc_span = tracing::debug_span!("runc", op = "exec");
     let entered = runc_span.enter();
-    let mut child = runc_exec(&target, &request, &pid_file, &status_write)
+    let mut child = runc_exec(target, request, &pid_file, status_write)
         .spawn()
         .map_err(|e| ProviderError::Internal(format!("could not run runc exec: {e}")))?;
-    // Our copy of the write end must go, or the status pipe never reports the wrapper's end.
-    drop(status_write);
     // From here the command may be running before runc returns (its output can even reach a
     // streaming caller first): a caller that goes away now must still take the command with it.
     let mut starting = StartingGuard {
@@ -141,7 +285,13 @@ pub(crate) async fn run(
         cgroup: target.cgroup.clone(),
         armed: true,
     };
-    let streams = Streams::start(&mut child, &request, output);
+    let streams = Streams::start(
+        child.stdin.take(),
+        child.stdout.take().expect("stdout is piped"),
+        child.stderr.take().expect("stderr is piped"),
+        request,
+        output,
+    );
     drop(entered);
 
     // runc returns once the command has started (or failed to).
@@ -157,27 +307,38 @@ pub(crate) async fn run(
     let leader = read_pid_file(&pid_file).await;
     let _ = std::fs::remove_file(&pid_file);
     let leader = leader?;
-    let mut guard = TreeGuard {
-        leader,
-        cgroup: target.cgroup.clone(),
-        armed: true,
-    };
     starting.armed = false;
+    Ok(Launched {
+        leader,
+        exited: None,
+        streams,
+    })
+}
 
-    let remaining = request.timeout.saturating_sub(started.elapsed());
-    let timed_out = wait_for_leader(&guard, remaining)
-        .instrument(tracing::debug_span!("command.wait"))
-        .await?;
+/// Once the command's leader has exited or been killed: its status, its output, the result.
+#[allow(clippy::too_many_arguments)]
+async fn finish(
+    mut guard: TreeGuard,
+    streams: Streams,
+    status_read: &OwnedFd,
+    timed_out: bool,
+    started: Instant,
+    oom_before: Option<u64>,
+    target: &ExecTarget<'_>,
+    streaming: bool,
+) -> Result<ExecResult, ExecError> {
+    let leader = guard.leader;
     // The wrapper wrote its status before it exited, so it is in the pipe now, or never will be.
     let status_text = if timed_out {
         String::new()
     } else {
-        read_available(&status_read)
+        read_available(status_read)
     };
     guard.armed = false;
     let duration = started.elapsed();
     // The wrapper has exited (its pidfd said so) or was killed; collect it if it is our child
-    // (we are a subreaper). One non-blocking wait: no blocking-pool task per command.
+    // (we are a subreaper; the runner reaps its own). One non-blocking wait: no blocking-pool
+    // task per command.
     if !timed_out {
         reap(leader, Duration::ZERO);
     } else {
@@ -203,6 +364,18 @@ pub(crate) async fn run(
         duration,
     };
     ended.result(collected, streaming, target.pids_limit)
+}
+
+/// The command under the wrapper that reports its status on fd 3.
+fn wrapped_argv(request: &ExecRequest) -> Vec<String> {
+    let mut argv: Vec<String> = ["/bin/sh", "-c", WRAPPER, "sh"].map(String::from).to_vec();
+    match &request.command {
+        ExecCommand::Shell(script) => {
+            argv.extend(["/bin/sh".to_owned(), "-c".to_owned(), script.clone()])
+        }
+        ExecCommand::Argv(words) => argv.extend(words.iter().cloned()),
+    }
+    argv
 }
 
 /// The pipe the wrapper reports the command's status on: our end never blocks (the status is
@@ -312,8 +485,12 @@ async fn wait_for_runc(
 /// Through a pidfd: it becomes readable when the process ends, costs no thread, and nothing in
 /// the sandbox can hold it open (a process there could reopen the status pipe through /proc
 /// and keep it from ever closing).
-async fn wait_for_leader(guard: &TreeGuard, remaining: Duration) -> Result<bool, ExecError> {
-    let exited = leader_exit(guard.leader)
+async fn wait_for_leader(
+    guard: &TreeGuard,
+    pidfd: Option<OwnedFd>,
+    remaining: Duration,
+) -> Result<bool, ExecError> {
+    let exited = leader_exit(guard.leader, pidfd)
         .map_err(|e| ProviderError::Internal(format!("cannot watch the command: {e}")))?;
     let timed_out = match &exited {
         Some(exited) => tokio::time::timeout(remaining, exited.readable())
@@ -349,13 +526,19 @@ struct Collected {
 }
 
 impl Streams {
-    fn start(
-        child: &mut tokio::process::Child,
+    fn start<W, O, E>(
+        stdin: Option<W>,
+        stdout: O,
+        stderr: E,
         request: &ExecRequest,
         output: Option<OutputSink>,
-    ) -> Self {
+    ) -> Self
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+        O: AsyncRead + Unpin + Send + 'static,
+        E: AsyncRead + Unpin + Send + 'static,
+    {
         let (stop, stop_rx) = watch::channel(false);
-        let stdin = child.stdin.take();
         let input = request.stdin.clone().unwrap_or_default();
         let stdin = tokio::spawn(async move {
             if let Some(mut stdin) = stdin {
@@ -363,8 +546,6 @@ impl Streams {
                 let _ = stdin.write_all(&input).await;
             }
         });
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
         let cap = request.output_cap;
         let forwards = output.map(|sink| {
             (
@@ -476,14 +657,20 @@ impl Ended {
     }
 }
 
-/// A readiness handle on the exit of `pid`, or `None` when it has already exited.
+/// A readiness handle on the exit of `pid` (through `pidfd` when the starter gave one), or
+/// `None` when it has already exited.
 fn leader_exit(
     pid: i32,
+    pidfd: Option<OwnedFd>,
 ) -> std::io::Result<Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>> {
     let Some(pid) = rustix::process::Pid::from_raw(pid) else {
         return Ok(None);
     };
-    match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK) {
+    let opened = match pidfd {
+        Some(pidfd) => Ok(pidfd),
+        None => rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK),
+    };
+    match opened {
         // SAFETY: an OwnedFd always returns the descriptor it owns, which stays open until the
         // AsyncFd (its owner from here on) is dropped.
         Ok(fd) => unsafe {

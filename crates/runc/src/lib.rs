@@ -50,6 +50,7 @@ mod process_records;
 mod programs;
 mod remove;
 mod rootless;
+mod runner;
 mod runtime;
 mod sandbox_network;
 mod search;
@@ -114,6 +115,9 @@ pub struct RuncProvider {
     networks: network::Networks,
     /// What sandboxes start from: the host image and the registered ones (see `images`).
     images: images::RegisteredImages,
+    /// Every new container's init, which starts the sandbox user's commands (see `runner`);
+    /// `None` where this build has none, and commands start through `runc exec`.
+    runner: Option<runner::RunnerImage>,
 }
 
 /// What the provider keeps in memory about one sandbox. Nothing here is needed to find a

@@ -12,7 +12,8 @@ use super::idmap::{IdRange, IdRanges};
 use super::runtime::{ContainerState, Runc};
 use super::volume::VolumePool;
 use super::{
-    cgroup, images, network, placement, process, rootless, version, RuncConfig, RuncProvider,
+    cgroup, images, network, placement, process, rootless, runner, version, RuncConfig,
+    RuncProvider,
 };
 use threadbox_core::ports::{ProviderError, SystemClock};
 
@@ -61,6 +62,23 @@ impl RuncProvider {
         let refill_volumes = volumes.clone().map(spawn_volume_refill);
         let networks = network::Networks::new(config.network.clone(), &config.state_dir)?;
         let images = images::RegisteredImages::open(&config, rootless).await?;
+        let runner = match runner::RunnerImage::load() {
+            Ok(Some(image)) => Some(image),
+            Ok(None) => {
+                if cfg!(feature = "command-runner") {
+                    tracing::warn!("this build has no command runner (see crates/runc/build.rs): commands start through runc exec");
+                } else {
+                    tracing::info!(
+                        "built without the command runner: commands start through runc exec"
+                    );
+                }
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot load the command runner: commands start through runc exec");
+                None
+            }
+        };
         let provider = Self {
             rootless_ids,
             host: HostLayout::probe(),
@@ -77,6 +95,7 @@ impl RuncProvider {
             admitting_sandbox: tokio::sync::Mutex::new(()),
             networks,
             images,
+            runner,
         };
         let live = provider.survey().await?;
         provider.adopt_networks(&live).await;

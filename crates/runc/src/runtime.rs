@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -199,24 +200,33 @@ impl Runc {
     ///
     /// The container's init inherits runc's stdio; it points them at /dev/null as its first
     /// act, so the stderr pipe we read runc's errors from closes as soon as the init is up.
+    ///
+    /// `passed` become the init's fds 3, 4, ... (`--preserve-fds`): the command runner's image
+    /// and socket (see `runner`).
     pub async fn run_detached(
         &self,
         id: &str,
         bundle: &Path,
         pid_file: &Path,
+        passed: &[BorrowedFd<'_>],
     ) -> Result<(), RuncError> {
-        let args = [
+        let count = passed.len().to_string();
+        let mut args = vec![
             OsStr::new("run"),
             OsStr::new("--detach"),
             OsStr::new("--bundle"),
             bundle.as_os_str(),
             OsStr::new("--pid-file"),
             pid_file.as_os_str(),
-            OsStr::new(id),
         ];
+        if !passed.is_empty() {
+            args.extend([OsStr::new("--preserve-fds"), OsStr::new(&count)]);
+        }
+        args.push(OsStr::new(id));
+        let passed: Vec<RawFd> = passed.iter().map(AsRawFd::as_raw_fd).collect();
         let run = || {
             use tracing::Instrument;
-            self.call_run(&args)
+            self.call_run(&args, &passed)
                 .instrument(tracing::debug_span!("runc", op = "run"))
         };
         match run().await {
@@ -239,7 +249,11 @@ impl Runc {
     /// init's shell to start: about 3 ms of every create, the floor benchmark found). Its
     /// stderr is read meanwhile and kept only when it fails; after a success the reader ends
     /// on its own once the init lets go of the pipe.
-    async fn call_run<S: AsRef<OsStr>>(&self, args: &[S]) -> Result<(), RuncError> {
+    async fn call_run<S: AsRef<OsStr>>(
+        &self,
+        args: &[S],
+        passed: &[RawFd],
+    ) -> Result<(), RuncError> {
         use tokio::io::AsyncReadExt;
         let mut cmd = self.command();
         cmd.args(args)
@@ -247,6 +261,15 @@ impl Runc {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if !passed.is_empty() {
+            let passed = passed.to_vec();
+            // SAFETY: only async-signal-safe calls (fcntl, dup2) on descriptors this (child)
+            // process holds, into a buffer allocated before the fork.
+            unsafe {
+                let mut moved = vec![-1; passed.len()];
+                cmd.pre_exec(move || pass_fds(&passed, &mut moved));
+            }
+        }
         let mut child = cmd.spawn().map_err(|source| RuncError::Spawn {
             binary: self.binary.clone(),
             source,
@@ -457,6 +480,27 @@ pub(crate) fn error_message(stderr: &[u8]) -> String {
     } else {
         messages.join("; ")
     }
+}
+
+/// In the forked child, before exec'ing runc: put `passed` at fds 3, 4, ... without close-on-exec.
+/// Each is first moved above them all, so one already sitting at a target is not overwritten
+/// before it is placed.
+fn pass_fds(passed: &[RawFd], moved: &mut [RawFd]) -> std::io::Result<()> {
+    let first = 3 + passed.len() as RawFd;
+    for (fd, to) in passed.iter().zip(moved.iter_mut()) {
+        // SAFETY: fcntl on a descriptor of this process.
+        *to = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, first) };
+        if *to < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    for (i, fd) in moved.iter().enumerate() {
+        // SAFETY: dup2 between descriptors of this process; it clears close-on-exec.
+        if unsafe { libc::dup2(*fd, 3 + i as RawFd) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -158,9 +158,10 @@ async fn host_processes_and_etc_are_invisible() {
         pids < 10,
         "only the sandbox's own processes are visible, saw {pids}"
     );
-    let out = sh(&p, &id, "cat /proc/1/cmdline | tr '\\0' ' '").await;
-    assert!(
-        out.stdout.starts_with("/bin/sh -c"),
+    // The command runner, which starts the commands.
+    let out = sh(&p, &id, "cat /proc/1/comm").await;
+    assert_eq!(
+        out.stdout, "threadbox-init\n",
         "pid 1 is the sandbox's init: {out:?}"
     );
 

@@ -85,13 +85,27 @@ impl BareRunc {
             stderr: dir.join("runc-stderr.log"),
         };
         bare.remove(&source).await;
-        assert!(Path::new(&bare.bundle).join("config.json").exists());
+        bare.with_shell_init();
         println!(
             "runc: {}; bare bundle {} (written by the provider, its container stopped)",
             bare.binary.display(),
             bare.bundle.display()
         );
         (bare, source)
+    }
+
+    /// Bare runc has no command runner to start from a descriptor: its bundle's init is the
+    /// shell that sleeps and reaps, which threadbox's containers ran before the runner.
+    fn with_shell_init(&self) {
+        let path = Path::new(&self.bundle).join("config.json");
+        let text = std::fs::read_to_string(&path).expect("the bare bundle's config.json");
+        let mut config: serde_json::Value = serde_json::from_str(&text).expect("config.json");
+        config["process"]["args"] = serde_json::json!([
+            "/bin/sh",
+            "-c",
+            "exec </dev/null >/dev/null 2>&1; while :; do sleep 2147483647 & wait $!; done"
+        ]);
+        std::fs::write(&path, config.to_string()).expect("write config.json");
     }
 
     /// `runc --root R <args>`, stdio to /dev/null (stderr to a file); panics when it fails.

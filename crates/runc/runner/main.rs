@@ -1,0 +1,447 @@
+//! threadbox's command runner: the init (pid 1) of every runc sandbox, and what starts the
+//! sandbox user's commands in it, in place of a `runc exec` per command.
+//!
+//! `runc exec` costs about 20 ms a command on a 2-core machine (runc's Go runtime starts, reads
+//! the container's state, and re-enters every namespace through `runc init`); this process is
+//! already in all of them, so a command costs one `fork` and one `exec`. It is built apart from
+//! the workspace (by `build.rs`: std only, statically linked, so it runs in any image root) and
+//! given to `runc run` as an open file: `process.args` is `/proc/self/fd/3`, and fd 4 is a
+//! listening Unix socket whose path only the host can reach (it is in the sandbox's bundle).
+//!
+//! One request per connection, from threadbox on the host:
+//! - `sendmsg` of an 8-byte header (magic, payload length, little-endian `u32`s) carrying four
+//!   descriptors: the command's stdin, stdout and stderr, and the status pipe it reports on as
+//!   fd 3 (the same shell wrapper `runc exec` runs, so both paths end alike);
+//! - the payload: NUL-terminated words, `cwd`, the number of environment entries, the entries
+//!   (`NAME=value`), then the argv.
+//!
+//! The answer is one byte, `0` with a pidfd of the started command attached (the host waits on
+//! it and finds the command's pid in its own namespace through it, then closes the connection;
+//! the command is not reaped before), or `1` followed by an error's words. The command is a session leader (`setsid`), as under `runc exec`, so a
+//! timeout kills its whole group. As pid 1, the runner also reaps every orphan in the sandbox.
+//!
+//! The runner has the sandbox user's credentials and nothing more (no capabilities, `no new
+//! privileges`, the seccomp filter), so nothing in the sandbox gains by reaching it; the host
+//! treats what it answers as the sandbox's own words, bounded and checked.
+
+use std::ffi::c_void;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The runner's own image, which `runc` exec'd it from.
+const OWN_IMAGE: RawFd = 3;
+/// The listening socket the host connects to.
+const LISTENER: RawFd = 4;
+/// "tbr1": the protocol's version.
+const MAGIC: u32 = 0x7462_7231;
+/// What a request may hold: the argv and environment are capped at 1 MiB by threadbox.
+const MAX_PAYLOAD: usize = 2 * 1024 * 1024;
+/// How long a connection may take to say its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The C library's calls std does not wrap (static glibc, Linux, 64-bit).
+mod sys {
+    use std::ffi::{c_int, c_long, c_void};
+
+    pub const SOL_SOCKET: c_int = 1;
+    pub const SCM_RIGHTS: c_int = 1;
+    pub const MSG_CMSG_CLOEXEC: c_int = 0x4000_0000;
+    pub const MSG_NOSIGNAL: c_int = 0x4000;
+    pub const MSG_CTRUNC: c_int = 0x8;
+    pub const SIG_BLOCK: c_int = 0;
+    pub const SIGCHLD: c_int = 17;
+    pub const SFD_CLOEXEC: c_int = 0o2_000_000;
+    pub const SFD_NONBLOCK: c_int = 0o4_000;
+    pub const WNOHANG: c_int = 1;
+    pub const F_SETFD: c_int = 2;
+    pub const FD_CLOEXEC: c_int = 1;
+    pub const POLLIN: i16 = 1;
+    pub const PR_SET_NAME: c_int = 15;
+    pub const EINTR: i32 = 4;
+    /// The same number on every 64-bit architecture (new calls share one table).
+    pub const SYS_PIDFD_OPEN: c_long = 434;
+
+    #[repr(C)]
+    pub struct IoVec {
+        pub base: *mut c_void,
+        pub len: usize,
+    }
+
+    #[repr(C)]
+    pub struct MsgHdr {
+        pub name: *mut c_void,
+        pub namelen: u32,
+        pub iov: *mut IoVec,
+        pub iovlen: usize,
+        pub control: *mut c_void,
+        pub controllen: usize,
+        pub flags: c_int,
+    }
+
+    #[repr(C)]
+    pub struct CmsgHdr {
+        pub len: usize,
+        pub level: c_int,
+        pub kind: c_int,
+    }
+
+    #[repr(C)]
+    pub struct PollFd {
+        pub fd: c_int,
+        pub events: i16,
+        pub revents: i16,
+    }
+
+    /// glibc's `sigset_t`: 1024 bits.
+    #[repr(C)]
+    pub struct SigSet([u64; 16]);
+
+    impl SigSet {
+        pub fn with(signal: c_int) -> Self {
+            let mut set = SigSet([0; 16]);
+            let bit = (signal - 1) as usize;
+            set.0[bit / 64] |= 1 << (bit % 64);
+            set
+        }
+    }
+
+    extern "C" {
+        pub fn recvmsg(fd: c_int, msg: *mut MsgHdr, flags: c_int) -> isize;
+        pub fn sendmsg(fd: c_int, msg: *const MsgHdr, flags: c_int) -> isize;
+        pub fn sigprocmask(how: c_int, set: *const SigSet, old: *mut SigSet) -> c_int;
+        pub fn signalfd(fd: c_int, mask: *const SigSet, flags: c_int) -> c_int;
+        pub fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
+        pub fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
+        pub fn setsid() -> c_int;
+        pub fn dup2(old: c_int, new: c_int) -> c_int;
+        pub fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
+        pub fn close(fd: c_int) -> c_int;
+        pub fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
+        pub fn prctl(option: c_int, ...) -> c_int;
+        pub fn syscall(number: c_long, ...) -> c_long;
+    }
+}
+
+/// Room for the four descriptors of a request (and a few more, to notice and refuse them).
+const CONTROL_WORDS: usize = 16;
+
+fn main() {
+    // runc's stdio was ours until now: let go of it (its stderr is how the host hears runc's
+    // errors, and it ends when the last holder closes it).
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto this process's own stdio.
+            unsafe { sys::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+    // SAFETY: descriptors runc passed to this process; nothing else owns them. The name is
+    // what `ps` shows for pid 1 (its command line is runc's `/proc/self/fd/3`).
+    unsafe {
+        sys::prctl(sys::PR_SET_NAME, c"threadbox-init".as_ptr());
+        sys::close(OWN_IMAGE);
+        sys::fcntl(LISTENER, sys::F_SETFD, sys::FD_CLOEXEC);
+    }
+    // SAFETY: fd 4 is the listening socket runc passed (`--preserve-fds`), owned from here on.
+    let listener = unsafe { UnixListener::from_raw_fd(LISTENER) };
+    let children = child_exits();
+    loop {
+        let mut fds = [
+            sys::PollFd {
+                fd: LISTENER,
+                events: sys::POLLIN,
+                revents: 0,
+            },
+            sys::PollFd {
+                fd: children.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                events: sys::POLLIN,
+                revents: 0,
+            },
+        ];
+        // Without a signalfd, orphans are reaped once a second instead of at once.
+        let timeout = if children.is_some() { -1 } else { 1000 };
+        // SAFETY: `fds` is a valid array of two pollfds for the call's duration.
+        let ready = unsafe { sys::poll(fds.as_mut_ptr(), 2, timeout) };
+        if ready < 0 && std::io::Error::last_os_error().raw_os_error() != Some(sys::EINTR) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if fds[1].revents != 0 || children.is_none() {
+            if let Some(children) = &children {
+                drain(children);
+            }
+            reap_all();
+        }
+        if fds[0].revents != 0 {
+            match listener.accept() {
+                Ok((conn, _)) => serve(conn),
+                // Out of descriptors or memory for the moment: the host retries or falls back.
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+}
+
+/// A descriptor that becomes readable as children exit (`SIGCHLD` through a signalfd).
+fn child_exits() -> Option<OwnedFd> {
+    let set = sys::SigSet::with(sys::SIGCHLD);
+    // SAFETY: plain calls with a valid signal set; the fd returned is owned by the caller.
+    unsafe {
+        if sys::sigprocmask(sys::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return None;
+        }
+        let fd = sys::signalfd(-1, &set, sys::SFD_CLOEXEC | sys::SFD_NONBLOCK);
+        (fd >= 0).then(|| OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Empty the signalfd (its records are not needed: every exited child is reaped anyway).
+fn drain(children: &OwnedFd) {
+    let mut buf = [0u8; 128 * 8];
+    // SAFETY: a read into a buffer of the stated size; the fd is non-blocking.
+    while unsafe { sys::read(children.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) }
+        == buf.len() as isize
+    {}
+}
+
+/// Collect every child that has exited: commands, and orphans the sandbox left to pid 1.
+fn reap_all() {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid status pointer.
+        if unsafe { sys::waitpid(-1, &mut status, sys::WNOHANG) } <= 0 {
+            return;
+        }
+    }
+}
+
+/// Serve one connection: read its request, start the command, answer.
+fn serve(mut conn: UnixStream) {
+    let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(REQUEST_TIMEOUT));
+    let answer = read_request(&mut conn).and_then(start);
+    match answer {
+        Ok(pidfd) => {
+            if send_with_fd(&conn, &[0], pidfd.as_raw_fd()).is_ok() {
+                // The command is not reaped until the host has looked its pid up through the
+                // pidfd (which names no pid once it is reaped): the host closes the connection
+                // when it has, and the deadline bounds a host that never does.
+                let _ = conn.read(&mut [0u8; 1]);
+            }
+        }
+        Err(message) => {
+            let mut reply = vec![1u8];
+            reply.extend_from_slice(message.as_bytes());
+            let _ = conn.write_all(&reply);
+        }
+    }
+}
+
+/// What a request asks for.
+struct Request {
+    cwd: String,
+    env: Vec<(String, String)>,
+    argv: Vec<String>,
+    /// stdin, stdout, stderr, status.
+    fds: [OwnedFd; 4],
+}
+
+fn read_request(conn: &mut UnixStream) -> Result<Request, String> {
+    let mut header = [0u8; 8];
+    let (got, fds) = recv_with_fds(conn, &mut header)?;
+    conn.read_exact(&mut header[got..])
+        .map_err(|e| format!("reading the request: {e}"))?;
+    let magic = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+    let len = u32::from_le_bytes(header[4..].try_into().expect("4 bytes")) as usize;
+    if magic != MAGIC {
+        return Err(format!("unknown protocol {magic:#x}"));
+    }
+    if len > MAX_PAYLOAD {
+        return Err(format!("a request of {len} bytes is over {MAX_PAYLOAD}"));
+    }
+    let fds: [OwnedFd; 4] = fds
+        .try_into()
+        .map_err(|fds: Vec<OwnedFd>| format!("{} descriptors sent, 4 expected", fds.len()))?;
+    let mut payload = vec![0u8; len];
+    conn.read_exact(&mut payload)
+        .map_err(|e| format!("reading the request: {e}"))?;
+    let mut words = payload
+        .split(|b| *b == 0)
+        .map(|w| String::from_utf8_lossy(w).into_owned());
+    let cwd = words.next().ok_or("no working directory")?;
+    let count: usize = words
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or("no environment count")?;
+    let mut env = Vec::with_capacity(count.min(4096));
+    for _ in 0..count {
+        let entry = words.next().ok_or("the environment ends early")?;
+        let (name, value) = entry.split_once('=').ok_or("an entry without '='")?;
+        env.push((name.to_owned(), value.to_owned()));
+    }
+    let mut argv: Vec<String> = words.collect();
+    // The payload ends with a NUL, which leaves one empty word after it.
+    if argv.last().is_some_and(String::is_empty) {
+        argv.pop();
+    }
+    if argv.is_empty() {
+        return Err("an empty argv".into());
+    }
+    Ok(Request {
+        cwd,
+        env,
+        argv,
+        fds,
+    })
+}
+
+/// Start the command, in its own session, with the request's stdio and the status pipe as
+/// fd 3; a pidfd of it.
+fn start(request: Request) -> Result<OwnedFd, String> {
+    let Request {
+        cwd,
+        env,
+        argv,
+        fds: [stdin, stdout, stderr, status],
+    } = request;
+    // `runc exec`'s words for it, which threadbox already tells the caller as a bad directory.
+    if !std::path::Path::new(&cwd).is_dir() {
+        return Err(format!("chdir to cwd ({cwd:?}) set in config.json failed: not a directory"));
+    }
+    let status_fd = status.as_raw_fd();
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .envs(env)
+        .current_dir(&cwd)
+        .stdin(Stdio::from(stdin))
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr));
+    // SAFETY: only async-signal-safe calls (setsid, fcntl, dup2) on this child's descriptors.
+    unsafe {
+        command.pre_exec(move || {
+            let ok = sys::setsid() >= 0
+                && if status_fd == 3 {
+                    sys::fcntl(3, sys::F_SETFD, 0) != -1
+                } else {
+                    sys::dup2(status_fd, 3) != -1
+                };
+            if ok {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let child = command.spawn().map_err(|e| match e.raw_os_error() {
+        Some(11) => format!("cannot fork: {e}"),
+        _ => format!("cannot start {:?}: {e}", argv[0]),
+    })?;
+    drop(status);
+    // SAFETY: pidfd_open of our own (unreaped, so not reusable) child; the fd is ours.
+    let pidfd = unsafe { sys::syscall(sys::SYS_PIDFD_OPEN, child.id() as i32, 0) };
+    if pidfd < 0 {
+        return Err(format!(
+            "cannot watch the command: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
+}
+
+/// `recvmsg` into `buf`, with the descriptors sent along (close-on-exec). A request with more
+/// descriptors than there is room for is refused (those that came are closed with the error).
+fn recv_with_fds(conn: &UnixStream, buf: &mut [u8]) -> Result<(usize, Vec<OwnedFd>), String> {
+    let mut control = [0u64; CONTROL_WORDS];
+    let mut iov = sys::IoVec {
+        base: buf.as_mut_ptr().cast::<c_void>(),
+        len: buf.len(),
+    };
+    let mut msg = sys::MsgHdr {
+        name: std::ptr::null_mut(),
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: control.as_mut_ptr().cast::<c_void>(),
+        controllen: std::mem::size_of_val(&control),
+        flags: 0,
+    };
+    // SAFETY: `msg` points at live buffers of the stated sizes for the call's duration.
+    let got = unsafe { sys::recvmsg(conn.as_raw_fd(), &mut msg, sys::MSG_CMSG_CLOEXEC) };
+    if got < 0 {
+        return Err(format!(
+            "reading the request: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mut fds = Vec::new();
+    let header = std::mem::size_of::<sys::CmsgHdr>();
+    let mut offset = 0usize;
+    let bytes = msg.controllen.min(std::mem::size_of_val(&control));
+    let base = control.as_ptr().cast::<u8>();
+    while offset + header <= bytes {
+        // SAFETY: within `control`, at a cmsg boundary (8-aligned, as the kernel lays them).
+        let cmsg = unsafe { &*base.add(offset).cast::<sys::CmsgHdr>() };
+        if cmsg.len < header || offset + cmsg.len > bytes {
+            break;
+        }
+        if cmsg.level == sys::SOL_SOCKET && cmsg.kind == sys::SCM_RIGHTS {
+            let count = (cmsg.len - header) / 4;
+            for i in 0..count {
+                // SAFETY: the kernel wrote `count` descriptors after the header.
+                let fd = unsafe { base.add(offset + header + 4 * i).cast::<i32>().read_unaligned() };
+                // SAFETY: a descriptor just received: nothing else owns it.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+        offset += (cmsg.len + 7) & !7;
+    }
+    if msg.flags & sys::MSG_CTRUNC != 0 {
+        return Err("too many descriptors sent".into());
+    }
+    Ok((got as usize, fds))
+}
+
+/// `sendmsg` of `data` with `fd` attached.
+fn send_with_fd(conn: &UnixStream, data: &[u8], fd: RawFd) -> std::io::Result<()> {
+    let mut control = [0u64; 3];
+    let header = std::mem::size_of::<sys::CmsgHdr>();
+    // SAFETY: the header and one descriptor fit the 24 bytes of `control`.
+    unsafe {
+        let cmsg = control.as_mut_ptr().cast::<sys::CmsgHdr>();
+        (*cmsg).len = header + 4;
+        (*cmsg).level = sys::SOL_SOCKET;
+        (*cmsg).kind = sys::SCM_RIGHTS;
+        control
+            .as_mut_ptr()
+            .cast::<u8>()
+            .add(header)
+            .cast::<i32>()
+            .write_unaligned(fd);
+    }
+    let mut iov = sys::IoVec {
+        base: data.as_ptr() as *mut c_void,
+        len: data.len(),
+    };
+    let msg = sys::MsgHdr {
+        name: std::ptr::null_mut(),
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: control.as_mut_ptr().cast::<c_void>(),
+        controllen: std::mem::size_of_val(&control),
+        flags: 0,
+    };
+    // SAFETY: `msg` points at live buffers of the stated sizes for the call's duration.
+    if unsafe { sys::sendmsg(conn.as_raw_fd(), &msg, sys::MSG_NOSIGNAL) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
