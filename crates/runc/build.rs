@@ -23,28 +23,38 @@ fn main() {
         return;
     }
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let built = Command::new(rustc)
-        .args([
-            "--edition",
-            "2021",
-            "--crate-name",
-            "threadbox_runner",
-            "--crate-type",
-            "bin",
-        ])
-        .args([
-            "-C",
-            "opt-level=2",
-            "-C",
-            "panic=abort",
-            "-C",
-            "strip=symbols",
-        ])
-        .args(["-C", "target-feature=+crt-static", "-C", "codegen-units=1"])
-        .arg("-o")
-        .arg(&binary)
-        .arg("runner/main.rs")
-        .status();
+    let build = |linker: &[&str]| {
+        Command::new(&rustc)
+            .args([
+                "--edition",
+                "2021",
+                "--crate-name",
+                "threadbox_runner",
+                "--crate-type",
+                "bin",
+            ])
+            .args([
+                "-C",
+                "opt-level=2",
+                "-C",
+                "panic=abort",
+                "-C",
+                "strip=symbols",
+            ])
+            .args(["-C", "target-feature=+crt-static", "-C", "codegen-units=1"])
+            .args(linker)
+            .arg("-o")
+            .arg(&binary)
+            .arg("runner/main.rs")
+            .status()
+    };
+    // The C toolchain's own linker first: rust-lld, the default since Rust 1.90, has been seen
+    // to crash linking this static binary now and then. A toolchain that does not know the
+    // option gets its default linker.
+    let mut built = build(&["-C", "linker-features=-lld"]);
+    if !matches!(&built, Ok(status) if status.success()) {
+        built = build(&[]);
+    }
     match built {
         Ok(status) if status.success() => {}
         failed => {

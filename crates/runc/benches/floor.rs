@@ -8,6 +8,7 @@
 //! ```text
 //! cargo bench -p threadbox-runc --bench floor
 //! THREADBOX_BENCH_RUNS=30 cargo bench -p threadbox-runc --bench floor
+//! THREADBOX_BENCH_COMMAND_RUNNER=0 cargo bench -p threadbox-runc --bench floor  # via runc exec
 //! ```
 //!
 //! threadbox here is the use cases (`Threadbox`) over the real runc provider, the SQLite store
@@ -206,7 +207,10 @@ async fn main() {
     let runs = runs();
     let load_before = load_average();
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = state_config(dir.path(), runc.clone());
+    let mut config = state_config(dir.path(), runc.clone());
+    // `THREADBOX_BENCH_COMMAND_RUNNER=0`: every command through `runc exec`, as before the
+    // runner (the "before" of BENCHMARKS.md's table, run back to back with the default).
+    config.command_runner = std::env::var("THREADBOX_BENCH_COMMAND_RUNNER").as_deref() != Ok("0");
     let Some((provider, bundle_maker)) = bare::providers("floor", config, dir.path()).await else {
         return;
     };

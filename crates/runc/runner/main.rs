@@ -61,6 +61,7 @@ mod sys {
     pub const FD_CLOEXEC: c_int = 1;
     pub const POLLIN: i16 = 1;
     pub const PR_SET_NAME: c_int = 15;
+    pub const PR_SET_DUMPABLE: c_int = 4;
     pub const EINTR: i32 = 4;
     /// The same number on every 64-bit architecture (new calls share one table).
     pub const SYS_PIDFD_OPEN: c_long = 434;
@@ -146,6 +147,9 @@ fn main() {
     // what `ps` shows for pid 1 (its command line is runc's `/proc/self/fd/3`).
     unsafe {
         sys::prctl(sys::PR_SET_NAME, c"threadbox-init".as_ptr());
+        // Not dumpable: the sandbox's processes (the same uid) cannot open its memory or its
+        // descriptors through /proc. Commands are dumpable again, as every exec resets it.
+        sys::prctl(sys::PR_SET_DUMPABLE, 0);
         sys::close(OWN_IMAGE);
         sys::fcntl(LISTENER, sys::F_SETFD, sys::FD_CLOEXEC);
     }

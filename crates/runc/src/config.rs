@@ -118,6 +118,10 @@ pub struct RuncConfig {
     /// Images the operator registered (`threadbox dev --image NAME=SOURCE`), unpacked into
     /// `images_dir` when the provider opens; `host` (the host's `/usr`) is always there too.
     pub images: Vec<ImageRegistration>,
+    /// Start each new container with the command runner as its init (see the `runner`
+    /// module), where this build has one, so the user's commands start without a `runc exec`.
+    /// Off, every command starts through `runc exec` (the `floor` benchmark's "before").
+    pub command_runner: bool,
 }
 
 /// One image an operator registered on runc: its name, its source as the operator wrote it (see
@@ -185,6 +189,7 @@ impl RuncConfig {
             spare_volumes: 2,
             network: Default::default(),
             images: Vec::new(),
+            command_runner: true,
         }
     }
 

@@ -62,22 +62,11 @@ impl RuncProvider {
         let refill_volumes = volumes.clone().map(spawn_volume_refill);
         let networks = network::Networks::new(config.network.clone(), &config.state_dir)?;
         let images = images::RegisteredImages::open(&config, rootless).await?;
-        let runner = match runner::RunnerImage::load() {
-            Ok(Some(image)) => Some(image),
-            Ok(None) => {
-                if cfg!(feature = "command-runner") {
-                    tracing::warn!("this build has no command runner (see crates/runc/build.rs): commands start through runc exec");
-                } else {
-                    tracing::info!(
-                        "built without the command runner: commands start through runc exec"
-                    );
-                }
-                None
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot load the command runner: commands start through runc exec");
-                None
-            }
+        let runner = if config.command_runner {
+            load_runner()
+        } else {
+            tracing::info!("the command runner is off: commands start through runc exec");
+            None
         };
         let provider = Self {
             rootless_ids,
@@ -273,4 +262,26 @@ fn create_dir_with_mode(dir: &std::path::Path, mode: u32) -> std::io::Result<()>
         other => other?,
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
+
+/// The command runner's image, or `None` (said in the log) where this build has none.
+fn load_runner() -> Option<runner::RunnerImage> {
+    match runner::RunnerImage::load() {
+        Ok(Some(image)) => Some(image),
+        Ok(None) if cfg!(feature = "command-runner") => {
+            tracing::warn!(
+                "this build has no command runner (see crates/runc/build.rs): commands start \
+                 through runc exec"
+            );
+            None
+        }
+        Ok(None) => {
+            tracing::info!("built without the command runner: commands start through runc exec");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot load the command runner: commands start through runc exec");
+            None
+        }
+    }
 }

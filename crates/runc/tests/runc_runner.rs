@@ -104,6 +104,16 @@ async fn the_runner_outlives_what_the_sandbox_sends_it_and_reaps_its_orphans() {
                    echo sent";
     let out = p.exec(&id, ExecRequest::shell(signals)).await.unwrap();
     assert_eq!(out.stdout, "sent\n", "{out:?}");
+    // Its memory and descriptors are not the sandbox's to open, though it runs as its user.
+    let peek = p
+        .exec(
+            &id,
+            ExecRequest::shell("head -c1 /proc/1/mem; ls /proc/1/fd"),
+        )
+        .await
+        .unwrap();
+    assert!(peek.stdout.is_empty(), "{peek:?}");
+    assert!(peek.stderr.contains("Permission denied"), "{peek:?}");
     // Orphans: each `( ... &)` leaves a child whose parent exits at once.
     sh(&p, &id, "for i in $(seq 200); do (true &); done").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
