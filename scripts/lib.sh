@@ -88,13 +88,33 @@ fresh_venv() {
   fi
 }
 
+# pip_install DIR SPEC...: pip's SPECs into the virtualenv at DIR. A download from PyPI fails
+# now and then on a network hiccup, so it is tried three times; pip's output goes to
+# DIR/pip-install.log, and its end is shown when the last try fails.
+pip_install() {
+  local venv=$1 attempt
+  shift
+  for attempt in 1 2 3; do
+    if "$venv/bin/pip" install --disable-pip-version-check --progress-bar off "$@" \
+      >"$venv/pip-install.log" 2>&1; then
+      return 0
+    fi
+    [ "$attempt" = 3 ] && break
+    say "pip could not install $* (try $attempt of 3); trying again"
+    sleep $((attempt * 5))
+  done
+  echo "pip install $* failed three times; the end of its output ($venv/pip-install.log):" >&2
+  tail -n 30 "$venv/pip-install.log" >&2
+  return 1
+}
+
 # pinned_venv DIR CHECK SPEC: a virtualenv at DIR with pip's SPEC in it, kept while its python
 # passes CHECK (a Python snippet that exits 0 when the pinned version is there), else made afresh.
 pinned_venv() {
   "$1/bin/python" -c "$2" 2>/dev/null && return 0
   say "installing $3 into $1"
   fresh_venv "$1"
-  "$1/bin/pip" install --quiet --disable-pip-version-check "$3"
+  pip_install "$1" "$3"
 }
 
 # moto's server stands in for DynamoDB and SQS in the tests. Pinned, installed from PyPI into a
@@ -203,9 +223,7 @@ sys.exit(m.version('cargo-lambda') != '$CARGO_LAMBDA_VERSION' or m.version('aws-
 " 2>/dev/null; then
     say "installing cargo-lambda==$CARGO_LAMBDA_VERSION and aws-sam-cli==$SAM_CLI_VERSION into $LAMBDA_VENV (a few minutes, once)"
     fresh_venv "$LAMBDA_VENV"
-    "$LAMBDA_VENV/bin/pip" install --disable-pip-version-check --progress-bar off \
-      "cargo-lambda==$CARGO_LAMBDA_VERSION" "aws-sam-cli==$SAM_CLI_VERSION" 2>&1 \
-      | grep -E '^(Collecting|Successfully)' >&2 || true
+    pip_install "$LAMBDA_VENV" "cargo-lambda==$CARGO_LAMBDA_VERSION" "aws-sam-cli==$SAM_CLI_VERSION"
     "$LAMBDA_VENV/bin/python" -c "import importlib.metadata as m; m.version('cargo-lambda'); m.version('aws-sam-cli')"
   fi
   mkdir -p "$LAMBDA_TOOLS_BIN"
