@@ -195,6 +195,10 @@ async fn start_by_runner(
     let (stdin_read, stdin_write) = pipe()?;
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
+    // Our ends on tokio's reactor now, so nothing can fail once the command has started.
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write).map_err(io_error)?;
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_read).map_err(io_error)?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_read).map_err(io_error)?;
     // The sandbox user's, as `runc exec`'s are (see `prepare_child_fds`).
     let (uid, gid) = target.ids.on_host(request.user);
     for end in [&stdin_read, &stdout_write, &stderr_write] {
@@ -244,13 +248,7 @@ async fn start_by_runner(
         Ok(started) => Ok(Some(Launched {
             leader: started.leader,
             exited: Some(started.exited),
-            streams: Streams::start(
-                Some(tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write).map_err(io_error)?),
-                tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_read).map_err(io_error)?,
-                tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_read).map_err(io_error)?,
-                request,
-                output,
-            ),
+            streams: Streams::start(Some(stdin), stdout, stderr, request, output),
         })),
         Err(StartError::Unreachable) => Ok(None),
         Err(StartError::Refused(words)) => Err(ExecError::NotStarted(words)),
