@@ -54,6 +54,9 @@ mod sys {
     pub const MSG_CTRUNC: c_int = 0x8;
     pub const SIG_BLOCK: c_int = 0;
     pub const SIGCHLD: c_int = 17;
+    pub const SIGSEGV: c_int = 11;
+    pub const SIGBUS: c_int = 7;
+    pub const SIG_DFL: usize = 0;
     pub const SFD_CLOEXEC: c_int = 0o2_000_000;
     pub const SFD_NONBLOCK: c_int = 0o4_000;
     pub const WNOHANG: c_int = 1;
@@ -123,6 +126,7 @@ mod sys {
         pub fn close(fd: c_int) -> c_int;
         pub fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
         pub fn prctl(option: c_int, ...) -> c_int;
+        pub fn signal(signal: c_int, handler: usize) -> usize;
         pub fn syscall(number: c_long, ...) -> c_long;
     }
 }
@@ -147,6 +151,12 @@ fn main() {
     // what `ps` shows for pid 1 (its command line is runc's `/proc/self/fd/3`).
     unsafe {
         sys::prctl(sys::PR_SET_NAME, c"threadbox-init".as_ptr());
+        // std reports stack overflows from handlers for SIGSEGV and SIGBUS; as pid 1 of its
+        // namespace the runner gets no signal from the sandbox it does not handle, so those
+        // handlers go: a `kill -SEGV 1` from inside is then dropped by the kernel instead of
+        // interrupting the runner mid-request.
+        sys::signal(sys::SIGSEGV, sys::SIG_DFL);
+        sys::signal(sys::SIGBUS, sys::SIG_DFL);
         // Not dumpable: the sandbox's processes (the same uid) cannot open its memory or its
         // descriptors through /proc. Commands are dumpable again, as every exec resets it.
         sys::prctl(sys::PR_SET_DUMPABLE, 0);
@@ -236,7 +246,11 @@ fn serve(mut conn: UnixStream) {
                 // The command is not reaped until the host has looked its pid up through the
                 // pidfd (which names no pid once it is reaped): the host closes the connection
                 // when it has, and the deadline bounds a host that never does.
-                let _ = conn.read(&mut [0u8; 1]);
+                while let Err(e) = conn.read(&mut [0u8; 1]) {
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        break;
+                    }
+                }
             }
         }
         Err(message) => {
@@ -377,8 +391,13 @@ fn recv_with_fds(conn: &UnixStream, buf: &mut [u8]) -> Result<(usize, Vec<OwnedF
         controllen: std::mem::size_of_val(&control),
         flags: 0,
     };
-    // SAFETY: `msg` points at live buffers of the stated sizes for the call's duration.
-    let got = unsafe { sys::recvmsg(conn.as_raw_fd(), &mut msg, sys::MSG_CMSG_CLOEXEC) };
+    let got = loop {
+        // SAFETY: `msg` points at live buffers of the stated sizes for the call's duration.
+        let got = unsafe { sys::recvmsg(conn.as_raw_fd(), &mut msg, sys::MSG_CMSG_CLOEXEC) };
+        if got >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(sys::EINTR) {
+            break got;
+        }
+    };
     if got < 0 {
         return Err(format!(
             "reading the request: {}",
@@ -443,9 +462,14 @@ fn send_with_fd(conn: &UnixStream, data: &[u8], fd: RawFd) -> std::io::Result<()
         controllen: std::mem::size_of_val(&control),
         flags: 0,
     };
-    // SAFETY: `msg` points at live buffers of the stated sizes for the call's duration.
-    if unsafe { sys::sendmsg(conn.as_raw_fd(), &msg, sys::MSG_NOSIGNAL) } < 0 {
-        return Err(std::io::Error::last_os_error());
+    loop {
+        // SAFETY: `msg` points at live buffers of the stated sizes for the call's duration.
+        if unsafe { sys::sendmsg(conn.as_raw_fd(), &msg, sys::MSG_NOSIGNAL) } >= 0 {
+            return Ok(());
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(error);
+        }
     }
-    Ok(())
 }

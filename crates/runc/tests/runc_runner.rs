@@ -97,8 +97,10 @@ async fn the_runner_outlives_what_the_sandbox_sends_it_and_reaps_its_orphans() {
         return;
     };
     let id = new_sandbox(&p).await;
-    // Signals from inside a pid namespace reach its init only where it handles them; std
-    // handles SIGSEGV and SIGBUS (stack overflow reports), so those are sent twice.
+    // Signals from inside a pid namespace reach its init only where it handles them, and the
+    // runner handles none (std's SIGSEGV and SIGBUS handlers are taken down at its start; a
+    // signal that reached it would interrupt the request it serves, and the command's answer
+    // would fail). The exec that sends them must succeed, and the next one too.
     let signals =
         "for s in SEGV SEGV BUS BUS TERM INT HUP USR1 PIPE KILL STOP; do kill -$s 1; done; \
                    echo sent";
