@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every benchmark in one run: the session core on SQLite and on DynamoDB (moto's server), the runc
 # provider's latencies and memory, threadbox against bare runc (`floor`: issue 34's ratios, the
-# wake time of a paused thread, where the time goes), the WebSocket and Slack fan-out, the Slack
-# ack path, the Lambda functions' sizes and cold starts, and 1,000 threads of load through the
-# real `threadbox dev`.
+# wake time of a paused thread, where the time goes), the same wake on E2B's path against its
+# contract fake with E2B's published resume latency injected (`wake`, threadbox-e2b), the
+# WebSocket and Slack fan-out, the Slack ack path, the Lambda functions' sizes and cold starts,
+# and 1,000 threads of load through the real `threadbox dev`.
 # All in ONE `cargo bench` invocation; what the benchmarks print (and the machine they ran on)
 # goes to target/bench-report.txt, which BENCHMARKS.md is written from.
 #

@@ -549,6 +549,46 @@ async fn a_resume_issues_a_new_token_that_is_used_from_then_on() {
     assert_eq!(statuses, [401, 200]);
 }
 
+/// The fake's injected latencies (what `benches/wake.rs` sets to E2B's published figures): a
+/// resume takes its delay with the sandbox paused until it answers, and every envd request
+/// waits its own; the answers are what they are without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_latencies_slow_the_resume_and_envd_and_change_no_answer() {
+    let (fake, p) = setup().await;
+    let id = new_sandbox(&p).await;
+    p.pause(&id).await.unwrap();
+    let (resume, envd) = (Duration::from_millis(1000), Duration::from_millis(150));
+    fake.set_resume_delay(resume);
+    fake.set_envd_delay(envd);
+    let p = Arc::new(p);
+    let started = Instant::now();
+    let connecting = {
+        let (p, id) = (p.clone(), id.clone());
+        tokio::spawn(async move { p.connect(&id).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        fake.sandbox(&id).unwrap().state,
+        FakeState::Paused,
+        "a resume under way leaves the sandbox paused"
+    );
+    let connected = connecting.await.unwrap().expect("connect");
+    assert!(connected.resumed);
+    assert!(started.elapsed() >= resume, "{:?}", started.elapsed());
+    assert_eq!(fake.sandbox(&id).unwrap().state, FakeState::Running);
+
+    let started = Instant::now();
+    let out = p.exec(&id, ExecRequest::shell("echo woke")).await.unwrap();
+    assert!(started.elapsed() >= envd, "{:?}", started.elapsed());
+    assert_eq!((out.exit_code, out.stdout.as_str()), (Some(0), "woke\n"));
+    let connects = fake.requests_to("POST", "/connect");
+    assert_eq!(
+        connects.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [201],
+        "one connect, answered once the resume was done"
+    );
+}
+
 #[tokio::test]
 async fn a_process_that_never_saw_the_sandbox_reads_its_token() {
     let (fake, p) = setup().await;

@@ -471,6 +471,20 @@ async fn connect(
     if settled(&world, &id).await.is_none() {
         return error(404, not_found_message(&id));
     }
+    // A resume takes time (`set_resume_delay`); the sandbox stays paused until it is done, and
+    // what happened to it meanwhile is answered below.
+    let resume_delay = {
+        let inner = world.lock();
+        match inner.sandboxes.get(&id) {
+            Some(s) if s.state == FakeState::Paused && !(s.guest_unresponsive && memory) => {
+                inner.resume_delay
+            }
+            _ => Duration::ZERO,
+        }
+    };
+    if !resume_delay.is_zero() {
+        tokio::time::sleep(resume_delay).await;
+    }
     let now = world.now();
     let grant = Duration::from_secs(timeout as u64);
     let max_life = world.options.max_timeout;

@@ -68,7 +68,14 @@ fn proxy_not_found(id: &str) -> Response {
 /// The proxy (route by header or `49983-<id>.` host; no running sandbox → 502) and envd's
 /// access-token check (401), in that order, as in E2B.
 async fn gate(State(world): State<Arc<World>>, mut req: Request, next: Next) -> Response {
-    if let Some(fault) = world.lock().take_fault(Route::Envd) {
+    let (fault, delay) = {
+        let mut inner = world.lock();
+        (inner.take_fault(Route::Envd), inner.envd_delay)
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(fault) = fault {
         return fault_response(fault);
     }
     let headers = req.headers();

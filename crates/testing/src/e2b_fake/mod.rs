@@ -19,6 +19,8 @@
 //!   default), a new access token: envd refuses the old one from then on. (E2B's current
 //!   server derives the token from the id, so it stays the same; rotation is the stricter case a
 //!   provider must survive.) Pausing → waits, then resumes; killing → 409; unknown → 404.
+//!   [`E2bFake::set_resume_delay`] makes the resume take that long (the sandbox paused until
+//!   it answers), as E2B's own resume does.
 //! - `POST /sandboxes/{id}/pause`: 204; already paused → 409; while killing → 409; 404.
 //! - `DELETE /sandboxes/{id}`: 204 (running or paused); while another kill runs → 409 (E2B's
 //!   answer there is unconfirmed); unknown or killed → 404.
@@ -32,7 +34,8 @@
 //! # envd
 //! - A sandbox that is not running (paused, killed, unknown) gets the proxy's 502
 //!   `{"sandboxId","message":"The sandbox was not found","code":502}`; a missing or stale
-//!   `X-Access-Token` gets envd's 401 JSON.
+//!   `X-Access-Token` gets envd's 401 JSON. [`E2bFake::set_envd_delay`] holds every envd
+//!   request that long first: the network round trip to the sandbox's host.
 //! - `process.Process/Start` speaks Connect streaming with the JSON codec: `start`, `data`
 //!   (base64 stdout/stderr), `end` (no `exitCode` when 0; -1 and `signal: killed` for a signal),
 //!   then the end-of-stream frame: `{}`, `invalid_argument` when the process cannot start, and
@@ -67,6 +70,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use threadbox_core::domain::Millis;
 
 pub use state::FakeState;
@@ -229,6 +233,16 @@ impl E2bFake {
         let envd = envd_listener.local_addr().expect("local address");
         let api_router = api::router(world.clone());
         let envd_router = envd::router(world.clone());
+        // E2B's servers are Go's net/http, whose connections have Nagle's algorithm off; so do
+        // the fake's, or a streamed answer's second small write waits for the client's delayed
+        // ACK (40 ms on Linux) and every timing taken against the fake carries it.
+        let no_delay = |tcp: &mut tokio::net::TcpStream| {
+            let _ = tcp.set_nodelay(true);
+        };
+        let (api_listener, envd_listener) = (
+            api_listener.tap_io(no_delay),
+            envd_listener.tap_io(no_delay),
+        );
         let tasks = vec![
             tokio::spawn(async move {
                 let _ = axum::serve(api_listener, api_router).await;
@@ -310,6 +324,21 @@ impl E2bFake {
 
     pub fn set_create_delay(&self, delay: Duration) {
         self.world.lock().create_delay = delay;
+    }
+
+    /// How long a connect that resumes a paused sandbox takes before it answers 201 (E2B
+    /// publishes "about 1 second"). The sandbox stays paused meanwhile: envd answers 502, and
+    /// a kill in that time wins (the connect then answers as the status matrix says). Zero (the
+    /// default) resumes at once; connects to running sandboxes are never delayed.
+    pub fn set_resume_delay(&self, delay: Duration) {
+        self.world.lock().resume_delay = delay;
+    }
+
+    /// A delay before every envd request is handled (before the proxy looks the sandbox up, so
+    /// before a process starts and before its first byte): the network round trip to the
+    /// sandbox's host, which loopback does not have. Zero by default.
+    pub fn set_envd_delay(&self, delay: Duration) {
+        self.world.lock().envd_delay = delay;
     }
 
     /// The sandbox's next memory resume fails with `sandbox_snapshot_guest_agent_unresponsive`.

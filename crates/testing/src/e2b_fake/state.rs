@@ -103,6 +103,11 @@ pub(super) struct Inner {
     pub pause_delay: Duration,
     pub kill_delay: Duration,
     pub create_delay: Duration,
+    /// How long a connect takes to bring a paused sandbox back (it stays paused meanwhile).
+    pub resume_delay: Duration,
+    /// Added to every envd request before the proxy routes it: the network round trip to the
+    /// sandbox's host.
+    pub envd_delay: Duration,
 }
 
 pub(super) struct World {
