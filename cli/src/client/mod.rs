@@ -31,8 +31,8 @@ pub use processes::FollowUpdate;
 // The exec and process bodies are the API's own.
 pub use threadbox_api::wire::{ExecBody, ProcessBody};
 pub use types::{
-    EventPage, ImageBody, ImageList, ImageSet, NetworkBody, NetworkSet, ResetView, ThreadDetail,
-    ThreadPage, ThreadView,
+    CheckpointUse, EventPage, ImageBody, ImageList, ImageSet, NetworkBody, NetworkSet, ResetView,
+    ThreadDetail, ThreadPage, ThreadView,
 };
 
 /// Whether a listing carries each thread's usage (`?usage=true`), and from when.

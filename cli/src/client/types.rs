@@ -41,6 +41,21 @@ pub struct ThreadDetail {
     /// Absent from a server older than usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// What the thread's checkpoints hold; absent where none are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<CheckpointUse>,
+}
+
+/// `GET /v1/threads/{id}`'s `checkpoints`: how many the thread keeps and the bytes they hold,
+/// against its limits, and their cost a month where a storage price is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointUse {
+    pub count: usize,
+    pub bytes: u64,
+    pub keep: u32,
+    pub max_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd_per_month: Option<f64>,
 }
 
 /// One page of `GET /v1/threads/{id}/events`.

@@ -7,7 +7,7 @@ use threadbox_core::ports::{DiskUsage, NetworkRefusals, RefusalReason};
 use threadbox_core::usecases::SandboxHandle;
 
 use super::table::{Cell, Table, Tint};
-use crate::client::{ResetView, ThreadDetail, ThreadView};
+use crate::client::{CheckpointUse, ResetView, ThreadDetail, ThreadView};
 
 /// The dashboard's badge colours, in the terminal.
 pub fn tint(status: Status) -> Tint {
@@ -142,6 +142,9 @@ pub fn thread_detail(detail: &ThreadDetail, color: bool) -> String {
     ];
     if let Some(disk) = detail.sandbox.as_ref().and_then(|sandbox| sandbox.disk) {
         lines.push(("disk", disk_usage(&disk)));
+    }
+    if let Some(kept) = &detail.checkpoints {
+        lines.push(("checkpoints", checkpoint_use(kept)));
     }
     if let Some(sandbox) = &detail.sandbox {
         match &sandbox.network_refusals {
@@ -308,6 +311,21 @@ pub fn resource_hours(hours: f64) -> String {
 }
 
 /// "12.0 MiB of 1.9 GiB (1%), 35 of 262144 files".
+/// `3 (120.0 MiB of 2.0 GiB, newest 20 kept), $0.01 a month`: outside the sandbox's own disk.
+fn checkpoint_use(kept: &CheckpointUse) -> String {
+    let mut text = format!(
+        "{} ({} of {}, newest {} kept)",
+        kept.count,
+        ByteSize::b(kept.bytes).display().iec(),
+        ByteSize::b(kept.max_bytes).display().iec(),
+        kept.keep
+    );
+    if let Some(usd) = kept.usd_per_month {
+        text.push_str(&format!(", ${usd:.2} a month"));
+    }
+    text
+}
+
 fn disk_usage(disk: &DiskUsage) -> String {
     let share = |used: u64, limit: u64| used.saturating_mul(100) / limit.max(1);
     format!(
@@ -661,6 +679,13 @@ pub(crate) mod tests {
                 network_refusals: None,
             }),
             usage: None,
+            checkpoints: Some(CheckpointUse {
+                count: 3,
+                bytes: 120 << 20,
+                keep: 20,
+                max_bytes: 2 << 30,
+                usd_per_month: Some(0.0094),
+            }),
         };
         let text = thread_detail(&detail, false);
         assert!(text.starts_with(
@@ -674,6 +699,10 @@ pub(crate) mod tests {
         ));
         assert!(text.contains("paused       -\n"));
         assert!(text.contains("disk         12.0 MiB of 2.0 GiB (0%), 35 of 262144 files\n"));
+        assert!(
+            text.contains("checkpoints  3 (120.0 MiB of 2.0 GiB, newest 20 kept), $0.01 a month\n"),
+            "{text}"
+        );
         assert!(text.contains("janitor due  2023-11-14T22:23:20Z\n"));
         assert!(text.contains("\n\nSEQ "));
         assert!(text.ends_with("creating → active      user            1\n"));

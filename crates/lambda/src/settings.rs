@@ -242,8 +242,8 @@ pub fn images_from_env(env: &Env, provider: &ProviderConfig) -> Result<ImageDefa
 
 /// What a thread's time is priced at: the provider's defaults (E2B's default sandbox at its
 /// list prices; runc's default limits, unpriced) with `THREADBOX_SANDBOX_VCPUS`,
-/// `THREADBOX_SANDBOX_MEMORY_GIB`, `THREADBOX_PRICE_VCPU_HOUR` and `THREADBOX_PRICE_GIB_HOUR`
-/// laid over them.
+/// `THREADBOX_SANDBOX_MEMORY_GIB`, `THREADBOX_PRICE_VCPU_HOUR`, `THREADBOX_PRICE_GIB_HOUR` and
+/// `THREADBOX_PRICE_STORAGE_GIB_MONTH` laid over them.
 pub fn pricing_from_env(env: &Env, provider: &ProviderConfig) -> Result<Pricing, ConfigError> {
     pricing_for_provider(env, provider.name())
 }

@@ -59,6 +59,10 @@ impl Reply {
 
 impl Api {
     fn new(retention: CheckpointRetention) -> Self {
+        Self::with_config(retention, Config::default())
+    }
+
+    fn with_config(retention: CheckpointRetention, config: Config) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("threadbox.db");
         let store = Arc::new(SqliteSessionStore::open(&path).unwrap());
@@ -69,7 +73,7 @@ impl Api {
         let clock = Arc::new(ManualClock::default());
         let config = Config {
             settle_poll: Duration::from_millis(5),
-            ..Config::default()
+            ..config
         };
         let tb = Threadbox::new(store, provider.clone(), queue, clock.clone(), config)
             .with_checkpoints(checkpoints, retention);
@@ -735,4 +739,40 @@ async fn a_fork_that_failed_is_made_again_by_the_same_fork_and_by_nothing_else()
     fork("src", "plain")
         .await
         .expect_error(StatusCode::CONFLICT, "thread_exists");
+}
+
+#[tokio::test]
+async fn the_thread_shows_what_its_checkpoints_hold_and_cost_a_month() {
+    let unpriced = Api::new(roomy());
+    unpriced.write("t-1", "/home/user/a.txt", "12345").await;
+    unpriced.take("t-1", None).await;
+    let shown = unpriced
+        .send(Method::GET, "/v1/threads/t-1", None)
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(shown["checkpoints"]["count"], 1);
+    assert_eq!(shown["checkpoints"]["bytes"], 5);
+    assert!(
+        shown["checkpoints"].get("usd_per_month").is_none(),
+        "no storage price, no cost: {shown}"
+    );
+
+    let mut config = Config::default();
+    config.pricing.usd_per_stored_gib_month = Some(0.08);
+    let priced = Api::with_config(roomy(), config);
+    let half_mib = "x".repeat(512 * 1024);
+    priced.write("t-1", "/home/user/big.txt", &half_mib).await;
+    priced.take("t-1", None).await;
+    priced.take("t-1", None).await;
+    let shown = priced
+        .send(Method::GET, "/v1/threads/t-1", None)
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(shown["checkpoints"]["count"], 2);
+    assert_eq!(shown["checkpoints"]["bytes"], 1 << 20);
+    let usd = shown["checkpoints"]["usd_per_month"].as_f64().unwrap();
+    assert!(
+        (usd - 0.08 / 1024.0).abs() < 1e-12,
+        "1 MiB at $0.08 a GiB-month: {usd}"
+    );
 }

@@ -248,13 +248,16 @@ struct ShowView {
     checkpoints: Option<CheckpointUse>,
 }
 
-/// How many checkpoints a thread keeps and the bytes they hold, against its limits.
+/// How many checkpoints a thread keeps and the bytes they hold, against its limits, and what
+/// holding them costs a month where a storage price is set (`THREADBOX_PRICE_STORAGE_GIB_MONTH`).
 #[derive(Serialize)]
 struct CheckpointUse {
     count: usize,
     bytes: u64,
     keep: u32,
     max_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usd_per_month: Option<f64>,
 }
 
 async fn show(
@@ -277,12 +280,16 @@ async fn show(
     // Best effort too, and only where checkpoints are kept.
     let checkpoints = match &tb.checkpoints {
         Some(kept) => match kept.store.list(&thread_id).await {
-            Ok(all) => Some(CheckpointUse {
-                count: all.len(),
-                bytes: all.iter().map(|c| c.bytes).sum(),
-                keep: kept.retention.keep,
-                max_bytes: kept.retention.max_bytes,
-            }),
+            Ok(all) => {
+                let bytes = all.iter().map(|c| c.bytes).sum();
+                Some(CheckpointUse {
+                    count: all.len(),
+                    bytes,
+                    keep: kept.retention.keep,
+                    max_bytes: kept.retention.max_bytes,
+                    usd_per_month: tb.config.pricing.stored_usd_per_month(bytes),
+                })
+            }
             Err(e) => {
                 tracing::debug!(%thread_id, error = %e, "no checkpoint view for show");
                 None

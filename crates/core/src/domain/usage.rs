@@ -134,6 +134,10 @@ pub struct Prices {
 pub struct Pricing {
     pub size: Option<SandboxSize>,
     pub prices: Option<Prices>,
+    /// What keeping a GiB of checkpoints costs a month, in US dollars (the disk they are on):
+    /// set by the operator, since no provider here bills it (E2B keeps no checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd_per_stored_gib_month: Option<f64>,
 }
 
 /// E2B's default sandbox (template `base`): 2 vCPUs and 512 MiB.
@@ -157,14 +161,16 @@ pub const SANDBOX_VCPUS_VAR: &str = "THREADBOX_SANDBOX_VCPUS";
 pub const SANDBOX_MEMORY_GIB_VAR: &str = "THREADBOX_SANDBOX_MEMORY_GIB";
 pub const PRICE_VCPU_HOUR_VAR: &str = "THREADBOX_PRICE_VCPU_HOUR";
 pub const PRICE_GIB_HOUR_VAR: &str = "THREADBOX_PRICE_GIB_HOUR";
+pub const PRICE_STORAGE_GIB_MONTH_VAR: &str = "THREADBOX_PRICE_STORAGE_GIB_MONTH";
 
-/// The four pricing settings as read, each optional.
+/// The pricing settings as read, each optional.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PricingSettings {
     pub vcpus: Option<f64>,
     pub memory_gib: Option<f64>,
     pub usd_per_vcpu_hour: Option<f64>,
     pub usd_per_gib_hour: Option<f64>,
+    pub usd_per_stored_gib_month: Option<f64>,
 }
 
 impl PricingSettings {
@@ -176,6 +182,7 @@ impl PricingSettings {
             memory_gib: read(SANDBOX_MEMORY_GIB_VAR)?,
             usd_per_vcpu_hour: read(PRICE_VCPU_HOUR_VAR)?,
             usd_per_gib_hour: read(PRICE_GIB_HOUR_VAR)?,
+            usd_per_stored_gib_month: read(PRICE_STORAGE_GIB_MONTH_VAR)?,
         })
     }
 }
@@ -192,12 +199,14 @@ impl Pricing {
     pub const UNKNOWN: Pricing = Pricing {
         size: None,
         prices: None,
+        usd_per_stored_gib_month: None,
     };
 
     /// E2B's default sandbox at its list prices.
     pub const E2B_DEFAULT: Pricing = Pricing {
         size: Some(E2B_DEFAULT_SIZE),
         prices: Some(E2B_LIST_PRICES),
+        usd_per_stored_gib_month: None,
     };
 
     /// A sandbox of known size that nobody bills (runc): resource-time, no dollars.
@@ -205,6 +214,7 @@ impl Pricing {
         Pricing {
             size: Some(size),
             prices: None,
+            usd_per_stored_gib_month: None,
         }
     }
 
@@ -243,7 +253,19 @@ impl Pricing {
                 ),
             });
         }
-        Ok(Pricing { size, prices })
+        Ok(Pricing {
+            size,
+            prices,
+            usd_per_stored_gib_month: settings
+                .usd_per_stored_gib_month
+                .or(self.usd_per_stored_gib_month),
+        })
+    }
+
+    /// What keeping `bytes` of checkpoints costs a month, where a storage price is set.
+    pub fn stored_usd_per_month(&self, bytes: u64) -> Option<f64> {
+        self.usd_per_stored_gib_month
+            .map(|usd| usd * bytes as f64 / (1u64 << 30) as f64)
     }
 }
 
@@ -742,5 +764,22 @@ mod tests {
         })
         .unwrap();
         assert_eq!(read.memory_gib, Some(2.0));
+    }
+
+    #[test]
+    fn stored_checkpoints_are_priced_only_where_a_storage_price_is_set() {
+        let runc = Pricing::unpriced(SandboxSize {
+            vcpus: 1.0,
+            memory_gib: 0.5,
+        });
+        assert_eq!(runc.stored_usd_per_month(1 << 30), None);
+        let read = PricingSettings::read(|name| {
+            Ok::<_, ()>((name == PRICE_STORAGE_GIB_MONTH_VAR).then_some(0.08))
+        })
+        .unwrap();
+        let priced = runc.with_settings(read).unwrap();
+        assert_eq!(priced.prices, None, "compute stays unpriced");
+        let half_gib_month = priced.stored_usd_per_month(512 << 20).unwrap();
+        assert!((half_gib_month - 0.04).abs() < 1e-12, "{half_gib_month}");
     }
 }
