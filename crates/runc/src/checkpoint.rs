@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use super::bundle::Bundle;
 use super::create::HomeFiller;
+use super::home_copy::live::LiveCopy;
 use super::home_copy::{copy_tree, remove_tree, CopyError, CopyStats, IdMove};
 use super::idmap::IdRange;
 use super::ids::validate_sandbox_id;
@@ -157,34 +158,80 @@ impl RuncProvider {
         let ids = sandbox_ids(&bundle);
         let slot = self.slot(sandbox_id);
         let _lifecycle = slot.lifecycle.lock().await;
-        let (copied, stalled) = self
-            .frozen(sandbox_id, {
-                let (home, partial) = (bundle.home(), partial.clone());
-                move || {
-                    remove_tree(&partial)?;
-                    fs::create_dir(&partial)?;
-                    fs::write(partial.join("ids.json"), serde_json::to_vec(&ids)?)?;
-                    fs::create_dir(partial.join("home"))?;
-                    copy_home(&home, &partial.join("home"), IdMove::same(ids), max_bytes)
-                        .map_err(copy_io)
-                }
-            })
+        // Pass 1, the sandbox running (see `home_copy::live`).
+        let started = Instant::now();
+        let mut live = self
+            .live_copy(
+                sandbox_id,
+                &slot,
+                (bundle.home(), partial.join("home")),
+                IdMove::same(ids),
+                max_bytes,
+            )
             .await?;
-        let stats = match copied {
-            Ok(stats) => stats,
+        let warmed = tokio::task::spawn_blocking({
+            let partial = partial.clone();
+            move || -> io::Result<LiveCopy> {
+                remove_tree(&partial)?;
+                fs::create_dir(&partial)?;
+                fs::write(partial.join("ids.json"), serde_json::to_vec(&ids)?)?;
+                fs::create_dir(partial.join("home"))?;
+                live.warm();
+                Ok(live)
+            }
+        })
+        .await
+        .map_err(|e| internal("the home copy panicked", e))?;
+        let live = match warmed {
+            Ok(live) => live,
+            Err(e) => {
+                let _ = remove_tree(&partial);
+                return Err(internal("cannot start the checkpoint", e));
+            }
+        };
+        let warm = started.elapsed();
+        // Pass 2, frozen: only what changed is copied.
+        let (copied, stalled) = self
+            .frozen(sandbox_id, move || live.finish().map_err(copy_io))
+            .await?;
+        let done = match copied {
+            Ok(done) => done,
             Err(e) => {
                 let _ = remove_tree(&partial);
                 return Err(copy_error(e, max_bytes));
             }
         };
+        let stats = done.stats;
         fault::point("checkpoint-before-publish");
         fs::rename(&partial, &dest).map_err(|e| internal("cannot publish the checkpoint", e))?;
         tracing::info!(sandbox_id, checkpoint = %id, bytes = stats.bytes, files = stats.files,
-            cloned = stats.cloned, stalled_ms = stalled.as_millis() as u64, "checkpoint taken");
+            cloned = stats.cloned, recopied = done.recopied, two_pass = done.two_pass,
+            warm_ms = warm.as_millis() as u64, stalled_ms = stalled.as_millis() as u64,
+            "checkpoint taken");
         Ok(CheckpointTaken {
             bytes: stats.bytes,
             files: stats.files,
             stalled,
+        })
+    }
+
+    /// A two-pass copy of a running sandbox's home `from` into `to` (see `home_copy::live`),
+    /// looking for writers among the container's processes where its cgroup is known.
+    async fn live_copy(
+        &self,
+        sandbox_id: &str,
+        slot: &crate::Slot,
+        (from, to): (PathBuf, PathBuf),
+        ids: IdMove,
+        cap: u64,
+    ) -> Result<LiveCopy, ProviderError> {
+        let live = LiveCopy::new(from, to, ids, cap, Some(LOST_FOUND));
+        if self.is_rootless() {
+            return Ok(live);
+        }
+        Ok(match self.container_cgroup(sandbox_id, slot).await? {
+            Some(cgroup) => live.watching(Box::new(move || cgroup.procs())),
+            None => live,
         })
     }
 
@@ -451,16 +498,36 @@ impl RuncProvider {
                     from: sandbox_ids(&source),
                     to,
                 };
-                let src_home = source.home();
                 let slot = self.slot(&source_id);
                 let _lifecycle = slot.lifecycle.lock().await;
-                self.frozen(&source_id, move || {
+                // As a checkpoint's: most of it with the source running, the rest frozen.
+                let mut live = self
+                    .live_copy(
+                        &source_id,
+                        &slot,
+                        (source.home(), home.clone()),
+                        ids,
+                        u64::MAX,
+                    )
+                    .await?;
+                let warmed = tokio::task::spawn_blocking(move || -> io::Result<LiveCopy> {
                     empty_home(&home)?;
-                    fault::point("fork-copying");
-                    copy_home(&src_home, &home, ids, u64::MAX).map_err(copy_io)
+                    live.warm();
+                    Ok(live)
                 })
-                .await?
-                .0
+                .await
+                .map_err(|e| internal("the home copy panicked", e))?;
+                match warmed {
+                    Ok(live) => {
+                        self.frozen(&source_id, move || {
+                            fault::point("fork-copying");
+                            live.finish().map(|done| done.stats).map_err(copy_io)
+                        })
+                        .await?
+                        .0
+                    }
+                    Err(e) => Err(e),
+                }
             }
         };
         copied.map(drop).map_err(|e| match e.raw_os_error() {
