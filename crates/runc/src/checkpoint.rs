@@ -10,11 +10,15 @@
 //! complete, so a checkpoint that exists is whole; a crash leaves a `.partial-` the next open
 //! removes.
 //!
-//! **Take**: the container is frozen (the cgroup freezer, or `SIGSTOP` rootless), the home is
-//! copied (cloned per file where the filesystem can, else copied sparse; see `home_copy`), and
-//! the container is thawed: the copy is consistent whatever its processes were writing, and
-//! the stall is the copy's time. Nothing new starts meanwhile (commands start under the
-//! sandbox's lifecycle lock, which the take holds).
+//! **Take**: in two passes (see `home_copy::live`). First, the sandbox running, the whole home
+//! is copied (cloned per file where the filesystem can, else copied sparse; see `home_copy`),
+//! noting what each copy was made from; then the container is frozen (the cgroup freezer, or
+//! `SIGSTOP` rootless), the home walked again and made equal to it (what changed since the
+//! first pass read it, by its ctime, inode and the processes mapping or writing it, copied
+//! again; what is gone removed), and the container thawed: the copy is as consistent as one
+//! made all frozen, whatever its processes were writing, and the stall is the second pass's
+//! time. Nothing new starts meanwhile (commands start under the sandbox's lifecycle lock, which
+//! the take holds through both passes).
 //!
 //! **Restore**: a marker (`restoring` in the bundle, naming the checkpoint) is written first;
 //! then the sandbox's processes are listed and killed (`kill -KILL -1` inside: everything but
@@ -23,8 +27,8 @@
 //! open finishes the restore: the home ends as it was or as asked, never half of each.
 //!
 //! **Fork**: a new sandbox is created (its own id, hostname, machine id and host ids, none of
-//! the source's processes), and the source's home (frozen while it is read) or the checkpoint
-//! is copied into its home with the ids moved to the new range. The source runs on. A fork
+//! the source's processes), and the source's home (in two passes, as a take's: frozen only for
+//! the second) or the checkpoint is copied into its home with the ids moved to the new range. The source runs on. A fork
 //! that fails kills the new sandbox.
 
 use std::fs;
@@ -190,6 +194,7 @@ impl RuncProvider {
             }
         };
         let warm = started.elapsed();
+        fault::point("checkpoint-warmed");
         // Pass 2, frozen: only what changed is copied.
         let (copied, stalled) = self
             .frozen(sandbox_id, move || live.finish().map_err(copy_io))
@@ -267,6 +272,12 @@ impl RuncProvider {
             };
             let mut attempt = 1;
             while let Err(e) = self.runc.pause(sandbox_id).await {
+                if self.is_rootless() {
+                    // A signal freeze that failed midway has left its mark and some processes
+                    // stopped: both undone, or the next try (and the sandbox) would find it
+                    // paused.
+                    let _ = self.runc.resume(sandbox_id).await;
+                }
                 if attempt >= attempts {
                     return Err(self.classify(sandbox_id, e).await);
                 }
@@ -450,7 +461,7 @@ impl RuncProvider {
     }
 
     /// `SandboxProvider::fork`: a create whose home is filled, while its container starts, from
-    /// the source's home (frozen for the copy) or the checkpoint.
+    /// the source's home (frozen for the second of two passes) or the checkpoint.
     pub(crate) async fn fork_sandbox(
         &self,
         request: ForkSandbox,
@@ -472,7 +483,8 @@ impl RuncProvider {
         Ok(created)
     }
 
-    /// Copy the source's home (frozen) or the checkpoint into the new sandbox's `home`.
+    /// Copy the source's home (two passes, the second frozen) or the checkpoint into the new
+    /// sandbox's `home`.
     async fn fill_fork(
         &self,
         source_id: String,

@@ -649,19 +649,22 @@ async fn child_forks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_mid_checkpoint_leaves_no_half_copy_and_a_working_sandbox() {
-    let Some((f, p, id)) = crash_at("checkpoint-before-publish", "child_checkpoints").await else {
-        return;
-    };
-    assert!(
-        f.checkpoints().is_empty(),
-        "the open removed the half copy: {:?}",
-        f.checkpoints()
-    );
-    assert!(
-        !p.connect(&id).await.expect("connect").resumed,
-        "thawed before the crash"
-    );
-    assert_eq!(out(&p, &id, "cat f").await, "before\n");
+    // Between the two passes (the sandbox never frozen), and after the frozen one.
+    for point in ["checkpoint-warmed", "checkpoint-before-publish"] {
+        let Some((f, p, id)) = crash_at(point, "child_checkpoints").await else {
+            return;
+        };
+        assert!(
+            f.checkpoints().is_empty(),
+            "{point}: the open removed the half copy: {:?}",
+            f.checkpoints()
+        );
+        assert!(
+            !p.connect(&id).await.expect("connect").resumed,
+            "{point}: thawed before the crash"
+        );
+        assert_eq!(out(&p, &id, "cat f").await, "before\n");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,8 @@
 //!
 //! 1. the destination's entry of that name is the copy pass 1 made of that very source inode
 //!    (same device and inode, same size, mtime and ctime as read), and
-//! 2. its ctime is older than pass 1's start less [`MARGIN`], and
+//! 2. its ctime is older than pass 1's start less a margin ([`FINE_MARGIN`], or [`MARGIN`]
+//!    where the filesystem keeps whole seconds), and
 //! 3. no process had it mapped shared and writable, or open for writing, when pass 1 started,
 //!    nor has it mapped now (see `writers`), and the wall clock did not jump meanwhile.
 //!
@@ -22,7 +23,8 @@
 //! current time on every change to its data or its inode (write, truncate, fallocate, chmod,
 //! chown, utimes, link, unlink, and rename on ext4, XFS and btrfs), and no unprivileged process
 //! can set it to anything else. Timestamps come from a coarse clock (one tick behind at most)
-//! and may be whole seconds on some filesystems; [`MARGIN`] is more than both. So a file changed
+//! and may be whole seconds (ext4 with small inodes: pass 1 sees no ctime with a fraction of a
+//! second); the margin is more than both. So a file changed
 //! at any time from pass 1's start on has a ctime past the limit and is copied again, frozen.
 //! A file whose ctime is older was last changed before pass 1 began, so the bytes pass 1 read
 //! (after it began) are the bytes it holds now; condition 1 makes sure they are the bytes of
@@ -72,9 +74,13 @@ use super::{
     OverCap,
 };
 
-/// How much older than pass 1's start a ctime must be for the file to count as unchanged:
-/// more than a whole-second timestamp's rounding plus a clock tick.
-pub(crate) const MARGIN: Duration = Duration::from_secs(2);
+/// How much older than pass 1's start a ctime must be for the file to count as unchanged, on
+/// a filesystem that keeps whole seconds (ext4 with 128-byte inodes): more than the rounding
+/// plus a clock tick.
+const MARGIN: Duration = Duration::from_secs(2);
+/// The same where timestamps have nanoseconds (a ctime seen with a fraction of a second says
+/// so): the kernel stamps from a clock one tick (at most 10 ms) behind; ten times that.
+const FINE_MARGIN: Duration = Duration::from_millis(100);
 /// The most the wall clock may drift from the monotonic clock between the passes.
 const CLOCK_SLACK: Duration = Duration::from_millis(500);
 /// The most files and links pass 1 notes (its memory); past them pass 2 copies the rest.
@@ -126,6 +132,8 @@ struct Warm {
     began: Instant,
     /// Files mapped or open for writing when pass 1 began; `None` when that is unknown.
     busy: Option<HashSet<u64>>,
+    /// A ctime with a fraction of a second was seen: the filesystem keeps nanoseconds.
+    fine: bool,
 }
 
 /// A copy of a live home into `dst` (an existing, empty directory): [`Self::warm`] with the
@@ -136,7 +144,8 @@ pub(crate) struct LiveCopy {
     ids: IdMove,
     cap: u64,
     skip: Option<&'static str>,
-    margin: Duration,
+    /// The margin, where not [`MARGIN`] or [`FINE_MARGIN`] as the filesystem's timestamps say.
+    margin: Option<Duration>,
     /// The sandbox's processes, when they can be listed (its cgroup's, as root).
     processes: Option<Processes>,
     warm: Option<Warm>,
@@ -171,7 +180,7 @@ impl LiveCopy {
             ids,
             cap,
             skip,
-            margin: MARGIN,
+            margin: None,
             processes: None,
             warm: None,
         }
@@ -208,6 +217,7 @@ impl LiveCopy {
             // After the clocks are read: a mapping made or a descriptor opened later writes
             // after pass 1 began, which moves the ctime.
             busy: self.busy(Scan::MappingsAndWriters { dev: top.dev() }),
+            fine: top.ctime_nsec() != 0,
         };
         self.warm_walk(&root, &mut warm);
         self.warm = Some(warm);
@@ -238,6 +248,7 @@ impl LiveCopy {
                 let Ok(st) = stat_at(&dir, name) else {
                     continue;
                 };
+                warm.fine |= st.stx_ctime.tv_nsec != 0;
                 if rel.as_os_str().is_empty() && self.skipped(name, &st) {
                     continue;
                 }
@@ -327,9 +338,13 @@ impl LiveCopy {
         }
         let mut busy = warm.busy.clone()?;
         busy.extend(self.busy(Scan::Mappings)?);
+        let margin = self.margin.unwrap_or(match warm.fine {
+            true => FINE_MARGIN,
+            false => MARGIN,
+        });
         let limit = warm
             .began_at
-            .checked_sub(self.margin)?
+            .checked_sub(margin)?
             .duration_since(UNIX_EPOCH)
             .ok()?;
         Some(Trust {

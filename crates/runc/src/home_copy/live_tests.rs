@@ -28,7 +28,7 @@ fn live(src: &Path, dst: &Path) -> LiveCopy {
         1 << 30,
         None,
     );
-    copy.margin = Duration::ZERO;
+    copy.margin = Some(Duration::ZERO);
     // This process (and its threads: the test's other copies) is the one writing.
     copy.watching(Box::new(|| Ok(vec![std::process::id() as i32])))
 }
