@@ -17,8 +17,8 @@
 //! first pass read it, by its ctime, inode and the processes mapping or writing it, copied
 //! again; what is gone removed), and the container thawed: the copy is as consistent as one
 //! made all frozen, whatever its processes were writing, and the stall is the second pass's
-//! time. Nothing new starts meanwhile (commands start under the sandbox's lifecycle lock, which
-//! the take holds through both passes).
+//! time. Nothing new starts during the second pass (commands start under the sandbox's
+//! lifecycle lock, which the take holds then); during the first, the sandbox goes on as ever.
 //!
 //! **Restore**: a marker (`restoring` in the bundle, naming the checkpoint) is written first;
 //! then the sandbox's processes are listed and killed (`kill -KILL -1` inside: everything but
@@ -161,8 +161,10 @@ impl RuncProvider {
         let partial = root.join(format!("{PARTIAL_PREFIX}{id}"));
         let ids = sandbox_ids(&bundle);
         let slot = self.slot(sandbox_id);
-        let _lifecycle = slot.lifecycle.lock().await;
-        // Pass 1, the sandbox running (see `home_copy::live`).
+        // Pass 1, the sandbox running (see `home_copy::live`), and not holding its lifecycle
+        // lock: its commands start meanwhile, and whatever they, a pause, a restore or a
+        // destroy do is pass 2's to see (a volume is unmounted lazily, so a destroy is not held
+        // up by what pass 1 has open).
         let started = Instant::now();
         let mut live = self
             .live_copy(
@@ -195,15 +197,22 @@ impl RuncProvider {
         };
         let warm = started.elapsed();
         fault::point("checkpoint-warmed");
-        // Pass 2, frozen: only what changed is copied.
-        let (copied, stalled) = self
+        // Pass 2, frozen and under the lock: nothing starts while only what changed is copied.
+        let _lifecycle = slot.lifecycle.lock().await;
+        let frozen = self
             .frozen(sandbox_id, move || live.finish().map_err(copy_io))
-            .await?;
-        let done = match copied {
-            Ok(done) => done,
-            Err(e) => {
+            .await;
+        // Whatever went wrong (the sandbox gone meanwhile, a freeze refused, the copy), pass 1's
+        // copy goes: nothing is left for the next open to find.
+        let (done, stalled) = match frozen {
+            Ok((Ok(done), stalled)) => (done, stalled),
+            Ok((Err(e), _)) => {
                 let _ = remove_tree(&partial);
                 return Err(copy_error(e, max_bytes));
+            }
+            Err(e) => {
+                let _ = remove_tree(&partial);
+                return Err(e);
             }
         };
         let stats = done.stats;
@@ -511,8 +520,8 @@ impl RuncProvider {
                     to,
                 };
                 let slot = self.slot(&source_id);
-                let _lifecycle = slot.lifecycle.lock().await;
-                // As a checkpoint's: most of it with the source running, the rest frozen.
+                // As a checkpoint's: most of it with the source running (its commands too), the
+                // rest frozen, under its lifecycle lock.
                 let mut live = self
                     .live_copy(
                         &source_id,
@@ -531,6 +540,7 @@ impl RuncProvider {
                 .map_err(|e| internal("the home copy panicked", e))?;
                 match warmed {
                     Ok(live) => {
+                        let _lifecycle = slot.lifecycle.lock().await;
                         self.frozen(&source_id, move || {
                             fault::point("fork-copying");
                             live.finish().map(|done| done.stats).map_err(copy_io)

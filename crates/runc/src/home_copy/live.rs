@@ -83,7 +83,7 @@ const MARGIN: Duration = Duration::from_secs(2);
 const FINE_MARGIN: Duration = Duration::from_millis(100);
 /// The most the wall clock may drift from the monotonic clock between the passes.
 const CLOCK_SLACK: Duration = Duration::from_millis(500);
-/// The most files and links pass 1 notes (its memory); past them pass 2 copies the rest.
+/// The most entries pass 1 looks at (its time and memory); past them pass 2 copies the rest.
 const MAX_NOTED: usize = 1 << 20;
 
 /// `statfs` magic numbers of the filesystems the two passes are used on.
@@ -224,7 +224,7 @@ impl LiveCopy {
     }
 
     fn warm_walk(&self, root: &OwnedFd, warm: &mut Warm) {
-        let mut bytes = 0u64;
+        let (mut bytes, mut seen) = (0u64, 0usize);
         let mut stack = vec![PathBuf::new()];
         while let Some(rel) = stack.pop() {
             let Ok(dir) = open_beneath(root, &rel) else {
@@ -242,7 +242,8 @@ impl LiveCopy {
                 if is_dot(name) {
                     continue;
                 }
-                if warm.copied.len() >= MAX_NOTED {
+                seen += 1;
+                if seen > MAX_NOTED {
                     return;
                 }
                 let Ok(st) = stat_at(&dir, name) else {
@@ -645,7 +646,9 @@ fn make_dir(to: &Path) -> io::Result<()> {
 }
 
 /// A destination folder's entries: name, inode and whether it is a folder (from the listing,
-/// no `stat` each).
+/// no `stat` each). On the filesystems threadbox keeps its state on the listing's inode is the
+/// file's; where it is not (overlayfs), no copy is found by it and pass 2 copies every file
+/// again: slower, never wrong.
 fn listing(dir: &Path) -> io::Result<HashMap<OsString, (u64, bool)>> {
     let mut names = HashMap::new();
     for entry in fs::read_dir(dir).map_err(|e| at(dir, e))? {
