@@ -3,7 +3,7 @@
 //! started again on what it left, and the threads are checked to be as they were or as asked,
 //! never half of each: no record of a copy, no copy without a record that is listed, a restore
 //! whole, a fork whole, no orphan container once the janitor has run. The provider's own points
-//! (`checkpoint-before-publish`, `restore-marked`, `restore-emptied`) are crash-tested in
+//! (`checkpoint-warmed`, `checkpoint-before-publish`, `restore-marked`, `restore-emptied`) are crash-tested in
 //! `crates/runc/tests/runc_checkpoints.rs`; `fork-copying` is here too, end to end.
 //!
 //! Needs root and runc, like the other end-to-end tests.

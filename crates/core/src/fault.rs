@@ -15,12 +15,13 @@
 //! | `after-provider-create` | resolve, the sandbox made, before the record is bound to it | a record `creating` under a lease, and a sandbox no record points to |
 //! | `after-provider-pause` | pause, the sandbox frozen, before the record says so | a record `pausing` under a lease, and a paused sandbox |
 //! | `after-deliver` | fan-out, an event delivered to a target, before that is recorded | an event a target has but the dedupe store does not, still in flight in the queue |
+//! | `checkpoint-warmed` | runc checkpoint, the first pass copied with the sandbox running, before it is frozen | a `.partial-` copy, which the provider's next open removes; no record; a sandbox never frozen |
 //! | `checkpoint-before-publish` | runc checkpoint, the home copied, before the copy is renamed into place | a `.partial-` copy, which the provider's next open removes; no record |
 //! | `after-checkpoint-copy` | checkpoint, the copy made, before its record is written | a whole copy no record names (not listed, never restored) |
 //! | `restore-marked` | runc restore, the mark written, before anything is stopped | the mark: the next open puts the checkpoint back |
 //! | `restore-emptied` | runc restore, the home emptied, before the checkpoint is copied in | the mark and an empty home: the next open puts the checkpoint back |
 //! | `after-restore` | restore, the home put back, before its event is written | the home as asked, no `restore` event |
-//! | `fork-copying` | runc fork, the new sandbox made and the source frozen, before the copy | a sandbox no record is bound to (the fork's thread `creating` under a lease, then `error`; the same fork again makes it), and a frozen source its next use or open thaws |
+//! | `fork-copying` | runc fork, the new sandbox made, the first pass copied and the source frozen, before the second pass | a sandbox no record is bound to (the fork's thread `creating` under a lease, then `error`; the same fork again makes it), and a frozen source its next use or open thaws |
 //! | `after-fork` | fork, the new thread bound to its sandbox, before the `fork` events | both threads as asked, without their `fork` events |
 //!
 //! `after-deliver` may name one target: `after-deliver:slack` fires only for the `slack` target.

@@ -15,6 +15,8 @@
 //! `THREADBOX_BENCH_DIR=/mnt/xfs` puts the state (homes and checkpoints) on another filesystem,
 //! and `THREADBOX_BENCH_NO_QUOTA=1` makes each home a plain directory there instead of a volume:
 //! on XFS or btrfs the copies are then clones (`FICLONE`), which is the copy-on-write case.
+//! `THREADBOX_BENCH_COLD=1` (as root) writes back and drops the page cache before each
+//! checkpoint, so the home is read from the disk, as after a thread sat idle.
 
 use std::time::{Duration, Instant};
 
@@ -64,7 +66,19 @@ struct Figures {
     create: Vec<Duration>,
 }
 
-async fn one_size(p: &RuncProvider, mb: usize, rounds: usize, next: &mut usize) -> Figures {
+/// Write back dirty pages and drop the page cache (as root), for a cold read of the home.
+fn drop_caches() {
+    rustix::fs::sync();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop the page cache (as root)");
+}
+
+async fn one_size(
+    p: &RuncProvider,
+    mb: usize,
+    rounds: usize,
+    cold: bool,
+    next: &mut usize,
+) -> Figures {
     let (source, _) = create_to_first_command(p, *next).await;
     *next += 1;
     sh(
@@ -89,6 +103,9 @@ async fn one_size(p: &RuncProvider, mb: usize, rounds: usize, next: &mut usize) 
     };
     for _ in 0..rounds {
         let cp = CheckpointId::generate();
+        if cold {
+            drop_caches();
+        }
         let started = Instant::now();
         let taken = p
             .checkpoint(&source, &cp, u64::MAX)
@@ -164,19 +181,21 @@ async fn main() {
             ..DiskQuota::default()
         };
     }
+    let cold = std::env::var_os("THREADBOX_BENCH_COLD").is_some();
     let p = RuncProvider::open(config).await.expect("open provider");
     println!(
-        "runc checkpoints ({}, medians of {rounds} rounds; a writer appends to the home throughout)",
+        "runc checkpoints ({}{}, medians of {rounds} rounds; a writer appends to the home throughout)",
         match (p.is_rootless(), p.config().limits.disk.is_some()) {
             (true, _) => "rootless",
             (false, true) => "root, home volumes",
             (false, false) => "root, plain-directory homes",
-        }
+        },
+        if cold { ", page cache dropped before each checkpoint" } else { "" }
     );
     println!("home    checkpoint  stall     restore   fork→1st cmd  create→1st cmd  fork/create");
     let mut next = 0;
     for mb in sizes {
-        let f = one_size(&p, mb, rounds, &mut next).await;
+        let f = one_size(&p, mb, rounds, cold, &mut next).await;
         let (fork, create) = (median(f.fork), median(f.create));
         println!(
             "{:>4} MB  {:>7.0} ms  {:>5.0} ms  {:>6.0} ms  {:>9.0} ms  {:>11.0} ms  {:>9.2}",

@@ -10,11 +10,15 @@
 //! complete, so a checkpoint that exists is whole; a crash leaves a `.partial-` the next open
 //! removes.
 //!
-//! **Take**: the container is frozen (the cgroup freezer, or `SIGSTOP` rootless), the home is
-//! copied (cloned per file where the filesystem can, else copied sparse; see `home_copy`), and
-//! the container is thawed: the copy is consistent whatever its processes were writing, and
-//! the stall is the copy's time. Nothing new starts meanwhile (commands start under the
-//! sandbox's lifecycle lock, which the take holds).
+//! **Take**: in two passes (see `home_copy::live`). First, the sandbox running, the whole home
+//! is copied (cloned per file where the filesystem can, else copied sparse; see `home_copy`),
+//! noting what each copy was made from; then the container is frozen (the cgroup freezer, or
+//! `SIGSTOP` rootless), the home walked again and made equal to it (what changed since the
+//! first pass read it, by its ctime, inode and the processes mapping or writing it, copied
+//! again; what is gone removed), and the container thawed: the copy is as consistent as one
+//! made all frozen, whatever its processes were writing, and the stall is the second pass's
+//! time. Nothing new starts during the second pass (commands start under the sandbox's
+//! lifecycle lock, which the take holds then); during the first, the sandbox goes on as ever.
 //!
 //! **Restore**: a marker (`restoring` in the bundle, naming the checkpoint) is written first;
 //! then the sandbox's processes are listed and killed (`kill -KILL -1` inside: everything but
@@ -23,8 +27,8 @@
 //! open finishes the restore: the home ends as it was or as asked, never half of each.
 //!
 //! **Fork**: a new sandbox is created (its own id, hostname, machine id and host ids, none of
-//! the source's processes), and the source's home (frozen while it is read) or the checkpoint
-//! is copied into its home with the ids moved to the new range. The source runs on. A fork
+//! the source's processes), and the source's home (in two passes, as a take's: frozen only for
+//! the second) or the checkpoint is copied into its home with the ids moved to the new range. The source runs on. A fork
 //! that fails kills the new sandbox.
 
 use std::fs;
@@ -34,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use super::bundle::Bundle;
 use super::create::HomeFiller;
+use super::home_copy::live::LiveCopy;
 use super::home_copy::{copy_tree, remove_tree, CopyError, CopyStats, IdMove};
 use super::idmap::IdRange;
 use super::ids::validate_sandbox_id;
@@ -156,35 +161,91 @@ impl RuncProvider {
         let partial = root.join(format!("{PARTIAL_PREFIX}{id}"));
         let ids = sandbox_ids(&bundle);
         let slot = self.slot(sandbox_id);
-        let _lifecycle = slot.lifecycle.lock().await;
-        let (copied, stalled) = self
-            .frozen(sandbox_id, {
-                let (home, partial) = (bundle.home(), partial.clone());
-                move || {
-                    remove_tree(&partial)?;
-                    fs::create_dir(&partial)?;
-                    fs::write(partial.join("ids.json"), serde_json::to_vec(&ids)?)?;
-                    fs::create_dir(partial.join("home"))?;
-                    copy_home(&home, &partial.join("home"), IdMove::same(ids), max_bytes)
-                        .map_err(copy_io)
-                }
-            })
+        // Pass 1, the sandbox running (see `home_copy::live`), and not holding its lifecycle
+        // lock: its commands start meanwhile, and whatever they, a pause, a restore or a
+        // destroy do is pass 2's to see (a volume is unmounted lazily, so a destroy is not held
+        // up by what pass 1 has open).
+        let started = Instant::now();
+        let mut live = self
+            .live_copy(
+                sandbox_id,
+                &slot,
+                (bundle.home(), partial.join("home")),
+                IdMove::same(ids),
+                max_bytes,
+            )
             .await?;
-        let stats = match copied {
-            Ok(stats) => stats,
+        let warmed = tokio::task::spawn_blocking({
+            let partial = partial.clone();
+            move || -> io::Result<LiveCopy> {
+                remove_tree(&partial)?;
+                fs::create_dir(&partial)?;
+                fs::write(partial.join("ids.json"), serde_json::to_vec(&ids)?)?;
+                fs::create_dir(partial.join("home"))?;
+                live.warm();
+                Ok(live)
+            }
+        })
+        .await
+        .map_err(|e| internal("the home copy panicked", e))?;
+        let live = match warmed {
+            Ok(live) => live,
             Err(e) => {
+                let _ = remove_tree(&partial);
+                return Err(internal("cannot start the checkpoint", e));
+            }
+        };
+        let warm = started.elapsed();
+        fault::point("checkpoint-warmed");
+        // Pass 2, frozen and under the lock: nothing starts while only what changed is copied.
+        let _lifecycle = slot.lifecycle.lock().await;
+        let frozen = self
+            .frozen(sandbox_id, move || live.finish().map_err(copy_io))
+            .await;
+        // Whatever went wrong (the sandbox gone meanwhile, a freeze refused, the copy), pass 1's
+        // copy goes: nothing is left for the next open to find.
+        let (done, stalled) = match frozen {
+            Ok((Ok(done), stalled)) => (done, stalled),
+            Ok((Err(e), _)) => {
                 let _ = remove_tree(&partial);
                 return Err(copy_error(e, max_bytes));
             }
+            Err(e) => {
+                let _ = remove_tree(&partial);
+                return Err(e);
+            }
         };
+        let stats = done.stats;
         fault::point("checkpoint-before-publish");
         fs::rename(&partial, &dest).map_err(|e| internal("cannot publish the checkpoint", e))?;
         tracing::info!(sandbox_id, checkpoint = %id, bytes = stats.bytes, files = stats.files,
-            cloned = stats.cloned, stalled_ms = stalled.as_millis() as u64, "checkpoint taken");
+            cloned = stats.cloned, recopied = done.recopied, two_pass = done.two_pass,
+            warm_ms = warm.as_millis() as u64, stalled_ms = stalled.as_millis() as u64,
+            "checkpoint taken");
         Ok(CheckpointTaken {
             bytes: stats.bytes,
             files: stats.files,
             stalled,
+        })
+    }
+
+    /// A two-pass copy of a running sandbox's home `from` into `to` (see `home_copy::live`),
+    /// looking for writers among the container's processes where its cgroup is known.
+    async fn live_copy(
+        &self,
+        sandbox_id: &str,
+        slot: &crate::Slot,
+        (from, to): (PathBuf, PathBuf),
+        ids: IdMove,
+        cap: u64,
+    ) -> Result<LiveCopy, ProviderError> {
+        let live = LiveCopy::new(from, to, ids, cap, Some(LOST_FOUND));
+        if self.is_rootless() {
+            return Ok(live);
+        }
+        Ok(match self.container_cgroup(sandbox_id, slot).await? {
+            Some(cgroup) => live.watching(Box::new(move || cgroup.procs())),
+            None => live,
         })
     }
 
@@ -220,6 +281,12 @@ impl RuncProvider {
             };
             let mut attempt = 1;
             while let Err(e) = self.runc.pause(sandbox_id).await {
+                if self.is_rootless() {
+                    // A signal freeze that failed midway has left its mark and some processes
+                    // stopped: both undone, or the next try (and the sandbox) would find it
+                    // paused.
+                    let _ = self.runc.resume(sandbox_id).await;
+                }
                 if attempt >= attempts {
                     return Err(self.classify(sandbox_id, e).await);
                 }
@@ -403,7 +470,7 @@ impl RuncProvider {
     }
 
     /// `SandboxProvider::fork`: a create whose home is filled, while its container starts, from
-    /// the source's home (frozen for the copy) or the checkpoint.
+    /// the source's home (frozen for the second of two passes) or the checkpoint.
     pub(crate) async fn fork_sandbox(
         &self,
         request: ForkSandbox,
@@ -425,7 +492,8 @@ impl RuncProvider {
         Ok(created)
     }
 
-    /// Copy the source's home (frozen) or the checkpoint into the new sandbox's `home`.
+    /// Copy the source's home (two passes, the second frozen) or the checkpoint into the new
+    /// sandbox's `home`.
     async fn fill_fork(
         &self,
         source_id: String,
@@ -451,16 +519,37 @@ impl RuncProvider {
                     from: sandbox_ids(&source),
                     to,
                 };
-                let src_home = source.home();
                 let slot = self.slot(&source_id);
-                let _lifecycle = slot.lifecycle.lock().await;
-                self.frozen(&source_id, move || {
+                // As a checkpoint's: most of it with the source running (its commands too), the
+                // rest frozen, under its lifecycle lock.
+                let mut live = self
+                    .live_copy(
+                        &source_id,
+                        &slot,
+                        (source.home(), home.clone()),
+                        ids,
+                        u64::MAX,
+                    )
+                    .await?;
+                let warmed = tokio::task::spawn_blocking(move || -> io::Result<LiveCopy> {
                     empty_home(&home)?;
-                    fault::point("fork-copying");
-                    copy_home(&src_home, &home, ids, u64::MAX).map_err(copy_io)
+                    live.warm();
+                    Ok(live)
                 })
-                .await?
-                .0
+                .await
+                .map_err(|e| internal("the home copy panicked", e))?;
+                match warmed {
+                    Ok(live) => {
+                        let _lifecycle = slot.lifecycle.lock().await;
+                        self.frozen(&source_id, move || {
+                            fault::point("fork-copying");
+                            live.finish().map(|done| done.stats).map_err(copy_io)
+                        })
+                        .await?
+                        .0
+                    }
+                    Err(e) => Err(e),
+                }
             }
         };
         copied.map(drop).map_err(|e| match e.raw_os_error() {

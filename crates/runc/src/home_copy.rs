@@ -8,6 +8,12 @@
 //! and the walk is iterative (no depth limit can overflow the stack). The copy stops, and says
 //! so, once the source holds more than the cap. The destination is always threadbox's own
 //! (a fresh directory, or a home whose processes are stopped).
+//!
+//! A home whose sandbox runs on is copied by [`live::LiveCopy`] instead: most of it with the
+//! sandbox running, the rest frozen.
+
+pub(crate) mod live;
+mod writers;
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -94,7 +100,12 @@ impl IdMove {
     }
 
     fn owner(&self, meta: &fs::Metadata) -> (u32, u32) {
-        (self.map(meta.uid(), false), self.map(meta.gid(), true))
+        self.owner_ids(meta.uid(), meta.gid())
+    }
+
+    /// The destination's owner of a source entry owned by host ids `uid` and `gid`.
+    pub fn owner_ids(&self, uid: u32, gid: u32) -> (u32, u32) {
+        (self.map(uid, false), self.map(gid, true))
     }
 }
 
@@ -255,15 +266,22 @@ fn copy_file(
         .create_new(true)
         .mode(0o600)
         .open(to)?;
-    let cloned = ioctl_ficlone(&dest, &source).is_ok();
-    if !cloned {
-        sparse_copy(&source, &dest, opened.len())?;
-    }
+    let cloned = copy_data(&source, &dest, opened.len())?;
     let (uid, gid) = ids.owner(meta);
     std::os::unix::fs::fchown(&dest, Some(uid), Some(gid))?;
     dest.set_permissions(fs::Permissions::from_mode(mode))?;
     rustix::fs::futimens(&dest, &timestamps(meta))?;
     Ok(cloned)
+}
+
+/// Put `source`'s first `len` bytes into the empty `dest`: a clone where the filesystem can,
+/// else a sparse copy. True when cloned.
+fn copy_data(source: &File, dest: &File, len: u64) -> io::Result<bool> {
+    if ioctl_ficlone(dest, source).is_ok() {
+        return Ok(true);
+    }
+    sparse_copy(source, dest, len)?;
+    Ok(false)
 }
 
 /// Copy `len` bytes' worth of data extents from `source` to `dest`, leaving holes as holes.

@@ -227,6 +227,127 @@ async fn a_checkpoint_is_consistent_while_a_process_writes() {
     );
 }
 
+/// One step of the busy writer below, `i`: the log first, then a folder made and an older one
+/// removed, a header rewritten in place with the file's mtime put back (only its ctime moves),
+/// an atomic pair, and last the counter `n`.
+const BUSY_STEP: &str = "i=$((i+1)); echo $i >> log; mkdir -p s/$i && echo $i > s/$i/v; \
+    rm -rf s/$((i-3)); printf '%08d' $i | dd of=big bs=8 count=1 conv=notrunc 2>/dev/null; \
+    touch -m -d @1000000000 big; echo $i > a.t && mv a.t a; echo $i > b.t && mv b.t b; \
+    echo $i > n.t && mv n.t n;";
+
+/// The home `home` (a checkpoint's or a fork's copy) is one instant of the busy writer's: with
+/// `n` = k, step k is whole and step k+1 at most begun.
+fn assert_one_instant(home: &Path) {
+    let read = |name: &str| std::fs::read_to_string(home.join(name)).unwrap_or_default();
+    let k: u64 = read("n").trim().parse().expect("the counter");
+    let log: Vec<u64> = read("log").lines().map(|l| l.parse().unwrap()).collect();
+    let last = *log.last().expect("a log");
+    assert!(last == k || last == k + 1, "log at {last}, counter {k}");
+    assert_eq!(log, (1..=last).collect::<Vec<_>>(), "the log is whole");
+    let begun = last == k + 1;
+    let mut folders: Vec<u64> = std::fs::read_dir(home.join("s"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
+        .collect();
+    folders.sort_unstable();
+    for j in folders.iter().copied() {
+        assert!(
+            j + 2 >= k && j <= k + 1,
+            "folder {j} with the counter at {k}: {folders:?}"
+        );
+        assert!(j <= k || begun, "folder {j} before its step began");
+        let v = read(&format!("s/{j}/v"));
+        assert!(
+            v.trim() == j.to_string() || (j == k + 1 && v.is_empty()),
+            "s/{j}/v = {v:?}"
+        );
+    }
+    for j in k.saturating_sub(1).max(1)..=k {
+        assert!(
+            folders.contains(&j),
+            "folder {j} missing at {k}: {folders:?}"
+        );
+    }
+    if !begun && k >= 3 {
+        assert!(
+            folders.contains(&(k - 2)),
+            "folder {} removed early: {folders:?}",
+            k - 2
+        );
+    }
+    let big = std::fs::read(home.join("big")).unwrap();
+    assert_eq!(big.len(), 65536);
+    let header: u64 = String::from_utf8_lossy(&big[..8])
+        .parse()
+        .expect("a header");
+    assert!(
+        header == k || (begun && header == k + 1),
+        "header {header} at {k}"
+    );
+    let (a, b): (u64, u64) = (
+        read("a").trim().parse().unwrap(),
+        read("b").trim().parse().unwrap(),
+    );
+    assert!(b == a || b + 1 == a, "a={a} b={b}");
+    assert!(a == k || (begun && a == k + 1), "a={a} at {k}");
+    let data = std::fs::read_dir(home.join("data")).unwrap().count();
+    assert_eq!(data, 48, "the bulk is whole");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_and_a_fork_are_one_instant_of_a_home_changing_throughout() {
+    let (fixture, p, id) = sandbox!();
+    // Enough bulk that the first pass, the sandbox running, takes a while.
+    out(
+        &p,
+        &id,
+        "mkdir -p data s && for j in $(seq 1 48); do head -c 1048576 /dev/urandom > data/f$j; \
+         done && head -c 65536 /dev/zero > big",
+    )
+    .await;
+    let rest = if is_root() { "" } else { "sleep 0.05;" };
+    p.start_process(
+        &id,
+        background(&format!("i=0; while :; do {BUSY_STEP} {rest} done")),
+    )
+    .await
+    .expect("start the writer");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for round in 0..5 {
+        let cp = CheckpointId::generate();
+        p.checkpoint(&id, &cp, 1 << 30).await.expect("checkpoint");
+        assert_one_instant(&fixture.copy_of(&cp));
+        p.delete_checkpoint(&thread_of(&p, &id).await, &cp)
+            .await
+            .expect("delete");
+        if round < 2 {
+            let forked = p
+                .fork(ForkSandbox {
+                    source: id.clone(),
+                    checkpoint: None,
+                    create: create_request(fresh_owner(1)),
+                })
+                .await
+                .expect("fork")
+                .sandbox_id;
+            assert_one_instant(&fixture.home(&forked));
+            p.kill(&forked).await.expect("kill the fork");
+        }
+    }
+    assert!(
+        fixture.checkpoints().is_empty(),
+        "{:?}",
+        fixture.checkpoints()
+    );
+    // The writer ran on.
+    let before = std::fs::read_to_string(fixture.home(&id).join("n")).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_ne!(
+        std::fs::read_to_string(fixture.home(&id).join("n")).unwrap(),
+        before
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_puts_the_home_back_in_place_and_names_what_it_stopped() {
     let (fixture, p, id) = sandbox!();
@@ -528,19 +649,22 @@ async fn child_forks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_mid_checkpoint_leaves_no_half_copy_and_a_working_sandbox() {
-    let Some((f, p, id)) = crash_at("checkpoint-before-publish", "child_checkpoints").await else {
-        return;
-    };
-    assert!(
-        f.checkpoints().is_empty(),
-        "the open removed the half copy: {:?}",
-        f.checkpoints()
-    );
-    assert!(
-        !p.connect(&id).await.expect("connect").resumed,
-        "thawed before the crash"
-    );
-    assert_eq!(out(&p, &id, "cat f").await, "before\n");
+    // Between the two passes (the sandbox never frozen), and after the frozen one.
+    for point in ["checkpoint-warmed", "checkpoint-before-publish"] {
+        let Some((f, p, id)) = crash_at(point, "child_checkpoints").await else {
+            return;
+        };
+        assert!(
+            f.checkpoints().is_empty(),
+            "{point}: the open removed the half copy: {:?}",
+            f.checkpoints()
+        );
+        assert!(
+            !p.connect(&id).await.expect("connect").resumed,
+            "{point}: thawed before the crash"
+        );
+        assert_eq!(out(&p, &id, "cat f").await, "before\n");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
