@@ -173,3 +173,159 @@ async fn a_sandbox_without_a_runner_runs_commands_through_runc_exec() {
     assert!(out.timed_out, "{out:?}");
     p.kill(&id).await.unwrap();
 }
+
+// ---- Audit of the command runner (branch `audit`): each test below states a property the
+// runner path should share with `runc exec`, or a hostile sandbox's move it should survive.
+
+/// A provider like [`provider`]'s, with `tweak` applied to its settings first.
+async fn provider_with(
+    what: &str,
+    tweak: impl FnOnce(&mut threadbox_runc::RuncConfig),
+) -> Option<(RuncProvider, KillAll, tempfile::TempDir)> {
+    let runc = runc_or_skip(what)?;
+    if !rustix::process::geteuid().is_root() {
+        return require_or_skip(what, "the runner's tests run as root".into());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = state_config(dir.path(), runc);
+    tweak(&mut config);
+    let kill = KillAll(config.clone());
+    let p = RuncProvider::open(config).await.expect("open");
+    Some((p, kill, dir))
+}
+
+fn as_root(script: &str) -> ExecRequest {
+    let mut request = ExecRequest::shell(script);
+    request.user = SandboxUser::Root;
+    request
+}
+
+/// `runc exec` enters the working directory before it drops to the user (runc chdirs while it
+/// is still root in the sandbox), so a directory of mode 000 works as a command's cwd. The
+/// runner checks only `is_dir` (a `stat`), and the child's `chdir` as the user then fails
+/// inside `Command::spawn`: the refusal reads "cannot start \"/bin/sh\": Permission denied",
+/// which `not_started` does not recognise, so the caller gets an internal error (500) that
+/// blames runc ("runc exec failed: ...") for a request that used to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_working_directory_the_user_cannot_enter_works_as_under_runc_exec() {
+    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    sh(&p, &id, "mkdir -p /home/user/locked && chmod 000 /home/user/locked").await;
+    let locked = || ExecRequest {
+        cwd: Some("/home/user/locked".into()),
+        ..ExecRequest::shell("pwd")
+    };
+    let by_runner = p.exec(&id, locked()).await;
+    // The same request through `runc exec` (a sandbox without the runner's socket).
+    let socket = p.config().sandboxes_dir().join(&id).join("run/runner.sock");
+    std::fs::remove_file(&socket).expect("the runner's socket is in the bundle");
+    let by_runc = p.exec(&id, locked()).await;
+    p.kill(&id).await.unwrap();
+    assert!(
+        matches!(&by_runc, Ok(out) if out.stdout == "/home/user/locked\n"),
+        "runc exec: {by_runc:?}"
+    );
+    assert!(
+        matches!(&by_runner, Ok(out) if out.stdout == "/home/user/locked\n"),
+        "the runner answers otherwise than runc exec: {by_runner:?} (runc exec: {by_runc:?})"
+    );
+}
+
+/// What a command sees of its own process (signal mask and dispositions, credentials,
+/// limits, umask, session, environment) is the same whichever way it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_command_sees_the_same_process_whichever_way_it_started() {
+    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    let probe = "grep -E '^(SigBlk|SigIgn|SigCgt|NoNewPrivs|Seccomp|Cap[A-Za-z]+|Groups|Uid|Gid)' \
+                 /proc/self/status; echo umask $(umask); ulimit -a; \
+                 echo oom $(cat /proc/self/oom_score_adj); \
+                 echo session-leader $([ \"$(ps -o sid= -p $$ | tr -d ' ')\" = \"$PPID\" ] && echo wrapper); \
+                 env | grep -v -E '^(_|PWD|SHLVL|OLDPWD)=' | sort; \
+                 ls /proc/$PPID/fd | sort -n | tr '\\n' ' '";
+    let by_runner = sh(&p, &id, probe).await;
+    let socket = p.config().sandboxes_dir().join(&id).join("run/runner.sock");
+    std::fs::remove_file(&socket).expect("the runner's socket is in the bundle");
+    let by_runc = sh(&p, &id, probe).await;
+    p.kill(&id).await.unwrap();
+    assert!(
+        by_runner.contains("SigBlk") && by_runner.contains("umask"),
+        "{by_runner}"
+    );
+    assert_eq!(
+        by_runner, by_runc,
+        "the runner's command (left) and runc exec's (right) differ"
+    );
+}
+
+/// Everything in the sandbox runs as the runner's uid, so any of it may SIGSTOP the child the
+/// runner has forked but not yet exec'd (`kill -STOP -1` in a loop does it by chance). The
+/// runner, single-threaded, then waits in `Command::spawn` for that child's exec with no
+/// deadline: it never accepts again. Every later command of the user waits the provider's
+/// whole `call_timeout` (30 s by default, whatever the request's own timeout) and fails, even
+/// once the process that did it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_stopped_child_does_not_wedge_the_runner() {
+    let Some((p, _kill, _dir)) = provider_with("the command runner", |c| {
+        c.call_timeout = Duration::from_secs(3);
+    })
+    .await
+    else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    // Out of the command's group and parentage, so its timeout does not take it along.
+    sh(
+        &p,
+        &id,
+        "(setsid sh -c 'echo $$ >/tmp/stopper; sleep 1; while :; do kill -STOP -1; done' \
+         </dev/null >/dev/null 2>&1 &)",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut wedged = None;
+    for _ in 0..40 {
+        let started = std::time::Instant::now();
+        let request = ExecRequest {
+            timeout: Duration::from_millis(500),
+            ..ExecRequest::shell("true")
+        };
+        if let Err(e) = p.exec(&id, request).await {
+            wedged = Some((e, started.elapsed()));
+            break;
+        }
+    }
+    // The stopper goes (root's commands start through runc exec, out of the user's reach).
+    let out = p
+        .exec(&id, as_root("kill -KILL $(cat /tmp/stopper)"))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    let after = p
+        .exec(
+            &id,
+            ExecRequest {
+                timeout: Duration::from_secs(2),
+                ..ExecRequest::shell("echo ok")
+            },
+        )
+        .await;
+    let stopped = p
+        .exec(&id, as_root("ps -eo pid=,ppid=,stat=,wchan:24=,comm="))
+        .await
+        .map(|o| o.stdout);
+    if std::env::var_os("AUDIT_PAUSE").is_some() {
+        eprintln!("{id}: {stopped:?}");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+    p.kill(&id).await.unwrap();
+    assert!(
+        matches!(&after, Ok(out) if out.stdout == "ok\n"),
+        "once the stopper is gone the user's commands run again; got {after:?}, after a \
+         500 ms command failed with {wedged:?}; stopped in the sandbox: {stopped:?}"
+    );
+}
