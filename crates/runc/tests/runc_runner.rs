@@ -262,12 +262,48 @@ async fn audit_a_command_sees_the_same_process_whichever_way_it_started() {
     );
 }
 
+/// Starts, in the sandbox, a process of the user's that SIGSTOPs every process it can in a loop
+/// (`kill -STOP -1`: all the user's but pid 1 and itself), out of any command's group and
+/// parentage so no timeout takes it along; then runs short commands until one fails (the
+/// runner no longer answers): that error and how long the 500 ms command took, or `None`.
+async fn wedge_the_runner(p: &RuncProvider, id: &str) -> Option<(ProviderError, Duration)> {
+    sh(
+        p,
+        id,
+        "(setsid sh -c 'echo $$ >/tmp/stopper; sleep 1; while :; do kill -STOP -1; done' \
+         </dev/null >/dev/null 2>&1 &)",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for _ in 0..60 {
+        let started = std::time::Instant::now();
+        let request = ExecRequest {
+            timeout: Duration::from_millis(500),
+            ..ExecRequest::shell("true")
+        };
+        if let Err(e) = p.exec(id, request).await {
+            return Some((e, started.elapsed()));
+        }
+    }
+    None
+}
+
+/// Kills the process [`wedge_the_runner`] started (root's commands start through runc exec,
+/// out of the user's reach).
+async fn kill_the_stopper(p: &RuncProvider, id: &str) {
+    let out = p
+        .exec(id, as_root("kill -KILL $(cat /tmp/stopper)"))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+}
+
 /// Everything in the sandbox runs as the runner's uid, so any of it may SIGSTOP the child the
-/// runner has forked but not yet exec'd (`kill -STOP -1` in a loop does it by chance). The
-/// runner, single-threaded, then waits in `Command::spawn` for that child's exec with no
-/// deadline: it never accepts again. Every later command of the user waits the provider's
-/// whole `call_timeout` (30 s by default, whatever the request's own timeout) and fails, even
-/// once the process that did it is gone.
+/// runner has forked but not yet exec'd (`kill -STOP -1` in a loop does it within a few
+/// commands). The runner, single-threaded, then waits in `Command::spawn` for that child's
+/// exec with no deadline: it never accepts again, nor reaps. Every later command of the user
+/// waits the provider's whole `call_timeout` (30 s by default, whatever the request's own
+/// timeout) and fails, even once the process that did it is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_a_stopped_child_does_not_wedge_the_runner() {
     let Some((p, _kill, _dir)) = provider_with("the command runner", |c| {
@@ -278,33 +314,8 @@ async fn audit_a_stopped_child_does_not_wedge_the_runner() {
         return;
     };
     let id = new_sandbox(&p).await;
-    // Out of the command's group and parentage, so its timeout does not take it along.
-    sh(
-        &p,
-        &id,
-        "(setsid sh -c 'echo $$ >/tmp/stopper; sleep 1; while :; do kill -STOP -1; done' \
-         </dev/null >/dev/null 2>&1 &)",
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut wedged = None;
-    for _ in 0..40 {
-        let started = std::time::Instant::now();
-        let request = ExecRequest {
-            timeout: Duration::from_millis(500),
-            ..ExecRequest::shell("true")
-        };
-        if let Err(e) = p.exec(&id, request).await {
-            wedged = Some((e, started.elapsed()));
-            break;
-        }
-    }
-    // The stopper goes (root's commands start through runc exec, out of the user's reach).
-    let out = p
-        .exec(&id, as_root("kill -KILL $(cat /tmp/stopper)"))
-        .await
-        .unwrap();
-    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    let wedged = wedge_the_runner(&p, &id).await;
+    kill_the_stopper(&p, &id).await;
     let after = p
         .exec(
             &id,
@@ -314,18 +325,50 @@ async fn audit_a_stopped_child_does_not_wedge_the_runner() {
             },
         )
         .await;
-    let stopped = p
-        .exec(&id, as_root("ps -eo pid=,ppid=,stat=,wchan:24=,comm="))
+    let processes = p
+        .exec(&id, as_root("ps -eo pid=,ppid=,stat=,comm="))
         .await
         .map(|o| o.stdout);
-    if std::env::var_os("AUDIT_PAUSE").is_some() {
-        eprintln!("{id}: {stopped:?}");
-        tokio::time::sleep(Duration::from_secs(60)).await;
-    }
     p.kill(&id).await.unwrap();
     assert!(
         matches!(&after, Ok(out) if out.stdout == "ok\n"),
         "once the stopper is gone the user's commands run again; got {after:?}, after a \
-         500 ms command failed with {wedged:?}; stopped in the sandbox: {stopped:?}"
+         500 ms command failed with {wedged:?}; the sandbox's processes: {processes:?}"
+    );
+}
+
+/// A command whose caller was told it failed (the runner did not answer within
+/// `call_timeout`) must not run later. The runner reads a connection's request even after the
+/// host gave up and closed it, so once it accepts again it starts every command whose caller
+/// already got a 503, and no one watches, times out or kills them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_command_the_caller_was_told_failed_does_not_run_later() {
+    let Some((p, _kill, _dir)) = provider_with("the command runner", |c| {
+        c.call_timeout = Duration::from_secs(2);
+    })
+    .await
+    else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    let wedged = wedge_the_runner(&p, &id).await;
+    assert!(wedged.is_some(), "the runner could not be wedged here");
+    let told = p
+        .exec(&id, ExecRequest::shell("echo ran >>/home/user/late"))
+        .await;
+    kill_the_stopper(&p, &id).await;
+    // Root continues what the stopper stopped (an operator's `kill -CONT -1`).
+    p.exec(&id, as_root("kill -CONT -1")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let late = p
+        .exec(&id, as_root("cat /home/user/late 2>/dev/null; true"))
+        .await
+        .unwrap()
+        .stdout;
+    p.kill(&id).await.unwrap();
+    assert!(told.is_err(), "the command's caller was told: {told:?}");
+    assert_eq!(
+        late, "",
+        "the caller was told {told:?}, yet the command ran afterwards"
     );
 }
