@@ -212,7 +212,12 @@ async fn audit_a_working_directory_the_user_cannot_enter_works_as_under_runc_exe
         return;
     };
     let id = new_sandbox(&p).await;
-    sh(&p, &id, "mkdir -p /home/user/locked && chmod 000 /home/user/locked").await;
+    sh(
+        &p,
+        &id,
+        "mkdir -p /home/user/locked && chmod 000 /home/user/locked",
+    )
+    .await;
     let locked = || ExecRequest {
         cwd: Some("/home/user/locked".into()),
         ..ExecRequest::shell("pwd")
@@ -370,5 +375,82 @@ async fn audit_a_command_the_caller_was_told_failed_does_not_run_later() {
     assert_eq!(
         late, "",
         "the caller was told {told:?}, yet the command ran afterwards"
+    );
+}
+
+/// The host's descriptors open now (this test process is the provider's host).
+fn host_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Whatever way a command through the runner ends (its exit, its timeout, a refusal, a child
+/// left holding its output, a caller that went away midway), the host keeps no descriptor and
+/// no task of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_the_host_keeps_nothing_of_a_command_through_the_runner() {
+    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+        return;
+    };
+    let p = Arc::new(p);
+    let id = new_sandbox(&p).await;
+    let round = |p: Arc<RuncProvider>, id: String| async move {
+        let _ = p.exec(&id, ExecRequest::shell("echo hi")).await;
+        let _ = p
+            .exec(
+                &id,
+                ExecRequest {
+                    timeout: Duration::from_millis(200),
+                    ..ExecRequest::shell("sleep 5")
+                },
+            )
+            .await;
+        let _ = p
+            .exec(
+                &id,
+                ExecRequest {
+                    cwd: Some("/nowhere".into()),
+                    ..ExecRequest::shell("true")
+                },
+            )
+            .await;
+        let _ = p.exec(&id, ExecRequest::shell("sleep 3 & echo left")).await;
+        // A caller that gives up before the runner answers, and one while the command runs.
+        for wait in [0, 1, 50] {
+            let _ = tokio::time::timeout(
+                Duration::from_millis(wait),
+                p.exec(&id, ExecRequest::shell("sleep 2")),
+            )
+            .await;
+        }
+    };
+    round(p.clone(), id.clone()).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (fds, tasks) = (
+        host_fds(),
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks(),
+    );
+    for _ in 0..5 {
+        round(p.clone(), id.clone()).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (fds_after, tasks_after) = (
+        host_fds(),
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks(),
+    );
+    let left = sh(
+        &p,
+        &id,
+        "ps -eo stat=,comm= | grep -v -e '^R' | sort | uniq -c",
+    )
+    .await;
+    p.kill(&id).await.unwrap();
+    assert_eq!(
+        (fds_after, tasks_after),
+        (fds, tasks),
+        "host descriptors and tasks after one round and after five more; in the sandbox: {left}"
     );
 }
