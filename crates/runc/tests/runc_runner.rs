@@ -377,3 +377,22 @@ async fn audit_a_command_the_caller_was_told_failed_does_not_run_later() {
         "the caller was told {told:?}, yet the command ran afterwards"
     );
 }
+
+/// A provider opened again on the same state (threadbox restarted) reaches the runners of the
+/// sandboxes the earlier one made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_restarted_provider_reaches_the_runners_it_did_not_start() {
+    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    let config = p.config().clone();
+    drop(p);
+    let again = RuncProvider::open(config).await.expect("open again");
+    assert_eq!(
+        sh(&again, &id, STARTER).await,
+        "1\n",
+        "the runner started it"
+    );
+    again.kill(&id).await.unwrap();
+}
