@@ -270,8 +270,9 @@ async fn audit_a_command_sees_the_same_process_whichever_way_it_started() {
 /// Starts, in the sandbox, a process of the user's that SIGSTOPs every process it can in a loop
 /// (`kill -STOP -1`: all the user's but pid 1 and itself), out of any command's group and
 /// parentage so no timeout takes it along; then runs short commands until one fails (the
-/// runner no longer answers): that error and how long the 500 ms command took, or `None`.
-async fn wedge_the_runner(p: &RuncProvider, id: &str) -> Option<(ProviderError, Duration)> {
+/// runner no longer answers): that error, how long the 500 ms command took and how many
+/// commands it took, or `None`.
+async fn wedge_the_runner(p: &RuncProvider, id: &str) -> Option<(ProviderError, Duration, usize)> {
     sh(
         p,
         id,
@@ -280,14 +281,14 @@ async fn wedge_the_runner(p: &RuncProvider, id: &str) -> Option<(ProviderError, 
     )
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    for _ in 0..60 {
+    for tries in 1..=60 {
         let started = std::time::Instant::now();
         let request = ExecRequest {
             timeout: Duration::from_millis(500),
             ..ExecRequest::shell("true")
         };
         if let Err(e) = p.exec(id, request).await {
-            return Some((e, started.elapsed()));
+            return Some((e, started.elapsed(), tries));
         }
     }
     None
