@@ -63,6 +63,9 @@ mod sys {
     pub const F_SETFD: c_int = 2;
     pub const FD_CLOEXEC: c_int = 1;
     pub const POLLIN: i16 = 1;
+    pub const POLLHUP: i16 = 0x10;
+    pub const POLLRDHUP: i16 = 0x2000;
+    pub const SIGKILL: c_int = 9;
     pub const PR_SET_NAME: c_int = 15;
     pub const PR_SET_DUMPABLE: c_int = 4;
     pub const EINTR: i32 = 4;
@@ -124,6 +127,7 @@ mod sys {
         pub fn dup2(old: c_int, new: c_int) -> c_int;
         pub fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
         pub fn close(fd: c_int) -> c_int;
+        pub fn kill(pid: c_int, signal: c_int) -> c_int;
         pub fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
         pub fn prctl(option: c_int, ...) -> c_int;
         pub fn signal(signal: c_int, handler: usize) -> usize;
@@ -239,9 +243,16 @@ fn reap_all() {
 fn serve(mut conn: UnixStream) {
     let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
     let _ = conn.set_write_timeout(Some(REQUEST_TIMEOUT));
-    let answer = read_request(&mut conn).and_then(start);
+    let answer = read_request(&mut conn).and_then(|request| {
+        // A host whose deadline passed while the runner was busy has closed the connection and
+        // told its caller the command failed: nobody would watch it, so it must not start.
+        if hung_up(&conn) {
+            return Err("the host has gone".into());
+        }
+        start(request)
+    });
     match answer {
-        Ok(pidfd) => {
+        Ok((pidfd, pid)) => {
             if send_with_fd(&conn, &[0], pidfd.as_raw_fd()).is_ok() {
                 // The command is not reaped until the host has looked its pid up through the
                 // pidfd (which names no pid once it is reaped): the host closes the connection
@@ -251,6 +262,11 @@ fn serve(mut conn: UnixStream) {
                         break;
                     }
                 }
+            } else {
+                // The host gave up while the command started: nobody watches it, so it goes.
+                // SAFETY: `pid` is our unreaped child and leads its own group (setsid), so the
+                // group is the command's and no other's.
+                unsafe { sys::kill(-pid, sys::SIGKILL) };
             }
         }
         Err(message) => {
@@ -259,6 +275,18 @@ fn serve(mut conn: UnixStream) {
             let _ = conn.write_all(&reply);
         }
     }
+}
+
+/// Whether the host has closed its end of `conn`.
+fn hung_up(conn: &UnixStream) -> bool {
+    let mut fd = sys::PollFd {
+        fd: conn.as_raw_fd(),
+        events: sys::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call's duration; no wait.
+    let ready = unsafe { sys::poll(&mut fd, 1, 0) };
+    ready > 0 && fd.revents & (sys::POLLHUP | sys::POLLRDHUP) != 0
 }
 
 /// What a request asks for.
@@ -320,8 +348,8 @@ fn read_request(conn: &mut UnixStream) -> Result<Request, String> {
 }
 
 /// Start the command, in its own session, with the request's stdio and the status pipe as
-/// fd 3; a pidfd of it.
-fn start(request: Request) -> Result<OwnedFd, String> {
+/// fd 3; a pidfd of it, and its pid.
+fn start(request: Request) -> Result<(OwnedFd, i32), String> {
     let Request {
         cwd,
         env,
@@ -371,7 +399,10 @@ fn start(request: Request) -> Result<OwnedFd, String> {
         ));
     }
     // SAFETY: a new descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
+    Ok((
+        unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
+        child.id() as i32,
+    ))
 }
 
 /// `recvmsg` into `buf`, with the descriptors sent along (close-on-exec). A request with more

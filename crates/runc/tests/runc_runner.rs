@@ -175,3 +175,227 @@ async fn a_sandbox_without_a_runner_runs_commands_through_runc_exec() {
     assert!(out.timed_out, "{out:?}");
     p.kill(&id).await.unwrap();
 }
+
+// ---- Audit of the command runner (branch `audit`): each test below states a property the
+// runner path should share with `runc exec`, or a hostile sandbox's move it should survive.
+
+/// A provider like [`provider`]'s, with `tweak` applied to its settings first.
+async fn provider_with(
+    what: &str,
+    tweak: impl FnOnce(&mut threadbox_runc::RuncConfig),
+) -> Option<(RuncProvider, KillAll, tempfile::TempDir)> {
+    let runc = runc_or_skip(what)?;
+    if !rustix::process::geteuid().is_root() {
+        return require_or_skip(what, "the runner's tests run as root".into());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = state_config(dir.path(), runc);
+    tweak(&mut config);
+    let kill = KillAll(config.clone());
+    let p = RuncProvider::open(config).await.expect("open");
+    Some((p, kill, dir))
+}
+
+fn as_root(script: &str) -> ExecRequest {
+    let mut request = ExecRequest::shell(script);
+    request.user = SandboxUser::Root;
+    request
+}
+
+/// `runc exec` enters the working directory before it drops to the user (runc chdirs while it
+/// is still root in the sandbox), so a directory of mode 000 works as a command's cwd. The
+/// runner checks only `is_dir` (a `stat`), and the child's `chdir` as the user then fails
+/// inside `Command::spawn`: the refusal reads "cannot start \"/bin/sh\": Permission denied",
+/// which `not_started` does not recognise, so the caller gets an internal error (500) that
+/// blames runc ("runc exec failed: ...") for a request that used to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_working_directory_the_user_cannot_enter_works_as_under_runc_exec() {
+    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    sh(
+        &p,
+        &id,
+        "mkdir -p /home/user/locked && chmod 000 /home/user/locked",
+    )
+    .await;
+    let locked = || ExecRequest {
+        cwd: Some("/home/user/locked".into()),
+        ..ExecRequest::shell("pwd")
+    };
+    let by_runner = p.exec(&id, locked()).await;
+    // The same request through `runc exec` (a sandbox without the runner's socket).
+    let socket = p.config().sandboxes_dir().join(&id).join("run/runner.sock");
+    std::fs::remove_file(&socket).expect("the runner's socket is in the bundle");
+    let by_runc = p.exec(&id, locked()).await;
+    p.kill(&id).await.unwrap();
+    assert!(
+        matches!(&by_runc, Ok(out) if out.stdout == "/home/user/locked\n"),
+        "runc exec: {by_runc:?}"
+    );
+    assert!(
+        matches!(&by_runner, Ok(out) if out.stdout == "/home/user/locked\n"),
+        "the runner answers otherwise than runc exec: {by_runner:?} (runc exec: {by_runc:?})"
+    );
+}
+
+/// What a command sees of its own process (signal mask and dispositions, credentials,
+/// limits, umask, session, environment) is the same whichever way it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_command_sees_the_same_process_whichever_way_it_started() {
+    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    let probe = "grep -E '^(SigBlk|SigIgn|SigCgt|NoNewPrivs|Seccomp|Cap[A-Za-z]+|Groups|Uid|Gid)' \
+                 /proc/self/status; echo umask $(umask); ulimit -a; \
+                 echo oom $(cat /proc/self/oom_score_adj); \
+                 echo session-leader $([ \"$(ps -o sid= -p $$ | tr -d ' ')\" = \"$PPID\" ] && echo wrapper); \
+                 env | grep -v -E '^(_|PWD|SHLVL|OLDPWD)=' | sort; \
+                 ls /proc/$PPID/fd | sort -n | tr '\\n' ' '";
+    let by_runner = sh(&p, &id, probe).await;
+    let socket = p.config().sandboxes_dir().join(&id).join("run/runner.sock");
+    std::fs::remove_file(&socket).expect("the runner's socket is in the bundle");
+    let by_runc = sh(&p, &id, probe).await;
+    p.kill(&id).await.unwrap();
+    assert!(
+        by_runner.contains("SigBlk") && by_runner.contains("umask"),
+        "{by_runner}"
+    );
+    assert_eq!(
+        by_runner, by_runc,
+        "the runner's command (left) and runc exec's (right) differ"
+    );
+}
+
+/// Starts, in the sandbox, a process of the user's that SIGSTOPs every process it can in a loop
+/// (`kill -STOP -1`: all the user's but pid 1 and itself), out of any command's group and
+/// parentage so no timeout takes it along; then runs short commands until one fails (the
+/// runner no longer answers): that error, how long the 500 ms command took and how many
+/// commands it took, or `None`.
+async fn wedge_the_runner(p: &RuncProvider, id: &str) -> Option<(ProviderError, Duration, usize)> {
+    sh(
+        p,
+        id,
+        "(setsid sh -c 'echo $$ >/tmp/stopper; sleep 1; while :; do kill -STOP -1; done' \
+         </dev/null >/dev/null 2>&1 &)",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for tries in 1..=60 {
+        let started = std::time::Instant::now();
+        let request = ExecRequest {
+            timeout: Duration::from_millis(500),
+            ..ExecRequest::shell("true")
+        };
+        if let Err(e) = p.exec(id, request).await {
+            return Some((e, started.elapsed(), tries));
+        }
+    }
+    None
+}
+
+/// Kills the process [`wedge_the_runner`] started (root's commands start through runc exec,
+/// out of the user's reach).
+async fn kill_the_stopper(p: &RuncProvider, id: &str) {
+    let out = p
+        .exec(id, as_root("kill -KILL $(cat /tmp/stopper)"))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+}
+
+/// Everything in the sandbox runs as the runner's uid, so any of it may SIGSTOP the child the
+/// runner has forked but not yet exec'd (`kill -STOP -1` in a loop does it within a few
+/// commands). The runner, single-threaded, then waits in `Command::spawn` for that child's
+/// exec with no deadline: it never accepts again, nor reaps. Every later command of the user
+/// waits the provider's whole `call_timeout` (30 s by default, whatever the request's own
+/// timeout) and fails, even once the process that did it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_stopped_child_does_not_wedge_the_runner() {
+    let Some((p, _kill, _dir)) = provider_with("the command runner", |c| {
+        c.call_timeout = Duration::from_secs(3);
+    })
+    .await
+    else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    let wedged = wedge_the_runner(&p, &id).await;
+    kill_the_stopper(&p, &id).await;
+    let after = p
+        .exec(
+            &id,
+            ExecRequest {
+                timeout: Duration::from_secs(2),
+                ..ExecRequest::shell("echo ok")
+            },
+        )
+        .await;
+    let processes = p
+        .exec(&id, as_root("ps -eo pid=,ppid=,stat=,comm="))
+        .await
+        .map(|o| o.stdout);
+    p.kill(&id).await.unwrap();
+    assert!(
+        matches!(&after, Ok(out) if out.stdout == "ok\n"),
+        "once the stopper is gone the user's commands run again; got {after:?}, after a \
+         500 ms command failed with {wedged:?}; the sandbox's processes: {processes:?}"
+    );
+}
+
+/// A command whose caller was told it failed (the runner did not answer within
+/// `call_timeout`) must not run later. The runner reads a connection's request even after the
+/// host gave up and closed it, so once it accepts again it starts every command whose caller
+/// already got a 503, and no one watches, times out or kills them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_command_the_caller_was_told_failed_does_not_run_later() {
+    let Some((p, _kill, _dir)) = provider_with("the command runner", |c| {
+        c.call_timeout = Duration::from_secs(2);
+    })
+    .await
+    else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    let wedged = wedge_the_runner(&p, &id).await;
+    assert!(wedged.is_some(), "the runner could not be wedged here");
+    let told = p
+        .exec(&id, ExecRequest::shell("echo ran >>/home/user/late"))
+        .await;
+    kill_the_stopper(&p, &id).await;
+    // Root continues what the stopper stopped (an operator's `kill -CONT -1`).
+    p.exec(&id, as_root("kill -CONT -1")).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let late = p
+        .exec(&id, as_root("cat /home/user/late 2>/dev/null; true"))
+        .await
+        .unwrap()
+        .stdout;
+    p.kill(&id).await.unwrap();
+    assert!(told.is_err(), "the command's caller was told: {told:?}");
+    assert_eq!(
+        late, "",
+        "the caller was told {told:?}, yet the command ran afterwards"
+    );
+}
+
+/// A provider opened again on the same state (threadbox restarted) reaches the runners of the
+/// sandboxes the earlier one made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_a_restarted_provider_reaches_the_runners_it_did_not_start() {
+    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+        return;
+    };
+    let id = new_sandbox(&p).await;
+    let config = p.config().clone();
+    drop(p);
+    let again = RuncProvider::open(config).await.expect("open again");
+    assert_eq!(
+        sh(&again, &id, STARTER).await,
+        "1\n",
+        "the runner started it"
+    );
+    again.kill(&id).await.unwrap();
+}
