@@ -26,9 +26,16 @@ ensure_e2b_sdks
 
 say "format check"
 cargo fmt --all -- --check
+# The sandbox's command runner is built by crates/runc/build.rs, outside every cargo target.
+RUNNER_SOURCE=crates/runc/runner/main.rs
+rustfmt --edition 2021 --check "$RUNNER_SOURCE"
 
 say "lint"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+runner_lint_dir=$(mktemp -d)
+clippy-driver --edition 2021 -D warnings --crate-type bin --emit=metadata \
+  --out-dir "$runner_lint_dir" "$RUNNER_SOURCE"
+rm -rf "$runner_lint_dir"
 
 say "each package on its own features"
 # The lint above builds everything with every feature on, which hides a function (or a crate on its

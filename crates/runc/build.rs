@@ -3,27 +3,32 @@
 //!
 //! It is compiled apart from the workspace, by the same `rustc`, as one std-only file linked
 //! statically: a container's root may be an image with another C library, or none. Without the
-//! `command-runner` feature (the Lambda functions, which run E2B in production), or where it
-//! cannot be built (a cross build, as `cargo lambda build --arm64` is, or a host without a
-//! static C library), the provider embeds nothing and says so at open, and commands start
-//! through `runc exec`.
+//! `command-runner` feature (the Lambda functions, which run E2B in production) nothing is
+//! built. A mistake in the runner's code stops the build with rustc's own words. Where only the
+//! static link fails (a host without the C library's static archive, `libc.a`) or the build is
+//! a cross build (`cargo lambda build --arm64` with the feature on), the provider embeds nothing
+//! and says so at open, this build warns, and commands start through `runc exec`.
 
 use std::env;
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const SOURCE: &str = "runner/main.rs";
 
 fn main() {
-    println!("cargo:rerun-if-changed=runner/main.rs");
+    println!("cargo:rerun-if-changed={SOURCE}");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let binary = out.join("threadbox-runner");
+    if env::var_os("CARGO_FEATURE_COMMAND_RUNNER").is_none() {
+        return embed_nothing(&binary);
+    }
     let (target, host) = (env::var("TARGET"), env::var("HOST"));
-    let wanted = env::var_os("CARGO_FEATURE_COMMAND_RUNNER").is_some();
-    if !wanted || target.is_err() || target != host {
-        std::fs::write(&binary, b"").expect("OUT_DIR is writable");
-        return;
+    if target.is_err() || target != host {
+        warn("this is a cross build, and the runner is built for the host only");
+        return embed_nothing(&binary);
     }
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let build = |linker: &[&str]| {
+    let compile = |extra: &[&str], output: &Path| -> Output {
         Command::new(&rustc)
             .args([
                 "--edition",
@@ -42,28 +47,50 @@ fn main() {
                 "strip=symbols",
             ])
             .args(["-C", "target-feature=+crt-static", "-C", "codegen-units=1"])
-            .args(linker)
+            .args(extra)
             .arg("-o")
-            .arg(&binary)
-            .arg("runner/main.rs")
-            .status()
+            .arg(output)
+            .arg(SOURCE)
+            .output()
+            .expect("cargo's rustc runs")
     };
+    // The code first, without linking: an error there is the runner's, and stops the build.
+    let checked = compile(&["--emit=metadata"], &out.join("threadbox-runner.rmeta"));
+    if !checked.status.success() {
+        panic!(
+            "the sandbox's command runner ({SOURCE}) does not compile:\n{}",
+            String::from_utf8_lossy(&checked.stderr)
+        );
+    }
     // The C toolchain's own linker first: rust-lld, the default since Rust 1.90, has been seen
     // to crash linking this static binary now and then. A toolchain that does not know the
     // option gets its default linker.
-    let mut built = build(&["-C", "linker-features=-lld"]);
-    if !matches!(&built, Ok(status) if status.success()) {
-        built = build(&[]);
+    let mut linked = compile(&["-C", "linker-features=-lld"], &binary);
+    if !linked.status.success() {
+        linked = compile(&[], &binary);
     }
-    match built {
-        Ok(status) if status.success() => {}
-        failed => {
-            println!(
-                "cargo:warning=the sandbox command runner could not be built statically \
-                 ({failed:?}; is the C library's static archive, libc.a, installed?): \
-                 commands will start through `runc exec`"
-            );
-            std::fs::write(&binary, b"").expect("OUT_DIR is writable");
-        }
+    if !linked.status.success() {
+        let said = String::from_utf8_lossy(&linked.stderr);
+        let last = said
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        warn(&format!(
+            "it could not be linked statically (is the C library's static archive, libc.a, \
+             installed? on Debian it is in libc6-dev, on Fedora glibc-static): {last}"
+        ));
+        embed_nothing(&binary);
     }
+}
+
+fn warn(why: &str) {
+    println!(
+        "cargo:warning=no sandbox command runner in this build, so commands start through \
+         `runc exec`: {why}"
+    );
+}
+
+fn embed_nothing(binary: &Path) {
+    std::fs::write(binary, b"").expect("OUT_DIR is writable");
 }

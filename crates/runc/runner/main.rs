@@ -17,19 +17,20 @@
 //!
 //! The answer is one byte, `0` with a pidfd of the started command attached (the host waits on
 //! it and finds the command's pid in its own namespace through it, then closes the connection;
-//! the command is not reaped before), or `1` followed by an error's words. The command is a session leader (`setsid`), as under `runc exec`, so a
+//! the command is not reaped before), `1` followed by an error's words, or `2` followed by why
+//! the runner declines a command `runc exec` can still start (a working directory the user
+//! cannot enter, which runc enters before it drops to the user; another protocol version). The command is a session leader (`setsid`), as under `runc exec`, so a
 //! timeout kills its whole group. As pid 1, the runner also reaps every orphan in the sandbox.
 //!
 //! The runner has the sandbox user's credentials and nothing more (no capabilities, `no new
 //! privileges`, the seccomp filter), so nothing in the sandbox gains by reaching it; the host
 //! treats what it answers as the sandbox's own words, bounded and checked.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void, CString};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The runner's own image, which `runc` exec'd it from.
@@ -45,7 +46,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The C library's calls std does not wrap (static glibc, Linux, 64-bit).
 mod sys {
-    use std::ffi::{c_int, c_long, c_void};
+    use std::ffi::{c_char, c_int, c_long, c_void};
 
     pub const SOL_SOCKET: c_int = 1;
     pub const SCM_RIGHTS: c_int = 1;
@@ -53,6 +54,10 @@ mod sys {
     pub const MSG_NOSIGNAL: c_int = 0x4000;
     pub const MSG_CTRUNC: c_int = 0x8;
     pub const SIG_BLOCK: c_int = 0;
+    pub const SIG_SETMASK: c_int = 2;
+    pub const SIGPIPE: c_int = 13;
+    pub const F_DUPFD_CLOEXEC: c_int = 1030;
+    pub const X_OK: c_int = 1;
     pub const SIGCHLD: c_int = 17;
     pub const SIGSEGV: c_int = 11;
     pub const SIGBUS: c_int = 7;
@@ -108,6 +113,10 @@ mod sys {
     pub struct SigSet([u64; 16]);
 
     impl SigSet {
+        pub fn empty() -> Self {
+            SigSet([0; 16])
+        }
+
         pub fn with(signal: c_int) -> Self {
             let mut set = SigSet([0; 16]);
             let bit = (signal - 1) as usize;
@@ -128,6 +137,16 @@ mod sys {
         pub fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
         pub fn close(fd: c_int) -> c_int;
         pub fn kill(pid: c_int, signal: c_int) -> c_int;
+        pub fn fork() -> c_int;
+        pub fn chdir(path: *const c_char) -> c_int;
+        pub fn access(path: *const c_char, mode: c_int) -> c_int;
+        pub fn execve(
+            path: *const c_char,
+            argv: *const *const c_char,
+            envp: *const *const c_char,
+        ) -> c_int;
+        pub fn write(fd: c_int, buf: *const c_void, n: usize) -> isize;
+        pub fn _exit(status: c_int) -> !;
         pub fn read(fd: c_int, buf: *mut c_void, n: usize) -> isize;
         pub fn prctl(option: c_int, ...) -> c_int;
         pub fn signal(signal: c_int, handler: usize) -> usize;
@@ -247,7 +266,7 @@ fn serve(mut conn: UnixStream) {
         // A host whose deadline passed while the runner was busy has closed the connection and
         // told its caller the command failed: nobody would watch it, so it must not start.
         if hung_up(&conn) {
-            return Err("the host has gone".into());
+            return Err(Answer::from("the host has gone"));
         }
         start(request)
     });
@@ -264,14 +283,21 @@ fn serve(mut conn: UnixStream) {
                 }
             } else {
                 // The host gave up while the command started: nobody watches it, so it goes.
-                // SAFETY: `pid` is our unreaped child and leads its own group (setsid), so the
-                // group is the command's and no other's.
-                unsafe { sys::kill(-pid, sys::SIGKILL) };
+                // SAFETY: `pid` is our unreaped child and leads its own group once it has
+                // called setsid (before, it is alone), so these reach the command and no other.
+                unsafe {
+                    sys::kill(pid, sys::SIGKILL);
+                    sys::kill(-pid, sys::SIGKILL);
+                }
             }
         }
-        Err(message) => {
-            let mut reply = vec![1u8];
-            reply.extend_from_slice(message.as_bytes());
+        Err(answer) => {
+            let (code, words) = match answer {
+                Answer::Refused(words) => (1u8, words),
+                Answer::Declined(words) => (2u8, words),
+            };
+            let mut reply = vec![code];
+            reply.extend_from_slice(words.as_bytes());
             let _ = conn.write_all(&reply);
         }
     }
@@ -298,7 +324,7 @@ struct Request {
     fds: [OwnedFd; 4],
 }
 
-fn read_request(conn: &mut UnixStream) -> Result<Request, String> {
+fn read_request(conn: &mut UnixStream) -> Result<Request, Answer> {
     let mut header = [0u8; 8];
     let (got, fds) = recv_with_fds(conn, &mut header)?;
     conn.read_exact(&mut header[got..])
@@ -306,10 +332,11 @@ fn read_request(conn: &mut UnixStream) -> Result<Request, String> {
     let magic = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
     let len = u32::from_le_bytes(header[4..].try_into().expect("4 bytes")) as usize;
     if magic != MAGIC {
-        return Err(format!("unknown protocol {magic:#x}"));
+        // Another version of threadbox: it can still start the command through `runc exec`.
+        return Err(Answer::Declined(format!("unknown protocol {magic:#x}")));
     }
     if len > MAX_PAYLOAD {
-        return Err(format!("a request of {len} bytes is over {MAX_PAYLOAD}"));
+        return Err(format!("a request of {len} bytes is over {MAX_PAYLOAD}").into());
     }
     let fds: [OwnedFd; 4] = fds
         .try_into()
@@ -349,60 +376,166 @@ fn read_request(conn: &mut UnixStream) -> Result<Request, String> {
 
 /// Start the command, in its own session, with the request's stdio and the status pipe as
 /// fd 3; a pidfd of it, and its pid.
-fn start(request: Request) -> Result<(OwnedFd, i32), String> {
+///
+/// A plain `fork`, and no wait for the child's `exec`: the child runs as the sandbox's user,
+/// so anything in the sandbox can stop it (`kill -STOP -1`) before it execs, and a runner
+/// waiting for that exec (as `std::process::Command` does) would serve nobody again. The host
+/// watches the child from here on, whatever it does; an exec that fails says so on the
+/// command's stderr and ends without a status.
+fn start(request: Request) -> Result<(OwnedFd, i32), Answer> {
     let Request {
         cwd,
         env,
         argv,
-        fds: [stdin, stdout, stderr, status],
+        fds,
     } = request;
-    // `runc exec`'s words for it, which threadbox already tells the caller as a bad directory.
-    if !std::path::Path::new(&cwd).is_dir() {
-        return Err(format!("chdir to cwd ({cwd:?}) set in config.json failed: not a directory"));
+    let prepared = Prepared::new(&cwd, env, &argv)?;
+    // SAFETY: this process has one thread, so the child may do anything until it execs; it
+    // only makes system calls on what `prepared` holds.
+    let pid = unsafe { sys::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Answer::Refused(format!("cannot fork: {e}")));
     }
-    let status_fd = status.as_raw_fd();
-    let mut command = Command::new(&argv[0]);
-    command
-        .args(&argv[1..])
-        .envs(env)
-        .current_dir(&cwd)
-        .stdin(Stdio::from(stdin))
-        .stdout(Stdio::from(stdout))
-        .stderr(Stdio::from(stderr));
-    // SAFETY: only async-signal-safe calls (setsid, fcntl, dup2) on this child's descriptors.
-    unsafe {
-        command.pre_exec(move || {
-            let ok = sys::setsid() >= 0
-                && if status_fd == 3 {
-                    sys::fcntl(3, sys::F_SETFD, 0) != -1
-                } else {
-                    sys::dup2(status_fd, 3) != -1
-                };
-            if ok {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
+    if pid == 0 {
+        prepared.exec_in_child(&fds);
     }
-    let child = command.spawn().map_err(|e| match e.raw_os_error() {
-        Some(11) => format!("cannot fork: {e}"),
-        _ => format!("cannot start {:?}: {e}", argv[0]),
-    })?;
-    drop(status);
+    drop(fds);
     // SAFETY: pidfd_open of our own (unreaped, so not reusable) child; the fd is ours.
-    let pidfd = unsafe { sys::syscall(sys::SYS_PIDFD_OPEN, child.id() as i32, 0) };
+    let pidfd = unsafe { sys::syscall(sys::SYS_PIDFD_OPEN, pid, 0) };
     if pidfd < 0 {
-        return Err(format!(
-            "cannot watch the command: {}",
-            std::io::Error::last_os_error()
-        ));
+        let e = std::io::Error::last_os_error();
+        // SAFETY: our unreaped child leads its own group once it has called setsid; before,
+        // it is the only one to kill.
+        unsafe {
+            sys::kill(pid, sys::SIGKILL);
+            sys::kill(-pid, sys::SIGKILL);
+        }
+        return Err(Answer::Refused(format!("cannot watch the command: {e}")));
     }
     // SAFETY: a new descriptor nothing else owns.
-    Ok((
-        unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
-        child.id() as i32,
-    ))
+    Ok((unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) }, pid))
+}
+
+/// Why a request did not start: refused (the host tells its caller), or declined (the host
+/// starts the command through `runc exec` instead, which can do what the runner cannot).
+enum Answer {
+    Refused(String),
+    Declined(String),
+}
+
+impl From<String> for Answer {
+    fn from(words: String) -> Self {
+        Answer::Refused(words)
+    }
+}
+
+impl From<&str> for Answer {
+    fn from(words: &str) -> Self {
+        Answer::Refused(words.to_owned())
+    }
+}
+
+/// Everything the child needs, made before the fork.
+struct Prepared {
+    cwd: CString,
+    path: CString,
+    argv: Vec<CString>,
+    env: Vec<CString>,
+}
+
+impl Prepared {
+    fn new(cwd: &str, env: Vec<(String, String)>, argv: &[String]) -> Result<Self, Answer> {
+        let c = |s: &str| CString::new(s).map_err(|_| Answer::from("a NUL in the request"));
+        // `runc exec`'s words for it, which threadbox already tells the caller as a bad directory.
+        if !std::path::Path::new(cwd).is_dir() {
+            return Err(Answer::Refused(format!(
+                "chdir to cwd ({cwd:?}) set in config.json failed: not a directory"
+            )));
+        }
+        let cwd = c(cwd)?;
+        // A directory the user cannot enter: `runc exec` enters it before it drops to the user,
+        // and so runs the command there; the runner is the user already.
+        // SAFETY: a NUL-terminated path.
+        if unsafe { sys::access(cwd.as_ptr(), sys::X_OK) } != 0 {
+            return Err(Answer::Declined(format!(
+                "the user cannot enter {cwd:?}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        if !argv[0].starts_with('/') {
+            return Err(Answer::Refused(format!(
+                "{:?} is not an absolute path",
+                argv[0]
+            )));
+        }
+        let mut vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os()
+            .filter(|(name, _)| !env.iter().any(|(n, _)| name.as_bytes() == n.as_bytes()))
+            .collect();
+        vars.extend(env.into_iter().map(|(n, v)| (n.into(), v.into())));
+        let env = vars
+            .into_iter()
+            .map(|(name, value)| {
+                let mut entry = name.into_vec();
+                entry.push(b'=');
+                entry.extend(value.into_vec());
+                CString::new(entry).map_err(|_| Answer::from("a NUL in the environment"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            cwd,
+            path: c(&argv[0])?,
+            argv: argv.iter().map(|a| c(a)).collect::<Result<_, _>>()?,
+            env,
+        })
+    }
+
+    /// In the child: a session of its own, the four descriptors at 0-3, the working directory,
+    /// the signal state a new program expects (the runner blocks SIGCHLD and ignores SIGPIPE,
+    /// which an exec would keep), then the exec. Never returns.
+    fn exec_in_child(&self, fds: &[OwnedFd; 4]) -> ! {
+        // SAFETY: system calls on this (child) process's own state and descriptors, with
+        // pointers to data that lives until the exec.
+        unsafe {
+            let empty = sys::SigSet::empty();
+            sys::sigprocmask(sys::SIG_SETMASK, &empty, std::ptr::null_mut());
+            sys::signal(sys::SIGPIPE, sys::SIG_DFL);
+            sys::setsid();
+            // Each above 0-3 first, so one already sitting at a target is not overwritten.
+            let mut moved = [-1; 4];
+            for (to, fd) in moved.iter_mut().zip(fds) {
+                *to = sys::fcntl(fd.as_raw_fd(), sys::F_DUPFD_CLOEXEC, 10);
+            }
+            for (target, fd) in moved.iter().enumerate() {
+                if *fd < 0 || sys::dup2(*fd, target as i32) < 0 {
+                    child_fails("cannot set up the command's descriptors");
+                }
+            }
+            if sys::chdir(self.cwd.as_ptr()) != 0 {
+                child_fails("chdir to cwd failed");
+            }
+            let mut argv: Vec<*const c_char> = self.argv.iter().map(|a| a.as_ptr()).collect();
+            argv.push(std::ptr::null());
+            let mut env: Vec<*const c_char> = self.env.iter().map(|e| e.as_ptr()).collect();
+            env.push(std::ptr::null());
+            sys::execve(self.path.as_ptr(), argv.as_ptr(), env.as_ptr());
+            child_fails("cannot start the command");
+        }
+    }
+}
+
+/// In the child, before the exec: say why on stderr (the command's, fd 2 once set up) and end
+/// with `sh`'s status for a command that could not run.
+fn child_fails(what: &str) -> ! {
+    let message = format!(
+        "threadbox-init: {what}: {}\n",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: a write of a live buffer, then the exit that runs nothing of this process's.
+    unsafe {
+        sys::write(2, message.as_ptr().cast(), message.len());
+        sys::_exit(127)
+    }
 }
 
 /// `recvmsg` into `buf`, with the descriptors sent along (close-on-exec). A request with more
@@ -450,7 +583,11 @@ fn recv_with_fds(conn: &UnixStream, buf: &mut [u8]) -> Result<(usize, Vec<OwnedF
             let count = (cmsg.len - header) / 4;
             for i in 0..count {
                 // SAFETY: the kernel wrote `count` descriptors after the header.
-                let fd = unsafe { base.add(offset + header + 4 * i).cast::<i32>().read_unaligned() };
+                let fd = unsafe {
+                    base.add(offset + header + 4 * i)
+                        .cast::<i32>()
+                        .read_unaligned()
+                };
                 // SAFETY: a descriptor just received: nothing else owns it.
                 fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
             }

@@ -130,7 +130,7 @@ impl RuncProvider {
                     // its pipe was reset).
                     process_limit_reached(Some(self.config.limits.pids))
                 } else {
-                    ProviderError::Internal(format!("runc exec failed: {message}"))
+                    ProviderError::Internal(format!("the command did not start: {message}"))
                 }
             }
             _ => gone(sandbox_id),

@@ -120,7 +120,8 @@ pub struct RuncConfig {
     pub images: Vec<ImageRegistration>,
     /// Start each new container with the command runner as its init (see the `runner`
     /// module), where this build has one, so the user's commands start without a `runc exec`.
-    /// Off, every command starts through `runc exec` (the `floor` benchmark's "before").
+    /// Off, new containers start without it and their commands go through `runc exec` (the
+    /// `floor` benchmark's "before"); a container made with one keeps using it.
     pub command_runner: bool,
 }
 

@@ -83,6 +83,13 @@ pub(crate) fn validate(request: &ExecRequest) -> Result<(), ProviderError> {
                 "working directory {cwd:?} must be an absolute path"
             ));
         }
+        // The kernel's PATH_MAX: no longer path can be a working directory.
+        if cwd.len() >= 4096 {
+            return invalid(format!(
+                "a working directory of {} bytes is longer than a path can be (4095)",
+                cwd.len()
+            ));
+        }
     }
     validate_env(&request.env)
 }
@@ -251,6 +258,10 @@ async fn start_by_runner(
             streams: Streams::start(Some(stdin), stdout, stderr, request, output),
         })),
         Err(StartError::Unreachable) => Ok(None),
+        Err(StartError::Declined(why)) => {
+            tracing::debug!(sandbox_id = target.id, %why, "the runner declined; through runc exec");
+            Ok(None)
+        }
         Err(StartError::Refused(words)) => Err(ExecError::NotStarted(words)),
         Err(StartError::Broken(why)) => Err(ProviderError::Unavailable(why).into()),
     }

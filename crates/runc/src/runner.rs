@@ -90,6 +90,9 @@ pub(crate) enum StartError {
     /// No runner listens (a sandbox made without one): nothing was sent, so the command can
     /// go through `runc exec` instead.
     Unreachable,
+    /// The runner declined what `runc exec` can still do (a working directory the user cannot
+    /// enter, another protocol version): nothing started; its words.
+    Declined(String),
     /// The runner read the request and did not start the command; its words.
     Refused(String),
     /// The exchange broke off or ran past its deadline: whether the command started is not
@@ -129,13 +132,18 @@ pub(crate) async fn start(
         let (first, pidfd) = receive_with_fd(&stream).await?;
         match (first, pidfd) {
             (Some(0), Some(pidfd)) => Ok(Ok(pidfd)),
-            (Some(1), _) => {
+            (Some(code @ (1 | 2)), _) => {
                 let mut words = Vec::new();
                 (&mut stream)
                     .take(MAX_ANSWER as u64)
                     .read_to_end(&mut words)
                     .await?;
-                Ok(Err(String::from_utf8_lossy(&words).into_owned()))
+                let words = String::from_utf8_lossy(&words).into_owned();
+                Ok(Err(if code == 1 {
+                    StartError::Refused(words)
+                } else {
+                    StartError::Declined(words)
+                }))
             }
             (first, _) => Err(io::Error::other(format!(
                 "an answer the runner does not give ({first:?})"
@@ -153,13 +161,17 @@ pub(crate) async fn start(
                 "the sandbox's command runner broke off: {e}"
             )))
         }
-        Ok(Ok(Err(words))) => return Err(StartError::Refused(words)),
+        Ok(Ok(Err(not_started))) => return Err(not_started),
         Ok(Ok(Ok(pidfd))) => pidfd,
     };
     // Looked up before the connection closes, which is what lets the runner reap the command.
-    let leader = host_pid(&pidfd).ok_or_else(|| {
-        StartError::Broken("the sandbox's command runner answered with no process".into())
-    })?;
+    let Some(leader) = host_pid(&pidfd) else {
+        // Whatever it is, nobody will watch it.
+        let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
+        return Err(StartError::Broken(
+            "the sandbox's command runner answered with no process".into(),
+        ));
+    };
     drop(stream);
     Ok(Started {
         leader,

@@ -308,10 +308,10 @@ async fn kill_the_stopper(p: &RuncProvider, id: &str) {
 
 /// Everything in the sandbox runs as the runner's uid, so any of it may SIGSTOP the child the
 /// runner has forked but not yet exec'd (`kill -STOP -1` in a loop does it within a few
-/// commands). The runner, single-threaded, then waits in `Command::spawn` for that child's
-/// exec with no deadline: it never accepts again, nor reaps. Every later command of the user
-/// waits the provider's whole `call_timeout` (30 s by default, whatever the request's own
-/// timeout) and fails, even once the process that did it is gone.
+/// commands). A runner that waited for that child's exec (as `Command::spawn` does, which it
+/// once used) would never accept again, nor reap, and every later command of the user would
+/// wait the provider's whole `call_timeout` and fail, even once the process that did it is
+/// gone. The runner answers at the fork now; a stopped command is the caller's to time out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_a_stopped_child_does_not_wedge_the_runner() {
     let Some((p, _kill, _dir)) = provider_with("the command runner", |c| {
@@ -345,40 +345,78 @@ async fn audit_a_stopped_child_does_not_wedge_the_runner() {
     );
 }
 
-/// A command whose caller was told it failed (the runner did not answer within
-/// `call_timeout`) must not run later. The runner reads a connection's request even after the
-/// host gave up and closed it, so once it accepts again it starts every command whose caller
-/// already got a 503, and no one watches, times out or kills them.
+/// A command whose caller was told it failed must not run later. The runner serves one
+/// connection at a time, so a host that gave up on a busy runner (its deadline passed) has
+/// closed a connection whose request is still queued: the runner must not start it (it looks
+/// for the hang-up first), and one that started meanwhile is killed when its answer cannot be
+/// delivered, since nobody would watch, time out or kill it. Here the runner is kept busy by
+/// a connection that says nothing (it waits for it up to its own deadline, 5 s), while a
+/// second one sends a whole request and hangs up. (With both guards taken out, the command
+/// runs and this fails.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_a_command_the_caller_was_told_failed_does_not_run_later() {
-    let Some((p, _kill, _dir)) = provider_with("the command runner", |c| {
-        c.call_timeout = Duration::from_secs(2);
-    })
-    .await
-    else {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+    let Some((p, _kill, _dir)) = provider("the command runner").await else {
         return;
     };
     let id = new_sandbox(&p).await;
-    let wedged = wedge_the_runner(&p, &id).await;
-    assert!(wedged.is_some(), "the runner could not be wedged here");
-    let told = p
-        .exec(&id, ExecRequest::shell("echo ran >>/home/user/late"))
-        .await;
-    kill_the_stopper(&p, &id).await;
-    // Root continues what the stopper stopped (an operator's `kill -CONT -1`).
-    p.exec(&id, as_root("kill -CONT -1")).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let socket = p.config().sandboxes_dir().join(&id).join("run/runner.sock");
+    let busy = UnixStream::connect(&socket).expect("connect to the runner");
+    let mut gone = UnixStream::connect(&socket).expect("connect to the runner");
+    let null = || {
+        std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+    };
+    let fds = [null(), null(), null(), null()];
+    let borrowed = [
+        fds[0].as_fd(),
+        fds[1].as_fd(),
+        fds[2].as_fd(),
+        fds[3].as_fd(),
+    ];
+    let mut payload = Vec::new();
+    for word in [
+        "/home/user",
+        "0",
+        "/bin/sh",
+        "-c",
+        "echo ran >>/home/user/late",
+    ] {
+        payload.extend_from_slice(word.as_bytes());
+        payload.push(0);
+    }
+    let mut header = 0x7462_7231u32.to_le_bytes().to_vec();
+    header.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    control.push(rustix::net::SendAncillaryMessage::ScmRights(&borrowed));
+    rustix::net::sendmsg(
+        &gone,
+        &[std::io::IoSlice::new(&header)],
+        &mut control,
+        rustix::net::SendFlags::NOSIGNAL,
+    )
+    .unwrap();
+    gone.write_all(&payload).unwrap();
+    drop(gone);
+    // The runner's deadline for the silent one, and a little more.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    drop(busy);
     let late = p
-        .exec(&id, as_root("cat /home/user/late 2>/dev/null; true"))
+        .exec(
+            &id,
+            ExecRequest::shell("cat /home/user/late 2>/dev/null; true"),
+        )
         .await
         .unwrap()
         .stdout;
     p.kill(&id).await.unwrap();
-    assert!(told.is_err(), "the command's caller was told: {told:?}");
-    assert_eq!(
-        late, "",
-        "the caller was told {told:?}, yet the command ran afterwards"
-    );
+    assert_eq!(late, "", "a request whose host had hung up was started");
 }
 
 /// A provider opened again on the same state (threadbox restarted) reaches the runners of the
