@@ -46,6 +46,7 @@ use threadbox_core::ports::{DurableQueue, ExecCommand, ExecRequest, OutputChunk,
 use threadbox_core::usecases::{Config, Threadbox};
 use threadbox_e2b::{wire, E2bConfig, E2bProvider};
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use threadbox_testing::bench::{self, load_average, percentile};
 use threadbox_testing::e2b_fake::E2bFake;
 
 const DEFAULT_RUNS: usize = 15;
@@ -55,37 +56,6 @@ const E2B_RESUME: Duration = Duration::from_secs(1);
 const ENVD_ROUND_TRIP: Duration = Duration::from_millis(20);
 /// The timeout a connect grants, as the provider asks (`E2B_TIMEOUT_SECS`' default).
 const CONNECT_TIMEOUT_SECS: u64 = 900;
-
-fn runs() -> usize {
-    std::env::var("THREADBOX_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n: &usize| n > 0)
-        .unwrap_or(DEFAULT_RUNS)
-}
-
-/// The host's load average, as `uptime` shows it.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// The `p` quantile of `samples` (nearest rank), in milliseconds.
-fn percentile(samples: &[Duration], p: f64) -> f64 {
-    if samples.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1].as_secs_f64() * 1000.0
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -306,7 +276,7 @@ fn calls(fake: &E2bFake, sandbox_ids: &[&str]) -> Vec<String> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let runs = runs();
+    let runs = bench::runs(DEFAULT_RUNS);
     let load_before = load_average();
     let fake = E2bFake::start().await;
     let env = Env::from_map(fake.env_vars());

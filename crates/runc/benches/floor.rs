@@ -45,6 +45,7 @@ use threadbox_core::ports::{
 use threadbox_core::usecases::{Config, SweepOptions, Threadbox, WarmPool, DEFAULT_POOL_MAX_AGE};
 use threadbox_runc::DEFAULT_WARM_POOL;
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use threadbox_testing::bench::{self, load_average, percentile};
 
 #[path = "support/bare.rs"]
 mod bare;
@@ -53,34 +54,13 @@ mod sandboxes;
 #[path = "support/spans.rs"]
 mod spans;
 
-use bare::{percentile, BareRunc};
+use bare::BareRunc;
 use sandboxes::{bench_runc, state_config};
 use spans::{Breakdown, SpanTimes};
 
 const DEFAULT_RUNS: usize = 15;
 const BURST: usize = 10;
 const BURST_WINDOW: Duration = Duration::from_secs(1);
-
-fn runs() -> usize {
-    std::env::var("THREADBOX_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n: &usize| n > 0)
-        .unwrap_or(DEFAULT_RUNS)
-}
-
-/// The host's load average, as `uptime` shows it: how busy the machine was matters more to
-/// these figures than anything threadbox does.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_else(|_| "unknown".into())
-}
 
 fn thread(name: &str) -> ThreadId {
     ThreadId::parse(name).expect("thread id")
@@ -204,7 +184,7 @@ async fn main() {
         return;
     };
     let times = SpanTimes::install();
-    let runs = runs();
+    let runs = bench::runs(DEFAULT_RUNS);
     let load_before = load_average();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = state_config(dir.path(), runc.clone());

@@ -33,12 +33,10 @@ use threadbox_core::ports::{ExecCommand, ExecRequest, SandboxProvider, SandboxUs
 use threadbox_runc::image::{ImageSource, ImageStore};
 use threadbox_runc::{ImageRegistration, RuncProvider};
 
-#[path = "support/bare.rs"]
-mod bare;
 #[path = "../tests/support/sandboxes.rs"]
 mod sandboxes;
-use bare::percentile;
 use sandboxes::{bench_request, bench_runc, state_config, KillAll};
+use threadbox_testing::bench::percentile;
 
 const DEFAULT_RUNS: usize = 10;
 const GOAL_RATIO: f64 = 1.2;

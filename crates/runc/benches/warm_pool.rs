@@ -47,25 +47,18 @@ use threadbox_core::ports::{
 };
 use threadbox_core::usecases::{Config, SweepOptions, Threadbox, WarmPool, DEFAULT_POOL_MAX_AGE};
 use threadbox_sqlite::{QueueConfig, SqliteQueue, SqliteSessionStore};
+use threadbox_testing::bench::{self, percentile};
 
 #[path = "support/bare.rs"]
 mod bare;
 #[path = "../tests/support/sandboxes.rs"]
 mod sandboxes;
-use bare::{percentile, BareRunc};
+use bare::BareRunc;
 use sandboxes::{bench_runc, state_config};
 
 const DEFAULT_RUNS: usize = 20;
 /// The goal: the pooled path under half of bare runc's.
 const GOAL_RATIO: f64 = 0.5;
-
-fn runs() -> usize {
-    std::env::var("THREADBOX_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n: &usize| n > 0)
-        .unwrap_or(DEFAULT_RUNS)
-}
 
 fn thread(name: &str) -> ThreadId {
     ThreadId::parse(name).expect("thread id")
@@ -152,7 +145,7 @@ async fn main() {
     let Some(runc) = bench_runc("warm_pool") else {
         return;
     };
-    let runs = runs();
+    let runs = bench::runs(DEFAULT_RUNS);
     let dir = tempfile::tempdir().expect("temp dir");
     let config = state_config(dir.path(), runc.clone());
     let Some((provider, bundle_maker)) = bare::providers("warm_pool", config, dir.path()).await

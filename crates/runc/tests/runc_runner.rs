@@ -17,29 +17,7 @@ use threadbox_core::ports::{
 };
 use threadbox_runc::RuncProvider;
 
-use sandboxes::{new_sandbox, require_or_skip, runc_or_skip, state_config, KillAll};
-
-/// A provider on a state directory of its own, and the guard that kills what it leaves.
-async fn provider(what: &str) -> Option<(RuncProvider, KillAll, tempfile::TempDir)> {
-    let runc = runc_or_skip(what)?;
-    if !rustix::process::geteuid().is_root() {
-        return require_or_skip(
-            what,
-            "the runner's tests look at the host's side as root".into(),
-        );
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let config = state_config(dir.path(), runc);
-    let kill = KillAll(config.clone());
-    let p = RuncProvider::open(config).await.expect("open");
-    Some((p, kill, dir))
-}
-
-async fn sh(p: &RuncProvider, id: &str, script: &str) -> String {
-    let out = p.exec(id, ExecRequest::shell(script)).await.expect(script);
-    assert_eq!(out.exit_code, Some(0), "{script}: {out:?}");
-    out.stdout
-}
+use sandboxes::{new_sandbox, root_provider, sh_ok};
 
 /// The parent of the command's wrapper: pid 1 (the runner) when the runner started it, 0 (the
 /// parent is outside the sandbox's pid namespace) when `runc exec` did.
@@ -47,13 +25,13 @@ const STARTER: &str = "sed -n 's/^PPid:[[:space:]]*//p' /proc/$PPID/status";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_users_commands_start_through_the_runner_and_roots_through_runc_exec() {
-    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |_| {}).await else {
         return;
     };
     let id = new_sandbox(&p).await;
-    assert_eq!(sh(&p, &id, "cat /proc/1/comm").await, "threadbox-init\n");
+    assert_eq!(sh_ok(&p, &id, "cat /proc/1/comm").await, "threadbox-init\n");
     assert_eq!(
-        sh(&p, &id, STARTER).await,
+        sh_ok(&p, &id, STARTER).await,
         "1\n",
         "the runner starts the user's"
     );
@@ -93,7 +71,7 @@ async fn the_users_commands_start_through_the_runner_and_roots_through_runc_exec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runner_outlives_what_the_sandbox_sends_it_and_reaps_its_orphans() {
-    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |_| {}).await else {
         return;
     };
     let id = new_sandbox(&p).await;
@@ -117,17 +95,21 @@ async fn the_runner_outlives_what_the_sandbox_sends_it_and_reaps_its_orphans() {
     assert!(peek.stdout.is_empty(), "{peek:?}");
     assert!(peek.stderr.contains("Permission denied"), "{peek:?}");
     // Orphans: each `( ... &)` leaves a child whose parent exits at once.
-    sh(&p, &id, "for i in $(seq 200); do (true &); done").await;
+    sh_ok(&p, &id, "for i in $(seq 200); do (true &); done").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let zombies = sh(&p, &id, "ps -eo stat= | grep -c '^Z' || true").await;
+    let zombies = sh_ok(&p, &id, "ps -eo stat= | grep -c '^Z' || true").await;
     assert_eq!(zombies, "0\n", "the runner reaps the sandbox's orphans");
-    assert_eq!(sh(&p, &id, STARTER).await, "1\n", "the runner still serves");
+    assert_eq!(
+        sh_ok(&p, &id, STARTER).await,
+        "1\n",
+        "the runner still serves"
+    );
     p.kill(&id).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_commands_at_once_each_get_their_own_output() {
-    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |_| {}).await else {
         return;
     };
     let p = Arc::new(p);
@@ -159,14 +141,14 @@ async fn many_commands_at_once_each_get_their_own_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_without_a_runner_runs_commands_through_runc_exec() {
-    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |_| {}).await else {
         return;
     };
     let id = new_sandbox(&p).await;
     // As a sandbox made before the runner has it: no socket in its bundle.
     let socket = p.config().sandboxes_dir().join(&id).join("run/runner.sock");
     std::fs::remove_file(&socket).expect("the runner's socket is in the bundle");
-    assert_eq!(sh(&p, &id, STARTER).await, "0\n", "runc exec started it");
+    assert_eq!(sh_ok(&p, &id, STARTER).await, "0\n", "runc exec started it");
     let timed = ExecRequest {
         timeout: Duration::from_millis(300),
         ..ExecRequest::shell("sleep 30")
@@ -178,23 +160,6 @@ async fn a_sandbox_without_a_runner_runs_commands_through_runc_exec() {
 
 // ---- Audit of the command runner (branch `audit`): each test below states a property the
 // runner path should share with `runc exec`, or a hostile sandbox's move it should survive.
-
-/// A provider like [`provider`]'s, with `tweak` applied to its settings first.
-async fn provider_with(
-    what: &str,
-    tweak: impl FnOnce(&mut threadbox_runc::RuncConfig),
-) -> Option<(RuncProvider, KillAll, tempfile::TempDir)> {
-    let runc = runc_or_skip(what)?;
-    if !rustix::process::geteuid().is_root() {
-        return require_or_skip(what, "the runner's tests run as root".into());
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = state_config(dir.path(), runc);
-    tweak(&mut config);
-    let kill = KillAll(config.clone());
-    let p = RuncProvider::open(config).await.expect("open");
-    Some((p, kill, dir))
-}
 
 fn as_root(script: &str) -> ExecRequest {
     let mut request = ExecRequest::shell(script);
@@ -210,11 +175,11 @@ fn as_root(script: &str) -> ExecRequest {
 /// blames runc ("runc exec failed: ...") for a request that used to run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_a_working_directory_the_user_cannot_enter_works_as_under_runc_exec() {
-    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |_| {}).await else {
         return;
     };
     let id = new_sandbox(&p).await;
-    sh(
+    sh_ok(
         &p,
         &id,
         "mkdir -p /home/user/locked && chmod 000 /home/user/locked",
@@ -244,7 +209,7 @@ async fn audit_a_working_directory_the_user_cannot_enter_works_as_under_runc_exe
 /// limits, umask, session, environment) is the same whichever way it started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_a_command_sees_the_same_process_whichever_way_it_started() {
-    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |_| {}).await else {
         return;
     };
     let id = new_sandbox(&p).await;
@@ -254,10 +219,10 @@ async fn audit_a_command_sees_the_same_process_whichever_way_it_started() {
                  echo session-leader $([ \"$(ps -o sid= -p $$ | tr -d ' ')\" = \"$PPID\" ] && echo wrapper); \
                  env | grep -v -E '^(_|PWD|SHLVL|OLDPWD)=' | sort; \
                  ls /proc/$PPID/fd | sort -n | tr '\\n' ' '";
-    let by_runner = sh(&p, &id, probe).await;
+    let by_runner = sh_ok(&p, &id, probe).await;
     let socket = p.config().sandboxes_dir().join(&id).join("run/runner.sock");
     std::fs::remove_file(&socket).expect("the runner's socket is in the bundle");
-    let by_runc = sh(&p, &id, probe).await;
+    let by_runc = sh_ok(&p, &id, probe).await;
     p.kill(&id).await.unwrap();
     assert!(
         by_runner.contains("SigBlk") && by_runner.contains("umask"),
@@ -275,7 +240,7 @@ async fn audit_a_command_sees_the_same_process_whichever_way_it_started() {
 /// runner no longer answers): that error, how long the 500 ms command took and how many
 /// commands it took, or `None`.
 async fn wedge_the_runner(p: &RuncProvider, id: &str) -> Option<(ProviderError, Duration, usize)> {
-    sh(
+    sh_ok(
         p,
         id,
         "(setsid sh -c 'echo $$ >/tmp/stopper; sleep 1; while :; do kill -STOP -1; done' \
@@ -314,7 +279,7 @@ async fn kill_the_stopper(p: &RuncProvider, id: &str) {
 /// gone. The runner answers at the fork now; a stopped command is the caller's to time out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_a_stopped_child_does_not_wedge_the_runner() {
-    let Some((p, _kill, _dir)) = provider_with("the command runner", |c| {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |c| {
         c.call_timeout = Duration::from_secs(3);
     })
     .await
@@ -358,7 +323,7 @@ async fn audit_a_command_the_caller_was_told_failed_does_not_run_later() {
     use std::io::Write;
     use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
-    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |_| {}).await else {
         return;
     };
     let id = new_sandbox(&p).await;
@@ -423,7 +388,7 @@ async fn audit_a_command_the_caller_was_told_failed_does_not_run_later() {
 /// sandboxes the earlier one made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_a_restarted_provider_reaches_the_runners_it_did_not_start() {
-    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |_| {}).await else {
         return;
     };
     let id = new_sandbox(&p).await;
@@ -431,7 +396,7 @@ async fn audit_a_restarted_provider_reaches_the_runners_it_did_not_start() {
     drop(p);
     let again = RuncProvider::open(config).await.expect("open again");
     assert_eq!(
-        sh(&again, &id, STARTER).await,
+        sh_ok(&again, &id, STARTER).await,
         "1\n",
         "the runner started it"
     );

@@ -14,25 +14,7 @@ use std::time::Duration;
 use threadbox_core::ports::{ExecRequest, SandboxProvider};
 use threadbox_runc::RuncProvider;
 
-use sandboxes::{new_sandbox, require_or_skip, runc_or_skip, state_config, KillAll};
-
-async fn provider(what: &str) -> Option<(RuncProvider, KillAll, tempfile::TempDir)> {
-    let runc = runc_or_skip(what)?;
-    if !rustix::process::geteuid().is_root() {
-        return require_or_skip(what, "the runner's tests run as root".into());
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let config = state_config(dir.path(), runc);
-    let kill = KillAll(config.clone());
-    let p = RuncProvider::open(config).await.expect("open");
-    Some((p, kill, dir))
-}
-
-async fn sh(p: &RuncProvider, id: &str, script: &str) -> String {
-    let out = p.exec(id, ExecRequest::shell(script)).await.expect(script);
-    assert_eq!(out.exit_code, Some(0), "{script}: {out:?}");
-    out.stdout
-}
+use sandboxes::{new_sandbox, root_provider, sh_ok};
 
 /// The host's descriptors open now (this test process is the provider's host).
 fn host_fds() -> usize {
@@ -44,7 +26,7 @@ fn host_fds() -> usize {
 /// no task of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_the_host_keeps_nothing_of_a_command_through_the_runner() {
-    let Some((p, _kill, _dir)) = provider("the command runner").await else {
+    let Some((p, _kill, _dir)) = root_provider("the command runner", |_| {}).await else {
         return;
     };
     let p = Arc::new(p);
@@ -97,7 +79,7 @@ async fn audit_the_host_keeps_nothing_of_a_command_through_the_runner() {
             .metrics()
             .num_alive_tasks(),
     );
-    let left = sh(
+    let left = sh_ok(
         &p,
         &id,
         "ps -eo stat=,comm= | grep -v -e '^R' | sort | uniq -c",

@@ -1,6 +1,7 @@
 //! Test support, compiled only for tests and the `testing` feature.
 
 pub mod accounts;
+pub mod bench;
 pub mod block_kit_limits;
 mod clock;
 pub mod eventually;

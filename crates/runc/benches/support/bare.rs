@@ -37,17 +37,6 @@ pub async fn providers(
     Some((provider, bundle_maker))
 }
 
-/// Nearest rank, in ms.
-pub fn percentile(samples: &[Duration], p: f64) -> f64 {
-    if samples.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1].as_secs_f64() * 1000.0
-}
-
 pub struct BareRunc {
     pub binary: PathBuf,
     pub root: PathBuf,

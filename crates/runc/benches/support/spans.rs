@@ -84,7 +84,7 @@ impl Breakdown {
                 println!(
                     "| {label} | {:.1} | {:.2} |",
                     spans as f64 / calls as f64,
-                    super::bare::percentile(&times, 0.5)
+                    threadbox_testing::bench::percentile(&times, 0.5)
                 );
             }
         }

@@ -75,6 +75,35 @@ impl Drop for KillAll {
     }
 }
 
+/// A provider as root on a state directory of its own (`tweak` may change its configuration
+/// first), the guard that kills what it leaves, and the directory; `None` (after saying why)
+/// where this machine cannot run sandboxes as root.
+pub async fn root_provider(
+    what: &str,
+    tweak: impl FnOnce(&mut RuncConfig),
+) -> Option<(RuncProvider, KillAll, tempfile::TempDir)> {
+    let runc = runc_or_skip(what)?;
+    if !rustix::process::geteuid().is_root() {
+        return require_or_skip(what, format!("{what}: these tests run as root"));
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = state_config(dir.path(), runc);
+    tweak(&mut config);
+    let kill = KillAll(config.clone());
+    let p = RuncProvider::open(config).await.expect("open the provider");
+    Some((p, kill, dir))
+}
+
+/// The stdout of `script` run as the sandbox's user, which must exit 0.
+pub async fn sh_ok(p: &RuncProvider, id: &str, script: &str) -> String {
+    let out = p
+        .exec(id, threadbox_core::ports::ExecRequest::shell(script))
+        .await
+        .expect(script);
+    assert_eq!(out.exit_code, Some(0), "{script}: {out:?}");
+    out.stdout
+}
+
 /// A new sandbox for a thread of its own, as the conformance suite asks for one.
 pub async fn new_sandbox(p: &RuncProvider) -> String {
     p.create(threadbox_testing::provider_conformance::create_request(
